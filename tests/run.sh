@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian machine, then runs them.
+# Used by the README ("Run the tests") and by CI (.ci/run). Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${TFBNECK_VENV:-.venv}
+
+# Headless Chromium for the browser tests (Debian's package; Playwright drives it).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "tests/run.sh: chromium is not installed and cannot be installed without root; browser tests will skip" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+exec "$VENV/bin/python" -m pytest tests "$@"

@@ -1,0 +1,14 @@
+"""tfbneck: tells a TensorFlow user why training is slow.
+
+The analyzer (``tfbneck analyze``), the TensorBoard plugin and this package's import never
+import TensorFlow; only ``BottleneckProfiler`` (the Keras callback) does, lazily.
+"""
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The callback needs TensorFlow: import it only when asked for.
+    if name in ("BottleneckProfiler", "profile_steps"):
+        from . import callback
+        return getattr(callback, name)
+    raise AttributeError(name)

@@ -1,0 +1,109 @@
+"""``tfbneck``: the command line.
+
+    tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+
+Exit status: 0 every session analysed; 1 some sessions failed (the others are still
+reported); 2 usage error or no session found.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import List, Optional
+
+from . import __version__
+from .analyze import analyze_session
+from .logdir import DiscoveryError, Session, find_sessions
+from .report import RENDERERS, build_report
+
+#: Show a progress bar on stderr from this many sessions on.
+PROGRESS_FROM = 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tfbneck", description="Tell why TensorFlow training is slow, from profiler traces.")
+    p.add_argument("--version", action="version", version=f"tfbneck {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="diagnose the profiling sessions under one or more logdirs",
+                       description="Find profiling sessions (<run>/plugins/profile/<session>/*.xplane.pb) under "
+                                   "each PATH and diagnose each one.")
+    a.add_argument("paths", nargs="+", metavar="PATH", help="a logdir, a session folder or one .xplane.pb file")
+    a.add_argument("--format", choices=sorted(RENDERERS), default="table", help="output format (default: table)")
+    a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of standard output")
+    a.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="analyse N sessions in parallel (0 = one per CPU core)")
+    return p
+
+
+def _discover(paths: List[str]):
+    sessions: List[Session] = []
+    problems: List[str] = []
+    for path in paths:
+        found = find_sessions(path)
+        sessions.extend(found.sessions)
+        problems.extend(found.problems)
+    return sessions, problems
+
+
+def _analyze_all(sessions: List[Session], jobs: int) -> List[dict]:
+    from tqdm import tqdm
+    show = len(sessions) >= PROGRESS_FROM
+    bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
+    try:
+        if jobs <= 1 or len(sessions) <= 1:
+            results = []
+            for s in sessions:
+                results.append(analyze_session(s))
+                bar.update()
+            return results
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = []
+            for r in pool.map(analyze_session, sessions, chunksize=1):
+                results.append(r)
+                bar.update()
+            return results
+    finally:
+        bar.close()
+
+
+def cmd_analyze(args) -> int:
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    try:
+        sessions, problems = _discover(args.paths)
+    except DiscoveryError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(f"tfbneck: warning: {p}", file=sys.stderr)
+    if not sessions:
+        print(f"tfbneck: no profiling session found under {', '.join(args.paths)} "
+              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)", file=sys.stderr)
+        return 2
+    results = _analyze_all(sessions, jobs)
+    text = RENDERERS[args.format](build_report(results))
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+        except OSError as err:
+            print(f"tfbneck: {args.output}: cannot write report ({err.strerror})", file=sys.stderr)
+            return 2
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    failed = [r for r in results if r.get("status") != "ok"]
+    for r in failed:
+        print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "analyze":
+        return cmd_analyze(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

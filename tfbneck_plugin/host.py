@@ -1,0 +1,187 @@
+"""The host plane: which thread trains, which threads feed it, what the model ran there.
+
+TensorFlow's host tracer writes one XLine per thread of ``/host:CPU``, named after the
+thread (``python``/``python3``: the Python training thread; ``tf_Compute/<id>``: the
+inter-op pool; ``tf_data_*``: tf.data's consumer, producer and private-pool threads;
+``tf_gpu_private``/``tf_GPU_Event_Manager``: GPU streams' host side). Event names are
+TraceMe names; the ones used here are listed as constants, each with where TensorFlow
+emits it (paths in the tensorflow / tsl repositories).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import timeline
+from .xspace import Line, Plane, Space
+
+HOST_PLANE = "/host:CPU"  # tsl/profiler/utils/xplane_schema.h kHostThreadsPlaneName
+
+#: Consumer side of an input pipeline: the op that blocks the step until a batch is ready.
+#: ``IteratorGetNextOp::DoCompute`` (core/kernels/data/iterator_ops.cc) on TF >= 2.3's
+#: ``tf_data_iterator_get_next`` thread; the op itself (``IteratorGetNext``,
+#: ``IteratorGetNextAsOptional``, ``MultiDeviceIteratorGetNextFromShard``) on executor threads.
+GET_NEXT_EVENTS = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")
+GET_NEXT_OPS = ("IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+                "MultiDeviceIteratorGetNextFromShard")
+#: Executor activity (core/common_runtime/executor.cc): one event per batch of ops processed.
+EXECUTOR_EVENT = "ExecutorState::Process"
+#: Function launch (core/common_runtime/process_function_library_runtime.cc); its ``_p``
+#: stat is matched by the ``_c`` stat of the executor events it caused.
+FUNCTION_RUN = "FunctionRun"
+#: Names of the Keras / tf.function training step on the Python thread. ``train_function``
+#: (tf-keras, keras/engine/training.py), ``multi_step_on_iterator``/``one_step_on_iterator``
+#: /``one_step_on_data`` (Keras 3, keras/src/backend/tensorflow/trainer.py), and the
+#: concrete function ``__inference_<name>_<n>`` that eager execution runs.
+TRAIN_FUNCTION_NAMES = ("train_function", "multi_step_on_iterator", "one_step_on_iterator",
+                        "one_step_on_data_distributed", "one_step_on_data")
+_INFERENCE_RE = re.compile(
+    r"^(?:EagerLocalExecute: |EagerExecute: )?__inference_(train_function|train_step|"
+    r"multi_step_on_iterator|one_step_on_iterator|one_step_on_data\w*|distributed_train_step|"
+    r"train_fn)_\d+$")
+#: A TensorFlow op TraceMe is ``<op name>:<op type>`` (core/profiler/utils/tf_op_utils.cc).
+_OP_RE = re.compile(r"^[^:\s][^:]*:[A-Z_][A-Za-z0-9_]*$")
+#: Kernel launches recorded by CUPTI / roctracer on host threads (runtime/driver API names).
+LAUNCH_API_RE = re.compile(r"^(cu|cuda|hip|hipExt|hipModule)(Launch\w*|GraphLaunch)")
+#: Eager op dispatch on the Python thread (core/common_runtime/eager/execute.cc).
+EAGER_EVENTS = ("EagerKernelExecute", "EagerExecute", "EagerLocalExecute")
+
+
+def is_tf_data_line(name: str) -> bool:
+    return name.startswith("tf_data")
+
+
+def is_op_name(name: str) -> bool:
+    return bool(_OP_RE.match(name)) and not name.startswith("Iterator::")
+
+
+def op_type(name: str) -> str:
+    return name.rsplit(":", 1)[-1]
+
+
+@dataclass
+class HostView:
+    """Classified host threads of one XSpace. Times in ps.
+
+    ``training_line``: index into ``plane.lines`` of the thread running the training
+    loop (set by the step finder), ``tfdata_lines``: indices of tf.data threads.
+    """
+    plane: Plane
+    tfdata_lines: List[int]
+    training_line: Optional[int] = None
+    _ids_cache: Dict[object, np.ndarray] = field(default_factory=dict, repr=False)
+
+    # ---- name lookups ---------------------------------------------------------------
+    def ids(self, key, predicate) -> np.ndarray:
+        if key not in self._ids_cache:
+            self._ids_cache[key] = self.plane.ids_where(predicate)
+        return self._ids_cache[key]
+
+    def ids_named(self, names: Sequence[str]) -> np.ndarray:
+        names = tuple(names)
+        return self.ids(("named",) + names, lambda n: n in names)
+
+    def select(self, ids: np.ndarray, lines: Optional[Sequence[int]] = None) -> List[Tuple[int, np.ndarray]]:
+        """(line index, event indices) of events whose metadata id is in ``ids``."""
+        out = []
+        if len(ids) == 0:
+            return out
+        for li, line in enumerate(self.plane.lines):
+            if lines is not None and li not in lines:
+                continue
+            idx = np.flatnonzero(np.isin(line.name_id, ids))
+            if len(idx):
+                out.append((li, idx))
+        return out
+
+    def intervals(self, selection: List[Tuple[int, np.ndarray]]) -> timeline.Intervals:
+        parts = []
+        for li, idx in selection:
+            line = self.plane.lines[li]
+            parts.append((line.start_ps[idx], line.start_ps[idx] + line.dur_ps[idx]))
+        return timeline.concat(parts)
+
+    def stat_column(self, li: int, idx: np.ndarray, stat: str) -> List[object]:
+        """Value of one stat for chosen events (None where absent). Reads protos: use on few events."""
+        sid = self.plane.stat_id(stat)
+        line = self.plane.lines[li]
+        out = []
+        for i in idx:
+            value = None
+            if sid is not None:
+                for s in line.proto.events[int(i)].stats:
+                    if s.metadata_id == sid:
+                        kind = s.WhichOneof("value")
+                        value = self.plane.stat_names.get(s.ref_value, "") if kind == "ref_value" else getattr(s, kind) if kind else None
+                        break
+            out.append(value)
+        return out
+
+    @property
+    def non_data_lines(self) -> List[int]:
+        return [i for i in range(len(self.plane.lines)) if i not in self.tfdata_lines]
+
+    # ---- activity used by the breakdown -----------------------------------------------
+    def get_next_intervals(self) -> timeline.Intervals:
+        """Time the training step was blocked waiting for the input pipeline."""
+        event_ids = self.ids_named(GET_NEXT_EVENTS)
+        op_ids = self.ids(("getnext-ops",), lambda n: n in GET_NEXT_OPS or
+                          (is_op_name(n) and op_type(n) in GET_NEXT_OPS))
+        sel = self.select(event_ids) + self.select(op_ids, self.non_data_lines)
+        return self.intervals(sel)
+
+    def training_function_runs(self) -> List[Tuple[int, np.ndarray]]:
+        """FunctionRun events on the training thread (the training step's function launches)."""
+        if self.training_line is None:
+            return []
+        return self.select(self.ids_named([FUNCTION_RUN]), [self.training_line])
+
+    def model_executor_intervals(self) -> timeline.Intervals:
+        """Executor activity caused by the training function (linked by ``_p``/``_c`` stats).
+
+        Falls back to all executor activity off tf.data threads when the trace has no
+        producer/consumer stats (TF < 2.4).
+        """
+        runs = self.training_function_runs()
+        producers = set()
+        for li, idx in runs:
+            producers.update(v for v in self.stat_column(li, idx, "_p") if v is not None)
+        proc_sel = self.select(self.ids_named([EXECUTOR_EVENT]), self.non_data_lines)
+        if not producers:
+            return self.intervals(proc_sel)
+        keep = []
+        for li, idx in proc_sel:
+            consumers = self.stat_column(li, idx, "_c")
+            mask = np.fromiter((c in producers for c in consumers), dtype=bool, count=len(idx))
+            if mask.any():
+                keep.append((li, idx[mask]))
+        return self.intervals(keep)
+
+    def eager_op_intervals(self) -> timeline.Intervals:
+        """Eager ops executed on the training thread (no tf.function): model math on the host."""
+        if self.training_line is None:
+            return timeline.empty()
+        ids = self.ids(("eager-ops",), lambda n: n == "EagerKernelExecute")
+        return self.intervals(self.select(ids, [self.training_line]))
+
+    def training_thread_intervals(self, exclude_ids: np.ndarray) -> timeline.Intervals:
+        if self.training_line is None:
+            return timeline.empty()
+        line = self.plane.lines[self.training_line]
+        keep = ~np.isin(line.name_id, exclude_ids)
+        return line.start_ps[keep], line.start_ps[keep] + line.dur_ps[keep]
+
+    def launch_intervals(self) -> timeline.Intervals:
+        ids = self.ids(("launch",), lambda n: bool(LAUNCH_API_RE.match(n)))
+        return self.intervals(self.select(ids))
+
+
+def host_view(space: Space) -> Optional[HostView]:
+    plane = space.plane(HOST_PLANE)
+    if plane is None:
+        return None
+    tfdata = [i for i, l in enumerate(plane.lines) if is_tf_data_line(l.name)]
+    return HostView(plane=plane, tfdata_lines=tfdata)

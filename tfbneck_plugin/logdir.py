@@ -1,0 +1,161 @@
+"""Finding profiling sessions under a path.
+
+Layout written by the profiler (``tf.profiler.experimental.start(logdir)``, Keras'
+``TensorBoard(profile_batch=...)``, XProf)::
+
+    <run>/plugins/profile/<session>/<host>.xplane.pb     (TF >= 2.2; .xplane.pb.gz also read)
+    <run>/plugins/profile/<session>/<host>.trace.json.gz (TF <= 2.10 also wrote per-tool files)
+
+Keras 3 puts ``<run>`` at ``<log_dir>/train``; tf-keras at ``<log_dir>`` itself. The run
+name is the path of ``<run>`` relative to the path given (``.`` for the path itself), as
+TensorBoard names runs. All ``.xplane.pb`` files of one session folder (one per host) form
+one session.
+
+Errors: :class:`DiscoveryError` (one line) when the path does not exist or holds no
+session. Unreadable folders below it are reported in ``Discovery.problems`` and skipped.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
+# Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
+LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
+                   ".tensorflow_stats.pb", ".kernel_stats.pb", ".memory_profile.json.gz")
+#: Written by BottleneckProfiler beside the trace: system metrics sampled in the window.
+SIDECAR_NAME = "tfbneck_system_metrics.json"
+#: Written by BottleneckProfiler when it could not capture a window it was asked for.
+SKIPPED_NAME = "tfbneck_skipped.json"
+
+
+class DiscoveryError(Exception):
+    """The given path cannot be searched for sessions; the message is one line."""
+
+
+@dataclass
+class Session:
+    """One profiling session: a folder ``<run>/plugins/profile/<name>/``.
+
+    ``files``: the host traces (``.xplane.pb``), sorted by name; ``legacy_files``: old
+    per-tool files; ``run``: run path relative to the searched root.
+    """
+    run: str
+    name: str
+    path: str
+    files: List[str] = field(default_factory=list)
+    legacy_files: List[str] = field(default_factory=list)
+    sidecar: Optional[str] = None
+    skipped: Optional[str] = None
+
+    @property
+    def hosts(self) -> List[str]:
+        from .xspace import host_name_from_file
+        return [host_name_from_file(f) for f in self.files]
+
+    @property
+    def key(self) -> Tuple[str, str]:
+        return (self.run, self.name)
+
+
+@dataclass
+class Discovery:
+    sessions: List[Session]
+    problems: List[str]
+
+
+def _session_from_dir(session_dir: str, run: str) -> Optional[Session]:
+    try:
+        names = sorted(os.listdir(session_dir))
+    except OSError:
+        return None
+    s = Session(run=run, name=os.path.basename(os.path.normpath(session_dir)), path=session_dir)
+    for n in names:
+        full = os.path.join(session_dir, n)
+        if n.endswith(XPLANE_SUFFIXES):
+            # A .gz twin of a plain file is the same host: keep the plain one.
+            if n.endswith(".gz") and n[:-3] in names:
+                continue
+            s.files.append(full)
+        elif n.endswith(LEGACY_SUFFIXES):
+            s.legacy_files.append(full)
+        elif n == SIDECAR_NAME:
+            s.sidecar = full
+        elif n == SKIPPED_NAME:
+            s.skipped = full
+    if not (s.files or s.legacy_files or s.skipped):
+        return None
+    return s
+
+
+def _relrun(root: str, run_dir: str) -> str:
+    rel = os.path.relpath(run_dir, root)
+    return "." if rel in (".", "") else rel.replace(os.sep, "/")
+
+
+def find_sessions(path: str) -> Discovery:
+    """Sessions under ``path`` (a logdir at any depth, a session folder, or one trace file).
+
+    Sessions are sorted by (run, session name). Symlinked folders are not followed
+    (a link loop cannot hang the search); unreadable folders are listed in ``problems``.
+    Raises DiscoveryError when ``path`` does not exist.
+    """
+    if not os.path.exists(path):
+        raise DiscoveryError(f"{path}: no such file or directory")
+    path = os.path.normpath(path)
+    problems: List[str] = []
+    if os.path.isfile(path):
+        if not path.endswith(XPLANE_SUFFIXES):
+            raise DiscoveryError(f"{path}: not an .xplane.pb trace file")
+        session_dir = os.path.dirname(os.path.abspath(path))
+        run_dir = _run_dir_of(session_dir)
+        s = Session(run=os.path.basename(run_dir) if run_dir else ".",
+                    name=os.path.basename(session_dir), path=session_dir, files=[path])
+        return Discovery([s], problems)
+
+    # A session folder given directly.
+    run_dir = _run_dir_of(path)
+    if run_dir is not None:
+        s = _session_from_dir(path, os.path.basename(run_dir) or ".")
+        return Discovery([s] if s else [], problems)
+
+    sessions: List[Session] = []
+
+    def onerror(err: OSError):
+        problems.append(f"{err.filename}: cannot list folder ({err.strerror})")
+
+    for dirpath, dirnames, _files in os.walk(path, onerror=onerror, followlinks=False):
+        dirnames.sort()
+        if os.path.basename(dirpath) == "profile" and os.path.basename(os.path.dirname(dirpath)) == "plugins":
+            run = _relrun(path, os.path.dirname(os.path.dirname(dirpath)))
+            for d in list(dirnames):
+                full = os.path.join(dirpath, d)
+                if _is_link(full):
+                    continue
+                s = _session_from_dir(full, run)
+                if s is not None:
+                    sessions.append(s)
+                elif not os.access(full, os.R_OK | os.X_OK):
+                    problems.append(f"{full}: cannot read session folder (permission denied)")
+            dirnames[:] = []  # sessions do not nest
+    sessions.sort(key=lambda s: (s.run, s.name))
+    return Discovery(sessions, problems)
+
+
+def _is_link(p: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _run_dir_of(session_dir: str) -> Optional[str]:
+    """For ``<run>/plugins/profile/<session>`` return ``<run>``, else None."""
+    session_dir = os.path.abspath(session_dir)
+    profile = os.path.dirname(session_dir)
+    plugins = os.path.dirname(profile)
+    if os.path.basename(profile) == "profile" and os.path.basename(plugins) == "plugins":
+        return os.path.dirname(plugins)
+    return None

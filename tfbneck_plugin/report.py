@@ -1,0 +1,111 @@
+"""The report: the JSON contract and its renderings (table, CSV, Markdown).
+
+``build_report(sessions)`` wraps per-session dicts (``analyze.analyze_session``) into the
+contract's top level ``{"version", "sessions"}``. The renderers only format that dict.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Dict, List
+
+from . import __version__
+from .breakdown import CATEGORIES
+
+#: Columns of the CSV and table renderings (one row per session).
+COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",
+           "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error"]
+
+
+def build_report(sessions: List[Dict]) -> Dict:
+    return {"version": __version__, "sessions": sessions}
+
+
+def row(s: Dict) -> Dict:
+    steps = s.get("steps") or {}
+    st = steps.get("step_time_ms") or {}
+    pipe = s.get("input_pipeline") or {}
+    return {
+        "run": s.get("run"), "session": s.get("session"), "hosts": ",".join(s.get("hosts") or []),
+        "status": s.get("status"), "device_kind": s.get("device_kind", ""),
+        "step_source": s.get("step_source", "none"), "steps": steps.get("count", 0),
+        "step_ms": st.get("mean", ""), "bottleneck": s.get("bottleneck", "unknown"), "cause": s.get("cause", ""),
+        "confidence": s.get("confidence", ""), "input_pct": (s.get("breakdown_pct") or {}).get("input", ""),
+        "blocking_stage": (pipe.get("bottleneck_stage") or "").split("::")[-1] if pipe.get("bottleneck_stage") else "",
+        "error": s.get("error", ""),
+    }
+
+
+def to_json(report: Dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False)
+
+
+def to_csv(report: Dict) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"], lineterminator="\n")
+    w.writeheader()
+    for s in report["sessions"]:
+        r = row(s)
+        for c in CATEGORIES:
+            if c != "input":
+                r[f"{c}_pct"] = (s.get("breakdown_pct") or {}).get(c, "")
+        w.writerow(r)
+    return buf.getvalue()
+
+
+def _cell(v) -> str:
+    return "" if v is None else str(v)
+
+
+def to_table(report: Dict) -> str:
+    """A fixed-width table for terminals, then the evidence of each session."""
+    cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
+            "confidence", "input_pct", "blocking_stage"]
+    rows = [row(s) for s in report["sessions"]]
+    for r in rows:
+        r["step_source"] = r["step_source"].split(" (")[0]
+    widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols), "  ".join("-" * widths[c] for c in cols)]
+    for r in rows:
+        lines.append("  ".join(_cell(r[c])[:widths[c]].ljust(widths[c]) for c in cols).rstrip())
+    lines.append("")
+    for s in report["sessions"]:
+        title = f"{s.get('run')}/{s.get('session')}"
+        if s.get("status") != "ok":
+            lines.append(f"{title}: ERROR {s.get('error')}")
+            continue
+        lines.append(f"{title}: {s.get('bottleneck')} ({s.get('cause')}, confidence {s.get('confidence')})")
+        for e in s.get("evidence", []):
+            lines.append(f"  - {e}")
+        recs = s.get("recommendations") or []
+        if recs:
+            lines.append(f"  fix first: {recs[0]['title']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_markdown(report: Dict) -> str:
+    cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
+            "blocking_stage", "step_source"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for s in report["sessions"]:
+        r = row(s)
+        out.append("| " + " | ".join(_cell(r[c]).replace("|", "\\|") for c in cols) + " |")
+    out.append("")
+    for s in report["sessions"]:
+        out.append(f"### {s.get('run')}/{s.get('session')}")
+        if s.get("status") != "ok":
+            out.append(f"**Error:** {s.get('error')}\n")
+            continue
+        out.append(f"**{s.get('bottleneck')}** ({s.get('cause')}, confidence {s.get('confidence')})\n")
+        out.extend(f"- {e}" for e in s.get("evidence", []))
+        for r in s.get("recommendations") or []:
+            out.append(f"\n**{r['title']}**: {r['detail']}")
+            if r.get("code"):
+                out.append(f"\n```python\n{r['code']}\n```")
+        out.append("")
+    return "\n".join(out)
+
+
+RENDERERS = {"json": to_json, "csv": to_csv, "table": to_table, "markdown": to_markdown}

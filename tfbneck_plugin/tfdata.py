@@ -1,0 +1,248 @@
+"""tf.data stage analysis from ``Iterator::`` events.
+
+Each tf.data iterator records a TraceMe per ``GetNext`` call named after its position
+in the pipeline, e.g. ``Iterator::Root::Prefetch::ParallelMapV2::TFRecord`` (TF >= 2.5;
+older versions write only ``Iterator::ParallelMapV2`` with ``id``/``parent_id`` stats)
+(core/data/dataset_utils.cc, core/framework/dataset.h ``TraceMeMetadata``). Nested calls
+on one thread are nested events, so a stage's *self time* is its event time minus the
+time of iterator events nested inside it. On the consumer thread, an asynchronous stage
+(prefetch, parallel map, map-and-batch, parallel interleave) shows its waiting time as
+self time: the consumer was blocked on that stage's buffer.
+
+The *blocking stage* is the stage with the most self time, skipping pure buffers and
+wrappers (``Root``, ``Model``, ``Prefetch``...) whose waiting only passes on the slowness of
+the stage upstream of them. This follows XProf's tf.data bottleneck analysis
+(xprof: convert/xplane_to_tf_data_stats.cc, which ranks iterators by self time among
+those blocking the consumer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .host import EXECUTOR_EVENT, FUNCTION_RUN, HostView
+
+#: Stages that only buffer or wrap: their self time is waiting for upstream stages.
+PASS_THROUGH = {"Root", "Model", "Prefetch", "MaxIntraOpParallelism", "PrivateThreadPool",
+                "Options", "ModelDataset", "MemoryCache", "Cache", "Repeat", "ForeverRepeat",
+                "FiniteRepeat", "Take", "FiniteTake", "Skip", "Zip", "Concatenate", "Rebatch",
+                "AssertCardinality", "Finalize"}
+#: Stages whose work is reading records from files (core/kernels/data/*_dataset_op.cc).
+FILE_READ = {"TFRecord", "TextLine", "FixedLengthRecord", "ParallelInterleaveV4",
+             "ParallelInterleaveV2", "ParallelInterleave", "Interleave", "LegacyParallelInterleaveV2",
+             "FlatMap", "SSTable", "ArrayRecord", "LMDB"}
+#: Stages that read over the network (tf.data service workers, remote file systems).
+REMOTE_READ = {"DataService", "DataServiceDataset"}
+#: Stages that run Python code (tf.py_function / Dataset.from_generator use the
+#: ``EagerPyFunc``/``PyFunc`` op inside a map or flat-map).
+PYTHON = {"Generator", "FromGenerator"}
+MAP_LIKE = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch", "Batch",
+            "PaddedBatch", "Filter", "ParallelFilter", "Unbatch", "Shuffle", "ShuffleAndRepeat"}
+
+
+@dataclass
+class Stage:
+    path: str          # full iterator name, e.g. Iterator::Root::Prefetch::ParallelMapV2
+    kind: str          # last component, e.g. ParallelMapV2
+    calls: int
+    total_ps: int
+    self_ps: int
+    parallelism: Optional[object]
+    autotune: Optional[object]
+    depth: int
+    function_ps: int = 0   # CPU time of the stage's user function (map fn) on executor threads
+
+    @property
+    def work_ps(self) -> int:
+        return self.self_ps + self.function_ps
+
+    @property
+    def category(self) -> str:
+        base = self.kind.rstrip("0123456789")
+        if self.kind in REMOTE_READ or base in REMOTE_READ:
+            return "remote_read"
+        if self.kind in FILE_READ or base in FILE_READ:
+            return "file_read"
+        if self.kind in PYTHON:
+            return "python"
+        if self.kind in PASS_THROUGH:
+            return "buffer"
+        return "compute"
+
+
+#: Events that bracket an asynchronous stage's producer work on tf.data threads
+#: (core/kernels/data/*_dataset_op.cc: ``MapAndBatchProduce``, ``ParallelMapProduce``...).
+PRODUCE_SUFFIX = "Produce"
+
+
+@dataclass
+class Pipeline:
+    stages: List[Stage]
+    blocking: Optional[Stage]
+    has_prefetch: bool
+    uses_py_function: bool
+
+
+def _self_times(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Self time of properly nested intervals on one thread: duration minus direct children."""
+    n = len(start)
+    order = np.lexsort((-end, start))
+    self_t = (end - start).astype(np.int64)
+    stack: List[int] = []
+    for k in order:
+        s = start[k]
+        while stack and end[stack[-1]] <= s:
+            stack.pop()
+        if stack and end[k] <= end[stack[-1]]:
+            self_t[stack[-1]] -= end[k] - start[k]
+        stack.append(k)
+    return np.maximum(self_t, 0)
+
+
+def _kind_of(path: str) -> str:
+    """``Iterator::Root::ParallelInterleaveV4[0]::FlatMap`` -> ``FlatMap``; strips ``[n]``."""
+    return path.split("::")[-1].split("[")[0]
+
+
+def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
+    """CPU time (ps) of user functions (map/filter/interleave fns) per owning stage.
+
+    A stage runs its function through ``FunctionRun`` on a tf.data thread; the ops then
+    execute as ``ExecutorState::Process`` events, on any thread, whose ``_c`` stat equals
+    the ``FunctionRun``'s ``_p`` (producer/consumer links, tsl/profiler/lib/
+    context_types.h). The owner is the innermost ``*Produce`` or ``Iterator::`` event that
+    encloses the ``FunctionRun`` on its thread. Returns owner key -> [ps, calls], where
+    the key is an iterator path or ``Produce:<Prefix>``.
+    """
+    plane = view.plane
+    fr_ids = view.ids_named([FUNCTION_RUN])
+    owner_ids = view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
+                         (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
+    by_producer: Dict[object, str] = {}
+    for li in view.tfdata_lines:
+        line = plane.lines[li]
+        fr = np.flatnonzero(np.isin(line.name_id, fr_ids))
+        if len(fr) == 0:
+            continue
+        if window is not None:
+            fr = fr[(line.start_ps[fr] >= window[0]) & (line.start_ps[fr] < window[1])]
+        own = np.flatnonzero(np.isin(line.name_id, owner_ids))
+        if len(own) == 0 or len(fr) == 0:
+            continue
+        os_, oe = line.start_ps[own], line.start_ps[own] + line.dur_ps[own]
+        producers = view.stat_column(li, fr, "_p")
+        for k, p in zip(fr, producers):
+            if p is None:
+                continue
+            s, e = line.start_ps[k], line.start_ps[k] + line.dur_ps[k]
+            j = int(np.searchsorted(os_, s, side="right")) - 1
+            while j >= 0 and oe[j] < e:  # walk back to the innermost container
+                j -= 1
+            if j < 0:
+                continue
+            name = plane.event_names[int(line.name_id[own[j]])]
+            by_producer[p] = name if name.startswith("Iterator::") else f"Produce:{name[:-len(PRODUCE_SUFFIX)]}"
+    work: Dict[str, List[int]] = {}
+    if not by_producer:
+        return work
+    for li, idx in view.select(view.ids_named([EXECUTOR_EVENT])):
+        consumers = view.stat_column(li, idx, "_c")
+        durs = plane.lines[li].dur_ps[idx]
+        for c, d in zip(consumers, durs):
+            owner = by_producer.get(c)
+            if owner is not None:
+                w = work.setdefault(owner, [0, 0])
+                w[0] += int(d)
+                w[1] += 1
+    return work
+
+
+def analyze_pipeline(view: HostView, window=None) -> Pipeline:
+    """Stages over the whole trace (or inside ``window`` = (start_ps, end_ps) when given)."""
+    plane = view.plane
+    it_ids = view.ids(("iterators",), lambda n: n.startswith("Iterator::"))
+    agg: Dict[str, dict] = {}
+    for li, idx in view.select(it_ids):
+        line = plane.lines[li]
+        s = line.start_ps[idx]
+        e = s + line.dur_ps[idx]
+        selfs = _self_times(s, e)
+        if window is not None:
+            inside = (s >= window[0]) & (e <= window[1])
+            idx, s, e, selfs = idx[inside], s[inside], e[inside], selfs[inside]
+        names = line.name_id[idx]
+        for mid in np.unique(names):
+            m = names == mid
+            path = plane.event_names[int(mid)]
+            a = agg.setdefault(path, {"calls": 0, "total": 0, "self": 0, "first": None})
+            a["calls"] += int(m.sum())
+            a["total"] += int((e[m] - s[m]).sum())
+            a["self"] += int(selfs[m].sum())
+            if a["first"] is None:
+                a["first"] = (li, idx[m][:1])
+    stages = []
+    for path, a in agg.items():
+        parallelism = autotune = None
+        if a["first"] is not None:
+            li, first = a["first"]
+            stats = plane.event_stats(plane.lines[li], first[0])
+            parallelism = stats.get("parallelism")
+            autotune = stats.get("autotune")
+        parts = path.split("::")
+        stages.append(Stage(path=path, kind=_kind_of(path), calls=a["calls"], total_ps=a["total"],
+                            self_ps=a["self"], parallelism=parallelism, autotune=autotune,
+                            depth=len(parts) - 1))
+    for owner, (ps, _n) in _function_work(view, window).items():
+        _attach_function_work(stages, owner, ps)
+    stages.sort(key=lambda st: -st.work_ps)
+    working = [st for st in stages if st.category != "buffer"]
+    blocking = working[0] if working else (stages[0] if stages else None)
+    py_ids = view.ids(("pyfunc",), lambda n: n.endswith(("EagerPyFunc", "PyFunc")) or n in ("EagerPyFunc", "PyFunc"))
+    uses_py = bool(view.select(py_ids))
+    return Pipeline(stages=stages, blocking=blocking,
+                    has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=uses_py)
+
+
+def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> None:
+    if not owner.startswith("Produce:"):
+        for st in stages:
+            if st.path == owner:
+                st.function_ps += ps
+                return
+        stages.append(Stage(path=owner, kind=_kind_of(owner), calls=0, total_ps=0, self_ps=0,
+                            parallelism=None, autotune=None, depth=owner.count("::"), function_ps=ps))
+        return
+    prefix = owner.split(":", 1)[1]
+    same = [st for st in stages if st.kind.startswith(prefix)]
+    if same:
+        max(same, key=lambda st: st.calls).function_ps += ps
+        return
+    # The stage itself left no Iterator event (it was called from a producer thread without
+    # a trace); name it from a descendant's path when one exists.
+    path = next((st.path[: st.path.index("::" + prefix) + len(prefix) + 2] for st in stages
+                 if ("::" + prefix + "::") in st.path), f"Iterator::{prefix}")
+    stages.append(Stage(path=path, kind=prefix, calls=0, total_ps=0, self_ps=0, parallelism=None,
+                        autotune=None, depth=path.count("::"), function_ps=ps))
+
+
+def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:
+    """Stages as report rows (times in ms), most self time first."""
+    rows = []
+    for st in p.stages:
+        rows.append({
+            "name": st.path, "kind": st.kind, "category": st.category, "calls": st.calls,
+            "total_ms": round(st.total_ps / 1e9, 3), "self_ms": round(st.self_ps / 1e9, 3),
+            "function_ms": round(st.function_ps / 1e9, 3), "work_ms": round(st.work_ps / 1e9, 3),
+            "self_per_call_us": round(st.self_ps / max(st.calls, 1) / 1e6, 2),
+            "parallelism": _plain(st.parallelism), "autotune": _plain(st.autotune),
+            "blocking": st is p.blocking,
+        })
+    return rows
+
+
+def _plain(v):
+    if v is None or isinstance(v, (int, float, str)):
+        return v
+    return str(v)
