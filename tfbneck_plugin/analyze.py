@@ -70,10 +70,19 @@ def analyze_space(space: Space, sidecar_summary: Optional[Dict] = None) -> Dict:
     train_thread = view.training_thread_intervals(marker_ids) if view else timeline.empty()
     launches = view.launch_intervals() if view else timeline.empty()
 
+    has_function = bool(view and view.training_function_runs())
+    untraced_device = None if devs else (view.untraced_device() if view else None)
     device_trace_missing = model_on_cpu = None
     if dev_events == 0:
         # No accelerator activity recorded: the host ran the model math (or the capture failed).
-        cpu_model = timeline.difference(timeline.concat([model_exec, eager_ops]), inp)
+        # Eager op dispatch counts as model math only in pure eager programs: inside a
+        # tf.function call, EagerKernelExecute spans the whole call, waits included.
+        cpu_model = model_exec if has_function else timeline.concat([model_exec, eager_ops])
+        if untraced_device:
+            # Ops were sent to a device the profiler did not trace: while the training
+            # function runs, the step waits on that device.
+            # The device needs the batch first: time blocked on input is not device time.
+            cpu_model = timeline.concat([cpu_model, timeline.difference(eager_ops, inp)])
         if devs:
             n_launch = len(launches[0])
             if n_launch or timeline.total(cpu_model) == 0:
@@ -91,7 +100,7 @@ def analyze_space(space: Space, sidecar_summary: Optional[Dict] = None) -> Dict:
                                       host_to_device=timeline.empty(), device_to_host=timeline.empty(),
                                       input=inp, kernel_launch=timeline.empty(),
                                       host_compute=timeline.concat([train_thread, model_exec]))
-        effective_kind = "CPU"
+        effective_kind = "GPU" if untraced_device else "CPU"
     else:
         activity = breakdown.Activity(collective=d_coll, device_compute=d_comp, host_to_device=d_h2d,
                                       device_to_host=d_d2h, input=inp,
@@ -116,7 +125,7 @@ def analyze_space(space: Space, sidecar_summary: Optional[Dict] = None) -> Dict:
 
     out: Dict = {
         "framework": framework,
-        "device_kind": "GPU" if devs and device_kind == "GPU" else device_kind if devs else "CPU",
+        "device_kind": device_kind if devs else ("GPU" if untraced_device else "CPU"),
         "devices": devmod.summarize(devs, (int(w_starts[0]), int(w_ends[-1])) if len(w_starts) else None),
         "window_ms": _ms(window[1] - window[0]) if window else 0.0,
         "events": space.n_events,
@@ -169,8 +178,10 @@ def analyze_space(space: Space, sidecar_summary: Optional[Dict] = None) -> Dict:
     verdict = decide(pct, device_kind=effective_kind if not devs else device_kind, has_steps=steps is not None,
                      pipeline=pipeline if has_iterators else None, system=sidecar_summary,
                      device_trace_missing=device_trace_missing, model_on_cpu=model_on_cpu,
-                     launch_evidence=launch_ev, eager=bool(len(eager_ops[0])) and not len(model_exec[0]),
+                     launch_evidence=launch_ev, eager=bool(len(eager_ops[0])) and not has_function,
                      step_note=step_note)
+    if untraced_device:
+        verdict.evidence.append(untraced_device)
     if steps is None:
         verdict.evidence.insert(0, out["steps"]["why_none"])
     out.update({"bottleneck": verdict.bottleneck, "cause": verdict.cause, "confidence": verdict.confidence,

@@ -40,9 +40,14 @@ def _parser() -> argparse.ArgumentParser:
 def _discover(paths: List[str]):
     sessions: List[Session] = []
     problems: List[str] = []
+    seen = set()
     for path in paths:
         found = find_sessions(path)
-        sessions.extend(found.sessions)
+        for s in found.sessions:
+            key = os.path.realpath(s.path)
+            if key not in seen:  # overlapping PATHs name the same session once
+                seen.add(key)
+                sessions.append(s)
         problems.extend(found.problems)
     return sessions, problems
 

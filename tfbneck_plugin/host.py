@@ -127,10 +127,7 @@ class HostView:
     # ---- activity used by the breakdown -----------------------------------------------
     def get_next_intervals(self) -> timeline.Intervals:
         """Time the training step was blocked waiting for the input pipeline."""
-        event_ids = self.ids_named(GET_NEXT_EVENTS)
-        op_ids = self.ids(("getnext-ops",), lambda n: n in GET_NEXT_OPS or
-                          (is_op_name(n) and op_type(n) in GET_NEXT_OPS))
-        sel = self.select(event_ids) + self.select(op_ids, self.non_data_lines)
+        sel = self.select(self.ids_named(GET_NEXT_EVENTS)) + self.select(self.getnext_op_ids(), self.non_data_lines)
         return self.intervals(sel)
 
     def training_function_runs(self) -> List[Tuple[int, np.ndarray]]:
@@ -150,15 +147,27 @@ class HostView:
         for li, idx in runs:
             producers.update(v for v in self.stat_column(li, idx, "_p") if v is not None)
         proc_sel = self.select(self.ids_named([EXECUTOR_EVENT]), self.non_data_lines)
-        if not producers:
-            return self.intervals(proc_sel)
         keep = []
         for li, idx in proc_sel:
-            consumers = self.stat_column(li, idx, "_c")
-            mask = np.fromiter((c in producers for c in consumers), dtype=bool, count=len(idx))
-            if mask.any():
-                keep.append((li, idx[mask]))
-        return self.intervals(keep)
+            if producers:
+                consumers = self.stat_column(li, idx, "_c")
+                idx = idx[np.fromiter((c in producers for c in consumers), dtype=bool, count=len(idx))]
+            if len(idx):
+                keep.append((li, idx))
+        # An executor thread blocked inside an IteratorGetNext op is waiting, not computing:
+        # remove those op intervals from the executor events of the same thread.
+        getnext = dict(self.select(self.getnext_op_ids(), self.non_data_lines))
+        parts = []
+        for li, idx in keep:
+            iv = self.intervals([(li, idx)])
+            if li in getnext:
+                iv = timeline.difference(iv, self.intervals([(li, getnext[li])]))
+            parts.append(iv)
+        return timeline.concat(parts)
+
+    def getnext_op_ids(self) -> np.ndarray:
+        return self.ids(("getnext-ops",), lambda n: n in GET_NEXT_OPS or
+                        (is_op_name(n) and op_type(n) in GET_NEXT_OPS))
 
     def eager_op_intervals(self) -> timeline.Intervals:
         """Eager ops executed on the training thread (no tf.function): model math on the host."""
@@ -173,6 +182,22 @@ class HostView:
         line = self.plane.lines[self.training_line]
         keep = ~np.isin(line.name_id, exclude_ids)
         return line.start_ps[keep], line.start_ps[keep] + line.dur_ps[keep]
+
+    def untraced_device(self) -> Optional[str]:
+        """A sentence when the model's ops went to an accelerator that left no plane.
+
+        TensorFlow PluggableDevices (e.g. tensorflow-metal on Apple GPUs) allocate host
+        memory through ``pluggable_device_host_bfc`` and exchange tensors through
+        ``_Send``/``_Recv`` ops, but their kernels are not traced.
+        """
+        ids = self.ids_named(["MemoryAllocation", "MemoryDeallocation"])
+        for li, idx in self.select(ids):
+            for name in self.stat_column(li, idx[:5], "allocator_name"):
+                if isinstance(name, str) and ("pluggable" in name or "gpu" in name.lower()):
+                    return (f"Tensors were allocated by `{name}`: the ops ran on an accelerator (a "
+                            "PluggableDevice such as Apple Metal) whose activity the profiler did not record; "
+                            "time the training function waited on it is counted as device compute.")
+        return None
 
     def launch_intervals(self) -> timeline.Intervals:
         ids = self.ids(("launch",), lambda n: bool(LAUNCH_API_RE.match(n)))

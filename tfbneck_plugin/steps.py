@@ -170,9 +170,7 @@ def _device_steps_line(space: Space) -> Optional[Steps]:
 def _iterator_cadence(view: HostView) -> Optional[Steps]:
     sel = view.select(view.ids_named(hostmod.GET_NEXT_EVENTS))
     if not sel:
-        op_ids = view.ids(("getnext-ops",), lambda n: n in hostmod.GET_NEXT_OPS or
-                          (hostmod.is_op_name(n) and hostmod.op_type(n) in hostmod.GET_NEXT_OPS))
-        sel = view.select(op_ids, view.non_data_lines)
+        sel = view.select(view.getnext_op_ids(), view.non_data_lines)
     if not sel:
         return None
     starts = np.sort(np.concatenate([view.plane.lines[li].start_ps[idx] for li, idx in sel]))

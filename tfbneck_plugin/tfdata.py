@@ -176,18 +176,18 @@ def analyze_pipeline(view: HostView, window=None) -> Pipeline:
         for mid in np.unique(names):
             m = names == mid
             path = plane.event_names[int(mid)]
-            a = agg.setdefault(path, {"calls": 0, "total": 0, "self": 0, "first": None})
+            a = agg.setdefault(path, {"calls": 0, "total": 0, "self": 0, "last": None})
             a["calls"] += int(m.sum())
             a["total"] += int((e[m] - s[m]).sum())
             a["self"] += int(selfs[m].sum())
-            if a["first"] is None:
-                a["first"] = (li, idx[m][:1])
+            # Stats of the last call: autotuned parallelism is settled by then.
+            a["last"] = (li, idx[m][-1:])
     stages = []
     for path, a in agg.items():
         parallelism = autotune = None
-        if a["first"] is not None:
-            li, first = a["first"]
-            stats = plane.event_stats(plane.lines[li], first[0])
+        if a["last"] is not None:
+            li, last = a["last"]
+            stats = plane.event_stats(plane.lines[li], last[0])
             parallelism = stats.get("parallelism")
             autotune = stats.get("autotune")
         parts = path.split("::")

@@ -61,8 +61,9 @@ def input_recommendations(pipeline: Optional[Pipeline], kind: str) -> List[Dict]
     out = []
     st = pipeline.blocking if pipeline else None
     stage_kind = st.kind if st else ""
-    sequential = st is not None and (st.parallelism in (None, 1, "1", "unavailable") and
-                                     st.kind in ("Map", "MapAndBatch", "Interleave", "FlatMap", "Batch"))
+    # Stages without num_parallel_calls run one element at a time; parallel ones record
+    # their parallelism (1 = sequential).
+    sequential = st is not None and (st.kind in ("Map", "Interleave", "FlatMap") or st.parallelism in (1, "1"))
     if kind == "cpu":
         if st is not None and st.category == "python" or (pipeline and pipeline.uses_py_function):
             out.append(rec("Replace Python in the input pipeline with TensorFlow ops",
@@ -142,6 +143,9 @@ def decide(pct: Dict[str, float], *, device_kind: str, has_steps: bool, pipeline
     hostc, idle = pct.get("host_compute", 0.0), pct.get("idle", 0.0)
     xfer = pct.get("host_to_device", 0.0) + pct.get("device_to_host", 0.0)
     dev_word = "the CPU (the model's math runs on host threads here)" if device_kind == "CPU" else f"the {device_kind}"
+    if eager:
+        ev.append("The model runs eagerly, op by op from Python (no tf.function): every op pays Python and "
+                  "dispatch overhead.")
     ev.append(f"Step time: {comp:.1f}% {'model compute on ' + dev_word if device_kind == 'CPU' else device_kind + ' compute'}, "
               f"{inp:.1f}% waiting for input, {hostc:.1f}% host overhead, {launch:.1f}% kernel launch, "
               f"{coll:.1f}% collectives, {xfer:.1f}% host<->device copies, {idle:.1f}% with nothing recorded.")
@@ -205,7 +209,11 @@ def decide(pct: Dict[str, float], *, device_kind: str, has_steps: bool, pipeline
     recs = ([rec("Speed up the model math on the CPU",
                  "Use a GPU if you can. On the CPU: XLA compilation, and oneDNN's bf16 paths on CPUs that support them.",
                  "model.compile(optimizer, loss, jit_compile=True)")]
-            if device_kind == "CPU" else
+            if device_kind == "CPU" and not eager else
+            [rec("Compile the model call with tf.function", "Eager execution dispatches each op from Python; "
+                 "a tf.function runs the whole graph in C++ and can fuse ops with XLA.",
+                 "@tf.function(jit_compile=True)\ndef predict(x):\n    return model(x, training=False)")]
+            if eager else
             [rec("Use mixed precision", "Tensor cores run fp16/bf16 math several times faster than fp32.",
                  "keras.mixed_precision.set_global_policy('mixed_float16')"),
              rec("Compile with XLA", "Fuses ops, fewer kernels and memory round trips.",
@@ -221,8 +229,9 @@ def _input_bound(inp: float, pipeline: Optional[Pipeline], system: Optional[Dict
     if st is not None:
         par = f", parallelism {st.parallelism}" if st.parallelism not in (None, "") else ""
         fn = f" plus {st.function_ps / 1e9:.1f} ms of CPU time in its function" if st.function_ps else ""
-        ev.append(f"The stage that blocks the consumer is {where}: {st.self_ps / 1e9:.1f} ms of self time{fn} "
-                  f"over {st.calls} calls{par}.")
+        calls = f" over {st.calls} calls" if st.calls else ""
+        ev.append(f"The stage that blocks the consumer is {where}: {st.self_ps / 1e9:.1f} ms of self time{fn}"
+                  f"{calls}{par}.")
     penalty = 0.0
     if system:
         busy_core = system["busiest_core_mean_pct"] >= sysmetrics.SATURATED_CORE_PCT

@@ -1,0 +1,127 @@
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tfbneck_cmd
+from test_breakdown import cpu_input_bound
+from xspace_builder import SpaceBuilder, session_path
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run(tfbneck_cmd() + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture()
+def logdir(tmp_path):
+    for run, sess in (("a", "2024_01_01_00_00_00"), ("b/train", "2024_01_02_00_00_00")):
+        b = SpaceBuilder()
+        cpu_input_bound(b)
+        b.write(session_path(tmp_path, run=run, session=sess))
+    return tmp_path
+
+
+def test_table_is_default_and_lists_each_session(logdir):
+    r = run_cli("analyze", str(logdir))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "session", "status"]
+    rows = [l.split() for l in lines[2:4]]
+    assert [x[0] for x in rows] == ["a", "b/train"]
+    assert all("cpu" in x and "input_preprocessing" in x for x in rows)
+
+
+def test_json_csv_markdown(logdir, tmp_path):
+    r = run_cli("analyze", str(logdir), "--format", "json")
+    data = json.loads(r.stdout)
+    assert data["version"] and len(data["sessions"]) == 2
+    s = data["sessions"][0]
+    for key in ("run", "session", "hosts", "status", "device_kind", "step_source", "steps", "breakdown_pct",
+                "bottleneck", "cause", "confidence", "evidence", "input_pipeline", "recommendations"):
+        assert key in s
+    r = run_cli("analyze", str(logdir), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [x["run"] for x in rows] == ["a", "b/train"] and rows[0]["input_pct"] == "60.0"
+    out = tmp_path / "report.md"
+    r = run_cli("analyze", str(logdir), "--format", "markdown", "--output", str(out))
+    assert r.returncode == 0 and r.stdout == ""
+    md = out.read_text()
+    assert md.startswith("| run |") and "```python" in md
+
+
+def test_jobs_gives_identical_results(logdir):
+    a = json.loads(run_cli("analyze", str(logdir), "--format", "json").stdout)
+    b = json.loads(run_cli("analyze", str(logdir), "--format", "json", "--jobs", "2").stdout)
+    assert a == b
+
+
+def test_bad_files_beside_good_ones(logdir):
+    """Corrupt, empty and truncated traces: status error naming the file, others analysed, exit 1."""
+    good = open(session_path(logdir, run="a", session="2024_01_01_00_00_00"), "rb").read()
+    bad = {"corrupt": b"\x12\x34 not protobuf \xff" * 10, "empty": b"", "truncated": good[: len(good) // 3]}
+    for name, content in bad.items():
+        p = session_path(logdir, run=name, session="s")
+        os.makedirs(os.path.dirname(p))
+        with open(p, "wb") as f:
+            f.write(content)
+    before = {p: open(p, "rb").read() for p in _all_files(logdir)}
+    r = run_cli("analyze", str(logdir), "--format", "json")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    sessions = {s["run"]: s for s in json.loads(r.stdout)["sessions"]}
+    assert sessions["a"]["status"] == "ok" and sessions["b/train"]["status"] == "ok"
+    for name in bad:
+        s = sessions[name]
+        assert s["status"] == "error"
+        assert session_path(logdir, run=name, session="s") in s["error"]
+        assert "\n" not in s["error"]
+    assert "file is empty" in sessions["empty"]["error"]
+    after = {p: open(p, "rb").read() for p in _all_files(logdir)}
+    assert before == after  # nothing altered, nothing added
+
+
+def _all_files(root):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_usage_errors_exit_2(tmp_path):
+    r = run_cli("analyze", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "no such file or directory" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("analyze", str(tmp_path))
+    assert r.returncode == 2 and "no profiling session found" in r.stderr
+    r = run_cli("analyze", str(tmp_path), "--format", "xml")
+    assert r.returncode == 2
+
+
+def test_legacy_only_session_is_reported(tmp_path):
+    d = tmp_path / "old" / "plugins" / "profile" / "2020_01_01"
+    d.mkdir(parents=True)
+    (d / "host.trace.json.gz").write_bytes(b"x")
+    (d / "host.overview_page.pb").write_bytes(b"x")
+    r = run_cli("analyze", str(tmp_path), "--format", "json")
+    assert r.returncode == 1
+    s = json.loads(r.stdout)["sessions"][0]
+    assert s["status"] == "error" and "TensorFlow <= 2.10" in s["error"]
+
+
+def test_session_folder_and_single_file_paths(logdir):
+    sess = os.path.dirname(session_path(logdir, run="a", session="2024_01_01_00_00_00"))
+    for path in (sess, os.path.join(sess, "testhost.xplane.pb")):
+        data = json.loads(run_cli("analyze", path, "--format", "json").stdout)
+        assert len(data["sessions"]) == 1
+        assert data["sessions"][0]["run"] == "a" and data["sessions"][0]["status"] == "ok"
+
+
+def test_analyzer_and_cli_do_not_import_tensorflow(logdir):
+    code = ("import sys\n"
+            "from tfbneck_plugin import cli, analyze, report, logdir, xspace\n"
+            f"rc = cli.main(['analyze', {str(logdir)!r}, '--format', 'json', '--output', '/dev/null'])\n"
+            "bad = [m for m in sys.modules if m == 'tensorflow' or m.startswith(('tensorflow.', 'keras', 'tf_keras'))]\n"
+            "print('IMPORTED', bad, rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "IMPORTED [] 0" in r.stdout, r.stdout + r.stderr

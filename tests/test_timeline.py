@@ -1,0 +1,51 @@
+import numpy as np
+
+from tfbneck_plugin import timeline
+
+
+def iv(*pairs):
+    return np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64)
+
+
+def test_union_merges_overlapping_touching_and_nested():
+    s, e = timeline.union(*iv((5, 10), (0, 3), (3, 4), (6, 8), (20, 25), (9, 12)))
+    assert s.tolist() == [0, 5, 20]
+    assert e.tolist() == [4, 12, 25]
+
+
+def test_union_drops_empty_and_negative_intervals():
+    s, e = timeline.union(*iv((5, 5), (7, 6), (1, 2)))
+    assert s.tolist() == [1] and e.tolist() == [2]
+
+
+def test_overlap_per_window_clips_to_each_window():
+    cover = iv((0, 10), (20, 30))
+    got = timeline.overlap_per_window(cover, np.array([0, 5, 15, 25, 40]), np.array([5, 25, 20, 35, 50]))
+    assert got.tolist() == [5, 10, 0, 5, 0]
+
+
+def test_partition_is_exclusive_and_sums_to_window():
+    cats = {"a": iv((0, 6)), "b": iv((4, 10)), "c": iv((0, 20))}
+    parts = timeline.partition(cats, ["a", "b", "c"], np.array([0, 10]), np.array([10, 25]), rest="idle")
+    assert parts["a"].tolist() == [6, 0]
+    assert parts["b"].tolist() == [4, 0]
+    assert parts["c"].tolist() == [0, 10]
+    assert parts["idle"].tolist() == [0, 5]
+    total = sum(parts.values())
+    assert total.tolist() == [10, 15]
+
+
+def test_difference_and_gaps():
+    d = timeline.difference(iv((0, 10), (20, 30)), iv((5, 22)))
+    assert d[0].tolist() == [0, 22] and d[1].tolist() == [5, 30]
+    g = timeline.gaps(iv((2, 4), (6, 8)), 0, 10)
+    assert g[0].tolist() == [0, 4, 8] and g[1].tolist() == [2, 6, 10]
+
+
+def test_union_scales_vectorised():
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 10**12, 200_000)
+    e = s + rng.integers(0, 10**6, 200_000)
+    ms, me = timeline.union(s, e)
+    assert (ms[1:] > me[:-1]).all()
+    assert int((me - ms).sum()) <= int((e - s).sum())
