@@ -105,20 +105,12 @@ class HostView:
         return timeline.concat(parts)
 
     def stat_column(self, li: int, idx: np.ndarray, stat: str) -> List[object]:
-        """Value of one stat for chosen events (None where absent). Reads protos: use on few events."""
-        sid = self.plane.stat_id(stat)
-        line = self.plane.lines[li]
-        out = []
-        for i in idx:
-            value = None
-            if sid is not None:
-                for s in line.proto.events[int(i)].stats:
-                    if s.metadata_id == sid:
-                        kind = s.WhichOneof("value")
-                        value = self.plane.stat_names.get(s.ref_value, "") if kind == "ref_value" else getattr(s, kind) if kind else None
-                        break
-            out.append(value)
-        return out
+        """Value of one stat for chosen events (None where absent)."""
+        return self.plane.stat_column(self.plane.lines[li], idx, stat)
+
+    def stat_ints(self, li: int, idx: np.ndarray, stat: str):
+        """(uint64 values, present mask) of an integer stat, decoded in bulk."""
+        return self.plane.stat_ints(self.plane.lines[li], idx, stat)
 
     @property
     def non_data_lines(self) -> List[int]:
@@ -142,16 +134,17 @@ class HostView:
         Falls back to all executor activity off tf.data threads when the trace has no
         producer/consumer stats (TF < 2.4).
         """
-        runs = self.training_function_runs()
-        producers = set()
-        for li, idx in runs:
-            producers.update(v for v in self.stat_column(li, idx, "_p") if v is not None)
+        producers = []
+        for li, idx in self.training_function_runs():
+            values, present = self.stat_ints(li, idx, "_p")
+            producers.append(values[present])
+        producers = np.concatenate(producers) if producers else np.zeros(0, dtype=np.uint64)
         proc_sel = self.select(self.ids_named([EXECUTOR_EVENT]), self.non_data_lines)
         keep = []
         for li, idx in proc_sel:
-            if producers:
-                consumers = self.stat_column(li, idx, "_c")
-                idx = idx[np.fromiter((c in producers for c in consumers), dtype=bool, count=len(idx))]
+            if len(producers):
+                consumers, present = self.stat_ints(li, idx, "_c")
+                idx = idx[present & np.isin(consumers, producers)]
             if len(idx):
                 keep.append((li, idx))
         # An executor thread blocked inside an IteratorGetNext op is waiting, not computing:

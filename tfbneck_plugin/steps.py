@@ -105,8 +105,8 @@ def _from_markers(view: HostView, found, source: str) -> Optional[Steps]:
         line = view.plane.lines[li]
         starts.append(line.start_ps[idx])
         ends.append(line.start_ps[idx] + line.dur_ps[idx])
-        vals = view.stat_column(li, idx, "step_num")
-        nums.append(np.array([v if isinstance(v, (int, np.integer)) else -1 for v in vals], dtype=np.int64))
+        values, present = view.stat_ints(li, idx, "step_num")
+        nums.append(np.where(present, values.view(np.int64), -1))
     starts, ends, nums = np.concatenate(starts), np.concatenate(ends), np.concatenate(nums)
     order = np.argsort(starts)
     # The training thread is the one holding most markers.

@@ -113,50 +113,95 @@ def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
     execute as ``ExecutorState::Process`` events, on any thread, whose ``_c`` stat equals
     the ``FunctionRun``'s ``_p`` (producer/consumer links, tsl/profiler/lib/
     context_types.h). The owner is the innermost ``*Produce`` or ``Iterator::`` event that
-    encloses the ``FunctionRun`` on its thread. Returns owner key -> [ps, calls], where
-    the key is an iterator path or ``Produce:<Prefix>``.
+    encloses the ``FunctionRun`` on its thread. Returns owner key -> [ps, executor events],
+    where the key is an iterator path or ``Produce:<Prefix>``.
     """
     plane = view.plane
     fr_ids = view.ids_named([FUNCTION_RUN])
     owner_ids = view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
                          (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
-    by_producer: Dict[object, str] = {}
+    prod_values, prod_owner, owner_names = [], [], []
     for li in view.tfdata_lines:
         line = plane.lines[li]
         fr = np.flatnonzero(np.isin(line.name_id, fr_ids))
-        if len(fr) == 0:
-            continue
-        if window is not None:
+        if window is not None and len(fr):
             fr = fr[(line.start_ps[fr] >= window[0]) & (line.start_ps[fr] < window[1])]
         own = np.flatnonzero(np.isin(line.name_id, owner_ids))
         if len(own) == 0 or len(fr) == 0:
             continue
-        os_, oe = line.start_ps[own], line.start_ps[own] + line.dur_ps[own]
-        producers = view.stat_column(li, fr, "_p")
-        for k, p in zip(fr, producers):
-            if p is None:
-                continue
-            s, e = line.start_ps[k], line.start_ps[k] + line.dur_ps[k]
-            j = int(np.searchsorted(os_, s, side="right")) - 1
-            while j >= 0 and oe[j] < e:  # walk back to the innermost container
-                j -= 1
-            if j < 0:
-                continue
-            name = plane.event_names[int(line.name_id[own[j]])]
-            by_producer[p] = name if name.startswith("Iterator::") else f"Produce:{name[:-len(PRODUCE_SUFFIX)]}"
+        values, present = view.stat_ints(li, fr, "_p")
+        fr, values = fr[present], values[present]
+        container = _innermost_container(line.start_ps[own], line.start_ps[own] + line.dur_ps[own],
+                                         line.start_ps[fr], line.start_ps[fr] + line.dur_ps[fr])
+        ok = container >= 0
+        for mid in np.unique(line.name_id[own[container[ok]]]):
+            name = plane.event_names[int(mid)]
+            key = name if name.startswith("Iterator::") else f"Produce:{name[:-len(PRODUCE_SUFFIX)]}"
+            m = ok.copy()
+            m[ok] = line.name_id[own[container[ok]]] == mid
+            prod_values.append(values[m])
+            prod_owner.append(np.full(int(m.sum()), len(owner_names), dtype=np.int64))
+            owner_names.append(key)
     work: Dict[str, List[int]] = {}
-    if not by_producer:
+    if not owner_names:
         return work
+    pv = np.concatenate(prod_values)
+    po = np.concatenate(prod_owner)
+    order = np.argsort(pv)
+    pv, po = pv[order], po[order]
+    totals = np.zeros(len(owner_names), dtype=np.int64)
+    counts = np.zeros(len(owner_names), dtype=np.int64)
     for li, idx in view.select(view.ids_named([EXECUTOR_EVENT])):
-        consumers = view.stat_column(li, idx, "_c")
-        durs = plane.lines[li].dur_ps[idx]
-        for c, d in zip(consumers, durs):
-            owner = by_producer.get(c)
-            if owner is not None:
-                w = work.setdefault(owner, [0, 0])
-                w[0] += int(d)
-                w[1] += 1
+        consumers, present = view.stat_ints(li, idx, "_c")
+        pos = np.searchsorted(pv, consumers)
+        hit = present & (pos < len(pv))
+        hit[hit] = pv[pos[hit]] == consumers[hit]
+        owners = po[pos[hit]]
+        np.add.at(totals, owners, plane.lines[li].dur_ps[idx[hit]])
+        np.add.at(counts, owners, 1)
+    for k, key in enumerate(owner_names):
+        if counts[k]:
+            w = work.setdefault(key, [0, 0])
+            w[0] += int(totals[k])
+            w[1] += int(counts[k])
     return work
+
+
+def _innermost_container(cs: np.ndarray, ce: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For each interval [s, e), the index of the innermost container [cs, ce) on the same
+    thread that encloses it, or -1. Containers nest properly (one thread's TraceMes)."""
+    order = np.lexsort((-ce, cs))
+    cs, ce = cs[order], ce[order]
+    out = np.full(len(s), -1, dtype=np.int64)
+    j = np.searchsorted(cs, s, side="right") - 1
+    # The last container starting before s encloses it, or one of its ancestors does:
+    # walk up at most a few levels (pipelines nest a handful of stages deep).
+    parent = _parents(cs, ce)
+    for _ in range(32):
+        pending = (out < 0) & (j >= 0)
+        if not pending.any():
+            break
+        fits = pending.copy()
+        fits[pending] = ce[j[pending]] >= e[pending]
+        out[fits] = j[fits]
+        move = pending & ~fits
+        j[move] = parent[j[move]]
+    valid = out >= 0
+    out[valid] = order[out[valid]]
+    return out
+
+
+def _parents(cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
+    """Parent index of each nested interval (sorted by start, longest first), -1 at top level."""
+    parent = np.full(len(cs), -1, dtype=np.int64)
+    stack: List[int] = []
+    for k in range(len(cs)):
+        while stack and ce[stack[-1]] <= cs[k]:
+            stack.pop()
+        if stack:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return parent
 
 
 def analyze_pipeline(view: HostView, window=None) -> Pipeline:

@@ -24,11 +24,13 @@ import gzip
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
+
+from . import wire
 
 # Field numbers from xplane.proto (tsl/profiler/protobuf/xplane.proto, package
 # tensorflow.profiler). Each entry: (name, number, type, label, message type name).
@@ -92,10 +94,14 @@ _ONEOFS = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
            "XStat": ("value", {"double_value", "uint64_value", "int64_value", "str_value",
                                "bytes_value", "ref_value"})}
 _PACKAGE = "tfbneck.xplane"  # our own package name: never clashes with TensorFlow's pool
+_LAZY_PACKAGE = "tfbneck.xplane_lazy"
 
 
-def _build_classes():
-    fdp = descriptor_pb2.FileDescriptorProto(name="tfbneck_xplane.proto", package=_PACKAGE,
+def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
+    """Message classes for the schema. ``lazy_lines`` declares ``XPlane.lines`` as
+    ``repeated bytes`` (same field number and wire type): the C parser then keeps each line
+    as raw bytes, which ``wire`` decodes in bulk."""
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package,
                                              syntax="proto3")
     for msg_name, fields in _SCHEMA.items():
         msg = fdp.message_type.add(name=msg_name)
@@ -103,9 +109,11 @@ def _build_classes():
         if oneof:
             msg.oneof_decl.add(name=oneof[0])
         for name, number, ftype, label, type_name in fields:
+            if lazy_lines and msg_name == "XPlane" and name == "lines":
+                ftype, type_name = _T.TYPE_BYTES, None
             f = msg.field.add(name=name, number=number, type=ftype, label=label)
             if type_name:
-                f.type_name = f".{_PACKAGE}.{type_name}"
+                f.type_name = f".{package}.{type_name}"
             if oneof and name in oneof[1]:
                 f.oneof_index = 0
         if msg_name == "XPlane":  # map<int64, XEventMetadata> / map<int64, XStatMetadata>
@@ -115,14 +123,15 @@ def _build_classes():
                 e.options.map_entry = True
                 e.field.add(name="key", number=1, type=_T.TYPE_INT64, label=_OPT)
                 e.field.add(name="value", number=2, type=_T.TYPE_MESSAGE, label=_OPT,
-                            type_name=f".{_PACKAGE}.{value_type}")
+                            type_name=f".{package}.{value_type}")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
             for name in _SCHEMA}
 
 
 _CLASSES = _build_classes()
+_LAZY = _build_classes(_LAZY_PACKAGE, lazy_lines=True)
 XSpace = _CLASSES["XSpace"]
 XPlane = _CLASSES["XPlane"]
 XLine = _CLASSES["XLine"]
@@ -169,13 +178,14 @@ def read_bytes(path: str, opener=open) -> bytes:
     return data
 
 
-def parse_xspace(data: bytes, path: str = "<bytes>"):
-    """Parse serialized bytes into an ``XSpace`` message.
+def parse_xspace(data: bytes, path: str = "<bytes>", lazy: bool = False):
+    """Parse serialized bytes into an ``XSpace`` message (lines kept as raw bytes when
+    ``lazy``: see :func:`to_space`).
 
     Raises TraceReadError when the bytes are not a well-formed XSpace (truncated,
     corrupt, or another kind of file).
     """
-    space = XSpace()
+    space = _LAZY["XSpace"]() if lazy else XSpace()
     try:
         space.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as err:
@@ -192,12 +202,20 @@ def parse_xspace(data: bytes, path: str = "<bytes>"):
 # Columnar view: what the analysis works on.
 # --------------------------------------------------------------------------------------
 
+# XLine field numbers (xplane.proto), decoded by wire.split_line.
+_LINE_ID, _LINE_NAME, _LINE_TS, _LINE_EVENTS, _LINE_DUR, _LINE_DISPLAY_ID, _LINE_DISPLAY_NAME = 1, 2, 3, 4, 9, 10, 11
+# XEvent / XStat field numbers.
+_EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS = 1, 2, 3, 4
+_ST_METADATA, _ST_DOUBLE, _ST_UINT64, _ST_INT64, _ST_STR, _ST_BYTES, _ST_REF = 1, 2, 3, 4, 5, 6, 7
+
+
 @dataclass
 class Line:
     """One XLine as columns. Arrays have shape (n_events,).
 
-    ``start_ps``/``end_ps`` are absolute (int64 ps); ``name_id`` indexes the plane's
-    ``event_names``. ``proto`` keeps the XLine so stats can be read for chosen events only.
+    ``start_ps``/``dur_ps`` are absolute start and duration (int64 ps); ``name_id``
+    indexes the plane's ``event_names``. ``buf``/``ev_start``/``ev_end`` keep the raw
+    event bytes so stats are decoded only for the events that need them.
     """
     id: int
     name: str
@@ -205,7 +223,9 @@ class Line:
     start_ps: np.ndarray
     dur_ps: np.ndarray
     name_id: np.ndarray
-    proto: object = field(repr=False, default=None)
+    buf: np.ndarray = field(repr=False, default=None)
+    ev_start: np.ndarray = field(repr=False, default=None)
+    ev_end: np.ndarray = field(repr=False, default=None)
 
     @property
     def end_ps(self) -> np.ndarray:
@@ -213,6 +233,11 @@ class Line:
 
     def __len__(self) -> int:
         return len(self.start_ps)
+
+    def event_proto(self, index: int):
+        """The full ``XEvent`` message of one event (for reading all its stats)."""
+        s, e = int(self.ev_start[index]), int(self.ev_end[index])
+        return XEvent.FromString(self.buf[s:e].tobytes())
 
 
 @dataclass
@@ -227,12 +252,14 @@ class Plane:
     event_names: Dict[int, str]
     stat_names: Dict[int, str]
     proto: object = field(repr=False, default=None)
+    _stat_ids: Dict[str, int] = field(repr=False, default=None)
 
     def stat_id(self, name: str) -> Optional[int]:
-        for k, v in self.stat_names.items():
-            if v == name:
-                return k
-        return None
+        if self._stat_ids is None:
+            self._stat_ids = {}
+            for k, v in sorted(self.stat_names.items(), reverse=True):
+                self._stat_ids[v] = k  # lowest id wins for duplicated names
+        return self._stat_ids.get(name)
 
     def ids_where(self, predicate) -> np.ndarray:
         """Metadata ids whose event name satisfies ``predicate(name) -> bool``."""
@@ -243,16 +270,73 @@ class Plane:
                 for s in self.proto.stats}
 
     def event_stats(self, line: Line, index: int) -> Dict[str, object]:
-        """Stats of event ``index`` of ``line`` (and of its metadata), as name -> value."""
-        ev = line.proto.events[int(index)]
+        """All stats of event ``index`` of ``line`` (and of its metadata), as name -> value."""
+        ev = line.event_proto(int(index))
         out = {}
-        md = self.proto.event_metadata.get(ev.metadata_id) if ev.metadata_id in self.proto.event_metadata else None
-        if md is not None:
-            for s in md.stats:
+        if ev.metadata_id in self.proto.event_metadata:
+            for s in self.proto.event_metadata[ev.metadata_id].stats:
                 out[self.stat_names.get(s.metadata_id, str(s.metadata_id))] = stat_value(s, self.stat_names)
         for s in ev.stats:
             out[self.stat_names.get(s.metadata_id, str(s.metadata_id))] = stat_value(s, self.stat_names)
         return out
+
+    def stat_ints(self, line: Line, idx: np.ndarray, name: str) -> Tuple[np.ndarray, np.ndarray]:
+        """Integer stat ``name`` of events ``idx`` of ``line``, decoded in bulk.
+
+        Returns (values, present): uint64 array of shape (len(idx),) holding the raw 64
+        bits (view as int64 for signed stats; a ``ref_value`` is the interned string's id)
+        and a bool mask of the events that carry the stat as an integer.
+        """
+        values, present, is_ref = self._stat_raw(line, idx, name)
+        return values, present & ~is_ref
+
+    def _stat_raw(self, line: Line, idx, name: str):
+        idx = np.asarray(idx, dtype=np.int64)
+        values = np.zeros(len(idx), dtype=np.uint64)
+        present = np.zeros(len(idx), dtype=bool)
+        is_ref = np.zeros(len(idx), dtype=bool)
+        sid = self.stat_id(name)
+        if sid is None or len(idx) == 0:
+            return values, present, is_ref
+        owner, ss, se = wire.submessages(line.buf, line.ev_start[idx], line.ev_end[idx], _EV_STATS)
+        if len(owner) == 0:
+            return values, present, is_ref
+        has: Dict[int, np.ndarray] = {}
+        f = wire.scalar_fields(line.buf, ss, se, (_ST_METADATA, _ST_UINT64, _ST_INT64, _ST_REF), 7, has)
+        for kind in (_ST_UINT64, _ST_INT64, _ST_REF):
+            m = (f[_ST_METADATA] == sid) & has[kind]
+            values[owner[m]] = f[kind][m]
+            present[owner[m]] = True
+            if kind == _ST_REF:
+                is_ref[owner[m]] = True
+        return values, present, is_ref
+
+    def stat_column(self, line: Line, idx: np.ndarray, name: str) -> List[object]:
+        """Stat ``name`` of events ``idx`` as Python values (None where absent).
+
+        Integers come from the bulk decoder (int64 semantics, except values above 2**63
+        which are kept unsigned: ids such as ``_p``/``_c`` are uint64); other kinds
+        (double, string, ref) are read from the full message of each event.
+        """
+        values, present, is_ref = self._stat_raw(line, idx, name)
+        signed = values.view(np.int64)
+        out: List[object] = [None] * len(idx)
+        for k in np.flatnonzero(present):
+            if is_ref[k]:
+                out[k] = self.stat_names.get(int(values[k]), "")
+            else:
+                out[k] = int(values[k]) if signed[k] < 0 and name in _UNSIGNED_IDS else int(signed[k])
+        for k in np.flatnonzero(~present):
+            if self.stat_id(name) is None:
+                break
+            v = self.event_stats(line, int(idx[k])).get(name)
+            out[k] = v
+        return out
+
+
+#: Stats that carry 64-bit unsigned ids (tsl/profiler/utils/xplane_schema.h: producer and
+#: consumer ids are uint64 fingerprints).
+_UNSIGNED_IDS = {"_p", "_c", "correlation_id", "element_id", "input_element_id"}
 
 
 def stat_value(stat, stat_names: Dict[int, str]):
@@ -288,33 +372,46 @@ class Space:
         return sum(len(l) for p in self.planes for l in p.lines)
 
 
-def _line_columns(line_proto) -> Line:
-    events = line_proto.events
-    n = len(events)
-    base_ps = line_proto.timestamp_ns * 1000
+def _decode_line(raw: bytes, path: str, plane_name: str, k: int) -> Line:
+    try:
+        fields, ev_start, ev_end = wire.split_line(raw, _LINE_EVENTS)
+    except wire.WireError as err:
+        raise TraceReadError(path, f"line {k} of plane {plane_name!r} is corrupt: {err}") from None
+    buf = wire.padded(raw)  # the split decoded from its own padded copy; this one stays with the line
+    base_ps = wire.as_int64(np.array([fields.get(_LINE_TS, 0)], dtype=np.uint64))[0] * 1000
+    n = len(ev_start)
     if n:
-        # One pass over the events; the three columns are unpacked by numpy.
-        flat = np.fromiter((v for e in events for v in (e.offset_ps, e.duration_ps, e.metadata_id)),
-                           dtype=np.int64, count=3 * n).reshape(n, 3)
-        start = flat[:, 0] + base_ps
-        dur = np.maximum(flat[:, 1], 0)  # a negative duration is corrupt: treat as instant
-        name_id = flat[:, 2].copy()
+        cols = wire.scalar_fields(buf, ev_start, ev_end, (_EV_METADATA, _EV_OFFSET, _EV_DURATION), 3)
+        start = wire.as_int64(cols[_EV_OFFSET]) + base_ps
+        dur = np.maximum(wire.as_int64(cols[_EV_DURATION]), 0)  # a negative duration is corrupt: instant
+        name_id = wire.as_int64(cols[_EV_METADATA])
     else:
         start = dur = name_id = np.zeros(0, dtype=np.int64)
-    return Line(id=line_proto.id, name=line_proto.name, display_name=line_proto.display_name,
-                start_ps=start, dur_ps=dur, name_id=name_id, proto=line_proto)
+
+    def text(f):
+        v = fields.get(f, b"")
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else ""
+
+    line_id = int(wire.as_int64(np.array([fields.get(_LINE_ID, 0)], dtype=np.uint64))[0])
+    return Line(id=line_id, name=text(_LINE_NAME), display_name=text(_LINE_DISPLAY_NAME), start_ps=start,
+                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start, ev_end=ev_end)
 
 
 def to_space(space_proto, path: str, plane_filter=None) -> Space:
-    """Convert a parsed XSpace into columns. ``plane_filter(name) -> bool`` skips planes."""
+    """Convert a parsed XSpace (lazy or full) into columns. ``plane_filter(name) -> bool`` skips planes.
+
+    Raises TraceReadError when a line's bytes are corrupt.
+    """
     planes = []
     for p in space_proto.planes:
         if plane_filter is not None and not plane_filter(p.name):
             continue
         event_names = {k: v.name or v.display_name for k, v in p.event_metadata.items()}
         stat_names = {k: v.name for k, v in p.stat_metadata.items()}
-        planes.append(Plane(id=p.id, name=p.name, lines=[_line_columns(l) for l in p.lines],
-                            event_names=event_names, stat_names=stat_names, proto=p))
+        raws = [l if isinstance(l, bytes) else l.SerializeToString() for l in p.lines]
+        lines = [_decode_line(raw, path, p.name, k) for k, raw in enumerate(raws)]
+        planes.append(Plane(id=p.id, name=p.name, lines=lines, event_names=event_names,
+                            stat_names=stat_names, proto=p))
     return Space(path=str(path), planes=planes, hostnames=list(space_proto.hostnames),
                  errors=list(space_proto.errors), warnings=list(space_proto.warnings))
 
@@ -322,7 +419,7 @@ def to_space(space_proto, path: str, plane_filter=None) -> Space:
 def read_space(path: str, opener=open, plane_filter=None) -> Space:
     """Read and convert one ``.xplane.pb`` file. Raises TraceReadError (one line, names the file)."""
     data = read_bytes(path, opener)
-    proto = parse_xspace(data, path)
+    proto = parse_xspace(data, path, lazy=True)
     del data
     return to_space(proto, path, plane_filter)
 

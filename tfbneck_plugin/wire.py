@@ -1,0 +1,198 @@
+"""Protobuf wire format, decoded in bulk with numpy: the hot path of the reader.
+
+An XLine holds up to millions of XEvents. Materialising one Python object per event
+costs ~2 us each (measured: 2.5 s for the 0.8 M events of a 21 MB Keras trace, against
+0.18 s for protobuf's own C parser); here each event's fields are decoded for all
+events at once, one numpy pass per field slot. Only the split of a line into events
+(a length-prefixed chain, inherently sequential) is a Python loop, ~0.2 us per event.
+
+Wire format (https://protobuf.dev/programming-guides/encoding/): a message is a
+sequence of ``tag value``; ``tag = field_number << 3 | wire_type``; wire type 0 is a
+varint, 1 a fixed 8 bytes, 2 a varint length then that many bytes, 5 a fixed 4 bytes.
+
+Errors: :class:`WireError` (one line) when the bytes are not a well-formed message.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+PAD = 16  # zero bytes appended to every buffer so that vectorised reads never run off the end
+
+
+class WireError(ValueError):
+    """Malformed protobuf bytes."""
+
+
+def padded(data: bytes) -> np.ndarray:
+    return np.frombuffer(data + b"\0" * PAD, dtype=np.uint8)
+
+
+def varints(buf: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Decode one varint at each position. Returns (values as uint64, positions after).
+
+    Works on the shrinking set of varints still open after each byte: most are 1-2 bytes
+    (tags, ids), ps offsets 5-6 bytes.
+    """
+    pos = np.minimum(np.asarray(pos, dtype=np.int64), len(buf) - PAD)  # corrupt positions read padding
+    b = buf[pos]
+    value = (b & 0x7F).astype(np.uint64)
+    length = np.ones(len(pos), dtype=np.int64)
+    open_ = np.flatnonzero(b >= 128)
+    k = 1
+    while len(open_) and k < 10:
+        b = buf[np.minimum(pos[open_] + k, len(buf) - 1)]
+        value[open_] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        k += 1
+        length[open_] = k
+        open_ = open_[b >= 128]
+    return value, pos + length
+
+
+def split_line(data: bytes, events_field: int = 4) -> Tuple[Dict[int, object], np.ndarray, np.ndarray]:
+    """Split a serialized XLine into its header fields and the byte ranges of its events.
+
+    Returns (fields, starts, ends): ``fields`` maps field number to the decoded value of
+    each non-event field (varint -> int, length-delimited -> bytes); ``starts``/``ends``
+    (int64, shape (n_events,)) delimit each event's payload in ``data``.
+    Raises WireError when the bytes are malformed.
+    """
+    n = len(data)
+    pos = 0
+    tags: List[int] = []  # position of each event's tag byte; lengths are decoded in bulk below
+    append = tags.append
+    fields: Dict[int, object] = {}
+    event_tag = (events_field << 3) | 2
+    try:
+        while pos < n:
+            tag = data[pos]
+            if tag == event_tag:
+                b = data[pos + 1]
+                append(pos)
+                if b < 128:  # the common case: a payload under 128 bytes
+                    pos += 2 + b
+                else:
+                    length, q = _varint_py(data, pos + 1)
+                    pos = q + length
+                continue
+            key, q = _varint_py(data, pos)
+            field, wt = key >> 3, key & 7
+            if wt == 0:
+                value, pos = _varint_py(data, q)
+                fields[field] = value
+            elif wt == 2:
+                length, q = _varint_py(data, q)
+                fields[field] = data[q:q + length]
+                pos = q + length
+            elif wt == 1:
+                pos = q + 8
+            elif wt == 5:
+                pos = q + 4
+            else:
+                raise WireError(f"invalid wire type {wt} at byte {pos}")
+    except IndexError:
+        raise WireError("message ends inside a field (truncated)") from None
+    if pos != n:
+        raise WireError(f"last field runs {pos - n} bytes past the end (truncated)")
+    buf = padded(data)
+    length, starts = varints(buf, np.array(tags, dtype=np.int64) + 1)
+    return fields, starts, starts + length.astype(np.int64)
+
+
+def _varint_py(data: bytes, pos: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 128:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise WireError(f"over-long varint at byte {pos}")
+
+
+def as_int64(u: np.ndarray) -> np.ndarray:
+    """Reinterpret uint64 varint values as int64 (protobuf's two's complement int64)."""
+    return u.view(np.int64)
+
+
+def scalar_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: Tuple[int, ...],
+                  stop_after: int, present: Dict[int, np.ndarray] = None) -> Dict[int, np.ndarray]:
+    """Decode varint fields ``wanted`` of many messages at once (last occurrence wins).
+
+    Messages are ``buf[starts[i]:ends[i]]``. Fields are walked in order and the walk stops
+    at the first field numbered above ``stop_after`` (serializers write fields in number
+    order, so later fields cannot be wanted ones). Returns field -> uint64 array, 0 where
+    absent (protobuf's default); pass a dict as ``present`` to get field -> bool mask too.
+    """
+    n = len(starts)
+    out = {f: np.zeros(n, dtype=np.uint64) for f in wanted}
+    if present is not None:
+        present.update({f: np.zeros(n, dtype=bool) for f in wanted})
+    idx = np.arange(n)
+    cur = starts.astype(np.int64).copy()
+    end = ends.astype(np.int64)
+    while len(idx):
+        key, after_tag = varints(buf, cur)
+        field = (key >> np.uint64(3)).astype(np.int64)
+        wt = (key & np.uint64(7)).astype(np.int64)
+        nxt = np.full(len(idx), -1, dtype=np.int64)
+        is_var = wt == 0
+        if is_var.any():
+            v, p = varints(buf, after_tag[is_var])
+            nxt[is_var] = p
+            f_var = field[is_var]
+            for f in wanted:
+                m = f_var == f
+                if m.any():
+                    out[f][idx[is_var][m]] = v[m]
+                    if present is not None:
+                        present[f][idx[is_var][m]] = True
+        is_len = wt == 2
+        if is_len.any():
+            ln, p = varints(buf, after_tag[is_len])
+            nxt[is_len] = p + ln.astype(np.int64)
+        nxt[wt == 1] = after_tag[wt == 1] + 8
+        nxt[wt == 5] = after_tag[wt == 5] + 4
+        go_on = (nxt > cur) & (nxt < end) & (field <= stop_after)
+        idx, cur, end = idx[go_on], nxt[go_on], end[go_on]
+    return out
+
+
+def submessages(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field_no: int):
+    """Byte ranges of every length-delimited field ``field_no`` inside each message.
+
+    Returns (owner, sub_starts, sub_ends): ``owner[k]`` is the index (into ``starts``) of
+    the message holding sub-message k.
+    """
+    owners, s_out, e_out = [], [], []
+    idx = np.arange(len(starts))
+    cur = starts.astype(np.int64).copy()
+    end = ends.astype(np.int64)
+    while len(idx):
+        key, after_tag = varints(buf, cur)
+        field = (key >> np.uint64(3)).astype(np.int64)
+        wt = (key & np.uint64(7)).astype(np.int64)
+        nxt = np.full(len(idx), -1, dtype=np.int64)
+        is_var = wt == 0
+        if is_var.any():
+            nxt[is_var] = varints(buf, after_tag[is_var])[1]
+        is_len = wt == 2
+        if is_len.any():
+            ln, p = varints(buf, after_tag[is_len])
+            pe = p + ln.astype(np.int64)
+            nxt[is_len] = pe
+            hit = field[is_len] == field_no
+            owners.append(idx[is_len][hit])
+            s_out.append(p[hit])
+            e_out.append(np.minimum(pe[hit], end[is_len][hit]))
+        nxt[wt == 1] = after_tag[wt == 1] + 8
+        nxt[wt == 5] = after_tag[wt == 5] + 4
+        go_on = (nxt > cur) & (nxt < end)
+        idx, cur, end = idx[go_on], nxt[go_on], end[go_on]
+    if not owners:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    return np.concatenate(owners), np.concatenate(s_out), np.concatenate(e_out)
