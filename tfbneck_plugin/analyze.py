@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -48,148 +49,227 @@ def detect_framework(space: Space, view: Optional[hostmod.HostView]) -> str:
     return "unknown"
 
 
+@dataclass
+class _Activity:
+    """Interval sets behind the breakdown, and what the device planes say."""
+    activity: breakdown.Activity
+    device_kind: str                 # kind used for wording: GPU/TPU, or CPU when the host computes
+    device_trace_missing: Optional[str] = None
+    model_on_cpu: Optional[str] = None
+    untraced_device: Optional[str] = None
+    eager: bool = False
+
+
+def _gather_activity(view: Optional[hostmod.HostView], devs: List[devmod.Device]) -> _Activity:
+    d_comp, d_h2d, d_d2h, d_coll = breakdown.gather_device_activity(devs)
+    if view is None:
+        return _Activity(breakdown.Activity(d_coll, d_comp, d_h2d, d_d2h, timeline.empty(), timeline.empty(),
+                                            timeline.empty()), devs[0].kind if devs else "CPU")
+    inp = view.get_next_intervals()
+    model_exec = view.model_executor_intervals()
+    eager_ops = view.eager_op_intervals()
+    host_coll = view.collective_op_intervals()
+    markers = view.ids(("markers",), lambda n: n in ("train", "test", "Profiled batch", "TraceContext"))
+    train_thread = view.training_thread_intervals(markers)
+    launches = view.launch_intervals()
+    has_function = bool(view.training_function_runs())
+    dev_events = sum(d.n_events for d in devs)
+    collective = timeline.concat([d_coll, host_coll])
+
+    if dev_events:
+        return _Activity(breakdown.Activity(collective=collective, device_compute=d_comp, host_to_device=d_h2d,
+                                            device_to_host=d_d2h, input=inp,
+                                            kernel_launch=timeline.concat([model_exec, launches]),
+                                            host_compute=train_thread), devs[0].kind)
+
+    # No accelerator activity recorded: the host ran the model math (or the capture failed).
+    # Eager op dispatch counts as model math only in pure eager programs: inside a
+    # tf.function call, EagerKernelExecute spans the whole call, waits included.
+    out = _Activity(None, "CPU", eager=bool(len(eager_ops[0])) and not has_function)
+    cpu_model = model_exec if has_function else timeline.concat([model_exec, eager_ops])
+    if not devs:
+        out.untraced_device = view.untraced_device()
+        if out.untraced_device:
+            # Ops went to a device the profiler did not trace: while the training function
+            # runs (and is not blocked on input) the step waits on that device.
+            cpu_model = timeline.concat([cpu_model, timeline.difference(eager_ops, inp)])
+            out.device_kind = "GPU"
+    else:
+        kind = devs[0].kind
+        n_launch = len(launches[0])
+        if n_launch or timeline.total(cpu_model) == 0:
+            out.device_trace_missing = (
+                f"{len(devs)} {kind} plane(s) hold no events although the host "
+                + (f"launched {n_launch} kernels" if n_launch else "ran no model ops of its own")
+                + ": the device trace was not recorded (CUPTI failed or lacked permission), so no verdict "
+                  "about the device or the input can be made.")
+        else:
+            out.model_on_cpu = (
+                f"The {kind} sat idle for the whole window ({len(devs)} {kind} plane(s), 0 events) while the "
+                f"model's ops executed on host threads for {_ms(timeline.total(cpu_model)):.1f} ms: the model ran "
+                "on the CPU although a GPU was present.")
+    out.activity = breakdown.Activity(collective=host_coll, device_compute=cpu_model,
+                                      host_to_device=timeline.empty(), device_to_host=timeline.empty(),
+                                      input=inp, kernel_launch=timeline.empty(),
+                                      host_compute=timeline.concat([train_thread, model_exec]))
+    return out
+
+
+def _windows(steps, window, devs):
+    """The analysed windows: the steps, else the host window, else the device activity span."""
+    if steps is not None:
+        return steps.starts, steps.ends
+    if window is not None:
+        return np.array([window[0]]), np.array([window[1]])
+    busy = timeline.union(*timeline.concat([d.busy for d in devs])) if devs else timeline.empty()
+    return busy[0][:1], busy[1][-1:]
+
+
+def _steps_section(steps, search, parts, origin: int) -> Dict:
+    tried = [{"finder": f, "why_not": why} for f, why in search.tried]
+    if steps is None:
+        why = "; ".join(f"{f}: {w}" for f, w in search.tried)
+        return {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
+                "tried": tried, "why_none": f"No steps found ({why}). The breakdown covers the whole window."}
+    items = [{"step": int(steps.numbers[i]), "start_ms": _ms(steps.starts[i] - origin),
+              "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
+              "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
+    stats = _step_stats(steps.durations_ps)
+    return {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
+            "batches_per_step": steps.batches_per_step,
+            "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
+            "tried": tried}
+
+
+#: Busy-share spread (percentage points) between devices above which the report calls
+#: the work imbalanced (our choice: one device idle a fifth of the step longer than another).
+IMBALANCE_POINTS = 20.0
+
+
+def _device_evidence(view, devices: List[Dict], inp, origin: int, shared_clock_only: bool) -> List[str]:
+    """Sentences on device activity: imbalance, and what the host did in the longest gaps.
+
+    ``shared_clock_only``: the steps come from one device's own Steps line, so other
+    devices' activity cannot be compared inside them (imbalance is not judged)."""
+    out = []
+    active = [d for d in devices if d["kernels"]]  # devices that computed (copies alone do not count)
+    if len(active) > 1 and not shared_clock_only:
+        busiest = max(active, key=lambda d: d["busy_pct"])
+        idlest = min(active, key=lambda d: d["busy_pct"])
+        if busiest["busy_pct"] - idlest["busy_pct"] > IMBALANCE_POINTS:
+            out.append(f"Work is imbalanced across devices: {busiest['device']} is busy {busiest['busy_pct']:.1f}% of "
+                       f"the step, {idlest['device']} only {idlest['busy_pct']:.1f}%; the step waits for the slowest.")
+    gaps = sorted(((g["duration_ms"], g["start_ps"], d["device"]) for d in active for g in d.get("longest_gaps", [])),
+                  reverse=True)[:2]
+    for dur_ms, start_ps, dev in gaps:
+        if dur_ms <= 0:
+            continue
+        end_ps = start_ps + int(dur_ms * 1e9)
+        out.append(f"Longest idle gap on {dev}: {dur_ms:.2f} ms at {_ms(start_ps - origin):.2f} ms; meanwhile "
+                   f"{_host_during(view, inp, start_ps, end_ps)}.")
+    return out
+
+
+def _host_during(view, inp, start_ps: int, end_ps: int) -> str:
+    """What the host was doing in [start_ps, end_ps): input wait, training thread, tf.data threads."""
+    if view is None:
+        return "the host trace is missing"
+    span = max(end_ps - start_ps, 1)
+    w = (np.array([start_ps]), np.array([end_ps]))
+    waiting = int(timeline.overlap_per_window(inp, *w)[0])
+    parts = []
+    if waiting:
+        parts.append(f"the training step waited for input {100.0 * waiting / span:.0f}% of the gap")
+    if view.training_line is not None:
+        line = view.plane.lines[view.training_line]
+        s, e = line.start_ps, line.start_ps + line.dur_ps
+        inside = np.minimum(e, end_ps) - np.maximum(s, start_ps)
+        markers = np.isin(line.name_id, view.ids(("markers",), lambda n: n in ("train", "test", "Profiled batch", "TraceContext")))
+        inside[markers] = 0
+        if len(inside) and inside.max() > 0:
+            k = int(np.argmax(inside))
+            parts.append(f"the training thread was in `{view.plane.event_names.get(int(line.name_id[k]), '?')}` "
+                         f"for {100.0 * inside[k] / span:.0f}% of it")
+    busy = 0
+    for li in view.tfdata_lines:
+        line = view.plane.lines[li]
+        busy = max(busy, int(timeline.overlap_per_window((line.start_ps, line.start_ps + line.dur_ps), *w)[0]))
+    if view.tfdata_lines:
+        parts.append(f"the busiest tf.data thread was active {100.0 * busy / span:.0f}% of it")
+    return ", ".join(parts) if parts else "no host activity was recorded"
+
+
 def analyze_space(space: Space, sidecar_summary: Optional[Dict] = None) -> Dict:
-    """Analyse one host's XSpace. Returns the host-level report fields."""
+    """Analyse one host's XSpace. Returns the host-level report fields (no run/session keys)."""
     view = hostmod.host_view(space)
     devs = devmod.read_devices(space)
     framework = detect_framework(space, view)
     search = stepsmod.find_steps(space, view)
     steps = search.steps
     window = stepsmod.host_window(view)
-    dev_events = sum(d.n_events for d in devs)
-    device_kind = devs[0].kind if devs else "CPU"
-
-    # Interval sets for the breakdown.
-    d_comp, d_h2d, d_d2h, d_coll = breakdown.gather_device_activity(devs)
-    inp = view.get_next_intervals() if view else timeline.empty()
-    model_exec = view.model_executor_intervals() if view else timeline.empty()
-    eager_ops = view.eager_op_intervals() if view else timeline.empty()
-    marker_ids = np.zeros(0, dtype=np.int64)
-    if view is not None:
-        marker_ids = view.ids(("markers",), lambda n: n in ("train", "test", "Profiled batch", "TraceContext"))
-    train_thread = view.training_thread_intervals(marker_ids) if view else timeline.empty()
-    launches = view.launch_intervals() if view else timeline.empty()
-
-    has_function = bool(view and view.training_function_runs())
-    untraced_device = None if devs else (view.untraced_device() if view else None)
-    device_trace_missing = model_on_cpu = None
-    if dev_events == 0:
-        # No accelerator activity recorded: the host ran the model math (or the capture failed).
-        # Eager op dispatch counts as model math only in pure eager programs: inside a
-        # tf.function call, EagerKernelExecute spans the whole call, waits included.
-        cpu_model = model_exec if has_function else timeline.concat([model_exec, eager_ops])
-        if untraced_device:
-            # Ops were sent to a device the profiler did not trace: while the training
-            # function runs, the step waits on that device.
-            # The device needs the batch first: time blocked on input is not device time.
-            cpu_model = timeline.concat([cpu_model, timeline.difference(eager_ops, inp)])
-        if devs:
-            n_launch = len(launches[0])
-            if n_launch or timeline.total(cpu_model) == 0:
-                device_trace_missing = (
-                    f"{len(devs)} {device_kind} plane(s) hold no events although the host "
-                    + (f"launched {n_launch} kernels" if n_launch else "ran no model ops of its own")
-                    + ": the device trace was not recorded (CUPTI failed or lacked permission), so no verdict "
-                      "about the device or the input can be made.")
-            else:
-                model_on_cpu = (
-                    f"The {device_kind} sat idle for the whole window ({len(devs)} {device_kind} plane(s), 0 events) "
-                    f"while the model's ops executed on host threads for {_ms(timeline.total(cpu_model)):.1f} ms: "
-                    "the model ran on the CPU although a GPU was present.")
-        activity = breakdown.Activity(collective=timeline.empty(), device_compute=cpu_model,
-                                      host_to_device=timeline.empty(), device_to_host=timeline.empty(),
-                                      input=inp, kernel_launch=timeline.empty(),
-                                      host_compute=timeline.concat([train_thread, model_exec]))
-        effective_kind = "GPU" if untraced_device else "CPU"
-    else:
-        activity = breakdown.Activity(collective=d_coll, device_compute=d_comp, host_to_device=d_h2d,
-                                      device_to_host=d_d2h, input=inp,
-                                      kernel_launch=timeline.concat([model_exec, launches]),
-                                      host_compute=train_thread)
-        effective_kind = device_kind
-
-    if steps is not None:
-        w_starts, w_ends = steps.starts, steps.ends
-    elif window is not None:
-        w_starts, w_ends = np.array([window[0]]), np.array([window[1]])
-    else:
-        w_starts = w_ends = np.zeros(0, dtype=np.int64)
-        if devs and dev_events:
-            all_busy = timeline.union(*timeline.concat([d.busy for d in devs]))
-            w_starts, w_ends = all_busy[0][:1], all_busy[1][-1:]
-    parts = breakdown.per_step(activity, w_starts, w_ends) if len(w_starts) else {c: np.zeros(0) for c in breakdown.CATEGORIES}
+    act = _gather_activity(view, devs)
+    w_starts, w_ends = _windows(steps, window, devs)
+    parts = (breakdown.per_step(act.activity, w_starts, w_ends) if len(w_starts)
+             else {c: np.zeros(0, dtype=np.int64) for c in breakdown.CATEGORIES})
     pct = breakdown.percentages(parts)
-
-    pipeline = tfdata.analyze_pipeline(view, (int(w_starts[0]), int(w_ends[-1])) if (view and len(w_starts)) else None) if view else None
-    has_iterators = bool(pipeline and pipeline.stages)
+    origin = window[0] if window else (int(w_starts[0]) if len(w_starts) else 0)
+    pipeline = (tfdata.analyze_pipeline(view, (int(w_starts[0]), int(w_ends[-1])) if len(w_starts) else None)
+                if view else None)
+    devices = devmod.summarize(devs, w_starts, w_ends)
 
     out: Dict = {
         "framework": framework,
-        "device_kind": device_kind if devs else ("GPU" if untraced_device else "CPU"),
-        "devices": devmod.summarize(devs, (int(w_starts[0]), int(w_ends[-1])) if len(w_starts) else None),
+        "device_kind": devs[0].kind if devs else act.device_kind,
+        "devices": devices,
         "window_ms": _ms(window[1] - window[0]) if window else 0.0,
         "events": space.n_events,
+        "step_source": steps.source if steps is not None else "none",
+        "steps": _steps_section(steps, search, parts, origin),
+        "breakdown_pct": pct,
+        "input_pipeline": {
+            "bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
+            "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
+            "has_prefetch": bool(pipeline and pipeline.has_prefetch),
+        },
     }
-    tried = [{"finder": f, "why_not": why} for f, why in search.tried]
-    if steps is not None:
-        items = []
-        for i in range(steps.count):
-            items.append({"step": int(steps.numbers[i]), "start_ms": _ms(steps.starts[i] - (window[0] if window else 0)),
-                          "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
-                          "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}})
-        out["step_source"] = steps.source
-        out["steps"] = {"count": steps.count, "step_time_ms": _step_stats(steps.durations_ps), "items": items,
-                        "dropped_partial": steps.dropped_partial, "batches_per_step": steps.batches_per_step,
-                        "time_per_batch_ms": round(_step_stats(steps.durations_ps)["mean"] / steps.batches_per_step, 3),
-                        "notes": steps.notes, "tried": tried}
-    else:
-        out["step_source"] = "none"
-        why = "; ".join(f"{f}: {w}" for f, w in search.tried)
-        out["steps"] = {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
-                        "tried": tried, "why_none": f"No steps found ({why}). The breakdown covers the whole window."}
-    out["breakdown_pct"] = pct
-    out["input_pipeline"] = {
-        "bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
-        "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
-        "has_prefetch": bool(pipeline and pipeline.has_prefetch),
-    }
-
-    step_note = None
-    if steps is not None and steps.source.startswith("iterator_cadence"):
-        step_note = "Steps were inferred from the IteratorGetNext cadence (no step markers in the trace)."
+    dev_ev = _device_evidence(view, devices, act.activity.input, origin,
+                              shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")))
     launch_ev = None
-    if devs and dev_events:
-        kd = np.concatenate([d.kernel_durations_ps for d in devs]) if devs else np.zeros(0)
-        if len(kd):
-            launch_ev = (f"{len(kd)} kernels, median {np.median(kd) / 1e6:.1f} us each, on "
-                         f"{sum(1 for d in devs if d.n_events)} device(s).")
+    kd = np.concatenate([d.kernel_durations_ps for d in devs]) if devs else np.zeros(0)
+    if len(kd):
+        gaps = [d["median_gap_us"] for d in devices if d.get("median_gap_us") is not None]
+        launch_ev = (f"{len(kd)} kernels on {sum(1 for d in devs if d.n_events)} device(s), median "
+                     f"{np.median(kd) / 1e6:.1f} us each" + (f", median idle gap between kernels {min(gaps):.1f} us" if gaps else "")
+                     + ".")
 
     if framework == "jax":
-        busy = ", ".join(f"{d['device']} busy {d['busy_pct']:.1f}%" for d in out["devices"] if d["events"])
-        v = {"bottleneck": "unknown", "cause": "not_tensorflow", "confidence": 0.0,
-             "evidence": ["This is a JAX (XLA) trace, not TensorFlow: it has no tf.data pipeline and no Keras steps, "
-                          "so input-pipeline and step analysis do not apply.",
-                          f"Device activity: {busy or 'no device events'}."]
-             + ([launch_ev] if launch_ev else []),
-             "recommendations": []}
-        out.update(v)
+        busy = ", ".join(f"{d['device']} busy {d['busy_pct']:.1f}%" for d in devices if d["events"])
+        out.update({"bottleneck": "unknown", "cause": "not_tensorflow", "confidence": 0.0,
+                    "evidence": ["This is a JAX (XLA) trace, not TensorFlow: it has no tf.data pipeline and no Keras "
+                                 "steps, so input-pipeline and step analysis do not apply.",
+                                 f"Device activity: {busy or 'no device events'}."] + ([launch_ev] if launch_ev else []),
+                    "recommendations": [], "worst_step": None})
         return out
 
-    verdict = decide(pct, device_kind=effective_kind if not devs else device_kind, has_steps=steps is not None,
-                     pipeline=pipeline if has_iterators else None, system=sidecar_summary,
-                     device_trace_missing=device_trace_missing, model_on_cpu=model_on_cpu,
-                     launch_evidence=launch_ev, eager=bool(len(eager_ops[0])) and not has_function,
-                     step_note=step_note)
-    if untraced_device:
-        verdict.evidence.append(untraced_device)
+    step_note = ("Steps were inferred from the IteratorGetNext cadence (no step markers in the trace)."
+                 if steps is not None and steps.source.startswith("iterator_cadence") else None)
+    verdict = decide(pct, device_kind=act.device_kind, has_steps=steps is not None,
+                     pipeline=pipeline if (pipeline and pipeline.stages) else None, system=sidecar_summary,
+                     device_trace_missing=act.device_trace_missing, model_on_cpu=act.model_on_cpu,
+                     launch_evidence=launch_ev, eager=act.eager, step_note=step_note)
+    evidence = list(verdict.evidence)
     if steps is None:
-        verdict.evidence.insert(0, out["steps"]["why_none"])
+        evidence.insert(0, out["steps"]["why_none"])
+    if act.untraced_device:
+        evidence.append(act.untraced_device)
+    if not act.device_trace_missing:
+        evidence.extend(dev_ev)
     out.update({"bottleneck": verdict.bottleneck, "cause": verdict.cause, "confidence": verdict.confidence,
-                "evidence": verdict.evidence, "recommendations": verdict.recommendations})
+                "evidence": evidence, "recommendations": verdict.recommendations})
     worst = None
     if steps is not None and steps.count:
         k = int(np.argmax(parts["input"])) if parts["input"].sum() > 0 else int(np.argmax(steps.durations_ps))
-        worst = {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - window[0]),
+        worst = {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - origin),
                  "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k])}
     out["worst_step"] = worst
     return out

@@ -105,16 +105,36 @@ def read_devices(space: Space) -> List[Device]:
     return devices
 
 
-def summarize(devices: List[Device], window: Optional[tuple]) -> List[Dict]:
-    """Per-device summary for the report: busy share of the window (%), kernel count, median kernel (us)."""
+def summarize(devices: List[Device], starts: np.ndarray, ends: np.ndarray, top_gaps: int = 3) -> List[Dict]:
+    """Per-device report over the analysed windows ``[starts[i], ends[i])`` (ps).
+
+    For each device: busy share (%) of the windows (union of kernels and copies),
+    compute / copy / collective shares (%), kernel count and median kernel duration (us),
+    median idle gap between consecutive busy intervals (us), and the ``top_gaps`` longest
+    idle gaps inside the windows (start relative to the first window, ms).
+    """
     out = []
+    span = int((ends - starts).sum()) if len(starts) else 0
     for d in devices:
-        span = (window[1] - window[0]) if window else 0
-        busy = timeline.total(d.busy) if span else 0
-        out.append({
-            "device": d.name, "kind": d.kind, "vendor": d.vendor, "events": d.n_events,
-            "busy_pct": round(100.0 * busy / span, 2) if span else 0.0,
-            "kernels": int(len(d.kernel_durations_ps)),
-            "median_kernel_us": round(float(np.median(d.kernel_durations_ps)) / 1e6, 3) if len(d.kernel_durations_ps) else None,
-        })
+        row = {"device": d.name, "kind": d.kind, "vendor": d.vendor, "events": d.n_events,
+               "kernels": int(len(d.kernel_durations_ps)),
+               "median_kernel_us": round(float(np.median(d.kernel_durations_ps)) / 1e6, 3)
+               if len(d.kernel_durations_ps) else None}
+        if span:
+            def share(iv):
+                return round(100.0 * int(timeline.overlap_per_window(iv, starts, ends).sum()) / span, 2)
+            row.update(busy_pct=share(d.busy), compute_pct=share(d.compute), h2d_pct=share(d.h2d),
+                       d2h_pct=share(d.d2h), collective_pct=share(d.collective))
+            gaps = [timeline.gaps(d.busy, int(a), int(b)) for a, b in zip(starts, ends)] if d.n_events else []
+            gs, ge = timeline.concat(gaps) if gaps else timeline.empty()
+            busy_s, busy_e = d.busy
+            inner = busy_s[1:] - busy_e[:-1]
+            row["median_gap_us"] = round(float(np.median(inner)) / 1e6, 3) if len(inner) else None
+            order = np.argsort(ge - gs)[::-1][:top_gaps]
+            row["longest_gaps"] = [{"start_ps": int(gs[k]), "duration_ms": round(float(ge[k] - gs[k]) / 1e9, 3)}
+                                   for k in order]
+        else:
+            row.update(busy_pct=0.0, compute_pct=0.0, h2d_pct=0.0, d2h_pct=0.0, collective_pct=0.0,
+                       median_gap_us=None, longest_gaps=[])
+        out.append(row)
     return out

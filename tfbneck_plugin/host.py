@@ -46,6 +46,8 @@ _INFERENCE_RE = re.compile(
 _OP_RE = re.compile(r"^[^:\s][^:]*:[A-Z_][A-Za-z0-9_]*$")
 #: Kernel launches recorded by CUPTI / roctracer on host threads (runtime/driver API names).
 LAUNCH_API_RE = re.compile(r"^(cu|cuda|hip|hipExt|hipModule)(Launch\w*|GraphLaunch)")
+#: Collective op types (core/kernels/collective_ops.cc, core/kernels/nccl_ops.cc).
+COLLECTIVE_OP_RE = re.compile(r"^(Collective(Reduce|Gather|Bcast|AllToAll|Assign)\w*|Nccl\w+)$")
 #: Eager op dispatch on the Python thread (core/common_runtime/eager/execute.cc).
 EAGER_EVENTS = ("EagerKernelExecute", "EagerExecute", "EagerLocalExecute")
 
@@ -175,6 +177,14 @@ class HostView:
         line = self.plane.lines[self.training_line]
         keep = ~np.isin(line.name_id, exclude_ids)
         return line.start_ps[keep], line.start_ps[keep] + line.dur_ps[keep]
+
+    def collective_op_intervals(self) -> timeline.Intervals:
+        """Collective ops run by the host executor (``CollectiveReduceV2``, ``NcclAllReduce``...:
+        core/kernels/collective_ops.cc, nccl_ops.cc): on CPU workers the all-reduce itself,
+        on GPU workers the host side of it; both include time waiting for peers."""
+        ids = self.ids(("collective-ops",), lambda n: (is_op_name(n) and bool(COLLECTIVE_OP_RE.match(op_type(n))))
+                       or bool(COLLECTIVE_OP_RE.match(n)))
+        return self.intervals(self.select(ids, self.non_data_lines))
 
     def untraced_device(self) -> Optional[str]:
         """A sentence when the model's ops went to an accelerator that left no plane.

@@ -1,0 +1,132 @@
+"""Accelerator traces with exact, known timings: GPU planes, launch overhead, collectives,
+several hosts, missing device data (tests/xspace_builder.py)."""
+import json
+import os
+
+import pytest
+
+from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.logdir import find_sessions
+from xspace_builder import SpaceBuilder, session_path
+
+MS = 1000  # builder times are in us
+STEPS = 3
+
+
+def analyze_one(root):
+    sessions = find_sessions(str(root)).sessions
+    assert len(sessions) == 1
+    return analyze_session(sessions[0])
+
+
+def gpu_space(step_ms=10, kernels=(), h2d=(), nccl=(), getnext=(), launch_bound=False, streams=1):
+    """Host markers of ``step_ms`` per step; per-step device activity given as (start_ms, dur_ms)."""
+    b = SpaceBuilder()
+    host = b.plane("/host:CPU")
+    py = host.line("python")
+    gn = host.line("tf_data_iterator_get_next/1")
+    ex = host.line("tf_Compute/2")
+    gpu = b.plane("/device:GPU:0").plane_stat("device_vendor", "Nvidia")
+    comp = [gpu.line(f"Stream #{k + 1}(Compute)", line_id=k + 1) for k in range(streams)]
+    copy = gpu.line("Stream #9(MemcpyH2D)", line_id=9)
+    ops = gpu.line("TensorFlow Ops", line_id=-559038734)  # derived: must not be counted again
+    steps_line = gpu.line("Steps", line_id=-559038737)
+    for k in range(STEPS):
+        t = k * step_ms * MS
+        py.event("train", t, step_ms * MS, step_num=k + 1, _r=1)
+        py.event("FunctionRun", t, step_ms * MS, _r=1, _p=500 + k)
+        steps_line.event(str(k), t, step_ms * MS)
+        if launch_bound:
+            ex.event("ExecutorState::Process", t, step_ms * MS, _c=500 + k)
+        for i, (s, d) in enumerate(kernels):
+            comp[i % streams].event("volta_sgemm_128x64_nn", t + s * MS, d * MS)
+            ops.event("model/dense/MatMul:MatMul", t + s * MS, d * MS)
+        for s, d in h2d:
+            copy.event("MemcpyH2D", t + s * MS, d * MS)
+        for s, d in nccl:
+            comp[0].event("ncclAllReduceRingLLKernel_sum_f32", t + s * MS, d * MS)
+        for s, d in getnext:
+            gn.event("IteratorGetNextOp::DoCompute", t + s * MS, d * MS)
+    return b
+
+
+def test_device_bound_step(tmp_path):
+    gpu_space(kernels=[(0.5, 9.0)], h2d=[(0.0, 0.5)]).write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    assert r["device_kind"] == "GPU" and r["step_source"] == "step_markers ('train')"
+    pct = r["breakdown_pct"]
+    assert pct["device_compute"] == pytest.approx(90.0, abs=0.1)
+    assert pct["host_to_device"] == pytest.approx(5.0, abs=0.1)
+    assert pct["host_compute"] == pytest.approx(5.0, abs=0.1)
+    assert r["bottleneck"] == "device" and r["cause"] == "model_compute"
+    dev = r["devices"][0]
+    assert dev["device"] == "/device:GPU:0" and dev["kernels"] == STEPS and dev["busy_pct"] == pytest.approx(95.0, abs=0.1)
+
+
+def test_input_bound_step_with_device_gaps(tmp_path):
+    gpu_space(kernels=[(0.0, 3.0)], getnext=[(3.0, 6.0)]).write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    pct = r["breakdown_pct"]
+    assert pct["device_compute"] == pytest.approx(30.0, abs=0.1)
+    assert pct["input"] == pytest.approx(60.0, abs=0.1)
+    assert pct["host_compute"] == pytest.approx(10.0, abs=0.1)
+    assert r["bottleneck"] in ("cpu", "io")
+    gaps = r["devices"][0]["longest_gaps"]
+    assert gaps[0]["duration_ms"] == pytest.approx(7.0, abs=0.001)
+    assert any("waited for input 86% of the gap" in e for e in r["evidence"])  # 6 of the 7 ms
+
+
+def test_launch_bound_step(tmp_path):
+    # 100 kernels of 10 us, one every 100 us: the GPU computes 10 % while the host launches.
+    gpu_space(kernels=[(i * 0.1, 0.01) for i in range(100)], launch_bound=True).write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    pct = r["breakdown_pct"]
+    assert pct["device_compute"] == pytest.approx(10.0, abs=0.1)
+    assert pct["kernel_launch"] == pytest.approx(90.0, abs=0.1)
+    assert r["bottleneck"] == "cpu" and r["cause"] == "kernel_launch"
+    assert any("300 kernels" in e and "median 10.0 us" in e and "90.0 us" in e for e in r["evidence"])
+
+
+def test_collective_dominated_step_is_network_bound(tmp_path):
+    gpu_space(kernels=[(0.0, 3.0)], nccl=[(3.0, 6.0)]).write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    pct = r["breakdown_pct"]
+    assert pct["collective"] == pytest.approx(60.0, abs=0.1)
+    assert pct["device_compute"] == pytest.approx(30.0, abs=0.1)
+    assert r["bottleneck"] == "network" and r["cause"] == "gradient_sync"
+
+
+def test_overlapping_kernels_on_two_streams_count_once(tmp_path):
+    gpu_space(kernels=[(0.0, 6.0), (4.0, 4.0)], streams=2).write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    assert r["breakdown_pct"]["device_compute"] == pytest.approx(80.0, abs=0.1)
+
+
+def test_two_host_session_with_a_straggler(tmp_path):
+    for host, step_ms in (("worker-0", 10), ("worker-1", 15), ("worker-2", 10)):
+        b = gpu_space(step_ms=step_ms, kernels=[(0.0, step_ms * 0.8)])
+        b.write(session_path(tmp_path, host=host))
+    r = analyze_one(tmp_path)
+    assert r["hosts"] == ["worker-0", "worker-1", "worker-2"]
+    assert r["steps"]["step_time_ms"]["mean"] == pytest.approx(15.0)  # set by the slowest host
+    assert [h["step_time_ms"] for h in r["per_host"]] == [10.0, 15.0, 10.0]
+    assert any("worker-1 is a straggler" in e for e in r["evidence"])
+    assert not any("worker-0 is a straggler" in e for e in r["evidence"])
+
+
+def test_empty_device_plane_with_kernel_launches_is_unknown(tmp_path):
+    b = SpaceBuilder()
+    host = b.plane("/host:CPU")
+    py = host.line("python")
+    launcher = host.line("tf_gpu_private/1")
+    for k in range(STEPS):
+        py.event("train", k * 10 * MS, 10 * MS, step_num=k, _r=1)
+        for i in range(20):
+            launcher.event("cuLaunchKernel", k * 10 * MS + i * 100, 5)
+        host.line("tf_data_iterator_get_next/9") if k == 0 else None
+    b.plane("/device:GPU:0").plane_stat("device_vendor", "Nvidia")
+    b.write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    assert r["bottleneck"] == "unknown" and r["cause"] == "device_trace_missing"
+    assert any("launched 60 kernels" in e and "not recorded" in e for e in r["evidence"])
+    assert "input" not in r["cause"]
