@@ -234,19 +234,23 @@ def _input_bound(inp: float, pipeline: Optional[Pipeline], system: Optional[Dict
                   f"{calls}{par}.")
     penalty = 0.0
     if system:
-        busy_core = system["busiest_core_mean_pct"] >= sysmetrics.SATURATED_CORE_PCT
-        busy_host = system["cpu_mean_pct"] >= 100.0 - sysmetrics.IDLE_HOST_PCT
-        if busy_core or busy_host:
+        proc = system.get("proc_cpu_cores") or 0.0
+        if proc >= sysmetrics.BUSY_PROCESS_CORES:
             kind, cause = "cpu", "input_preprocessing"
-            ev.append("CPU cores were saturated while the step waited: the host cannot prepare data fast enough.")
+            ev.append(f"The training process kept {proc:.2f} cores busy while the step waited: the input pipeline "
+                      "is computing, and the host cannot prepare data fast enough.")
+        elif system["cpu_mean_pct"] >= 100.0 - sysmetrics.IDLE_HOST_PCT:
+            kind, cause = "cpu", "cpu_contention"
+            ev.append(f"The training process used only {proc:.2f} cores but the machine's CPU was "
+                      f"{system['cpu_mean_pct']:.0f}% busy: other processes take the cores the input pipeline needs.")
         elif system.get("net_recv_MBps", 0) > 10 * max(system.get("disk_read_MBps", 0), 0.1):
             kind, cause = "network", "remote_read"
             ev.append("The CPU was mostly idle while the step waited, and the host was receiving from the network: "
                       "remote reads limit the input.")
         else:
             kind, cause = "io", "file_read"
-            ev.append("The CPU was mostly idle while the step waited: the input pipeline is waiting on storage "
-                      "(or another slow source), not computing.")
+            ev.append(f"The training process used only {proc:.2f} cores while the step waited: the input pipeline "
+                      "is waiting on storage (or another slow source), not computing.")
     else:
         category = st.category if st else "compute"
         if category == "file_read":
