@@ -13,7 +13,7 @@ import numpy as np
 
 from . import __version__
 from . import breakdown, devices as devmod, host as hostmod, steps as stepsmod, sysmetrics, tfdata, timeline
-from .logdir import Session
+from .logdir import Session, open_any
 from .verdict import decide
 from .xspace import Space, TraceReadError, read_space
 
@@ -280,9 +280,13 @@ def _error(session: Session, message: str) -> Dict:
             "status": "error", "error": message, "bottleneck": "unknown", "step_source": "none"}
 
 
-def analyze_session(session: Session, opener=open) -> Dict:
+def analyze_session(session: Session, opener=None) -> Dict:
     """Analyse every host of one session. Never raises for bad input: a session that
-    cannot be analysed gets ``status: error`` and a one-line ``error`` naming the file."""
+    cannot be analysed gets ``status: error`` and a one-line ``error`` naming the file.
+
+    ``opener(path, mode)`` opens files; by default local paths with ``open`` and URLs
+    (``s3://``, ``gs://``...) with fsspec."""
+    opener = opener or open_any
     base = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
             "path": session.path}
     if session.skipped and not session.files:
@@ -354,7 +358,7 @@ def _straggler_evidence(hosts: List[Dict]) -> List[str]:
     return out
 
 
-def _skipped_reason(path: str, opener=open) -> str:
+def _skipped_reason(path: str, opener=open_any) -> str:
     try:
         with opener(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
@@ -98,10 +98,14 @@ def _relrun(root: str, run_dir: str) -> str:
 def find_sessions(path: str) -> Discovery:
     """Sessions under ``path`` (a logdir at any depth, a session folder, or one trace file).
 
-    Sessions are sorted by (run, session name). Symlinked folders are not followed
-    (a link loop cannot hang the search); unreadable folders are listed in ``problems``.
-    Raises DiscoveryError when ``path`` does not exist.
+    ``path`` may be a URL that fsspec understands (``gs://``, ``s3://``, ``memory://``...;
+    gcsfs / s3fs provide the cloud ones). Sessions are sorted by (run, session name).
+    Symlinked folders are not followed (a link loop cannot hang the search); unreadable
+    folders are listed in ``problems``. Raises DiscoveryError when ``path`` does not exist
+    or cannot be listed (unknown URL scheme, missing credentials...).
     """
+    if is_remote(path):
+        return _find_remote(path)
     if not os.path.exists(path):
         raise DiscoveryError(f"{path}: no such file or directory")
     path = os.path.normpath(path)
@@ -159,3 +163,75 @@ def _run_dir_of(session_dir: str) -> Optional[str]:
     if os.path.basename(profile) == "profile" and os.path.basename(plugins) == "plugins":
         return os.path.dirname(plugins)
     return None
+
+
+# ----------------------------------------------------------------------------------------
+# Remote logdirs (fsspec)
+# ----------------------------------------------------------------------------------------
+
+def is_remote(path: str) -> bool:
+    """True for URLs with a scheme other than ``file://`` (read through fsspec)."""
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def open_any(path: str, mode: str = "rb"):
+    """Open a local path or an fsspec URL for reading."""
+    if is_remote(path):
+        import fsspec
+        return fsspec.open(path, mode).open()
+    return open(path, mode)
+
+
+def _remote_fs(url: str):
+    try:
+        import fsspec
+        return fsspec.core.url_to_fs(url)
+    except ImportError as err:  # e.g. s3fs / gcsfs not installed for this scheme
+        raise DiscoveryError(f"{url}: cannot read this URL scheme: {err} "
+                             "(pip install 'tfbneck-plugin[remote]')") from None
+    except ValueError as err:
+        raise DiscoveryError(f"{url}: unknown URL scheme ({err})") from None
+
+
+def _find_remote(url: str) -> Discovery:
+    fs, root = _remote_fs(url)
+    scheme = url.split("://", 1)[0]
+    root = root.rstrip("/")
+    try:
+        files = [root] if fs.isfile(root) else fs.find(root)
+    except FileNotFoundError:
+        raise DiscoveryError(f"{url}: no such file or directory") from None
+    except Exception as err:  # credentials, permissions, network: say which, in one line
+        msg = str(err).splitlines()[0] if str(err) else ""
+        raise DiscoveryError(f"{url}: cannot list ({type(err).__name__}: {msg})") from None
+    if not files:
+        raise DiscoveryError(f"{url}: no such file or directory")
+    # The URL may name a logdir, a session folder or one file: anchor run names on the
+    # folder that holds plugins/, as for local paths.
+    base = root
+    parts = root.split("/")
+    if len(parts) >= 3 and parts[-3:-1] == ["plugins", "profile"] or \
+            (len(parts) >= 4 and parts[-4:-2] == ["plugins", "profile"] and fs.isfile(root)):
+        base = root.split("/plugins/profile/")[0].rsplit("/", 1)[0]
+    names = set(files)
+    by_dir: Dict[str, Session] = {}
+    for f in sorted(files):
+        session_dir, name = f.rsplit("/", 1)
+        rel = session_dir[len(base):].strip("/").split("/") if session_dir.startswith(base) else []
+        if len(rel) < 3 or rel[-3:-1] != ["plugins", "profile"]:
+            continue
+        run = "/".join(rel[:-3]) or "."
+        s = by_dir.setdefault(session_dir, Session(run=run, name=rel[-1], path=f"{scheme}://{session_dir}"))
+        full = f"{scheme}://{f}"
+        if name.endswith(XPLANE_SUFFIXES):
+            if not (name.endswith(".gz") and f[:-3] in names):
+                s.files.append(full)
+        elif name.endswith(LEGACY_SUFFIXES):
+            s.legacy_files.append(full)
+        elif name == SIDECAR_NAME:
+            s.sidecar = full
+        elif name == SKIPPED_NAME:
+            s.skipped = full
+    sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped]
+    sessions.sort(key=lambda s: (s.run, s.name))
+    return Discovery(sessions, [])

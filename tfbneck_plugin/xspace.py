@@ -164,6 +164,9 @@ def read_bytes(path: str, opener=open) -> bytes:
             data = f.read(MAX_TRACE_BYTES + 1)
     except OSError as err:
         raise TraceReadError(path, f"cannot read file ({err.strerror or err})") from None
+    except Exception as err:  # remote file systems raise their own errors (credentials...)
+        msg = str(err).splitlines()[0] if str(err) else ""
+        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {msg})") from None
     if len(data) > MAX_TRACE_BYTES:
         raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit "
                                    "(set TFBNECK_MAX_TRACE_BYTES to raise it)")
