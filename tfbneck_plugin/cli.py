@@ -34,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of standard output")
     a.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="analyse N sessions in parallel (0 = one per CPU core)")
+    a.add_argument("--runner", choices=["local", "beam"], default="local",
+                   help="local processes (default) or an Apache Beam pipeline (pip install 'tfbneck-plugin[beam]')")
+    a.add_argument("--beam-output", metavar="PREFIX",
+                   help="with --runner beam: write PREFIX-*.jsonl and PREFIX.csv (default: a temporary folder)")
+    a.add_argument("--beam-options", metavar="OPTS", default="--runner=DirectRunner",
+                   help="with --runner beam: Beam pipeline options, e.g. "
+                        "'--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp'")
     return p
 
 
@@ -73,8 +80,29 @@ def _analyze_all(sessions: List[Session], jobs: int) -> List[dict]:
         bar.close()
 
 
+def _analyze_beam(args) -> Optional[List[dict]]:
+    import tempfile
+    from . import beam_pipeline
+    prefix = args.beam_output or os.path.join(tempfile.mkdtemp(prefix="tfbneck-beam-"), "sessions")
+    try:
+        beam_pipeline.run(args.paths, prefix, args.beam_options)
+    except ImportError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return None
+    print(f"tfbneck: Beam results in {prefix}-*.jsonl and {prefix}.csv", file=sys.stderr)
+    return beam_pipeline.read_results(prefix)
+
+
 def cmd_analyze(args) -> int:
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    if args.runner == "beam":
+        results = _analyze_beam(args)
+        if results is None:
+            return 2
+        if not results:
+            print(f"tfbneck: no profiling session found under {', '.join(args.paths)}", file=sys.stderr)
+            return 2
+        return _emit(args, results)
     try:
         sessions, problems = _discover(args.paths)
     except DiscoveryError as err:
@@ -86,7 +114,11 @@ def cmd_analyze(args) -> int:
         print(f"tfbneck: no profiling session found under {', '.join(args.paths)} "
               "(looked for <run>/plugins/profile/<session>/*.xplane.pb)", file=sys.stderr)
         return 2
-    results = _analyze_all(sessions, jobs)
+    return _emit(args, _analyze_all(sessions, jobs))
+
+
+def _emit(args, results: List[dict]) -> int:
+    """Render, write, and choose the exit status (1 when any session failed)."""
     text = RENDERERS[args.format](build_report(results))
     if args.output:
         try:

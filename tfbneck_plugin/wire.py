@@ -26,7 +26,10 @@ class WireError(ValueError):
 
 
 def padded(data: bytes) -> np.ndarray:
-    return np.frombuffer(data + b"\0" * PAD, dtype=np.uint8)
+    """``data`` followed by PAD zero bytes, as a uint8 array (one copy)."""
+    out = np.zeros(len(data) + PAD, dtype=np.uint8)
+    out[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return out
 
 
 def varints(buf: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -50,12 +53,13 @@ def varints(buf: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return value, pos + length
 
 
-def split_line(data: bytes, events_field: int = 4) -> Tuple[Dict[int, object], np.ndarray, np.ndarray]:
+def split_line(data: bytes, events_field: int = 4, buf: np.ndarray = None) -> Tuple[Dict[int, object], np.ndarray, np.ndarray]:
     """Split a serialized XLine into its header fields and the byte ranges of its events.
 
     Returns (fields, starts, ends): ``fields`` maps field number to the decoded value of
     each non-event field (varint -> int, length-delimited -> bytes); ``starts``/``ends``
     (int64, shape (n_events,)) delimit each event's payload in ``data``.
+    ``buf`` is ``padded(data)`` when the caller already has it (saves a copy).
     Raises WireError when the bytes are malformed.
     """
     n = len(data)
@@ -95,7 +99,8 @@ def split_line(data: bytes, events_field: int = 4) -> Tuple[Dict[int, object], n
         raise WireError("message ends inside a field (truncated)") from None
     if pos != n:
         raise WireError(f"last field runs {pos - n} bytes past the end (truncated)")
-    buf = padded(data)
+    if buf is None:
+        buf = padded(data)
     length, starts = varints(buf, np.array(tags, dtype=np.int64) + 1)
     return fields, starts, starts + length.astype(np.int64)
 

@@ -376,11 +376,11 @@ class Space:
 
 
 def _decode_line(raw: bytes, path: str, plane_name: str, k: int) -> Line:
+    buf = wire.padded(raw)  # stays with the line: stats are decoded from it on demand
     try:
-        fields, ev_start, ev_end = wire.split_line(raw, _LINE_EVENTS)
+        fields, ev_start, ev_end = wire.split_line(raw, _LINE_EVENTS, buf)
     except wire.WireError as err:
         raise TraceReadError(path, f"line {k} of plane {plane_name!r} is corrupt: {err}") from None
-    buf = wire.padded(raw)  # the split decoded from its own padded copy; this one stays with the line
     base_ps = wire.as_int64(np.array([fields.get(_LINE_TS, 0)], dtype=np.uint64))[0] * 1000
     n = len(ev_start)
     if n:
@@ -411,12 +411,30 @@ def to_space(space_proto, path: str, plane_filter=None) -> Space:
             continue
         event_names = {k: v.name or v.display_name for k, v in p.event_metadata.items()}
         stat_names = {k: v.name for k, v in p.stat_metadata.items()}
-        raws = [l if isinstance(l, bytes) else l.SerializeToString() for l in p.lines]
-        lines = [_decode_line(raw, path, p.name, k) for k, raw in enumerate(raws)]
+        lines = []
+        for k in range(len(p.lines)):  # one line's bytes at a time: bounded extra memory
+            raw = p.lines[k]
+            lines.append(_decode_line(raw if isinstance(raw, bytes) else raw.SerializeToString(), path, p.name, k))
+            del raw
         planes.append(Plane(id=p.id, name=p.name, lines=lines, event_names=event_names,
-                            stat_names=stat_names, proto=p))
+                            stat_names=stat_names, proto=_without_lines(p)))
     return Space(path=str(path), planes=planes, hostnames=list(space_proto.hostnames),
                  errors=list(space_proto.errors), warnings=list(space_proto.warnings))
+
+
+def _without_lines(plane):
+    """A copy of an XPlane's metadata and stats only, so that the parsed file (whose lines
+    are already decoded into columns) can be freed."""
+    if not isinstance(plane, _LAZY["XPlane"]):
+        return plane
+    slim = _LAZY["XPlane"]()
+    slim.id, slim.name = plane.id, plane.name
+    for k, v in plane.event_metadata.items():
+        slim.event_metadata[k].CopyFrom(v)
+    for k, v in plane.stat_metadata.items():
+        slim.stat_metadata[k].CopyFrom(v)
+    slim.stats.extend(plane.stats)
+    return slim
 
 
 def read_space(path: str, opener=open, plane_filter=None) -> Space:

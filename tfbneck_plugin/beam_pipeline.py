@@ -1,0 +1,102 @@
+"""Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
+
+The same per-session ``analyze_session`` as the local run, distributed by Beam: the
+DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
+``--beam-options``). The pipeline::
+
+    Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
+        -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one report per line)
+        -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
+
+Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
+workers, not the launcher. Requires ``pip install 'tfbneck-plugin[beam]'``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shlex
+from typing import Iterable, List, Optional, Tuple
+
+from .analyze import analyze_session
+from .breakdown import CATEGORIES
+from .logdir import DiscoveryError, find_sessions
+from .report import COLUMNS, row
+
+CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
+
+
+def discover(indexed_path: Tuple[int, str]) -> Iterable[Tuple[Tuple[int, str, str], object]]:
+    """(path index, path) -> ((index, run, session), Session) for each session found.
+
+    A path that cannot be searched yields one error record instead of failing the job."""
+    index, path = indexed_path
+    try:
+        found = find_sessions(path)
+    except DiscoveryError as err:
+        yield (index, "", ""), {"status": "error", "error": str(err), "run": "", "session": "", "hosts": []}
+        return
+    for s in found.sessions:
+        yield (index, s.run, s.name), s
+
+
+def analyze_keyed(item):
+    key, session = item
+    if isinstance(session, dict):  # a discovery error record
+        return key, session
+    return key, analyze_session(session)
+
+
+def to_csv_row(result: dict) -> str:
+    r = row(result)
+    for c in CATEGORIES:
+        if c != "input":
+            r[f"{c}_pct"] = (result.get("breakdown_pct") or {}).get(c, "")
+    buf = io.StringIO()
+    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(r)
+    return buf.getvalue()
+
+
+def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None) -> None:
+    """Run the pipeline; results land in ``<output_prefix>-*.jsonl`` and ``<output_prefix>.csv``.
+
+    Raises ImportError (with the install hint) when Apache Beam is not installed.
+    """
+    try:
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+    except ImportError:
+        raise ImportError("--runner beam needs Apache Beam: pip install 'tfbneck-plugin[beam]'") from None
+    header = ",".join(CSV_COLUMNS)
+    options = PipelineOptions(shlex.split(beam_options or "--runner=DirectRunner"))
+    with beam.Pipeline(options=options) as p:
+        results = (p
+                   | "Paths" >> beam.Create(list(enumerate(paths)))
+                   | "FindSessions" >> beam.FlatMap(discover)
+                   | "Spread" >> beam.Reshuffle()
+                   | "Analyze" >> beam.Map(analyze_keyed))
+        (results
+         | "JSON" >> beam.Map(lambda kv: json.dumps({"key": list(kv[0]), "report": kv[1]}, sort_keys=True))
+         | "WriteJSONL" >> beam.io.WriteToText(output_prefix, file_name_suffix=".jsonl"))
+        (results
+         | "CSV" >> beam.Map(lambda kv: to_csv_row(kv[1]))
+         | "WriteCSV" >> beam.io.WriteToText(output_prefix, file_name_suffix=".csv", header=header,
+                                             num_shards=1, shard_name_template=""))
+
+
+def read_results(output_prefix: str) -> List[dict]:
+    """The reports written by :func:`run`, in the local run's order (path, run, session)."""
+    from .logdir import is_remote
+    if is_remote(output_prefix):
+        import fsspec
+        opened = fsspec.open_files(output_prefix + "-*.jsonl", "rt")
+    else:
+        import glob
+        opened = [open(f, "rt") for f in sorted(glob.glob(output_prefix + "-*.jsonl"))]
+    records = []
+    for f in opened:
+        with f as fh:
+            records.extend(json.loads(line) for line in fh if line.strip())
+    records.sort(key=lambda r: tuple(r["key"]))
+    return [r["report"] for r in records]
