@@ -2,7 +2,7 @@
 TensorBoard tab. The analyzer, CLI and plugin need no TensorFlow (extra ``[tensorflow]``)."""
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -22,6 +22,8 @@ setup(
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tfbneck_plugin", "tfbneck_plugin.*"]),
+    # Optional C fast path of the trace reader; without a compiler the numpy path is used.
+    ext_modules=[Extension("tfbneck_plugin._wirescan", ["tfbneck_plugin/_wirescan.c"], optional=True)],
     package_data={"tfbneck_plugin": ["static/*"]},
     python_requires=">=3.9",
     install_requires=[

@@ -19,6 +19,7 @@ Targets (issue 6): b/c <= 0.2, b/a <= 2.0, peak memory above baseline <= 3 x fil
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,8 +69,18 @@ print('RESULT ' + json.dumps({'seconds': dt, 'peak_above_base_mb': peak - base})
 
 def measure(tool: str, trace: str) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="3")
+    if tool == "c_xprof":
+        # XProf caches its op stats beside the trace (ALL_HOSTS.op_stats_v2.pb) and reuses
+        # them: give it a fresh copy every time so that it really converts the trace.
+        fresh = tempfile.mkdtemp(prefix="tfbneck-bench-xprof-")
+        session = os.path.join(fresh, "plugins", "profile", "s")
+        os.makedirs(session)
+        shutil.copy(trace, session)
+        trace = os.path.join(session, os.path.basename(trace))
     r = subprocess.run([sys.executable, "-c", TOOLS[tool] + EPILOGUE, trace], capture_output=True, text=True,
                        env=env, timeout=1800)
+    if tool == "c_xprof":
+        shutil.rmtree(fresh, ignore_errors=True)
     line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
     if not line:
         raise SystemExit(f"{tool} failed:\n{r.stderr[-3000:]}")
@@ -99,7 +110,7 @@ def main():
     med = {t: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for t, rs in runs.items()}
     for t, m in med.items():
         print(f"  {t:10s} median {m['seconds']:7.3f} s   peak memory above baseline {m['peak_above_base_mb']:8.1f} MB"
-              f"   (runs: {', '.join(f'{r['seconds']:.3f}' for r in runs[t])})")
+              "   (runs: " + ", ".join("%.3f" % r["seconds"] for r in runs[t]) + ")")
     a, b, c = (med[t]["seconds"] for t in ("a_parse", "b_tfbneck", "c_xprof"))
     mem = med["b_tfbneck"]["peak_above_base_mb"] / size_mb
     print(f"b/a = {b / a:.2f}  (target <= 2.0)")

@@ -49,3 +49,33 @@ def test_union_scales_vectorised():
     ms, me = timeline.union(s, e)
     assert (ms[1:] > me[:-1]).all()
     assert int((me - ms).sum()) <= int((e - s).sum())
+
+
+def test_nesting_parents_matches_a_stack_walk():
+    rng = np.random.default_rng(3)
+    # Random properly nested intervals: recursive splits of [0, 10**6).
+    starts, ends = [], []
+
+    def split(a, b, depth):
+        starts.append(a)
+        ends.append(b)
+        if depth < 4 and b - a > 10:
+            cuts = np.sort(rng.integers(a, b, 4))
+            for x, y in ((cuts[0], cuts[1]), (cuts[2], cuts[3])):
+                if y > x:
+                    split(int(x), int(y), depth + 1)
+    split(0, 10 ** 6, 0)
+    s, e = np.array(starts), np.array(ends)
+    perm = rng.permutation(len(s))
+    s, e = s[perm], e[perm]
+    got = timeline.nesting_parents(s, e)
+    order = np.lexsort((-e, s))
+    expect = np.full(len(s), -1)
+    stack = []
+    for k in order:
+        while stack and e[stack[-1]] <= s[k]:
+            stack.pop()
+        if stack:
+            expect[k] = stack[-1]
+        stack.append(k)
+    assert got.tolist() == expect.tolist()

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from . import timeline
 from .host import EXECUTOR_EVENT, FUNCTION_RUN, HostView
 
 #: Stages that only buffer or wrap: their self time is waiting for upstream stages.
@@ -87,18 +88,11 @@ class Pipeline:
 
 def _self_times(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Self time of properly nested intervals on one thread: duration minus direct children."""
-    n = len(start)
-    order = np.lexsort((-end, start))
-    self_t = (end - start).astype(np.int64)
-    stack: List[int] = []
-    for k in order:
-        s = start[k]
-        while stack and end[stack[-1]] <= s:
-            stack.pop()
-        if stack and end[k] <= end[stack[-1]]:
-            self_t[stack[-1]] -= end[k] - start[k]
-        stack.append(k)
-    return np.maximum(self_t, 0)
+    dur = (end - start).astype(np.int64)
+    parent = timeline.nesting_parents(start, end)
+    child = parent >= 0
+    nested = np.bincount(parent[child], weights=dur[child], minlength=len(dur)).astype(np.int64)
+    return np.maximum(dur - nested, 0)
 
 
 def _kind_of(path: str) -> str:
@@ -172,12 +166,12 @@ def _innermost_container(cs: np.ndarray, ce: np.ndarray, s: np.ndarray, e: np.nd
     thread that encloses it, or -1. Containers nest properly (one thread's TraceMes)."""
     order = np.lexsort((-ce, cs))
     cs, ce = cs[order], ce[order]
+    parent = timeline.nesting_parents(cs, ce)  # already in sorted order: indices into cs
     out = np.full(len(s), -1, dtype=np.int64)
     j = np.searchsorted(cs, s, side="right") - 1
     # The last container starting before s encloses it, or one of its ancestors does:
-    # walk up at most a few levels (pipelines nest a handful of stages deep).
-    parent = _parents(cs, ce)
-    for _ in range(32):
+    # walk up (pipelines nest a handful of stages deep).
+    for _ in range(64):
         pending = (out < 0) & (j >= 0)
         if not pending.any():
             break
@@ -189,19 +183,6 @@ def _innermost_container(cs: np.ndarray, ce: np.ndarray, s: np.ndarray, e: np.nd
     valid = out >= 0
     out[valid] = order[out[valid]]
     return out
-
-
-def _parents(cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
-    """Parent index of each nested interval (sorted by start, longest first), -1 at top level."""
-    parent = np.full(len(cs), -1, dtype=np.int64)
-    stack: List[int] = []
-    for k in range(len(cs)):
-        while stack and ce[stack[-1]] <= cs[k]:
-            stack.pop()
-        if stack:
-            parent[k] = stack[-1]
-        stack.append(k)
-    return parent
 
 
 def analyze_pipeline(view: HostView, window=None) -> Pipeline:

@@ -120,3 +120,32 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
     in_b = np.searchsorted(b_s, seg_s, side="right") - np.searchsorted(b_e, seg_s, side="right") > 0
     keep = in_a & ~in_b
     return union(seg_s[keep], seg_e[keep])
+
+
+def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Parent of each interval in a properly nested set (one thread's TraceMe events):
+    the innermost other interval that encloses it, as an index into the input; -1 at top
+    level. Vectorised: depth from counts of opened and closed intervals, then the parent
+    is the last earlier interval one level up. Shape (n,)."""
+    n = len(starts)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    order = np.lexsort((-ends, starts))  # enclosing intervals come before what they enclose
+    s, e = starts[order], ends[order]
+    # Intervals before k in this order that already closed when k starts.
+    # (Zero-length intervals starting at s itself may be counted too: clamp, never negative.)
+    closed = np.minimum(np.searchsorted(np.sort(e), s, side="right"), np.arange(n))
+    depth = np.arange(n) - closed
+    sorted_parent = np.full(n, -1, dtype=np.int64)
+    for d in range(1, int(depth.max()) + 1 if n else 0):
+        here = np.flatnonzero(depth == d)
+        up = np.flatnonzero(depth == d - 1)
+        if len(up) == 0 or len(here) == 0:
+            continue
+        j = np.searchsorted(up, here) - 1
+        ok = j >= 0
+        sorted_parent[here[ok]] = up[j[ok]]
+    has = sorted_parent >= 0
+    parent[order[has]] = order[sorted_parent[has]]
+    return parent

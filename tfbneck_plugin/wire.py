@@ -20,6 +20,13 @@ import numpy as np
 
 PAD = 16  # zero bytes appended to every buffer so that vectorised reads never run off the end
 
+try:  # the optional C fast path (tfbneck_plugin/_wirescan.c); same results, ~50x faster
+    from . import _wirescan
+except ImportError:  # not compiled here: the numpy path below does the same work
+    _wirescan = None
+#: Set TFBNECK_PURE_PYTHON=1 to force the numpy path (tests compare both).
+FAST = _wirescan is not None and not __import__("os").environ.get("TFBNECK_PURE_PYTHON")
+
 
 class WireError(ValueError):
     """Malformed protobuf bytes."""
@@ -201,3 +208,51 @@ def submessages(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field_no:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
     return np.concatenate(owners), np.concatenate(s_out), np.concatenate(e_out)
+
+
+def decode_events(data: bytes, buf: np.ndarray, events_field: int = 4):
+    """Split a serialized XLine and decode fields 1-3 (metadata_id, offset_ps, duration_ps)
+    of every event. Returns (fields, starts, ends, metadata_id, offset, duration); the
+    last three as int64 arrays. Raises WireError when the bytes are malformed."""
+    if FAST:
+        try:
+            fields, packed = _wirescan.scan_line(data, events_field)
+        except ValueError as err:
+            raise WireError(str(err)) from None
+        rec = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
+        return fields, rec[:, 0].copy(), rec[:, 1].copy(), rec[:, 2].copy(), rec[:, 3].copy(), rec[:, 4].copy()
+    fields, starts, ends = split_line(bytes(data), events_field, buf)
+    if len(starts) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return fields, starts, ends, z, z, z
+    cols = scalar_fields(buf, starts, ends, (1, 2, 3), 3)
+    return fields, starts, ends, as_int64(cols[1]), as_int64(cols[2]), as_int64(cols[3])
+
+
+def stat_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stat_id: int):
+    """Integer value of the XStat with ``stat_id`` in each event payload [starts, ends).
+
+    Returns (values uint64, kind uint8): kind 0 absent, 3 uint64, 4 int64, 7 ref_value
+    (an interned string id), 9 another kind (double, string: read it from the message)."""
+    n = len(starts)
+    if FAST and not isinstance(buf, np.ndarray):
+        values, kinds = _wirescan.stat_ints(buf, np.ascontiguousarray(starts, dtype=np.int64),
+                                            np.ascontiguousarray(ends, dtype=np.int64), int(stat_id))
+        return np.frombuffer(values, dtype=np.uint64).copy(), np.frombuffer(kinds, dtype=np.uint8).copy()
+    values = np.zeros(n, dtype=np.uint64)
+    kinds = np.zeros(n, dtype=np.uint8)
+    if not isinstance(buf, np.ndarray):
+        buf = padded(bytes(buf))
+    owner, ss, se = submessages(buf, starts, ends, 4)
+    if len(owner) == 0:
+        return values, kinds
+    has: Dict[int, np.ndarray] = {}
+    f = scalar_fields(buf, ss, se, (1, 3, 4, 7), 7, has)
+    mine = f[1] == np.uint64(stat_id)
+    other = mine & ~(has[3] | has[4] | has[7])
+    for kind in (3, 4, 7):
+        m = mine & has[kind]
+        values[owner[m]] = f[kind][m]
+        kinds[owner[m]] = kind
+    kinds[owner[other]] = np.where(kinds[owner[other]] == 0, 9, kinds[owner[other]])
+    return values, kinds

@@ -217,8 +217,9 @@ class Line:
     """One XLine as columns. Arrays have shape (n_events,).
 
     ``start_ps``/``dur_ps`` are absolute start and duration (int64 ps); ``name_id``
-    indexes the plane's ``event_names``. ``buf``/``ev_start``/``ev_end`` keep the raw
-    event bytes so stats are decoded only for the events that need them.
+    indexes the plane's ``event_names``. ``buf`` (the line's bytes) and ``ev_start``/
+    ``ev_end`` (int32 offsets of each event's payload in it) keep the raw events so stats
+    are decoded only for the events that need them.
     """
     id: int
     name: str
@@ -240,7 +241,7 @@ class Line:
     def event_proto(self, index: int):
         """The full ``XEvent`` message of one event (for reading all its stats)."""
         s, e = int(self.ev_start[index]), int(self.ev_end[index])
-        return XEvent.FromString(self.buf[s:e].tobytes())
+        return XEvent.FromString(bytes(self.buf[s:e]))
 
 
 @dataclass
@@ -301,18 +302,9 @@ class Plane:
         sid = self.stat_id(name)
         if sid is None or len(idx) == 0:
             return values, present, is_ref
-        owner, ss, se = wire.submessages(line.buf, line.ev_start[idx], line.ev_end[idx], _EV_STATS)
-        if len(owner) == 0:
-            return values, present, is_ref
-        has: Dict[int, np.ndarray] = {}
-        f = wire.scalar_fields(line.buf, ss, se, (_ST_METADATA, _ST_UINT64, _ST_INT64, _ST_REF), 7, has)
-        for kind in (_ST_UINT64, _ST_INT64, _ST_REF):
-            m = (f[_ST_METADATA] == sid) & has[kind]
-            values[owner[m]] = f[kind][m]
-            present[owner[m]] = True
-            if kind == _ST_REF:
-                is_ref[owner[m]] = True
-        return values, present, is_ref
+        values, kinds = wire.stat_ints(line.buf, line.ev_start[idx], line.ev_end[idx], sid)
+        present = (kinds == _ST_UINT64) | (kinds == _ST_INT64) | (kinds == _ST_REF)
+        return values, present, kinds == _ST_REF
 
     def stat_column(self, line: Line, idx: np.ndarray, name: str) -> List[object]:
         """Stat ``name`` of events ``idx`` as Python values (None where absent).
@@ -375,29 +367,30 @@ class Space:
         return sum(len(l) for p in self.planes for l in p.lines)
 
 
-def _decode_line(raw: bytes, path: str, plane_name: str, k: int) -> Line:
-    buf = wire.padded(raw)  # stays with the line: stats are decoded from it on demand
+def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
+    """Columns of one serialized XLine. ``raw``: its bytes (a memoryview slice of the file);
+    ``buf``: what stats are later decoded from (``raw`` itself for the C path, a slice of a
+    zero-padded copy of the file for the numpy path)."""
     try:
-        fields, ev_start, ev_end = wire.split_line(raw, _LINE_EVENTS, buf)
+        fields, ev_start, ev_end, name_id, offset, duration = wire.decode_events(raw, buf, _LINE_EVENTS)
     except wire.WireError as err:
         raise TraceReadError(path, f"line {k} of plane {plane_name!r} is corrupt: {err}") from None
-    base_ps = wire.as_int64(np.array([fields.get(_LINE_TS, 0)], dtype=np.uint64))[0] * 1000
-    n = len(ev_start)
-    if n:
-        cols = wire.scalar_fields(buf, ev_start, ev_end, (_EV_METADATA, _EV_OFFSET, _EV_DURATION), 3)
-        start = wire.as_int64(cols[_EV_OFFSET]) + base_ps
-        dur = np.maximum(wire.as_int64(cols[_EV_DURATION]), 0)  # a negative duration is corrupt: instant
-        name_id = wire.as_int64(cols[_EV_METADATA])
-    else:
-        start = dur = name_id = np.zeros(0, dtype=np.int64)
+    ts = fields.get(_LINE_TS, 0) % 2**64
+    ts = ts - 2**64 if ts >= 2**63 else ts  # int64, as the schema declares
+    base_ps = max(min(ts * 1000, 2**62), -2**62)  # a corrupt timestamp is clamped, never overflows
+    with np.errstate(over="ignore"):
+        start = offset + np.int64(base_ps)
+    dur = np.maximum(duration, 0)  # a negative duration is corrupt: an instant
 
     def text(f):
         v = fields.get(f, b"")
         return v.decode("utf-8", "replace") if isinstance(v, bytes) else ""
 
     line_id = int(wire.as_int64(np.array([fields.get(_LINE_ID, 0)], dtype=np.uint64))[0])
+    # Offsets into one line fit in 32 bits (a trace is < 2 GiB): half the memory of int64.
     return Line(id=line_id, name=text(_LINE_NAME), display_name=text(_LINE_DISPLAY_NAME), start_ps=start,
-                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start, ev_end=ev_end)
+                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start.astype(np.int32),
+                ev_end=ev_end.astype(np.int32))
 
 
 def to_space(space_proto, path: str, plane_filter=None) -> Space:
@@ -414,7 +407,8 @@ def to_space(space_proto, path: str, plane_filter=None) -> Space:
         lines = []
         for k in range(len(p.lines)):  # one line's bytes at a time: bounded extra memory
             raw = p.lines[k]
-            lines.append(_decode_line(raw if isinstance(raw, bytes) else raw.SerializeToString(), path, p.name, k))
+            raw = raw if isinstance(raw, bytes) else raw.SerializeToString()
+            lines.append(_decode_line(raw, raw if wire.FAST else wire.padded(raw), path, p.name, k))
             del raw
         planes.append(Plane(id=p.id, name=p.name, lines=lines, event_names=event_names,
                             stat_names=stat_names, proto=_without_lines(p)))
@@ -437,12 +431,85 @@ def _without_lines(plane):
     return slim
 
 
+def _fields(data, start: int, end: int, path: str, what: str):
+    """Top-level fields of the message in ``data[start:end]``: (field, wire type, value
+    start, value end, field start). Used for the few fields of XSpace and XPlane; the
+    millions of events go through ``wire``. Raises TraceReadError when malformed."""
+    out = []
+    pos = start
+    try:
+        while pos < end:
+            fstart = pos
+            key, pos = wire._varint_py(data, pos)
+            field, wt = key >> 3, key & 7
+            if wt == 0:
+                vstart = pos
+                _, pos = wire._varint_py(data, pos)
+            elif wt == 2:
+                length, vstart = wire._varint_py(data, pos)
+                pos = vstart + length
+            elif wt == 1:
+                vstart, pos = pos, pos + 8
+            elif wt == 5:
+                vstart, pos = pos, pos + 4
+            else:
+                raise wire.WireError(f"invalid wire type {wt} at byte {fstart}")
+            if pos > end:
+                raise wire.WireError(f"a field runs {pos - end} bytes past the end")
+            out.append((field, wt, vstart, pos, fstart))
+    except (wire.WireError, IndexError) as err:
+        detail = str(err) if isinstance(err, wire.WireError) else "message ends inside a field"
+        raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt "
+                                   f"({len(data)} bytes; {what}: {detail})") from None
+    return out
+
+
 def read_space(path: str, opener=open, plane_filter=None) -> Space:
-    """Read and convert one ``.xplane.pb`` file. Raises TraceReadError (one line, names the file)."""
+    """Read and convert one ``.xplane.pb`` file. Raises TraceReadError (one line, names the file).
+
+    The file's bytes are kept and every line decodes from a slice of them (no copy):
+    peak memory is the file plus the event columns (~32 bytes per event). Plane metadata
+    (names, stats) is parsed by protobuf from the plane's non-line fields.
+    """
     data = read_bytes(path, opener)
-    proto = parse_xspace(data, path, lazy=True)
-    del data
-    return to_space(proto, path, plane_filter)
+    view = memoryview(data)
+    padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
+    hostnames, errors, warnings, plane_ranges = [], [], [], []
+    for field, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
+        if wt != 2:
+            continue
+        if field == 1:
+            plane_ranges.append((vs, ve))
+        elif field in (2, 3, 4):
+            text = bytes(view[vs:ve]).decode("utf-8", "replace")
+            (errors, warnings, hostnames)[field - 2].append(text)
+    if not plane_ranges:
+        raise TraceReadError(path, "not an XSpace trace: it holds no planes")
+    planes = []
+    for k, (ps, pe) in enumerate(plane_ranges):
+        meta, lines = [], []
+        for field, wt, vs, ve, fs in _fields(data, ps, pe, path, f"plane {k}"):
+            if field == 3 and wt == 2:
+                lines.append((vs, ve))
+            else:
+                meta.append(view[fs:ve])
+        try:
+            proto = XPlane.FromString(b"".join(meta))
+        except (DecodeError, RuntimeError, ValueError) as err:
+            raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt (plane {k}: "
+                                       f"{str(err).splitlines()[0] if str(err) else 'decode error'})") from None
+        if plane_filter is not None and not plane_filter(proto.name):
+            continue
+        decoded = []
+        for j, (ls, le) in enumerate(lines):
+            buf = view[ls:le] if padded is None else padded[ls:le + wire.PAD]
+            decoded.append(_decode_line(view[ls:le], buf, path, proto.name, j))
+        planes.append(Plane(id=proto.id, name=proto.name, lines=decoded,
+                            event_names={i: v.name or v.display_name for i, v in proto.event_metadata.items()},
+                            stat_names={i: v.name for i, v in proto.stat_metadata.items()}, proto=proto))
+    if not any(p.name for p in planes) and plane_filter is None:
+        raise TraceReadError(path, "not an XSpace trace: its planes have no names")
+    return Space(path=str(path), planes=planes, hostnames=hostnames, errors=errors, warnings=warnings)
 
 
 def host_name_from_file(filename: str) -> str:
