@@ -41,7 +41,7 @@ setup(
         "beam": ["apache-beam>=2.50"],
         "remote": ["s3fs", "gcsfs"],
         "test": ["pytest>=7", "pytest-timeout", "hypothesis>=6", "playwright>=1.40",
-                 "tensorflow>=2.12", "tf-keras", "moto[server]>=5", "s3fs"],
+                 "tensorflow>=2.12", "tf-keras", "moto[server]>=5", "s3fs", "apache-beam>=2.50"],
     },
     entry_points={
         "console_scripts": ["tfbneck = tfbneck_plugin.cli:main"],
