@@ -130,3 +130,14 @@ def test_empty_device_plane_with_kernel_launches_is_unknown(tmp_path):
     assert r["bottleneck"] == "unknown" and r["cause"] == "device_trace_missing"
     assert any("launched 60 kernels" in e and "not recorded" in e for e in r["evidence"])
     assert "input" not in r["cause"]
+
+
+def test_a_corrupt_host_file_does_not_hide_the_other_hosts(tmp_path):
+    gpu_space(kernels=[(0.0, 8.0)]).write(session_path(tmp_path, host="worker-0"))
+    bad = session_path(tmp_path, host="worker-1")
+    with open(bad, "wb") as f:
+        f.write(b"\x0a\xff\xff\xff\x7f")
+    r = analyze_one(tmp_path)
+    assert r["status"] == "ok" and r["hosts"] == ["worker-0", "worker-1"]
+    assert len(r["warnings"]) == 1 and bad in r["warnings"][0]
+    assert r["breakdown_pct"]["device_compute"] == pytest.approx(80.0, abs=0.1)

@@ -15,7 +15,7 @@ from . import __version__
 from . import breakdown, devices as devmod, host as hostmod, steps as stepsmod, sysmetrics, tfdata, timeline
 from .logdir import Session, open_any
 from .verdict import decide
-from .xspace import Space, TraceReadError, read_space
+from .xspace import Space, TraceReadError, host_name_from_file, read_space
 
 _MS = 1e9  # ps per ms
 
@@ -303,23 +303,30 @@ def analyze_session(session: Session, opener=None) -> Dict:
             system = sysmetrics.summarize(sysmetrics.read_sidecar(session.sidecar, opener))
         except sysmetrics.SidecarError as err:
             sidecar_problem = str(err)
-    hosts = []
+    hosts, failures = [], []
     for f in session.files:
         try:
             space = read_space(f, opener)
-        except TraceReadError as err:
-            return _error(session, str(err))
-        except MemoryError:
-            return _error(session, f"{f}: out of memory while reading the trace")
-        try:
             h = analyze_space(space, system)
+            del space
+        except TraceReadError as err:
+            failures.append(str(err))
+            continue
+        except MemoryError:
+            failures.append(f"{f}: out of memory while reading the trace")
+            continue
         except Exception as err:  # an analysis bug must not take down a batch run
-            return _error(session, f"{f}: analysis failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
-        h["host"] = os.path.basename(f).split(".xplane.pb")[0]
+            first = str(err).splitlines()[0] if str(err) else ""
+            failures.append(f"{f}: analysis failed ({type(err).__name__}: {first})")
+            continue
+        h["host"] = host_name_from_file(f)
         hosts.append(h)
-        del space
+    if not hosts:
+        return _error(session, failures[0])
     report = dict(base)
     report["status"] = "ok"
+    if failures:  # other hosts of the session are still reported
+        report["warnings"] = list(failures)
     primary = _slowest(hosts)
     report.update({k: v for k, v in primary.items() if k != "host"})
     if system is not None:
@@ -343,6 +350,14 @@ def _slowest(hosts: List[Dict]) -> Dict:
     return max(hosts, key=key)
 
 
+#: Modified z-score above which a host's step time is an outlier (Iglewicz & Hoaglin,
+#: "How to Detect and Handle Outliers", 1993: 0.6745 (x - median) / MAD > 3.5).
+STRAGGLER_Z = 3.5
+#: With two hosts there is no robust spread: the slower one straggles when it is 20 %
+#: slower (our choice).
+STRAGGLER_RATIO_OF_TWO = 1.2
+
+
 def _straggler_evidence(hosts: List[Dict]) -> List[str]:
     times = np.array([((h["steps"] or {}).get("step_time_ms") or {}).get("mean") or 0.0 for h in hosts])
     if len(times) < 2 or times.max() <= 0:
@@ -351,9 +366,8 @@ def _straggler_evidence(hosts: List[Dict]) -> List[str]:
     mad = float(np.median(np.abs(times - med))) or 1e-9
     out = []
     for h, t in zip(hosts, times):
-        # A robust z-score above 3.5 marks an outlier (Iglewicz & Hoaglin, 1993).
         z = 0.6745 * (t - med) / mad
-        if z > 3.5 or (len(times) == 2 and t > 1.2 * min(times)):
+        if z > STRAGGLER_Z or (len(times) == 2 and t > STRAGGLER_RATIO_OF_TWO * min(times)):
             out.append(f"Host {h['host']} is a straggler: {t:.1f} ms per step against a median of {med:.1f} ms.")
     return out
 
