@@ -1,0 +1,533 @@
+"""BottleneckProfiler: schedules, argument checks, and real ``fit`` runs (issue 3).
+
+The ``fit`` scenarios run in fresh interpreters (``tests/callback_jobs/jobs.py``): the
+profiler is one per process, and tf-keras must be chosen before TensorFlow is imported.
+Each scenario runs once per module (fixture ``job``); the tests then read what it wrote:
+traces (with this package's XSpace schema), sidecars, skipped records, the analyzer's
+report and event files.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tfbneck_plugin import schedule as sched
+from tfbneck_plugin import xspace
+from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.logdir import SIDECAR_NAME, SKIPPED_NAME, find_sessions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOBS = os.path.join(HERE, "callback_jobs", "jobs.py")
+TFBNECK = [sys.executable, "-m", "tfbneck_plugin.cli"]
+MARKERS = "step_markers ('train')"
+FLAVOURS = {"keras3": {}, "tf_keras": {"TF_USE_LEGACY_KERAS": "1"}}  # env of the job
+
+
+# ----------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------
+
+def _run_job(scenario, out, env_extra=None, timeout=300):
+    env = dict(os.environ)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop("TF_DISABLE_PROFILING", None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, JOBS, scenario, str(out)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"job {scenario} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    result["_stderr"] = proc.stderr
+    result["_tfbneck_lines"] = [l for l in proc.stderr.splitlines() if l.startswith("tfbneck: ")]
+    return result
+
+
+_CACHE = {}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """job(scenario, **env) -> result dict; each (scenario, env) runs once per module."""
+    def get(scenario, **env):
+        key = (scenario, tuple(sorted(env.items())))
+        if key not in _CACHE:
+            out = tmp_path_factory.mktemp(scenario + "".join(f"-{k}" for k in env))
+            _CACHE[key] = _run_job(scenario, out, env)
+        return _CACHE[key]
+    return get
+
+
+def _stat(stat, names):
+    kind = stat.WhichOneof("value")
+    if kind == "ref_value":
+        return names.get(stat.ref_value)
+    return getattr(stat, kind) if kind else None
+
+
+def trace_info(session_dir):
+    """Root step markers (name, step_num, abs start ns, abs end ns) and the profile's
+    start/stop times (unix ns), read with the package's XSpace schema."""
+    path = [os.path.join(session_dir, f) for f in os.listdir(session_dir) if f.endswith(".xplane.pb")]
+    assert len(path) == 1, os.listdir(session_dir)
+    space = xspace.XSpace.FromString(xspace.read_bytes(path[0]))
+    env = {}
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if plane.name == "Task Environment":
+            env = {names.get(s.metadata_id): _stat(s, names) for s in plane.stats}
+    start = int(env["profile_start_time"])
+    markers = []
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                md = plane.event_metadata[ev.metadata_id]
+                stats = {names.get(s.metadata_id): _stat(s, names) for s in list(md.stats) + list(ev.stats)}
+                if "_r" in stats and "step_num" in stats:
+                    t0 = start + line.timestamp_ns + ev.offset_ps // 1000
+                    markers.append((md.name, int(stats["step_num"]), t0, t0 + ev.duration_ps // 1000))
+    markers.sort(key=lambda m: m[2])
+    return {"markers": markers, "start_ns": start, "stop_ns": int(env["profile_stop_time"])}
+
+
+def marker_steps(session_dir, name="train"):
+    """step_num of the root markers called ``name``, in time order."""
+    return [m[1] for m in trace_info(session_dir)["markers"] if m[0] == name]
+
+
+def analyze_dir(session_dir):
+    sessions = find_sessions(session_dir).sessions
+    assert len(sessions) == 1
+    return analyze_session(sessions[0])
+
+
+def cli_json(log_dir):
+    proc = subprocess.run(TFBNECK + ["analyze", str(log_dir), "--format", "json"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def session_dirs(log_dir):
+    root = os.path.join(log_dir, "plugins", "profile")
+    return sorted(os.path.join(root, d) for d in os.listdir(root)) if os.path.isdir(root) else []
+
+
+# ----------------------------------------------------------------------------------------
+# Schedules (pure Python)
+# ----------------------------------------------------------------------------------------
+
+def test_package_import_and_schedules_do_not_import_tensorflow():
+    code = ("import sys, tfbneck_plugin; s = tfbneck_plugin.profile_steps((3, 5), every=100, length=5); "
+            "from tfbneck_plugin import cli, analyze; assert 'tensorflow' not in sys.modules, 'tf imported'; "
+            "print(s.describe())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "steps 3-5, then 5 steps every 100 from step 100"
+
+
+@pytest.mark.parametrize("spec, phrase", [
+    ((0, 3), "counted from 1"),
+    ((-2, 4), "counted from 1"),
+    ((5, 3), "pass (3, 5)"),
+    ((3.0, 5), "whole numbers"),
+    ((True, 5), "whole numbers"),
+    ((3, 5, 7), "pair (START, STOP)"),
+    ("a,b", "'START,STOP'"),
+    ([(3, 8), (5, 10)], "overlap; merge them into (3, 10)"),
+    ((1, 500), "above max_window_steps=100"),
+    (None, "pass a window such as (10, 14)"),
+])
+def test_invalid_step_specs_are_rejected_with_what_to_pass(spec, phrase):
+    with pytest.raises(ValueError) as err:
+        sched.as_schedule(spec)
+    assert phrase in str(err.value)
+
+
+def test_zero_start_message_says_stock_callback_never_profiles():
+    with pytest.raises(ValueError) as err:
+        sched.as_schedule((0, 3))
+    msg = str(err.value)
+    assert "never profiles" in msg and "(1, 3)" in msg and "(10, 14)" in msg
+
+
+@pytest.mark.parametrize("kwargs, phrase", [
+    (dict(every=0), "positive int"),
+    (dict(every=5, length=6), "would overlap"),
+    (dict(every=10, length=0), "positive int"),
+    (dict(every=10, start=0), "counted from 1"),
+    (dict(every=10, count=0), "positive int"),
+    (dict(start=5), "only applies to a periodic schedule"),
+    (dict(), "nothing to profile"),
+    (dict(every=1000, length=200), "max_window_steps"),
+])
+def test_invalid_periodic_schedules(kwargs, phrase):
+    with pytest.raises(ValueError) as err:
+        sched.profile_steps(**kwargs)
+    assert phrase in str(err.value)
+
+
+def test_schedule_windows_and_queries():
+    s = sched.profile_steps((3, 5), (8, 10))
+    assert list(s.iter_windows()) == [(3, 5), (8, 10)]
+    assert s.window_for(1, 2) is None and s.next_start(0) == 3
+    assert s.window_for(1, 4) == (3, 5)           # an execution of batches 1-4 touches 3-5
+    assert s.window_for(4, 4) == (4, 5)           # clipped to what is left
+    assert s.next_start(5) == 8 and s.next_start(10) is None
+    p = sched.profile_steps(every=6, length=2, start=4)
+    assert list(p.iter_windows(limit=4)) == [(4, 5), (10, 11), (16, 17), (22, 23)]
+    assert p.window_for(6, 9) is None and p.next_start(5) == 10 and p.window_for(11, 11) == (11, 11)
+    c = sched.profile_steps(every=10, length=3, start=10, count=2)
+    assert list(c.iter_windows()) == [(10, 12), (20, 22)] and c.next_start(22) is None
+    mixed = sched.profile_steps((3, 4), every=100, length=5)
+    assert list(mixed.iter_windows(limit=3)) == [(3, 4), (100, 104), (200, 204)]
+    assert sched.as_schedule(7).windows == ((7, 7),)
+    assert sched.as_schedule("10,14").windows == ((10, 14),)
+    assert sched.as_schedule([(20, 22), (3, 5)]).windows == ((3, 5), (20, 22))
+    assert sched.as_schedule([3, 5]).windows == ((3, 5),)  # a list pair is a range, as in Keras
+    assert sched.as_schedule(((3, 5), (8, 9))).windows == ((3, 5), (8, 9))
+
+
+def test_schedule_warnings():
+    assert sched.warnings_for(sched.as_schedule((3, 5))) == []
+    assert sched.warnings_for(sched.as_schedule(sched.DEFAULT_WINDOW)) == []
+    warm = sched.warnings_for(sched.as_schedule((1, 3)))
+    assert len(warm) == 1 and "step 1 traces and compiles the tf.function" in warm[0]
+    long = sched.warnings_for(sched.as_schedule((10, 40)))
+    assert len(long) == 1 and "31 steps is long" in long[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Constructor (imports TensorFlow in this process; starts no profiler)
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_constructor_rejects_invalid_arguments(tmp_path):
+    from tfbneck_plugin import BottleneckProfiler
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    cases = [
+        (dict(log_dir=None), "pass a folder path"),
+        (dict(log_dir=""), "pass a folder path"),
+        (dict(log_dir="gs://bucket/logs"), "local (or mounted) folder"),
+        (dict(log_dir=str(a_file)), "is a file"),
+        (dict(profile_steps=(0, 3)), "never profiles"),
+        (dict(profile_steps=(10, 200)), "max_window_steps=100"),
+        (dict(profile_steps=(10, 200), max_window_steps=0), "positive int"),
+        (dict(sample_interval_s=0), "between 0.01 and 10"),
+        (dict(analyze="yes"), "'thread'"),
+        (dict(analysis_timeout_s=-1), "positive number"),
+        (dict(profiler_options={"host_level": 2}), "unknown key"),
+        (dict(verbose=3), "pass 1"),
+    ]
+    for kwargs, phrase in cases:
+        kwargs.setdefault("log_dir", str(tmp_path / "logs"))
+        with pytest.raises(ValueError) as err:
+            BottleneckProfiler(**kwargs)
+        assert phrase in str(err.value), (kwargs, str(err.value))
+    cb = BottleneckProfiler(tmp_path / "logs", profile_steps=(10, 200), max_window_steps=200,
+                            profiler_options={"host_tracer_level": 3})
+    assert cb.schedule.windows == ((10, 200),)
+    assert not (tmp_path / "logs").exists(), "construction must not touch the disk"
+
+
+@pytest.mark.tf
+def test_constructor_warns_once_about_warmup_and_long_windows(tmp_path):
+    import logging
+    from tfbneck_plugin import BottleneckProfiler
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("tfbneck").addHandler(handler)
+    try:
+        BottleneckProfiler(tmp_path, profile_steps=(3, 5))
+        assert not records
+        BottleneckProfiler(tmp_path, profile_steps=[(1, 2), (10, 40)])
+        texts = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+        assert len(texts) == 2 and "warm-up" in texts[0] and "31 steps is long" in texts[1]
+    finally:
+        logging.getLogger("tfbneck").removeHandler(handler)
+
+
+# ----------------------------------------------------------------------------------------
+# Acceptance 1: exact steps 3, 4, 5 in Keras 3 and tf-keras
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_fit_profiles_exactly_steps_3_to_5(job, flavour):
+    r = job("basic", **FLAVOURS[flavour])
+    assert r["keras"] == flavour
+    (w,) = r["windows"]
+    assert w["status"] == "profiled" and w["markers"] == [[3, 3], [4, 4], [5, 5]] and w["closed_by"] == "completed"
+    log_dir = os.path.dirname(os.path.dirname(os.path.dirname(w["session_dir"])))
+    assert session_dirs(log_dir) == [w["session_dir"]], "one session"
+    assert os.path.basename(w["session_dir"]).endswith("_steps3-5")
+    assert not os.path.exists(os.path.join(log_dir, ".tfbneck-staging")), "staging cleaned up"
+
+    # The trace holds exactly the callback's three root markers, nothing else with _r.
+    info = trace_info(w["session_dir"])
+    assert [(m[0], m[1]) for m in info["markers"]] == [("train", 3), ("train", 4), ("train", 5)]
+    assert all(info["start_ns"] <= m[2] < m[3] <= info["stop_ns"] for m in info["markers"])
+    if flavour == "tf_keras":
+        assert r["marker_filter_removed"], "tf-keras' Trace must be restored after the window"
+    assert r["no_per_batch_sync"], "the callback makes Keras sync logs at every batch"
+
+    # The sidecar brackets the profiling session and has samples inside the steps.
+    with open(os.path.join(w["session_dir"], SIDECAR_NAME)) as f:
+        side = json.load(f)
+    assert side["format"] == "tfbneck.system_metrics" and side["sampler_error"] is None
+    assert side["start_unix_ns"] <= info["start_ns"] and side["end_unix_ns"] >= info["stop_ns"]
+    first, last = info["markers"][0][2], info["markers"][-1][3]
+    inside = [s for s in side["samples"] if first <= s["t_unix_ns"] <= last]
+    assert inside, "no system sample between the first and last step marker"
+    s = inside[0]
+    assert len(s["cpu_pct"]) == side["cpu_count"] and all(0 <= c <= 100 for c in s["cpu_pct"])
+    assert {"proc_cpu_pct", "mem_used_pct", "disk_read_Bps", "net_recv_Bps", "gpus"} <= set(s)
+    assert side["window"]["profiled_steps"] == [3, 5] and side["window"]["requested_steps"] == [[3, 5]]
+
+    # tfbneck analyze reports those steps, found through the callback's markers.
+    code, report, err = cli_json(log_dir)
+    assert code == 0, err
+    (sess,) = report["sessions"]
+    assert sess["status"] == "ok" and sess["step_source"] == MARKERS
+    assert [i["step"] for i in sess["steps"]["items"]] == [3, 4, 5]
+    assert sess["system_metrics"]["samples"] >= 1
+
+    # XProf's own input-pipeline analysis finds the same steps in that file.
+    assert r["xprof"]["rows"] == ["train 3", "train 4", "train 5"]
+    assert "No step time measured" not in r["xprof"]["input_conclusion"]
+
+    # Background analysis: one verdict line, and scalars at the window's last step.
+    verdicts = [l for l in r["_tfbneck_lines"] if l.startswith("tfbneck: steps 3-5: ")]
+    assert len(verdicts) == 1 and w["session_dir"] in verdicts[0]
+    assert w["step_source"] == MARKERS and w["bottleneck"] == sess["bottleneck"]
+    sc = r["scalars"]
+    assert sc["bottleneck/input_pct"][0][0] == 5
+    assert sc["bottleneck/input_pct"][0][1] == pytest.approx(sess["breakdown_pct"]["input"], abs=0.01)
+    assert sc["bottleneck/step_time_ms"][0][1] == pytest.approx(sess["steps"]["step_time_ms"]["mean"], rel=1e-4)
+    assert sc[f"bottleneck/is_{sess['bottleneck']}"][0][1] == 1.0
+    assert len(r["_tfbneck_lines"]) == 1, r["_tfbneck_lines"]
+
+
+# ----------------------------------------------------------------------------------------
+# Acceptance 2: steps_per_execution, two ranges, periodic
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_steps_per_execution_windows_are_counted_in_batches(job, flavour):
+    r = job("schedules", **FLAVOURS[flavour])
+    assert r["keras"] == flavour
+    a, b = r["spe4"]
+    # (5, 8) is exactly the second execution; (14, 15) lies in the fourth (13-16).
+    assert a["markers"] == [[5, 8]] and a["steps"] == [5, 8]
+    assert b["markers"] == [[13, 16]] and b["steps"] == [13, 16] and b["requested"] == [[14, 15]]
+    assert marker_steps(a["session_dir"]) == [5] and marker_steps(b["session_dir"]) == [13]
+    for w in (a, b):
+        rep = analyze_dir(w["session_dir"])
+        assert rep["status"] == "ok" and rep["step_source"] == MARKERS
+        assert rep["steps"]["batches_per_step"] == 4
+    # (3, 5) straddles executions 1-4 and 5-8: both are recorded, one marker each.
+    (c,) = r["spe4_inside"]
+    assert c["requested"] == [[3, 5]] and c["markers"] == [[1, 4], [5, 8]]
+    assert marker_steps(c["session_dir"]) == [1, 5]
+    assert os.path.basename(c["session_dir"]).endswith("_steps1-8")
+    # (3, 5) and (6, 8) share those executions: one session, covering both requests.
+    (d,) = r["spe4_merged"]
+    assert d["requested"] == [[3, 5], [6, 8]] and d["markers"] == [[1, 4], [5, 8]]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_two_ranges_make_two_sessions(job, flavour):
+    r = job("schedules", **FLAVOURS[flavour])
+    a, b = r["ranges"]
+    assert marker_steps(a["session_dir"]) == [3, 4] and marker_steps(b["session_dir"]) == [8, 9, 10]
+    assert a["session_dir"] != b["session_dir"]
+    assert [analyze_dir(w["session_dir"])["step_source"] for w in (a, b)] == [MARKERS, MARKERS]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_periodic_schedule_across_epochs_and_validation(job, flavour):
+    r = job("schedules", **FLAVOURS[flavour])
+    wins = r["periodic"]
+    assert [w["markers"] for w in wins] == [[[4, 4], [5, 5]], [[10, 10], [11, 11]], [[16, 16], [17, 17]]]
+    assert [marker_steps(w["session_dir"]) for w in wins] == [[4, 5], [10, 11], [16, 17]]
+    # Validation ran inside the window 10-11 (tf-keras marks its steps "test"): the
+    # analyzer still reports the training steps.
+    rep = analyze_dir(wins[1]["session_dir"])
+    assert rep["step_source"] == MARKERS and [i["step"] for i in rep["steps"]["items"]] == [10, 11]
+    log_dir = os.path.dirname(os.path.dirname(os.path.dirname(wins[0]["session_dir"])))
+    assert len(session_dirs(log_dir)) == 3
+
+
+# ----------------------------------------------------------------------------------------
+# Acceptance 3: MirroredStrategy, custom tf.function loop, train_on_batch loop
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+@pytest.mark.parametrize("which", ["mirrored", "custom", "on_batch"])
+def test_distributed_and_custom_loops_make_analysable_sessions(job, which):
+    r = job("distributed")
+    assert r["replicas"] == 2
+    (w,) = r[which]
+    assert w["status"] == "profiled" and w["markers"] == [[3, 3], [4, 4], [5, 5]]
+    assert marker_steps(w["session_dir"]) == [3, 4, 5]
+    rep = analyze_dir(w["session_dir"])
+    assert rep["status"] == "ok" and rep["step_source"] == MARKERS
+    assert [i["step"] for i in rep["steps"]["items"]] == [3, 4, 5]
+    assert rep["bottleneck"] in ("cpu", "device", "io", "network")
+    assert w["step_source"] == MARKERS  # the background analysis agrees
+
+
+# ----------------------------------------------------------------------------------------
+# Acceptance 4: another profiler running; profiling disabled
+# ----------------------------------------------------------------------------------------
+
+def _check_skipped(r, phrase):
+    (w,) = r["windows"]
+    assert r["losses_with"] == r["losses_without"], "the callback changed training"
+    assert w["status"] == "skipped" and phrase in w["reason"] and w["markers"] == []
+    with open(os.path.join(w["session_dir"], SKIPPED_NAME)) as f:
+        assert phrase in json.load(f)["reason"]
+    log_dir = os.path.dirname(os.path.dirname(os.path.dirname(w["session_dir"])))
+    code, report, err = cli_json(log_dir)
+    (sess,) = report["sessions"]
+    assert code == 1 and sess["status"] == "error" and phrase in sess["error"] and phrase in sess["skipped"]
+    assert phrase in err
+    lines = [l for l in r["_tfbneck_lines"] if "not profiled" in l]
+    assert len(lines) == 1 and phrase in lines[0] and "Training continues" in lines[0]
+    assert len(r["_tfbneck_lines"]) == 1, r["_tfbneck_lines"]
+
+
+@pytest.mark.tf
+def test_another_profiler_running_is_left_alone(job):
+    r = job("other_profiler")
+    _check_skipped(r, "another profiler session was already running")
+    assert r["theirs_still_running"], "the callback stopped a profiler it did not start"
+    other = session_dirs(r["other_dir"])
+    assert len(other) == 1 and any(f.endswith(".xplane.pb") for f in os.listdir(other[0]))
+
+
+@pytest.mark.tf
+def test_tf_disable_profiling_skips_with_reason(job):
+    r = job("disabled", TF_DISABLE_PROFILING="1")
+    _check_skipped(r, "TF_DISABLE_PROFILING=1")
+    assert r["profiler_state_clean"], "TensorFlow's profiler state was left dirty"
+
+
+# ----------------------------------------------------------------------------------------
+# Never hurts training: unwritable log_dir, end inside a window, failing sampler
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_unwritable_log_dir_warns_once_and_training_is_unchanged(job):
+    r = job("robustness")
+    assert r["losses_unwritable"] == r["losses_without"]
+    (w,) = r["unwritable"]
+    assert w["status"] == "skipped" and "not writable" in w["reason"] and w["session_dir"] is None
+    lines = [l for l in r["_tfbneck_lines"] if "a_file" in l]
+    assert len(lines) == 1 and "not writable" in lines[0] and "training continues" in lines[0]
+
+
+@pytest.mark.tf
+def test_training_ending_inside_a_window_saves_the_steps_recorded(job):
+    r = job("robustness")
+    (w,) = r["ended_inside"]
+    assert w["closed_by"] == "training_ended" and w["markers"] == [[6, 6], [7, 7], [8, 8]]
+    assert marker_steps(w["session_dir"]) == [6, 7, 8]
+    assert analyze_dir(w["session_dir"])["step_source"] == MARKERS
+    lines = [l for l in r["_tfbneck_lines"] if "ended inside the window" in l]
+    assert len(lines) == 1 and "6-12 after step 8" in lines[0]
+
+
+@pytest.mark.tf
+def test_sampler_failure_keeps_the_trace_and_says_so(job):
+    r = job("robustness")
+    assert len(r["losses_sampler"]) == 1  # fit completed
+    (w,) = r["sampler"]
+    assert w["status"] == "profiled" and marker_steps(w["session_dir"]) == [3, 4, 5]
+    with open(os.path.join(w["session_dir"], SIDECAR_NAME)) as f:
+        side = json.load(f)
+    assert "injected sampler failure" in side["sampler_error"] and side["samples"] == []
+    assert analyze_dir(w["session_dir"])["status"] == "ok"
+    lines = [l for l in r["_tfbneck_lines"] if "sampler failed" in l]
+    assert len(lines) == 1 and "injected sampler failure" in lines[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Acceptance 5: CPU-bound vs sleep-bound input, told apart by the sidecar
+# ----------------------------------------------------------------------------------------
+
+def _without_sidecar(session_dir, tmp_path):
+    dst = tmp_path / "trace_only" / "plugins" / "profile" / os.path.basename(session_dir)
+    shutil.copytree(session_dir, dst)
+    os.unlink(dst / SIDECAR_NAME)
+    return analyze_dir(str(dst))
+
+
+@pytest.mark.tf
+def test_sidecar_tells_cpu_bound_from_io_bound_input(job, tmp_path):
+    r = job("cpu_vs_io")
+    (cpu,), (slp,) = r["cpu"], r["sleep"]
+    rc, rs = analyze_dir(cpu["session_dir"]), analyze_dir(slp["session_dir"])
+    for rep in (rc, rs):
+        assert rep["step_source"] == MARKERS and rep["breakdown_pct"]["input"] >= 20
+    for name, rep in (("sleep", rs), ("cpu", rc)):
+        if rep["cause"] == "cpu_contention":  # the job already retried twice on a busy host
+            pytest.skip(f"other processes kept the host busy ({rep['system_metrics']['cpu_mean_pct']}% CPU) while "
+                        f"the {name} pipeline ran, in {r[name + '_attempts']} attempts: cannot judge it")
+    assert (rc["bottleneck"], rc["cause"]) == ("cpu", "input_preprocessing")
+    assert (rs["bottleneck"], rs["cause"]) == ("io", "file_read")
+    # What tells them apart: the process computes in one case and waits in the other.
+    assert rc["system_metrics"]["proc_cpu_cores"] > rs["system_metrics"]["proc_cpu_cores"] + 0.5
+    # The trace alone (same sessions without the sidecar) cannot tell them apart.
+    tc, ts = _without_sidecar(cpu["session_dir"], tmp_path / "c"), _without_sidecar(slp["session_dir"], tmp_path / "s")
+    assert tc["bottleneck"] == ts["bottleneck"] == "cpu"
+    assert any("cannot tell computing from waiting" in e for e in ts["evidence"])
+    assert cpu["bottleneck"] == "cpu" and slp["bottleneck"] == "io"  # the callback's own verdict lines
+
+
+@pytest.mark.tf
+def test_single_threaded_python_input_is_cpu_bound(job):
+    r = job("cpu_vs_io")
+    (gil,) = r["gil"]
+    rep = analyze_dir(gil["session_dir"])
+    assert rep["bottleneck"] == "cpu"
+    if rep["cause"] == "cpu_contention":  # the job already retried twice on a busy host
+        pytest.skip(f"other processes kept the host busy ({rep['system_metrics']['cpu_mean_pct']}% CPU) in "
+                    f"{r['gil_attempts']} attempts: this process got {rep['system_metrics']['proc_cpu_cores']} cores")
+    # One thread computing under the GIL: the kernel may spread it over the cores (no core
+    # reads saturated), but the process keeps about one core busy while the step waits.
+    from tfbneck_plugin.sysmetrics import BUSY_PROCESS_CORES
+    assert rep["system_metrics"]["proc_cpu_cores"] >= BUSY_PROCESS_CORES
+    assert (rep["bottleneck"], rep["cause"]) == ("cpu", "input_preprocessing")
+    assert gil["bottleneck"] == "cpu"
+
+
+@pytest.mark.tf
+def test_exception_inside_a_window_then_next_fit_saves_complete_steps(job):
+    r = job("robustness")
+    assert r["boom_raised"] and r["profiler_running_after_exception"]
+    (w,) = r["interrupted"]
+    # Step 4 was cut by the exception: only the complete step 3 is in the trace.
+    assert w["closed_by"] == "interrupted" and w["markers"] == [[3, 3]]
+    assert marker_steps(w["session_dir"]) == [3]
+    assert analyze_dir(w["session_dir"])["step_source"] == MARKERS
+    assert sum("ended inside a profiling window" in l for l in r["_tfbneck_lines"]) == 1
+
+
+@pytest.mark.tf
+def test_window_left_open_is_saved_at_interpreter_exit(job):
+    r = job("robustness")
+    (session,) = session_dirs(os.path.join(r["out"], "left_open"))
+    assert marker_steps(session) == [3, 4]
+    with open(os.path.join(session, SIDECAR_NAME)) as f:
+        assert json.load(f)["window"]["closed_by"] == "interpreter_exit"
