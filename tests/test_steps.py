@@ -66,3 +66,14 @@ def test_validation_markers_do_not_replace_training_steps(tmp_path):
     b.write(session_path(tmp_path))
     r = analyze_one(tmp_path)
     assert r["step_source"] == "step_markers ('train')" and r["steps"]["count"] == 3
+
+
+def test_nested_markers_of_one_step_count_once(tmp_path):
+    b = SpaceBuilder()
+    py = b.plane("/host:CPU").line("python")
+    for k in range(3):
+        py.event("train", k * 1000, 900, step_num=k, _r=1)            # the user's own marker
+        py.event("train", k * 1000 + 10, 880, step_num=k, _r=1)       # Keras' marker inside it
+    b.write(session_path(tmp_path))
+    r = analyze_one(tmp_path)
+    assert r["steps"]["count"] == 3 and r["steps"]["step_time_ms"]["mean"] == pytest.approx(0.9)

@@ -108,7 +108,14 @@ def _from_markers(view: HostView, found, source: str) -> Optional[Steps]:
         values, present = view.stat_ints(li, idx, "step_num")
         nums.append(np.where(present, values.view(np.int64), -1))
     starts, ends, nums = np.concatenate(starts), np.concatenate(ends), np.concatenate(nums)
-    order = np.argsort(starts)
+    # A marker inside another one (a user's own Trace('train') around Keras' marker) is
+    # the same step: keep the outermost.
+    order = np.lexsort((-ends, starts))
+    starts, ends, nums = starts[order], ends[order], nums[order]
+    outer = np.ones(len(starts), dtype=bool)
+    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    starts, ends, nums = starts[outer], ends[outer], nums[outer]
+    order = np.argsort(starts, kind="stable")
     # The training thread is the one holding most markers.
     view.training_line = max(sel, key=lambda x: len(x[1]))[0]
     steps = Steps(source=f"{source} ('{name}')", numbers=nums[order], starts=starts[order],
