@@ -164,7 +164,7 @@ def _device_evidence(view, devices: List[Dict], inp, origin: int, shared_clock_o
     for dur_ms, start_ps, dev in gaps:
         if dur_ms <= 0:
             continue
-        end_ps = start_ps + int(dur_ms * 1e9)
+        end_ps = min(start_ps + int(dur_ms * 1e9), 2 ** 63 - 1)  # ms rounding must not leave int64
         out.append(f"Longest idle gap on {dev}: {dur_ms:.2f} ms at {_ms(start_ps - origin):.2f} ms; meanwhile "
                    f"{_host_during(view, inp, start_ps, end_ps)}.")
     return out
@@ -289,6 +289,11 @@ def analyze_session(session: Session, opener=None) -> Dict:
     opener = opener or open_any
     base = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
             "path": session.path}
+    if session.incomplete:  # left in BottleneckProfiler's staging area: its files are partial
+        reason = (_skipped_reason(session.skipped, opener) if session.skipped else
+                  "the training process stopped inside this profiling window before its trace was saved; "
+                  "files left in this folder are partial. Delete the folder to dismiss this entry")
+        return {**_error(session, f"{session.path}: incomplete profiling window: {reason}"), "incomplete": reason}
     if session.skipped and not session.files:
         reason = _skipped_reason(session.skipped, opener)
         return {**_error(session, f"{session.path}: profiling window was skipped: {reason}"), "skipped": reason}
@@ -300,7 +305,11 @@ def analyze_session(session: Session, opener=None) -> Dict:
     sidecar_problem = None
     if session.sidecar:
         try:
-            system = sysmetrics.summarize(sysmetrics.read_sidecar(session.sidecar, opener))
+            raw = sysmetrics.read_sidecar(session.sidecar, opener)
+            system = sysmetrics.summarize(raw)
+            if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
+                sidecar_problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
+                                   f"({str(raw['sampler_error']).splitlines()[0]})")
         except sysmetrics.SidecarError as err:
             sidecar_problem = str(err)
     hosts, failures = [], []

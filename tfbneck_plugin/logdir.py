@@ -11,12 +11,21 @@ name is the path of ``<run>`` relative to the path given (``.`` for the path its
 TensorBoard names runs. All ``.xplane.pb`` files of one session folder (one per host) form
 one session.
 
+``BottleneckProfiler`` records each window in ``<log_dir>/.tfbneck-staging/<pid>-<n>-<id>/``
+and moves the finished session into ``plugins/profile/``. A folder left in the staging area
+by a process that is gone (killed or crashed inside the window) is reported as one session
+with ``incomplete=True`` (the analyzer gives it ``status: error``); the partial files in it
+are never read as a trace. While the process that owns it still runs on this host, the
+window is being recorded and is not listed.
+
 Errors: :class:`DiscoveryError` (one line) when the path does not exist or holds no
 session. Unreadable folders below it are reported in ``Discovery.problems`` and skipped.
 """
 from __future__ import annotations
 
+import json
 import os
+import socket
 import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -29,6 +38,8 @@ LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
 SIDECAR_NAME = "tfbneck_system_metrics.json"
 #: Written by BottleneckProfiler when it could not capture a window it was asked for.
 SKIPPED_NAME = "tfbneck_skipped.json"
+#: BottleneckProfiler's staging area (in its log_dir): one folder per window being recorded.
+STAGING_DIR = ".tfbneck-staging"
 
 
 class DiscoveryError(Exception):
@@ -40,7 +51,9 @@ class Session:
     """One profiling session: a folder ``<run>/plugins/profile/<name>/``.
 
     ``files``: the host traces (``.xplane.pb``), sorted by name; ``legacy_files``: old
-    per-tool files; ``run``: run path relative to the searched root.
+    per-tool files; ``run``: run path relative to the searched root. ``incomplete``: a
+    window left in BottleneckProfiler's staging area by a process that stopped inside it
+    (``skipped`` is then the record the callback wrote when the window opened, if any).
     """
     run: str
     name: str
@@ -49,6 +62,7 @@ class Session:
     legacy_files: List[str] = field(default_factory=list)
     sidecar: Optional[str] = None
     skipped: Optional[str] = None
+    incomplete: bool = False
 
     @property
     def hosts(self) -> List[str]:
@@ -90,6 +104,46 @@ def _session_from_dir(session_dir: str, run: str) -> Optional[Session]:
     return s
 
 
+def _staging_session(window_dir: str, run: str) -> Optional[Session]:
+    """A window folder in ``<log_dir>/.tfbneck-staging/``, as an incomplete session; None
+    while its process still runs on this host (the window is being recorded)."""
+    if _is_link(window_dir) or not os.path.isdir(window_dir):
+        return None
+    record = os.path.join(window_dir, SKIPPED_NAME)
+    record = record if os.path.isfile(record) else None
+    if _owner_alive(window_dir, record):
+        return None
+    return Session(run=run, name=os.path.basename(os.path.normpath(window_dir)), path=window_dir,
+                   skipped=record, incomplete=True)
+
+
+def _owner_alive(window_dir: str, record: Optional[str]) -> bool:
+    """Whether the process that opened this staging window (pid and host from its record,
+    else the pid its folder name starts with) is running on this host."""
+    host = pid = None
+    if record:
+        try:
+            with open(record, "rb") as f:
+                data = json.loads(f.read().decode("utf-8"))
+            host, pid = data.get("host"), data.get("pid")
+        except (OSError, ValueError, AttributeError):
+            pass
+    if pid is None:
+        head = os.path.basename(os.path.normpath(window_dir)).split("-", 1)[0]
+        pid = int(head) if head.isdigit() else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    if host is not None and host != socket.gethostname():
+        return False  # another machine's process: cannot tell, report the folder
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists (another user's process)
+        return True
+    return True
+
+
 def _relrun(root: str, run_dir: str) -> str:
     rel = os.path.relpath(run_dir, root)
     return "." if rel in (".", "") else rel.replace(os.sep, "/")
@@ -119,6 +173,11 @@ def find_sessions(path: str) -> Discovery:
                     name=os.path.basename(session_dir), path=session_dir, files=[path])
         return Discovery([s], problems)
 
+    # A staging window folder given directly.
+    if os.path.basename(os.path.dirname(os.path.abspath(path))) == STAGING_DIR:
+        s = _staging_session(path, os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(path)))) or ".")
+        return Discovery([s] if s else [], problems)
+
     # A session folder given directly.
     run_dir = _run_dir_of(path)
     if run_dir is not None:
@@ -132,6 +191,15 @@ def find_sessions(path: str) -> Discovery:
 
     for dirpath, dirnames, _files in os.walk(path, onerror=onerror, followlinks=False):
         dirnames.sort()
+        if os.path.basename(dirpath) == STAGING_DIR:
+            # Windows that never finished: one incomplete session each, partial files unread.
+            run = _relrun(path, os.path.dirname(dirpath))
+            for d in dirnames:
+                s = _staging_session(os.path.join(dirpath, d), run)
+                if s is not None:
+                    sessions.append(s)
+            dirnames[:] = []
+            continue
         if os.path.basename(dirpath) == "profile" and os.path.basename(os.path.dirname(dirpath)) == "plugins":
             run = _relrun(path, os.path.dirname(os.path.dirname(dirpath)))
             for d in list(dirnames):
@@ -210,7 +278,9 @@ def _find_remote(url: str) -> Discovery:
     # folder that holds plugins/, as for local paths.
     base = root
     parts = root.split("/")
-    if len(parts) >= 3 and parts[-3:-1] == ["plugins", "profile"] or \
+    if f"/{STAGING_DIR}/" in f"/{root}/":  # a staging window (or a file in it) given directly
+        base = root.split(f"/{STAGING_DIR}")[0].rsplit("/", 1)[0]
+    elif len(parts) >= 3 and parts[-3:-1] == ["plugins", "profile"] or \
             (len(parts) >= 4 and parts[-4:-2] == ["plugins", "profile"] and fs.isfile(root)):
         base = root.split("/plugins/profile/")[0].rsplit("/", 1)[0]
     names = set(files)
@@ -218,6 +288,15 @@ def _find_remote(url: str) -> Discovery:
     for f in sorted(files):
         session_dir, name = f.rsplit("/", 1)
         rel = session_dir[len(base):].strip("/").split("/") if session_dir.startswith(base) else []
+        if STAGING_DIR in rel:  # a window that never finished: one incomplete session, files unread
+            i = rel.index(STAGING_DIR)
+            if i + 1 < len(rel):
+                wdir = "/".join([base] + rel[:i + 2])
+                s = by_dir.setdefault(wdir, Session(run="/".join(rel[:i]) or ".", name=rel[i + 1],
+                                                    path=f"{scheme}://{wdir}", incomplete=True))
+                if len(rel) == i + 2 and name == SKIPPED_NAME:
+                    s.skipped = f"{scheme}://{f}"
+            continue
         if len(rel) < 3 or rel[-3:-1] != ["plugins", "profile"]:
             continue
         run = "/".join(rel[:-3]) or "."
@@ -232,6 +311,6 @@ def _find_remote(url: str) -> Discovery:
             s.sidecar = full
         elif name == SKIPPED_NAME:
             s.skipped = full
-    sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped]
+    sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped or s.incomplete]
     sessions.sort(key=lambda s: (s.run, s.name))
     return Discovery(sessions, [])

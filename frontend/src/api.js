@@ -1,0 +1,71 @@
+// The plugin's HTTP routes (docs/http_api.md). URLs are relative to the iframe's
+// <base href="plugin/bottleneck/">, so TensorBoard's --path_prefix is kept.
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function getJson(url) {
+  let response;
+  try {
+    response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  } catch (err) {
+    throw new ApiError(0, "TensorBoard is not reachable (is the server still running?)");
+  }
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (_) {
+    body = null;
+  }
+  if (!response.ok) {
+    throw new ApiError(response.status, (body && body.error) || `HTTP ${response.status}`);
+  }
+  return { status: response.status, body, cache: response.headers.get("X-Tfbneck-Cache") };
+}
+
+export function listSessions() {
+  return getJson("sessions").then((r) => r.body);
+}
+
+export function reportUrl(run, session) {
+  return "report?" + new URLSearchParams({ run, session }).toString();
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The report of one session. While the server analyses it (202) calls onWait() and polls.
+ * Resolves to null if isCancelled() turns true while waiting.
+ */
+export async function fetchReport(run, session, { onWait = () => {}, isCancelled = () => false } = {}) {
+  for (;;) {
+    const r = await getJson(reportUrl(run, session));
+    if (isCancelled()) return null;
+    if (r.status === 200) return r.body.sessions[0];
+    onWait();
+    await sleep(Math.min(Math.max((r.body && r.body.retry_after_ms) || 400, 100), 3000));
+    if (isCancelled()) return null;
+  }
+}
+
+/**
+ * The Profile plugin's Trace Viewer for a session, as a URL of the TensorBoard page:
+ * <TensorBoard root>?run=<run>/<session>&tool=trace_viewer&host=<host>&hosts=<hosts>#profile
+ * The root is derived from this frame's own URL (<root>data/plugin_entry.html), so a
+ * --path_prefix or a proxy path is kept.
+ */
+export function traceViewerUrl(traceViewer, hosts) {
+  const root = new URL("../", window.location.href);
+  const params = new URLSearchParams();
+  params.set("run", traceViewer.run);
+  params.set("tool", "trace_viewer");
+  const host = traceViewer.host || (hosts && hosts[0]) || "";
+  if (host) params.set("host", host);
+  const all = hosts && hosts.length ? hosts : host ? [host] : [];
+  if (all.length) params.set("hosts", all.join(","));
+  return `${root.origin}${root.pathname}?${params.toString()}#profile`;
+}

@@ -1,0 +1,272 @@
+// The tab: a session list (newest first) beside the selected session's report, or the
+// comparison of two sessions. Polls the list (new sessions appear without a restart)
+// and a report while the server analyses it.
+import { ApiError, fetchReport, listSessions } from "./api.js";
+import { destroyAll } from "./charts.js";
+import { compareView } from "./compare.js";
+import { clear, h } from "./dom.js";
+import { fmtTime, kindLabel, runLabel } from "./format.js";
+import { sessionView } from "./session.js";
+
+const LIST_POLL_MS = 10000;
+const keyOf = (s) => JSON.stringify([s.run, s.session]);
+
+export class App {
+  constructor(root) {
+    this.root = root;
+    this.sessions = [];
+    this.listInfo = null;
+    this.mode = "session";
+    this.selected = null; // key
+    this.compare = { before: null, after: null };
+    this.generation = 0;
+    this.filter = "";
+  }
+
+  start() {
+    this.build();
+    this.refreshList();
+    setInterval(() => { if (!document.hidden) this.refreshList(); }, LIST_POLL_MS);
+    // TensorBoard's reload button (and auto-reload) call reload() on the plugin's iframe.
+    try {
+      if (window.frameElement) window.frameElement.reload = () => this.refreshList(true);
+    } catch (_) { /* not same-origin: nothing to hook */ }
+  }
+
+  build() {
+    this.listEl = h("ul", { class: "tfb-list", role: "listbox", "aria-label": "Profiling sessions" });
+    this.countEl = h("span", { class: "tfb-count" });
+    this.sideFoot = h("div", { class: "tfb-side-foot" });
+    const filter = h("input", {
+      class: "tfb-filter", type: "search", placeholder: "Filter runs and sessions", "aria-label": "Filter sessions",
+      oninput: (e) => { this.filter = e.target.value.toLowerCase(); this.renderList(); },
+    });
+    this.tabs = {
+      session: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "session" }, onclick: () => this.setMode("session") }, "Session"),
+      compare: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "compare" }, onclick: () => this.setMode("compare") }, "Compare two sessions"),
+    };
+    this.toolbar = h("div", { class: "tfb-toolbar" });
+    this.view = h("div", { class: "tfb-view", "aria-live": "polite" });
+    this.root.append(h("div", { class: "tfb-app" },
+      h("aside", { class: "tfb-side" },
+        h("div", { class: "tfb-side-head" }, h("span", { text: "Sessions" }), this.countEl),
+        filter, this.listEl, this.sideFoot),
+      h("main", { class: "tfb-main" },
+        h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.toolbar),
+        this.view)));
+    this.updateTabs();
+  }
+
+  async refreshList(force = false) {
+    let info;
+    try {
+      info = await listSessions();
+    } catch (err) {
+      this.showListError(err);
+      return;
+    }
+    const before = this.sessions.map(keyOf).join("|");
+    this.listInfo = info;
+    this.sessions = info.sessions || [];
+    const changed = before !== this.sessions.map(keyOf).join("|");
+    this.renderList();
+    if (!info.scanned) {
+      setTimeout(() => this.refreshList(), 1000);
+      if (!this.sessions.length) this.message("Searching the logdir for profiling sessions…", "busy");
+      return;
+    }
+    if (!this.sessions.length) {
+      this.showEmpty(info);
+      return;
+    }
+    if (!this.selected || !this.sessions.some((s) => keyOf(s) === this.selected)) {
+      this.selected = keyOf(this.sessions[0]);
+      this.renderList();
+      this.show();
+    } else if (force || (changed && this.mode === "compare")) {
+      this.show();
+    }
+  }
+
+  showListError(err) {
+    clear(this.listEl);
+    this.listEl.append(h("li", { class: "tfb-list-error", text: err.message }));
+  }
+
+  showEmpty(info) {
+    destroyAll();
+    clear(this.view).append(h("section", { class: "tfb-card tfb-empty" },
+      h("h2", { text: "No profiling sessions yet" }),
+      h("p", {}, "Nothing under ", h("code", { text: info.logdir || "(no logdir)" }), " has a ",
+        h("code", { text: "plugins/profile/<session>/<host>.xplane.pb" }), " trace."),
+      info.error ? h("p", { class: "tfb-error-hint", text: info.error }) : null,
+      h("p", { text: "Profile a few steps of training, then this tab shows why they are slow:" }),
+      h("pre", {}, h("code", { text: "from tfbneck_plugin import BottleneckProfiler\nmodel.fit(ds, callbacks=[BottleneckProfiler(\"logs\", profile_steps=(10, 20))])" }))));
+  }
+
+  renderList() {
+    const rows = this.sessions.filter((s) => !this.filter
+      || `${s.run} ${s.session} ${(s.hosts || []).join(" ")}`.toLowerCase().includes(this.filter));
+    this.countEl.textContent = String(this.sessions.length);
+    clear(this.listEl);
+    for (const s of rows) {
+      const key = keyOf(s);
+      const chip = s.state === "ready"
+        ? (s.status === "ok"
+          ? h("span", { class: `tfb-chip kind-${s.bottleneck || "unknown"}`, text: kindLabel(s.bottleneck) })
+          : h("span", { class: "tfb-chip kind-error", text: "error" }))
+        : s.state === "analysing" ? h("span", { class: "tfb-chip tfb-chip-busy", text: "analysing" }) : null;
+      const selected = this.mode === "session" && key === this.selected;
+      const li = h("li", {
+        class: "tfb-item" + (selected ? " selected" : ""), role: "option", tabindex: "0",
+        "aria-selected": selected ? "true" : "false", dataset: { run: s.run, session: s.session },
+        onclick: () => this.select(key),
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); this.select(key); } },
+      },
+      h("div", { class: "tfb-item-top" }, h("span", { class: "tfb-item-run", text: runLabel(s.run) }), chip),
+      h("div", { class: "tfb-item-meta" },
+        h("span", { class: "tfb-item-session", text: s.session }),
+        (s.hosts || []).length ? h("span", { class: "tfb-item-hosts", text: s.hosts.join(", ") }) : null),
+      s.time ? h("div", { class: "tfb-item-time", text: fmtTime(s.time) }) : null);
+      this.listEl.append(li);
+    }
+    const info = this.listInfo;
+    clear(this.sideFoot);
+    if (info) {
+      const logdir = info.logdir || "";
+      const shown = logdir.length > 44 ? `…${logdir.slice(-43)}` : logdir;
+      this.sideFoot.append(h("div", { class: "tfb-logdir", title: logdir, text: shown }));
+      for (const p of (info.problems || []).slice(0, 3)) this.sideFoot.append(h("div", { class: "tfb-problem", text: p }));
+    }
+  }
+
+  select(key) {
+    this.selected = key;
+    if (this.mode !== "session") this.mode = "session";
+    this.updateTabs();
+    this.renderList();
+    this.show();
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    this.updateTabs();
+    this.renderList();
+    this.show();
+  }
+
+  updateTabs() {
+    for (const [m, el] of Object.entries(this.tabs)) {
+      el.classList.toggle("active", m === this.mode);
+      el.setAttribute("aria-pressed", m === this.mode ? "true" : "false");
+    }
+  }
+
+  /** Replace the view with a message; returns the element holding its text. */
+  message(text, kind = "") {
+    destroyAll();
+    const span = h("span", { class: "tfb-message-text", text });
+    clear(this.view).append(h("div", { class: `tfb-message ${kind}` }, kind === "busy" ? h("span", { class: "tfb-spinner" }) : null, span));
+    return span;
+  }
+
+  find(key) {
+    return this.sessions.find((s) => keyOf(s) === key);
+  }
+
+  show() {
+    clear(this.toolbar);
+    if (this.mode === "compare") this.showCompare();
+    else this.showSession();
+  }
+
+  async load(s, gen, what) {
+    const started = Date.now();
+    let text = null;
+    return fetchReport(s.run, s.session, {
+      isCancelled: () => gen !== this.generation,
+      onWait: () => {
+        const seconds = Math.round((Date.now() - started) / 1000);
+        const msg = `Analysing ${what}… large traces take a few seconds${seconds >= 2 ? ` (${seconds} s so far)` : ""}.`;
+        if (text === null || !text.isConnected) text = this.message(msg, "busy");
+        else text.textContent = msg;
+      },
+    });
+  }
+
+  async showSession() {
+    const gen = ++this.generation;
+    const s = this.find(this.selected);
+    if (!s) return;
+    this.message(`Loading ${runLabel(s.run)} / ${s.session}…`, "busy");
+    try {
+      const report = await this.load(s, gen, `${runLabel(s.run)} / ${s.session}`);
+      if (!report || gen !== this.generation) return;
+      destroyAll();
+      clear(this.view).append(sessionView(report));
+      this.noteReport(s, report);
+    } catch (err) {
+      if (gen !== this.generation) return;
+      this.showRequestError(err, s);
+    }
+  }
+
+  noteReport(s, report) {
+    // Keep the list's chip in step with what was just shown.
+    Object.assign(s, { state: "ready", status: report.status, bottleneck: report.bottleneck, cause: report.cause });
+    this.renderList();
+  }
+
+  showRequestError(err, s) {
+    destroyAll();
+    const text = err instanceof ApiError && err.status === 404
+      ? `This session is no longer in the logdir (${err.message}).`
+      : `The report could not be loaded: ${err.message}`;
+    clear(this.view).append(h("section", { class: "tfb-card tfb-verdict tfb-error", dataset: { status: "error" } },
+      h("p", { class: "tfb-error-headline", text: `${runLabel(s.run)} / ${s.session}` }),
+      h("p", { class: "tfb-error-hint", text })));
+  }
+
+  compareSelect(which) {
+    const sel = h("select", {
+      class: "tfb-select", dataset: { side: which }, "aria-label": which === "before" ? "Before" : "After",
+      onchange: (e) => { this.compare[which] = e.target.value; this.show(); },
+    });
+    for (const s of this.sessions) {
+      const opt = document.createElement("option");
+      opt.value = keyOf(s);
+      opt.text = `${runLabel(s.run)} / ${s.session}${(s.hosts || []).length ? ` (${s.hosts.join(", ")})` : ""}`;
+      opt.selected = keyOf(s) === this.compare[which];
+      sel.append(opt);
+    }
+    return h("label", { class: "tfb-picker" }, h("span", { text: which === "before" ? "Before" : "After" }), sel);
+  }
+
+  async showCompare() {
+    const gen = ++this.generation;
+    if (this.sessions.length < 2) {
+      this.message("Comparing needs two sessions; this logdir has fewer.");
+      return;
+    }
+    const keys = this.sessions.map(keyOf);
+    if (!keys.includes(this.compare.after)) this.compare.after = this.selected && keys.includes(this.selected) ? this.selected : keys[0];
+    if (!keys.includes(this.compare.before) || this.compare.before === this.compare.after) {
+      const i = keys.indexOf(this.compare.after);
+      this.compare.before = keys[i + 1 < keys.length ? i + 1 : i - 1];
+    }
+    this.toolbar.append(this.compareSelect("before"), h("span", { class: "tfb-arrow", text: "→" }), this.compareSelect("after"));
+    const a = this.find(this.compare.before);
+    const b = this.find(this.compare.after);
+    this.message("Loading both sessions…", "busy");
+    try {
+      const [ra, rb] = await Promise.all([
+        this.load(a, gen, "the two sessions"), this.load(b, gen, "the two sessions")]);
+      if (!ra || !rb || gen !== this.generation) return;
+      destroyAll();
+      clear(this.view).append(compareView(ra, rb));
+    } catch (err) {
+      if (gen !== this.generation) return;
+      this.showRequestError(err, b);
+    }
+  }
+}

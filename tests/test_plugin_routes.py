@@ -1,0 +1,603 @@
+"""The TensorBoard plugin's routes (``tfbneck_plugin/plugin.py``, ``docs/http_api.md``).
+
+Most tests call the pure ``*_impl`` methods, or the routes through TensorBoard's own WSGI
+application (``TensorBoardWSGI``, with its middlewares) with werkzeug's test client. The
+concurrency and cache tests go through a real threaded HTTP server. An injected analyzer
+counts its calls (and can be made slow); the CLI-contract test runs the real analyzer on
+real traces made by TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from tensorboard.backend import application
+from tensorboard.plugins import base_plugin
+from werkzeug.serving import make_server
+from werkzeug.test import Client
+
+from tfbneck_plugin import plugin as plugin_mod
+from tfbneck_plugin.logdir import find_sessions
+from tfbneck_plugin.plugin import BottleneckPlugin, BottleneckPluginLoader, RouteError, parse_query
+
+from plugin_helpers import REPO, SCRIPT_RUN, build_plugin_logdir, make_tf_traces, snapshot_tree
+
+PREFIX = "/data/plugin/bottleneck"
+#: How long the slow analysis of the "slow" run computes (seconds, holding the GIL in Python).
+SLOW_S = 3.0
+
+
+# ----------------------------------------------------------------------------------------
+# Fixtures: a logdir of placeholder traces and an analyzer that records its calls
+# ----------------------------------------------------------------------------------------
+
+class RecordingAnalyzer:
+    """Stands in for ``analyze_session``: returns a small report, counts calls, and
+    computes for SLOW_S seconds (pure Python, so it holds the GIL) for runs named 'slow'."""
+
+    def __init__(self):
+        self.calls = []
+        self.lock = threading.Lock()
+
+    def __call__(self, session):
+        with self.lock:
+            self.calls.append((session.run, session.name, tuple(session.files)))
+        if session.run.startswith("slow"):
+            end = time.perf_counter() + SLOW_S
+            x = 0
+            while time.perf_counter() < end:
+                x += 1
+        return {"version": "test", "run": session.run, "session": session.name, "hosts": session.hosts,
+                "path": session.path, "status": "ok", "bottleneck": "cpu", "cause": "input_preprocessing",
+                "confidence": 0.9, "evidence": ["placeholder"], "files": list(session.files)}
+
+    def count(self, run):
+        with self.lock:
+            return sum(1 for c in self.calls if c[0] == run)
+
+
+def _put(root: Path, run: str, session: str, hosts=("host0",), data=b"placeholder trace"):
+    d = root / run / "plugins" / "profile" / session if run != "." else root / "plugins" / "profile" / session
+    d.mkdir(parents=True, exist_ok=True)
+    for h in hosts:
+        (d / f"{h}.xplane.pb").write_bytes(data)
+    return d
+
+
+@pytest.fixture
+def fake_logdir(tmp_path):
+    root = tmp_path / "logs"
+    _put(root, "keras3/train", "2024_03_01_10_00_00")                 # Keras 3 layout
+    _put(root, "tfkeras", "2024_03_02_10_00_00", hosts=("w0", "w1"))  # tf-keras layout, two hosts
+    _put(root, "deep/a/b/c/train", "2024_02_01_00_00_00")              # any depth
+    _put(root, ".", "2024_01_01_00_00_00")                             # the logdir itself is the run
+    _put(root, "slow", "2024_03_03_10_00_00")
+    _put(root, SCRIPT_RUN, "2024_03_04_10_00_00", hosts=("h<i>1",))
+    # A trace outside the logdir, next to it: no request may reach it.
+    _put(tmp_path, "outside", "2024_01_01_00_00_00", data=b"secret outside the logdir")
+    return root
+
+
+@pytest.fixture
+def analyzer():
+    return RecordingAnalyzer()
+
+
+@pytest.fixture
+def plugin(fake_logdir, analyzer):
+    return BottleneckPlugin(base_plugin.TBContext(logdir=str(fake_logdir)), analyze=analyzer)
+
+
+def wsgi_client(p):
+    return Client(application.TensorBoardWSGI([p]))
+
+
+def get_json(client, url):
+    resp = client.get(url)
+    return resp.status_code, json.loads(resp.get_data(as_text=True)), resp.headers
+
+
+def report_url(run, session, prefix=PREFIX):
+    return f"{prefix}/report?run={quote(run, safe='')}&session={quote(session, safe='')}"
+
+
+def wait_report(p, run, session, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, body, source = p.report_impl({"run": run, "session": session}, wait_s=2.0)
+        if code == 200:
+            return body, source
+    raise AssertionError(f"no report for {run}/{session} within {timeout} s")
+
+
+# ----------------------------------------------------------------------------------------
+# Packaging: entry point, no TensorFlow, the bundle
+# ----------------------------------------------------------------------------------------
+
+def test_plugin_import_does_not_import_tensorflow():
+    code = ("import sys, tfbneck_plugin.plugin, tfbneck_plugin.plugin_metadata; "
+            "bad = sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.')); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, f"the plugin imported TensorFlow: {res.stdout} {res.stderr[-2000:]}"
+
+
+def test_entry_point_is_registered_and_loads(fake_logdir):
+    from importlib.metadata import entry_points
+    eps = [ep for ep in entry_points(group="tensorboard_plugins") if ep.name == "bottleneck"]
+    assert eps, "setup.py's tensorboard_plugins entry point is not installed (pip install -e .)"
+    loader_cls = eps[0].load()
+    assert loader_cls is BottleneckPluginLoader
+    p = loader_cls().load(base_plugin.TBContext(logdir=str(fake_logdir)))
+    assert p.plugin_name == "bottleneck"
+    meta = p.frontend_metadata()
+    assert meta.es_module_path == "/index.js" and meta.tab_name == "Bottleneck"
+
+
+def test_index_js_is_the_bundled_es_module(plugin):
+    resp = wsgi_client(plugin).get(f"{PREFIX}/index.js")
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"].startswith("text/javascript")
+    js = resp.get_data(as_text=True)
+    assert "export" in js and "render" in js
+    # One self-contained module: nothing loaded from CDNs (TensorBoard's CSP blocks them).
+    for bad in ('from"http', "from \"http", "src=\"http", "cdn.jsdelivr", "unpkg.com"):
+        assert bad not in js
+    assert len(js) > 50_000, "the bundle should include Chart.js"
+
+
+def test_bundle_matches_frontend_sources(tmp_path):
+    """The committed bundle is what `npm run build` makes from frontend/src."""
+    node_modules = REPO / "frontend" / "node_modules" / "esbuild"
+    if not node_modules.exists() or shutil.which("node") is None:
+        pytest.skip("Node and frontend/node_modules are needed to rebuild the bundle (cd frontend && npm ci)")
+    out = tmp_path / "index.js"
+    # The build script is the source of truth: run it with another output file.
+    build = (REPO / "frontend" / "build.mjs").read_text()
+    patched = build.replace('path.join(here, "..", "tfbneck_plugin", "static", "index.js")', json.dumps(str(out)))
+    assert patched != build
+    tmp_build = REPO / "frontend" / f".build-check-{os.getpid()}.mjs"
+    tmp_build.write_text(patched)
+    try:
+        res = subprocess.run(["node", str(tmp_build)], cwd=REPO / "frontend", capture_output=True, text=True, timeout=120)
+    finally:
+        tmp_build.unlink()
+    assert res.returncode == 0, res.stderr
+    committed = (REPO / "tfbneck_plugin" / "static" / "index.js").read_bytes()
+    assert out.read_bytes() == committed, "tfbneck_plugin/static/index.js is stale: cd frontend && npm run build"
+
+
+# ----------------------------------------------------------------------------------------
+# is_active and the session list
+# ----------------------------------------------------------------------------------------
+
+def test_is_active_and_listing_find_every_session_newest_first(plugin, fake_logdir):
+    t0 = time.perf_counter()
+    assert plugin.is_active() is True
+    assert time.perf_counter() - t0 < plugin_mod.SCAN_WAIT_S + 0.5
+    code, body = plugin.sessions_impl()
+    assert code == 200 and body["scanned"] and body["error"] is None
+    got = [(r["run"], r["session"]) for r in body["sessions"]]
+    assert got == [
+        (SCRIPT_RUN, "2024_03_04_10_00_00"),
+        ("slow", "2024_03_03_10_00_00"),
+        ("tfkeras", "2024_03_02_10_00_00"),
+        ("keras3/train", "2024_03_01_10_00_00"),
+        ("deep/a/b/c/train", "2024_02_01_00_00_00"),
+        (".", "2024_01_01_00_00_00"),
+    ]
+    rows = {r["run"]: r for r in body["sessions"]}
+    assert rows["tfkeras"]["hosts"] == ["w0", "w1"]
+    assert rows[SCRIPT_RUN]["hosts"] == ["h<i>1"]
+    assert all(r["state"] == "new" for r in body["sessions"])
+    assert not any("outside" in r["run"] for r in body["sessions"])
+
+
+def test_listing_is_served_through_tensorboard_wsgi(plugin):
+    code, body, _ = get_json(wsgi_client(plugin), f"{PREFIX}/sessions")
+    assert code == 200 and len(body["sessions"]) == 6
+
+
+def test_empty_logdir_is_inactive_until_a_session_appears(tmp_path, analyzer):
+    root = tmp_path / "empty"
+    root.mkdir()
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(root)), analyze=analyzer, rescan_interval_s=0.2)
+    assert p.is_active() is False
+    code, body = p.sessions_impl()
+    assert body["sessions"] == [] and body["error"] is None
+    _put(root, "late/train", "2024_05_05_00_00_00")  # written while TensorBoard runs
+    deadline = time.monotonic() + 10
+    while not p.is_active():
+        assert time.monotonic() < deadline, "a new session did not appear without a restart"
+        time.sleep(0.1)
+    assert [r["run"] for r in p.sessions_impl()[1]["sessions"]] == ["late/train"]
+
+
+def test_missing_logdir_says_so(tmp_path, analyzer):
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(tmp_path / "nope")), analyze=analyzer)
+    assert p.is_active() is False
+    body = p.sessions_impl()[1]
+    assert body["sessions"] == [] and "no such file or directory" in body["error"]
+    p2 = BottleneckPlugin(base_plugin.TBContext(logdir=None), analyze=analyzer)
+    assert p2.is_active() is False and "--logdir" in p2.sessions_impl()[1]["error"]
+
+
+def test_is_active_and_listing_do_not_wait_for_a_slow_scan(fake_logdir, analyzer):
+    release = threading.Event()
+
+    def slow_find(path):
+        release.wait(20)
+        return find_sessions(path)
+
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(fake_logdir)), analyze=analyzer, find=slow_find)
+    try:
+        t0 = time.perf_counter()
+        assert p.is_active() is False
+        code, body = p.sessions_impl()
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 2 * plugin_mod.SCAN_WAIT_S + 0.5, f"is_active + listing took {elapsed:.2f} s"
+        assert body["scanning"] is True and body["scanned"] is False and body["sessions"] == []
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while not p.is_active():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_report_during_the_first_scan_is_503(fake_logdir, analyzer):
+    release = threading.Event()
+
+    def slow_find(path):
+        release.wait(20)
+        return find_sessions(path)
+
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(fake_logdir)), analyze=analyzer, find=slow_find)
+    try:
+        code, body, _ = get_json(wsgi_client(p), report_url("tfkeras", "2024_03_02_10_00_00"))
+        assert code == 503 and "still being scanned" in body["error"]
+    finally:
+        release.set()
+    body, source = wait_report(p, "tfkeras", "2024_03_02_10_00_00")
+    assert body["sessions"][0]["run"] == "tfkeras"
+
+
+# ----------------------------------------------------------------------------------------
+# Bad parameters: 400 / 404 with a one-line reason, never a traceback, never a file outside
+# ----------------------------------------------------------------------------------------
+
+BAD_400 = [
+    ("", "missing query parameter 'run'"),
+    ("run=tfkeras", "missing query parameter 'session'"),
+    ("run=&session=x", "missing query parameter 'run'"),
+    ("run=..%2Foutside&session=2024_01_01_00_00_00", "'..' is refused"),
+    ("run=tfkeras%2F..%2F..%2Foutside&session=2024_01_01_00_00_00", "'..' is refused"),
+    ("run=..&session=2024_01_01_00_00_00", "'..' is refused"),
+    ("run=%2Fetc&session=passwd", "absolute paths are refused"),
+    ("run=" + quote("/tmp") + "&session=x", "absolute paths are refused"),
+    ("run=C%3A%5CUsers&session=x", "absolute paths are refused"),
+    ("run=~root&session=x", "absolute paths are refused"),
+    ("run=a%5C..%5Cb&session=x", "backslashes are refused"),
+    ("run=tfkeras&session=..%2F..%2Fx", "one folder name"),
+    ("run=tfkeras&session=..", "'..' are refused"),
+    ("run=%FF%FE&session=x", "UTF-8"),
+    ("run=tfkeras&session=%C3%28", "UTF-8"),
+    ("run=tfkeras\xff&session=x", "UTF-8"),  # a raw non-UTF-8 byte in the URL
+    ("run=tf%00keras&session=x", "control characters"),
+    ("run=tfkeras&run=tfkeras&session=x", "more than once"),
+    ("run=" + "a" * 5000 + "&session=x", "longer than"),
+]
+
+
+@pytest.mark.parametrize("query,reason", BAD_400)
+def test_bad_parameters_get_400_with_a_reason(plugin, analyzer, query, reason):
+    client = wsgi_client(plugin)
+    resp = client.get(f"{PREFIX}/report", environ_overrides={"QUERY_STRING": query})
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert resp.headers["Content-Type"].startswith("application/json")
+    body = json.loads(resp.get_data(as_text=True))
+    assert set(body) == {"error"} and reason in body["error"]
+    assert "\n" not in body["error"] and "Traceback" not in body["error"]
+    assert analyzer.calls == []
+
+
+BAD_404 = [
+    ("no-such-run", "2024_01_01_00_00_00", "unknown run 'no-such-run'"),
+    ("outside", "2024_01_01_00_00_00", "unknown run 'outside'"),      # exists next to the logdir, not in it
+    ("tfkeras", "2000_01_01_00_00_00", "run 'tfkeras' has no session '2000_01_01_00_00_00'"),
+    ("keras3", "2024_03_01_10_00_00", "unknown run 'keras3'"),        # a parent folder is not a run
+]
+
+
+@pytest.mark.parametrize("run,session,reason", BAD_404)
+def test_unknown_runs_and_sessions_get_404(plugin, analyzer, run, session, reason):
+    code, body, _ = get_json(wsgi_client(plugin), report_url(run, session))
+    assert code == 404 and set(body) == {"error"} and reason in body["error"]
+    assert analyzer.calls == []
+
+
+def test_report_impl_raises_route_errors_without_a_server(plugin):
+    with pytest.raises(RouteError) as err:
+        plugin.report_impl({"run": "../outside", "session": "2024_01_01_00_00_00"})
+    assert err.value.status == 400
+    with pytest.raises(RouteError) as err:
+        plugin.report_impl({"run": "nope", "session": "x"})
+    assert err.value.status == 404
+
+
+def test_parse_query_is_strict():
+    assert parse_query("run=a%2Fb&session=s+1") == {"run": "a/b", "session": "s 1"}
+    assert parse_query("run=%E2%9C%93") == {"run": "\u2713"}
+    assert parse_query("run=caf\xc3\xa9") == {"run": "caf\u00e9"}  # raw UTF-8 bytes, as WSGI passes them
+    for bad in ("run=%ff", "run=\xff", "a=1&a=2", "run=%0a"):
+        with pytest.raises(RouteError):
+            parse_query(bad)
+
+
+def test_other_methods_are_refused(plugin):
+    resp = wsgi_client(plugin).post(report_url("tfkeras", "2024_03_02_10_00_00"))
+    assert resp.status_code == 405 and "GET" in json.loads(resp.get_data(as_text=True))["error"]
+
+
+def test_links_out_of_the_logdir_are_not_followed(fake_logdir, tmp_path, analyzer):
+    outside = tmp_path / "outside" / "plugins" / "profile" / "2024_01_01_00_00_00"
+    # A session folder that is a link to a folder outside: not listed (the scan skips links).
+    os.symlink(outside, fake_logdir / "tfkeras" / "plugins" / "profile" / "2025_01_01_00_00_00")
+    # A session whose trace file is a link to a file outside: refused.
+    d = fake_logdir / "linked" / "plugins" / "profile" / "2024_06_01_00_00_00"
+    d.mkdir(parents=True)
+    os.symlink(outside / "host0.xplane.pb", d / "host0.xplane.pb")
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(fake_logdir)), analyze=analyzer)
+    client = wsgi_client(p)
+    code, body, _ = get_json(client, report_url("tfkeras", "2025_01_01_00_00_00"))
+    assert code == 404
+    code, body, _ = get_json(client, report_url("linked", "2024_06_01_00_00_00"))
+    assert code == 404 and "no trace file inside the logdir" in body["error"]
+    assert analyzer.calls == []
+
+
+def test_a_run_named_with_html_is_returned_verbatim(plugin):
+    code, body, _ = get_json(wsgi_client(plugin), report_url(SCRIPT_RUN, "2024_03_04_10_00_00"))
+    while code == 202:
+        time.sleep(0.05)
+        code, body, _ = get_json(wsgi_client(plugin), report_url(SCRIPT_RUN, "2024_03_04_10_00_00"))
+    assert code == 200
+    assert body["sessions"][0]["run"] == SCRIPT_RUN and body["sessions"][0]["hosts"] == ["h<i>1"]
+
+
+# ----------------------------------------------------------------------------------------
+# Cache: measured, and keyed by path, size and modification time
+# ----------------------------------------------------------------------------------------
+
+def test_second_request_is_served_from_the_cache(plugin, analyzer):
+    client = wsgi_client(plugin)
+    url = report_url("tfkeras", "2024_03_02_10_00_00")
+    code, first, headers = get_json(client, url)
+    while code == 202:  # only if the analysis took longer than REPORT_WAIT_S (a loaded machine)
+        assert headers["X-Tfbneck-Cache"] == "analysing"
+        time.sleep(0.02)
+        code, first, headers = get_json(client, url)
+    assert code == 200 and headers["X-Tfbneck-Cache"] in ("miss", "hit")
+    assert analyzer.count("tfkeras") == 1
+    t1 = time.perf_counter()
+    code, second, headers = get_json(client, url)
+    t2 = time.perf_counter()
+    assert code == 200 and headers["X-Tfbneck-Cache"] == "hit"
+    assert second == first
+    assert analyzer.count("tfkeras") == 1, "the second request ran the analyzer again"
+    assert t2 - t1 < 0.25
+    stats = plugin.sessions_impl()[1]["cache"]
+    assert stats["hits"] >= 1 and stats["misses"] == 1 and stats["analyses"] == 1
+
+
+def test_a_changed_file_is_analysed_again(plugin, analyzer, fake_logdir):
+    run, name = "keras3/train", "2024_03_01_10_00_00"
+    trace = fake_logdir / run / "plugins" / "profile" / name / "host0.xplane.pb"
+    wait_report(plugin, run, name)
+    assert wait_report(plugin, run, name)[1] == "hit"
+    st = trace.stat()
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # same size, new mtime
+    body, source = wait_report(plugin, run, name)
+    assert source == "miss" and analyzer.count(run) == 2
+    trace.write_bytes(b"a longer placeholder trace")  # new size
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))  # and the old mtime again
+    body, source = wait_report(plugin, run, name)
+    assert source == "miss" and analyzer.count(run) == 3
+    (trace.parent / "host1.xplane.pb").write_bytes(b"a second host")  # a new file in the session
+    body, source = wait_report(plugin, run, name)
+    assert source == "miss" and analyzer.count(run) == 4
+    assert body["sessions"][0]["hosts"] == ["host0", "host1"]
+
+
+def test_nothing_is_written_into_the_logdir(plugin, fake_logdir):
+    before = snapshot_tree(fake_logdir)
+    client = wsgi_client(plugin)
+    for row in plugin.sessions_impl()[1]["sessions"]:
+        if row["run"] != "slow":
+            wait_report(plugin, row["run"], row["session"])
+            get_json(client, report_url(row["run"], row["session"]))
+    for query, _ in BAD_400:
+        client.get(f"{PREFIX}/report", environ_overrides={"QUERY_STRING": query})
+    client.get(f"{PREFIX}/sessions")
+    client.get(f"{PREFIX}/index.js")
+    assert snapshot_tree(fake_logdir) == before
+
+
+# ----------------------------------------------------------------------------------------
+# Concurrency: a slow analysis delays neither the listing nor another session's report
+# ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def http_server(plugin):
+    server = make_server("127.0.0.1", 0, application.TensorBoardWSGI([plugin]), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}{PREFIX}"
+    server.shutdown()
+
+
+def http_get(url, timeout=30):
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, json.loads(r.read()), dict(r.headers), time.perf_counter() - t0
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), dict(err.headers), time.perf_counter() - t0
+
+
+def test_slow_analysis_does_not_block_listing_or_other_reports(plugin, analyzer, http_server):
+    base = http_server
+    slow_url = base + report_url("slow", "2024_03_03_10_00_00", prefix="")
+    code, body, headers, took = http_get(slow_url)
+    assert code == 202 and body["status"] == "analysing" and headers["X-Tfbneck-Cache"] == "analysing"
+    assert took < plugin_mod.REPORT_WAIT_S + 0.5, f"the report request waited {took:.2f} s for the analysis"
+    started = time.perf_counter()
+    # While the slow analysis computes (and holds the GIL most of the time):
+    code, listing, _, took = http_get(base + "/sessions")
+    assert code == 200 and took < 1.0, f"the listing took {took:.2f} s during a slow analysis"
+    assert {r["run"]: r["state"] for r in listing["sessions"]}["slow"] == "analysing"
+    other_url = base + report_url("tfkeras", "2024_03_02_10_00_00", prefix="")
+    code, other, _, took = http_get(other_url)
+    t_other = time.perf_counter() - started
+    while code == 202:
+        code, other, _, _ = http_get(other_url)
+        t_other = time.perf_counter() - started
+    assert code == 200 and other["sessions"][0]["run"] == "tfkeras"
+    assert t_other < SLOW_S / 2, f"another session's report waited {t_other:.2f} s for the slow analysis"
+    # Polling the slow one does not start a second analysis; it arrives in the end.
+    code = 202
+    while code == 202:
+        assert time.perf_counter() - started < SLOW_S + 20
+        code, body, headers, _ = http_get(slow_url)
+        time.sleep(0.1)
+    # "miss" if this poll waited for the end of the analysis, "hit" if it ended between polls.
+    assert code == 200 and headers["X-Tfbneck-Cache"] in ("miss", "hit")
+    assert analyzer.count("slow") == 1
+
+
+# ----------------------------------------------------------------------------------------
+# Windows the callback never finished, and remote logdirs (fsspec)
+# ----------------------------------------------------------------------------------------
+
+def test_incomplete_windows_are_listed_and_explained(tmp_path):
+    """BottleneckProfiler's staging folders left by a dead process: listed, each with its own
+    report (no files to key the cache by: the folder is part of the key)."""
+    root = tmp_path / "logs"
+    _put(root, "job", "2024_01_01_00_00_00")
+    for name in ("99999991-1-aaa", "99999992-2-bbb"):  # pids above pid_max: not running
+        window = root / "job" / ".tfbneck-staging" / name
+        window.mkdir(parents=True)
+        (window / "partial.xplane.pb").write_bytes(b"cut short")
+    if not any(getattr(s, "incomplete", False) for s in find_sessions(str(root)).sessions):
+        pytest.skip("this analyzer does not report BottleneckProfiler's staging windows")
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(root)))
+    names = {r["session"] for r in p.sessions_impl()[1]["sessions"] if r["run"] == "job"}
+    assert {"99999991-1-aaa", "99999992-2-bbb"} <= names
+    for name in ("99999991-1-aaa", "99999992-2-bbb"):
+        body, _ = wait_report(p, "job", name)
+        report = body["sessions"][0]
+        assert report["session"] == name and report["status"] == "error"
+        assert "incomplete profiling window" in report["error"] and name in report["error"]
+
+
+@pytest.fixture
+def memory_logdir():
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"memory://tfb-plugin-test-{os.getpid()}-{time.monotonic_ns()}/logs"
+
+    def put(run, session, host="host0", data=b"placeholder trace"):
+        path = f"{root}/{run}/plugins/profile/{session}/{host}.xplane.pb"
+        with fs.open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    put("keras3/train", "2024_03_01_10_00_00")
+    put("tfkeras", "2024_03_02_10_00_00")
+    yield root, put
+    fs.rm(root.split("/logs")[0], recursive=True)
+
+
+def test_remote_logdir_through_fsspec(memory_logdir, analyzer):
+    root, put = memory_logdir
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=root), analyze=analyzer)
+    assert p.is_active() is True
+    code, body = p.sessions_impl()
+    assert body["error"] is None
+    assert [(r["run"], r["session"]) for r in body["sessions"]] == [
+        ("tfkeras", "2024_03_02_10_00_00"), ("keras3/train", "2024_03_01_10_00_00")]
+    client = wsgi_client(p)
+    report, source = wait_report(p, "tfkeras", "2024_03_02_10_00_00")
+    assert source == "miss" and report["sessions"][0]["files"][0].endswith("/tfkeras/plugins/profile/2024_03_02_10_00_00/host0.xplane.pb")
+    assert wait_report(p, "tfkeras", "2024_03_02_10_00_00")[1] == "hit"
+    put("tfkeras", "2024_03_02_10_00_00", data=b"a rewritten, longer placeholder trace")
+    assert wait_report(p, "tfkeras", "2024_03_02_10_00_00")[1] == "miss"
+    assert analyzer.count("tfkeras") == 2
+    code, body, _ = get_json(client, report_url("../logs/tfkeras", "2024_03_02_10_00_00"))
+    assert code == 400
+    code, body, _ = get_json(client, report_url("nope", "2024_03_02_10_00_00"))
+    assert code == 404
+
+
+@pytest.mark.tf
+def test_remote_logdir_gets_the_same_report_as_the_analyzer(memory_logdir):
+    root, put = memory_logdir
+    trace = next((make_tf_traces() / "tfkeras").glob("plugins/profile/*/*.xplane.pb"))
+    put("real", "2024_04_04_00_00_00", host="vm", data=trace.read_bytes())
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=root))
+    body, _ = wait_report(p, "real", "2024_04_04_00_00_00")
+    session = next(s for s in find_sessions(root).sessions if s.run == "real")
+    from tfbneck_plugin.analyze import analyze_session
+    expected = analyze_session(session)
+    assert expected["status"] == "ok"
+    assert body == {"version": expected["version"], "sessions": [expected]}
+
+
+# ----------------------------------------------------------------------------------------
+# One contract: the plugin returns what `tfbneck analyze --format json` prints
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_reports_are_the_cli_json_contract(tmp_path):
+    logdir = tmp_path / "logs"
+    build_plugin_logdir(logdir, make_tf_traces())
+    cli = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", str(logdir), "--format", "json"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 1, cli.stderr  # 1: some sessions (the broken ones) failed
+    expected = json.loads(cli.stdout)
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(logdir)))
+    client = wsgi_client(p)
+    listed = {(r["run"], r["session"]) for r in p.sessions_impl()[1]["sessions"]}
+    assert listed == {(s["run"], s["session"]) for s in expected["sessions"]}
+    first_took = {}
+    for s in expected["sessions"]:
+        url = report_url(s["run"], s["session"])
+        t0 = time.perf_counter()
+        code, body, headers = get_json(client, url)
+        while code == 202:
+            time.sleep(0.02)
+            code, body, headers = get_json(client, url)
+        first_took[s["run"]] = time.perf_counter() - t0
+        assert code == 200
+        assert body == {"version": expected["version"], "sessions": [s]}, f"{s['run']}: plugin and CLI differ"
+    statuses = {s["run"]: s["status"] for s in expected["sessions"]}
+    assert statuses["keras3/before/train"] == "ok" and statuses["broken/corrupt"] == "error"
+    # Real analysis, measured: the second request is a cache hit, much faster than the first.
+    run = "keras3/before/train"
+    url = report_url(run, next(s["session"] for s in expected["sessions"] if s["run"] == run))
+    t0 = time.perf_counter()
+    code, _, headers = get_json(client, url)
+    took = time.perf_counter() - t0
+    assert code == 200 and headers["X-Tfbneck-Cache"] == "hit"
+    assert took < first_took[run] / 2, f"cached answer {took * 1e3:.1f} ms vs first {first_took[run] * 1e3:.1f} ms"
+    assert p.sessions_impl()[1]["cache"]["analyses"] == len(expected["sessions"])
