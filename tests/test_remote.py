@@ -95,3 +95,40 @@ def test_s3_errors_are_one_line(s3):
     r = subprocess.run(tfbneck_cmd() + ["analyze", "nosuchscheme://bucket/logs"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "unknown URL scheme" in r.stderr
+
+
+def test_tensorboard_plugin_reads_an_s3_logdir(s3):
+    """tensorboard --logdir s3://...: the Bottleneck routes list and diagnose the sessions."""
+    import urllib.parse
+    import tempfile
+    from plugin_helpers import TensorBoard, tensorboard_command
+    local = local_report()
+    env = {k: v for k, v in s3_env(s3).items() if k.startswith("AWS_")}
+    # TensorBoard's own loader reads gs:// but not s3:// (that needs tensorflow-io): point
+    # the tab at the bucket with its own flag and give TensorBoard an empty local logdir.
+    empty = tempfile.mkdtemp(prefix="tfbneck-empty-")
+    launcher = tensorboard_command() + ["--bottleneck_logdir", f"s3://{BUCKET}/logs"]
+    with TensorBoard(empty, env=env, launcher=launcher) as tb:
+        deadline = time.time() + 60
+        runs = set()
+        while time.time() < deadline:
+            status, _, body = tb.get("sessions")
+            if status == 200:
+                listing = json.loads(body)
+                items = listing.get("sessions", listing) if isinstance(listing, dict) else listing
+                runs = {s["run"] for s in items}
+                if runs == set(local):
+                    break
+            time.sleep(0.5)
+        assert runs == set(local)
+        for s in items:
+            q = urllib.parse.urlencode({"run": s["run"], "session": s["session"]})
+            for _ in range(120):
+                status, headers, body = tb.get(f"report?{q}")
+                if status == 200:
+                    break
+                time.sleep(0.5)
+            assert status == 200, body
+            report = json.loads(body)["sessions"][0]  # the CLI's JSON contract
+            assert report["bottleneck"] == local[s["run"]]["bottleneck"]
+            assert report["breakdown_pct"] == local[s["run"]]["breakdown_pct"]

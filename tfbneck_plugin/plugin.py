@@ -366,7 +366,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_session,
                  find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S):
-        logdir = getattr(context, "logdir", None) or None
+        flags = getattr(context, "flags", None)
+        # --bottleneck_logdir overrides --logdir for this tab: a logdir TensorBoard itself
+        # cannot read (s3:// without tensorflow-io) still gets a Bottleneck tab.
+        logdir = getattr(flags, "bottleneck_logdir", None) or getattr(context, "logdir", None) or None
         if logdir and not is_remote(logdir):
             logdir = os.path.abspath(os.path.expanduser(logdir))
         self._logdir = logdir
@@ -568,6 +571,15 @@ def _size(s: Session) -> int:
 
 class BottleneckPluginLoader(base_plugin.TBLoader):
     """Loads :class:`BottleneckPlugin` (the ``tensorboard_plugins`` entry point)."""
+
+    def define_flags(self, parser):
+        parser.add_argument(
+            "--bottleneck_logdir", metavar="PATH", default="",
+            help="Bottleneck tab: search this logdir (local path or fsspec URL such as s3://bucket/logs) "
+                 "instead of --logdir. Useful for storage TensorBoard itself cannot read.")
+
+    def fix_flags(self, flags):
+        pass
 
     def load(self, context):
         return BottleneckPlugin(context)
