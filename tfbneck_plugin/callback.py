@@ -16,7 +16,9 @@ One line in ``model.fit(callbacks=[...])`` gives, per window of steps:
   ``bottleneck/*`` in ``<log_dir>`` (TensorBoard's Scalars tab shows the trend over a long job).
 
 A window that could not be captured leaves ``tfbneck_skipped.json`` (``{"reason": ...}``)
-in its session folder instead, which ``tfbneck analyze`` reports with the reason.
+in its session folder instead, which ``tfbneck analyze`` reports with the reason. A process
+killed inside a window leaves the window's folder in ``<log_dir>/.tfbneck-staging/``, which
+``tfbneck analyze`` reports as an incomplete window (its partial files are never read).
 
 This module imports TensorFlow; the rest of the package does not.
 """
@@ -39,7 +41,7 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from .logdir import SIDECAR_NAME, SKIPPED_NAME
+from .logdir import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR
 from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps,
                        warnings_for)
 from .sysmetrics import SystemSampler, write_sidecar
@@ -56,9 +58,10 @@ logger = logging.getLogger("tfbneck")
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 _INF = float("inf")
-#: Profiler sessions are written here first, then moved into plugins/profile/ complete
-#: with their sidecar (a reader never sees a trace without its system metrics).
-STAGING_DIR = ".tfbneck-staging"
+# Profiler sessions are written in STAGING_DIR first, then moved into plugins/profile/ complete
+# with their sidecar (a reader never sees a trace without its system metrics). Each window's
+# staging folder holds a record saying the window is incomplete from the moment it opens: a
+# process killed inside the window leaves it behind, and `tfbneck analyze` reports it.
 #: A saved trace above this size (bytes) gets a warning: tools stall on such files.
 LARGE_TRACE_BYTES = 500 * 1024 * 1024
 _PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
@@ -600,6 +603,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
                 os.makedirs(staging)
             except OSError as err:
                 problem = ("log_dir", f"cannot write to log_dir {self.log_dir} ({err.strerror or err})")
+            else:
+                _write_open_record(staging, rec)
         if problem is not None:
             self._skip(rec, win, *problem)
             return False
@@ -657,6 +662,7 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         where = ""
         if kind != "log_dir":
             name = session_name or f"{_timestamp()}_steps{win[0]}-{win[1]}_skipped"
+            folder = None
             try:
                 folder = _unique_dir(os.path.join(self.log_dir, "plugins", "profile"), name)
                 data = {"format": "tfbneck.skipped", "version": 1, "reason": reason,
@@ -666,6 +672,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
                 rec.session_dir = folder
                 where = f"; recorded in {folder}"
             except OSError as err:
+                if folder is not None:
+                    _remove_empty(folder)  # no empty session folder when the record cannot be written
                 where = f"; could not record it ({err.strerror or err})"
         self._warn(kind if kind == "log_dir" else "skip:" + kind, f"steps {win[0]}-{win[1]} were not profiled: {reason}. "
                                    f"Training continues{where}",
@@ -926,6 +934,7 @@ def _profiler_options(options):
 
 def _writable_problem(log_dir: str) -> Optional[str]:
     """None when ``log_dir`` can hold sessions, else a one-line reason."""
+    probe = None
     try:
         folder = os.path.join(log_dir, "plugins", "profile")
         os.makedirs(folder, exist_ok=True)
@@ -935,6 +944,11 @@ def _writable_problem(log_dir: str) -> Optional[str]:
         os.unlink(probe)
         return None
     except OSError as err:
+        if probe is not None:  # created, but the write failed (disk full): do not leave it behind
+            try:
+                os.unlink(probe)
+            except OSError:
+                pass
         return f"log_dir {log_dir} is not writable ({type(err).__name__}: {err.strerror or err})"
 
 
@@ -967,6 +981,23 @@ def _exported_session(staging: str) -> Optional[str]:
         if any(f.endswith((".xplane.pb", ".xplane.pb.gz")) for f in os.listdir(folder)):
             return folder
     return None
+
+
+def _write_open_record(staging: str, rec: WindowRecord) -> None:
+    """The record left in a window's staging folder while it is open (removed with the folder
+    when the window closes). Read only if the process dies inside the window."""
+    host, pid = socket.gethostname(), os.getpid()
+    steps = ", ".join(f"{a}-{b}" for a, b in rec.requested)
+    data = {"format": "tfbneck.skipped", "version": 1, "incomplete": True,
+            "reason": f"the training process (pid {pid} on {host}) stopped inside the window of steps {steps} "
+                      f"before its trace was saved (killed, crashed or out of memory); files left in this folder "
+                      f"are partial. Delete the folder to dismiss this entry",
+            "requested_steps": [list(w) for w in rec.requested], "host": host, "pid": pid,
+            "time_unix_ns": time.time_ns(), "source": "BottleneckProfiler"}
+    try:
+        write_sidecar(staging, data, name=SKIPPED_NAME)
+    except OSError:  # the disk is full or read-only: the trace will fail too, and say so
+        pass
 
 
 def _timestamp() -> str:
