@@ -84,7 +84,7 @@ static PyObject *scan_line(PyObject *self, PyObject *args) {
                 if (w == 0) {
                     uint64_t v = read_varint(&e);
                     if (e.bad) break;
-                    rec[1 + f] = (int64_t)v;
+                    if (f > 0) rec[1 + f] = (int64_t)v; /* field 0 does not exist: rec[1] is the end */
                 } else if (skip_field(&e, w)) {
                     break;
                 }

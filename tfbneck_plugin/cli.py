@@ -122,17 +122,33 @@ def _emit(args, results: List[dict]) -> int:
     text = RENDERERS[args.format](build_report(results))
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as f:
+            # Names that are not UTF-8 (kept by Python as surrogates) are written as the
+            # bytes they are on disk, as ls does, instead of failing the whole report.
+            with open(args.output, "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(text if text.endswith("\n") else text + "\n")
         except OSError as err:
             print(f"tfbneck: {args.output}: cannot write report ({err.strerror})", file=sys.stderr)
             return 2
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _write_stdout(text if text.endswith("\n") else text + "\n")
     failed = [r for r in results if r.get("status") != "ok"]
     for r in failed:
         print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:  # a file name that is not UTF-8, on a strict UTF-8 terminal
+        sys.stdout.flush()
+        encoding = sys.stdout.encoding or "utf-8"
+        try:
+            data = text.encode(encoding, "surrogateescape")
+        except UnicodeEncodeError:
+            data = text.encode(encoding, "backslashreplace")
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -23,6 +23,7 @@ session. Unreadable folders below it are reported in ``Discovery.problems`` and 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -161,7 +162,7 @@ def find_sessions(path: str) -> Discovery:
     if is_remote(path):
         return _find_remote(path)
     if not os.path.exists(path):
-        raise DiscoveryError(f"{path}: no such file or directory")
+        raise DiscoveryError(f"{path}: {_stat_problem(path)}")
     path = os.path.normpath(path)
     problems: List[str] = []
     if os.path.isfile(path):
@@ -182,7 +183,7 @@ def find_sessions(path: str) -> Discovery:
     run_dir = _run_dir_of(path)
     if run_dir is not None:
         s = _session_from_dir(path, os.path.basename(run_dir) or ".")
-        return Discovery([s] if s else [], problems)
+        return Discovery([s] if s else [], problems if s else [_why_no_session(path)])
 
     sessions: List[Session] = []
 
@@ -205,15 +206,39 @@ def find_sessions(path: str) -> Discovery:
             for d in list(dirnames):
                 full = os.path.join(dirpath, d)
                 if _is_link(full):
+                    problems.append(f"{full}: symbolic link, not followed (to analyse the session it "
+                                    "points to, give that folder as PATH)")
                     continue
                 s = _session_from_dir(full, run)
                 if s is not None:
                     sessions.append(s)
-                elif not os.access(full, os.R_OK | os.X_OK):
-                    problems.append(f"{full}: cannot read session folder (permission denied)")
+                else:
+                    problems.append(_why_no_session(full))
             dirnames[:] = []  # sessions do not nest
     sessions.sort(key=lambda s: (s.run, s.name))
     return Discovery(sessions, problems)
+
+
+def _stat_problem(path: str) -> str:
+    """Why a path that does not exist for os.path.exists cannot be used, in words."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.strerror and err.errno != errno.ENOENT:  # e.g. a symbolic link loop, permission denied
+            return err.strerror[0].lower() + err.strerror[1:]
+    except ValueError:  # e.g. an embedded NUL
+        pass
+    return "no such file or directory"
+
+
+def _why_no_session(folder: str) -> str:
+    """Why ``folder`` under ``plugins/profile/`` is not a session, in one line."""
+    try:
+        os.listdir(folder)
+    except OSError as err:
+        return f"{folder}: cannot read session folder ({err.strerror})"
+    return (f"{folder}: no trace in this session folder (no .xplane.pb): the profiler may still be "
+            "writing it, or it stopped before saving one")
 
 
 def _is_link(p: str) -> bool:

@@ -138,14 +138,16 @@ def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     closed = np.minimum(np.searchsorted(np.sort(e), s, side="right"), np.arange(n))
     depth = np.arange(n) - closed
     sorted_parent = np.full(n, -1, dtype=np.int64)
-    for d in range(1, int(depth.max()) + 1 if n else 0):
-        here = np.flatnonzero(depth == d)
-        up = np.flatnonzero(depth == d - 1)
-        if len(up) == 0 or len(here) == 0:
-            continue
-        j = np.searchsorted(up, here) - 1
-        ok = j >= 0
-        sorted_parent[here[ok]] = up[j[ok]]
+    # The parent of k is the last interval before k one level up. One search over all
+    # levels at once (a loop per level is quadratic when thousands of events nest):
+    # positions grouped by depth, in order, are sorted keys depth * (n + 1) + position.
+    by_depth = np.lexsort((np.arange(n), depth))
+    keys = depth[by_depth] * (n + 1) + by_depth
+    child = np.flatnonzero(depth > 0)
+    j = np.searchsorted(keys, (depth[child] - 1) * (n + 1) + child) - 1
+    ok = j >= 0
+    ok[ok] = depth[by_depth[j[ok]]] == depth[child[ok]] - 1
+    sorted_parent[child[ok]] = by_depth[j[ok]]
     has = sorted_parent >= 0
     parent[order[has]] = order[sorted_parent[has]]
     return parent

@@ -57,6 +57,7 @@ def varints(buf: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         k += 1
         length[open_] = k
         open_ = open_[b >= 128]
+    length[open_] = len(buf)  # still open after 10 bytes: malformed, its end lies past every message
     return value, pos + length
 
 
@@ -156,8 +157,9 @@ def scalar_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted:
             v, p = varints(buf, after_tag[is_var])
             nxt[is_var] = p
             f_var = field[is_var]
+            complete = p <= end[is_var]  # a varint cut by the message's end (or over-long) is no value
             for f in wanted:
-                m = f_var == f
+                m = (f_var == f) & complete
                 if m.any():
                     out[f][idx[is_var][m]] = v[m]
                     if present is not None:
@@ -196,10 +198,10 @@ def submessages(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field_no:
             ln, p = varints(buf, after_tag[is_len])
             pe = p + ln.astype(np.int64)
             nxt[is_len] = pe
-            hit = field[is_len] == field_no
+            hit = (field[is_len] == field_no) & (pe <= end[is_len])  # only whole sub-messages, as the C path
             owners.append(idx[is_len][hit])
             s_out.append(p[hit])
-            e_out.append(np.minimum(pe[hit], end[is_len][hit]))
+            e_out.append(pe[hit])
         nxt[wt == 1] = after_tag[wt == 1] + 8
         nxt[wt == 5] = after_tag[wt == 5] + 4
         go_on = (nxt > cur) & (nxt < end)

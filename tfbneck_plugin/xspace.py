@@ -20,8 +20,8 @@ line and names the file.
 """
 from __future__ import annotations
 
-import gzip
 import os
+import stat as statmod
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -157,11 +157,19 @@ def read_bytes(path: str, opener=open) -> bytes:
     """Return the serialized XSpace in ``path`` (``.xplane.pb`` or ``.xplane.pb.gz``).
 
     ``opener`` opens a path for binary reading (``fsspec.open`` for remote paths).
-    Raises TraceReadError when the file is missing, unreadable, empty, or too large.
+    Raises TraceReadError when the file is missing, unreadable, empty, or too large, and
+    (local paths) when it is not a regular file: a FIFO would block the read forever, a
+    device such as /dev/zero would feed it without end.
     """
+    st = _local_stat(path)
+    if st is not None and not statmod.S_ISREG(st.st_mode):
+        raise TraceReadError(path, f"not a regular file ({_file_kind(st.st_mode)}); it was not read")
+    if st is not None and st.st_size > MAX_TRACE_BYTES:
+        raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit ({st.st_size} bytes; "
+                                   "set TFBNECK_MAX_TRACE_BYTES to raise it)")
     try:
         with opener(path, "rb") as f:
-            data = f.read(MAX_TRACE_BYTES + 1)
+            data = _read_capped(f, MAX_TRACE_BYTES + 1, st.st_size if st is not None else getattr(f, "size", None))
     except OSError as err:
         raise TraceReadError(path, f"cannot read file ({err.strerror or err})") from None
     except Exception as err:  # remote file systems raise their own errors (credentials...)
@@ -172,13 +180,74 @@ def read_bytes(path: str, opener=open) -> bytes:
                                    "(set TFBNECK_MAX_TRACE_BYTES to raise it)")
     if str(path).endswith(".gz"):
         try:
-            data = gzip.decompress(data)
+            data = _gunzip(data, MAX_TRACE_BYTES)
         except (OSError, EOFError, zlib.error) as err:
             raise TraceReadError(path, f"not a valid gzip file ({err})") from None
+        if data is None:  # never inflated past the limit: a small file can expand to terabytes
+            raise TraceReadError(path, f"decompresses to more than the {MAX_TRACE_BYTES} byte limit "
+                                       "(set TFBNECK_MAX_TRACE_BYTES to raise it)")
     if not data:
         raise TraceReadError(path, "file is empty (0 bytes): the profiler may still be writing "
                                    "it, or it crashed before writing")
     return data
+
+
+def _read_capped(f, limit: int, expected: Optional[int]) -> bytes:
+    """At most ``limit`` bytes of ``f``. The first read asks for the size the file reports
+    (plus one byte, to see that it ended): ``f.read(limit)`` would allocate ``limit`` bytes
+    up front, 2 GiB for every trace, which fails under a memory cap (ulimit -v, containers).
+    A file that grows while it is read (or of unknown size) is read on in 64 MiB chunks."""
+    first = min(limit, expected + 1) if isinstance(expected, int) and expected >= 0 else min(limit, 64 << 20)
+    data = f.read(first)
+    if len(data) < first:
+        return data
+    parts, total = [data], len(data)
+    while total < limit:
+        chunk = f.read(min(64 << 20, limit - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
+
+
+def _local_stat(path: str) -> Optional[os.stat_result]:
+    """``os.stat`` of a local path; None for URLs and paths that cannot be stat'ed (opening
+    them then reports why)."""
+    if "://" in str(path) and not str(path).startswith("file://"):
+        return None
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((statmod.S_ISDIR, "a folder"), (statmod.S_ISFIFO, "a FIFO"),
+                       (statmod.S_ISCHR, "a character device"), (statmod.S_ISBLK, "a block device"),
+                       (statmod.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _gunzip(data: bytes, limit: int) -> Optional[bytes]:
+    """gzip members of ``data`` inflated, or None when they hold more than ``limit`` bytes
+    (found without inflating more than that). Raises EOFError when a member is cut short."""
+    out, total = [], 0
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk = d.decompress(data, limit + 1 - total)
+        total += len(chunk)
+        if total > limit:
+            return None
+        out.append(chunk)
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        data = d.unused_data
+        if not data.strip(b"\0"):  # zero padding after the last member, as gzip.decompress allows
+            break
+    return b"".join(out)
 
 
 def parse_xspace(data: bytes, path: str = "<bytes>", lazy: bool = False):
@@ -241,7 +310,10 @@ class Line:
     def event_proto(self, index: int):
         """The full ``XEvent`` message of one event (for reading all its stats)."""
         s, e = int(self.ev_start[index]), int(self.ev_end[index])
-        return XEvent.FromString(bytes(self.buf[s:e]))
+        try:
+            return XEvent.FromString(bytes(self.buf[s:e]))
+        except DecodeError:  # a corrupt event: no stats, as the bulk decoder (wire.stat_ints) reads it
+            return XEvent(metadata_id=int(self.name_id[index]))
 
 
 @dataclass
@@ -375,7 +447,12 @@ def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
         fields, ev_start, ev_end, name_id, offset, duration = wire.decode_events(raw, buf, _LINE_EVENTS)
     except wire.WireError as err:
         raise TraceReadError(path, f"line {k} of plane {plane_name!r} is corrupt: {err}") from None
-    ts = fields.get(_LINE_TS, 0) % 2**64
+
+    def number(f):  # a field of the wrong wire type is ignored, as protobuf parsers do
+        v = fields.get(f, 0)
+        return v if isinstance(v, int) else 0
+
+    ts = number(_LINE_TS) % 2**64
     ts = ts - 2**64 if ts >= 2**63 else ts  # int64, as the schema declares
     base_ps = max(min(ts * 1000, 2**62), -2**62)  # a corrupt timestamp is clamped, never overflows
     with np.errstate(over="ignore"):
@@ -386,7 +463,7 @@ def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
         v = fields.get(f, b"")
         return v.decode("utf-8", "replace") if isinstance(v, bytes) else ""
 
-    line_id = int(wire.as_int64(np.array([fields.get(_LINE_ID, 0)], dtype=np.uint64))[0])
+    line_id = int(wire.as_int64(np.array([number(_LINE_ID) % 2**64], dtype=np.uint64))[0])
     # Offsets into one line fit in 32 bits (a trace is < 2 GiB): half the memory of int64.
     return Line(id=line_id, name=text(_LINE_NAME), display_name=text(_LINE_DISPLAY_NAME), start_ps=start,
                 dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start.astype(np.int32),
