@@ -87,19 +87,9 @@ def _session_from_dir(session_dir: str, run: str) -> Optional[Session]:
     except OSError:
         return None
     s = Session(run=run, name=os.path.basename(os.path.normpath(session_dir)), path=session_dir)
+    present = set(names)
     for n in names:
-        full = os.path.join(session_dir, n)
-        if n.endswith(XPLANE_SUFFIXES):
-            # A .gz twin of a plain file is the same host: keep the plain one.
-            if n.endswith(".gz") and n[:-3] in names:
-                continue
-            s.files.append(full)
-        elif n.endswith(LEGACY_SUFFIXES):
-            s.legacy_files.append(full)
-        elif n == SIDECAR_NAME:
-            s.sidecar = full
-        elif n == SKIPPED_NAME:
-            s.skipped = full
+        _add_file(s, n, os.path.join(session_dir, n), present)
     if not (s.files or s.legacy_files or s.skipped):
         return None
     return s
@@ -143,6 +133,21 @@ def _owner_alive(window_dir: str, record: Optional[str]) -> bool:
     except OSError:  # exists (another user's process)
         return True
     return True
+
+
+def _add_file(s: Session, name: str, full: str, siblings) -> None:
+    """File ``name`` (path ``full``) of session folder ``s``, by kind. ``siblings``: the
+    folder's file names; a ``.gz`` twin of a plain trace is the same host, so only the
+    plain one is kept."""
+    if name.endswith(XPLANE_SUFFIXES):
+        if not (name.endswith(".gz") and name[:-3] in siblings):
+            s.files.append(full)
+    elif name.endswith(LEGACY_SUFFIXES):
+        s.legacy_files.append(full)
+    elif name == SIDECAR_NAME:
+        s.sidecar = full
+    elif name == SKIPPED_NAME:
+        s.skipped = full
 
 
 def _relrun(root: str, run_dir: str) -> str:
@@ -326,16 +331,8 @@ def _find_remote(url: str) -> Discovery:
             continue
         run = "/".join(rel[:-3]) or "."
         s = by_dir.setdefault(session_dir, Session(run=run, name=rel[-1], path=f"{scheme}://{session_dir}"))
-        full = f"{scheme}://{f}"
-        if name.endswith(XPLANE_SUFFIXES):
-            if not (name.endswith(".gz") and f[:-3] in names):
-                s.files.append(full)
-        elif name.endswith(LEGACY_SUFFIXES):
-            s.legacy_files.append(full)
-        elif name == SIDECAR_NAME:
-            s.sidecar = full
-        elif name == SKIPPED_NAME:
-            s.skipped = full
+        _add_file(s, name, f"{scheme}://{f}", {n.rsplit("/", 1)[-1] for n in names if n.startswith(session_dir + "/")}
+                  if name.endswith(".gz") else ())
     sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped or s.incomplete]
     sessions.sort(key=lambda s: (s.run, s.name))
     return Discovery(sessions, [])
