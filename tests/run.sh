@@ -16,6 +16,13 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# The frontend's build tools, so that a test can check the committed bundle against its
+# sources (optional: without Node that one test skips).
+if command -v npm >/dev/null 2>&1; then
+  (cd frontend && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1) \
+    || echo "tests/run.sh: npm ci failed; the bundle freshness test will skip" >&2
+fi
+
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[test]"
