@@ -135,8 +135,9 @@ fail_nomem:
 
 /* stat_ints(data: bytes, starts: bytes(int64), ends: bytes(int64), stat_id: int)
  *   -> (values: bytes(uint64), kinds: bytes(uint8))
- * For each event payload [start, end), the integer value of its XStat with metadata_id
- * stat_id: kinds 0 absent, 3 uint64, 4 int64, 7 ref (string id), 9 other kind. */
+ * For each event payload [start, end), the integer value of its first XStat with metadata_id
+ * stat_id that holds a value: kinds 0 absent, 3 uint64, 4 int64, 7 ref (string id), 9 other
+ * kind (double, string, bytes). wire.stat_ints reads the same. */
 static PyObject *stat_ints(PyObject *self, PyObject *args) {
     Py_buffer data, sv, ev;
     unsigned long long stat_id;
@@ -170,10 +171,21 @@ static PyObject *stat_ints(PyObject *self, PyObject *args) {
                     if (st.bad) break;
                     uint64_t f = k >> 3;
                     int sw = (int)(k & 7);
-                    if (f == 1 && sw == 0) { mid = read_varint(&st); }
-                    else if ((f == 3 || f == 4 || f == 7) && sw == 0) { v = read_varint(&st); kind = (int)f; }
-                    else { if (skip_field(&st, sw)) break; kind = 9; }
-                    if (st.bad) break;
+                    /* A malformed field ends the stat; what came before it stands. The value
+                     * is a oneof: the last value field wins; other fields are unknown ones. */
+                    if (f == 1 && sw == 0) {
+                        uint64_t x = read_varint(&st);
+                        if (st.bad) break;
+                        mid = x;
+                    } else if ((f == 3 || f == 4 || f == 7) && sw == 0) {
+                        uint64_t x = read_varint(&st);
+                        if (st.bad) break;
+                        v = x;
+                        kind = (int)f;
+                    } else {
+                        if (skip_field(&st, sw)) break;
+                        if ((f == 2 && sw == 1) || ((f == 5 || f == 6) && sw == 2)) kind = 9; /* double, string, bytes */
+                    }
                 }
                 if (mid == stat_id && kind) { vals[i] = v; kd[i] = (uint8_t)kind; }
                 r.p += len;

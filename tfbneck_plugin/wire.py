@@ -232,7 +232,8 @@ def decode_events(data: bytes, buf: np.ndarray, events_field: int = 4):
 
 
 def stat_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stat_id: int):
-    """Integer value of the XStat with ``stat_id`` in each event payload [starts, ends).
+    """Integer value of the first XStat with ``stat_id`` holding a value in each event
+    payload [starts, ends) (TensorFlow's XEventVisitor also takes the first).
 
     Returns (values uint64, kind uint8): kind 0 absent, 3 uint64, 4 int64, 7 ref_value
     (an interned string id), 9 another kind (double, string: read it from the message)."""
@@ -248,13 +249,60 @@ def stat_ints(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stat_id: in
     owner, ss, se = submessages(buf, starts, ends, 4)
     if len(owner) == 0:
         return values, kinds
-    has: Dict[int, np.ndarray] = {}
-    f = scalar_fields(buf, ss, se, (1, 3, 4, 7), 7, has)
-    mine = f[1] == np.uint64(stat_id)
-    other = mine & ~(has[3] | has[4] | has[7])
-    for kind in (3, 4, 7):
-        m = mine & has[kind]
-        values[owner[m]] = f[kind][m]
-        kinds[owner[m]] = kind
-    kinds[owner[other]] = np.where(kinds[owner[other]] == 0, 9, kinds[owner[other]])
+    mid, value, kind = _stat_fields(buf, ss, se)
+    hit = np.flatnonzero((mid == np.uint64(stat_id)) & (kind != 0))
+    # Sub-messages come out in field order for each event: the first match of each event wins.
+    _, first = np.unique(owner[hit], return_index=True)
+    k = hit[first]
+    values[owner[k]] = value[k]
+    kinds[owner[k]] = kind[k]
     return values, kinds
+
+
+def _stat_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """(metadata_id, integer value, kind) of each XStat ``buf[starts[i]:ends[i]]``, as the C
+    path reads them: the value is a oneof, so the last value field wins (kind 3/4/7 with its
+    integer, 9 for a double, string or bytes); fields of other numbers or wire types are
+    unknown ones and skipped; a malformed field ends the stat, what came before it stands."""
+    n = len(starts)
+    mid = np.zeros(n, dtype=np.uint64)
+    value = np.zeros(n, dtype=np.uint64)
+    kind = np.zeros(n, dtype=np.uint8)
+    idx = np.arange(n)
+    cur = starts.astype(np.int64).copy()
+    end = ends.astype(np.int64)
+    while len(idx):
+        key, after_tag = varints(buf, cur)
+        field = (key >> np.uint64(3)).astype(np.int64)
+        wt = (key & np.uint64(7)).astype(np.int64)
+        ok = after_tag <= end
+        nxt = np.full(len(idx), -1, dtype=np.int64)
+        is_var = ok & (wt == 0)
+        if is_var.any():
+            v, p = varints(buf, after_tag[is_var])
+            whole = p <= end[is_var]
+            nxt[is_var] = np.where(whole, p, -1)
+            f, at = field[is_var], idx[is_var]
+            m = whole & (f == 1)
+            mid[at[m]] = v[m]
+            m = whole & ((f == 3) | (f == 4) | (f == 7))
+            value[at[m]] = v[m]
+            kind[at[m]] = f[m]
+        is_len = ok & (wt == 2)
+        if is_len.any():
+            ln, p = varints(buf, after_tag[is_len])
+            pe = p + ln.astype(np.int64)
+            whole = (p <= end[is_len]) & (pe <= end[is_len]) & (pe >= p)
+            nxt[is_len] = np.where(whole, pe, -1)
+            f = field[is_len]
+            kind[idx[is_len][whole & ((f == 5) | (f == 6))]] = 9
+        for w, size in ((1, 8), (5, 4)):
+            is_fixed = ok & (wt == w)
+            pe = after_tag[is_fixed] + size
+            whole = pe <= end[is_fixed]
+            nxt[is_fixed] = np.where(whole, pe, -1)
+            if w == 1:
+                kind[idx[is_fixed][whole & (field[is_fixed] == 2)]] = 9
+        go_on = (nxt > cur) & (nxt < end)
+        idx, cur, end = idx[go_on], nxt[go_on], end[go_on]
+    return mid, value, kind
