@@ -114,7 +114,7 @@ def _owner_alive(window_dir: str, record: Optional[str]) -> bool:
     host = pid = None
     if record:
         try:
-            with open(record, "rb") as f:
+            with open_any(record, "rb") as f:
                 data = json.loads(f.read().decode("utf-8"))
             host, pid = data.get("host"), data.get("pid")
         except (OSError, ValueError, AttributeError):
@@ -273,10 +273,15 @@ def is_remote(path: str) -> bool:
 
 
 def open_any(path: str, mode: str = "rb"):
-    """Open a local path or an fsspec URL for reading."""
+    """Open a local path or an fsspec URL for reading.
+
+    Raises OSError for a local path that is not a regular file: a FIFO would block the
+    read forever and a device such as /dev/zero would never end."""
     if is_remote(path):
         import fsspec
         return fsspec.open(path, mode).open()
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
     return open(path, mode)
 
 
