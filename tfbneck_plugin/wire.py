@@ -131,6 +131,39 @@ def as_int64(u: np.ndarray) -> np.ndarray:
     return u.view(np.int64)
 
 
+def _walk(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stop_after: int = None):
+    """Walk the fields of many messages ``buf[starts[i]:ends[i]]`` at once, one field of
+    every unfinished message per round. Yields (idx, field, wt, value, vstart, vend, end)
+    per round: ``idx`` the messages still walking, ``value`` a varint's value, ``vstart``/
+    ``vend`` the field's value bytes, ``end`` each message's end. A message stops at its
+    end, at a malformed field, or at a field numbered above ``stop_after``."""
+    idx = np.arange(len(starts))
+    cur = starts.astype(np.int64).copy()
+    end = ends.astype(np.int64)
+    while len(idx):
+        key, after_tag = varints(buf, cur)
+        field = (key >> np.uint64(3)).astype(np.int64)
+        wt = (key & np.uint64(7)).astype(np.int64)
+        value = np.zeros(len(idx), dtype=np.uint64)
+        vstart = after_tag.copy()
+        vend = np.full(len(idx), -1, dtype=np.int64)
+        is_var = wt == 0
+        if is_var.any():
+            value[is_var], vend[is_var] = varints(buf, after_tag[is_var])
+        is_len = wt == 2
+        if is_len.any():
+            ln, p = varints(buf, after_tag[is_len])
+            vstart[is_len] = p
+            vend[is_len] = p + ln.astype(np.int64)
+        vend[wt == 1] = after_tag[wt == 1] + 8
+        vend[wt == 5] = after_tag[wt == 5] + 4
+        yield idx, field, wt, value, vstart, vend, end
+        go_on = (vend > cur) & (vend < end)
+        if stop_after is not None:
+            go_on &= field <= stop_after
+        idx, cur, end = idx[go_on], vend[go_on], end[go_on]
+
+
 def scalar_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: Tuple[int, ...],
                   stop_after: int, present: Dict[int, np.ndarray] = None) -> Dict[int, np.ndarray]:
     """Decode varint fields ``wanted`` of many messages at once (last occurrence wins).
@@ -144,34 +177,14 @@ def scalar_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted:
     out = {f: np.zeros(n, dtype=np.uint64) for f in wanted}
     if present is not None:
         present.update({f: np.zeros(n, dtype=bool) for f in wanted})
-    idx = np.arange(n)
-    cur = starts.astype(np.int64).copy()
-    end = ends.astype(np.int64)
-    while len(idx):
-        key, after_tag = varints(buf, cur)
-        field = (key >> np.uint64(3)).astype(np.int64)
-        wt = (key & np.uint64(7)).astype(np.int64)
-        nxt = np.full(len(idx), -1, dtype=np.int64)
-        is_var = wt == 0
-        if is_var.any():
-            v, p = varints(buf, after_tag[is_var])
-            nxt[is_var] = p
-            f_var = field[is_var]
-            complete = p <= end[is_var]  # a varint cut by the message's end (or over-long) is no value
-            for f in wanted:
-                m = (f_var == f) & complete
-                if m.any():
-                    out[f][idx[is_var][m]] = v[m]
-                    if present is not None:
-                        present[f][idx[is_var][m]] = True
-        is_len = wt == 2
-        if is_len.any():
-            ln, p = varints(buf, after_tag[is_len])
-            nxt[is_len] = p + ln.astype(np.int64)
-        nxt[wt == 1] = after_tag[wt == 1] + 8
-        nxt[wt == 5] = after_tag[wt == 5] + 4
-        go_on = (nxt > cur) & (nxt < end) & (field <= stop_after)
-        idx, cur, end = idx[go_on], nxt[go_on], end[go_on]
+    for idx, field, wt, value, _, vend, end in _walk(buf, starts, ends, stop_after):
+        complete = (wt == 0) & (vend <= end)  # a varint cut by the message's end (or over-long) is no value
+        for f in wanted:
+            m = complete & (field == f)
+            if m.any():
+                out[f][idx[m]] = value[m]
+                if present is not None:
+                    present[f][idx[m]] = True
     return out
 
 
@@ -182,30 +195,11 @@ def submessages(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field_no:
     the message holding sub-message k.
     """
     owners, s_out, e_out = [], [], []
-    idx = np.arange(len(starts))
-    cur = starts.astype(np.int64).copy()
-    end = ends.astype(np.int64)
-    while len(idx):
-        key, after_tag = varints(buf, cur)
-        field = (key >> np.uint64(3)).astype(np.int64)
-        wt = (key & np.uint64(7)).astype(np.int64)
-        nxt = np.full(len(idx), -1, dtype=np.int64)
-        is_var = wt == 0
-        if is_var.any():
-            nxt[is_var] = varints(buf, after_tag[is_var])[1]
-        is_len = wt == 2
-        if is_len.any():
-            ln, p = varints(buf, after_tag[is_len])
-            pe = p + ln.astype(np.int64)
-            nxt[is_len] = pe
-            hit = (field[is_len] == field_no) & (pe <= end[is_len])  # only whole sub-messages, as the C path
-            owners.append(idx[is_len][hit])
-            s_out.append(p[hit])
-            e_out.append(pe[hit])
-        nxt[wt == 1] = after_tag[wt == 1] + 8
-        nxt[wt == 5] = after_tag[wt == 5] + 4
-        go_on = (nxt > cur) & (nxt < end)
-        idx, cur, end = idx[go_on], nxt[go_on], end[go_on]
+    for idx, field, wt, _, vstart, vend, end in _walk(buf, starts, ends):
+        hit = (wt == 2) & (field == field_no) & (vend <= end)  # only whole sub-messages, as the C path
+        owners.append(idx[hit])
+        s_out.append(vstart[hit])
+        e_out.append(vend[hit])
     if not owners:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
