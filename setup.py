@@ -23,8 +23,8 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tfbneck_plugin", "tfbneck_plugin.*"]),
     # Optional C fast path of the trace reader; without a compiler the numpy path is used.
-    ext_modules=[Extension("tfbneck_plugin._wirescan", ["tfbneck_plugin/_wirescan.c"], optional=True)],
-    package_data={"tfbneck_plugin": ["static/*"]},
+    ext_modules=[Extension("tfbneck_plugin.trace._wirescan", ["tfbneck_plugin/trace/_wirescan.c"], optional=True)],
+    package_data={"tfbneck_plugin.plugin": ["static/*"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy>=1.22",

@@ -36,7 +36,7 @@ path = sys.argv[1]
 """
 TOOLS = {
     "a_parse": PRELUDE + r"""
-from tfbneck_plugin import xspace
+from tfbneck_plugin.trace import xspace
 gc.collect(); base = rss_mb()
 t = time.perf_counter()
 data = open(path, 'rb').read(); space = xspace.XSpace(); space.ParseFromString(data)
@@ -44,7 +44,7 @@ dt = time.perf_counter() - t
 """,
     "b_tfbneck": PRELUDE + r"""
 from tfbneck_plugin.logdir import find_sessions
-from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.analysis.session import analyze_session
 gc.collect(); base = rss_mb()
 t = time.perf_counter()
 report = [analyze_session(s) for s in find_sessions(path).sessions]
@@ -100,7 +100,7 @@ def main():
                            capture_output=True, text=True, check=True)
         trace = r.stdout.strip().splitlines()[-1]
     size_mb = os.path.getsize(trace) / 2**20
-    from tfbneck_plugin.xspace import read_space
+    from tfbneck_plugin.trace.xspace import read_space
     events = read_space(trace).n_events
     print(f"trace: {trace}\n  {size_mb:.1f} MB, {events:,} events")
     runs = {t: [] for t in TOOLS}

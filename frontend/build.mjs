@@ -1,5 +1,5 @@
 // Bundles src/ into one ES module that TensorBoard loads into the tab's iframe:
-// ../tfbneck_plugin/static/index.js (committed, so `pip install` needs no Node).
+// ../tfbneck_plugin/plugin/static/index.js (committed, so `pip install` needs no Node).
 // TensorBoard's content security policy blocks CDNs: everything, Chart.js included, is
 // in that one file. Usage: npm ci && npm run build   (npm run watch while developing)
 import * as esbuild from "esbuild";
@@ -9,7 +9,7 @@ import path from "node:path";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const options = {
   entryPoints: [path.join(here, "src", "index.js")],
-  outfile: path.join(here, "..", "tfbneck_plugin", "static", "index.js"),
+  outfile: path.join(here, "..", "tfbneck_plugin", "plugin", "static", "index.js"),
   bundle: true,
   format: "esm",
   minify: true,

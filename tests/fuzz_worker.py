@@ -24,10 +24,10 @@ _MEM_MB = int(os.environ.get("TFBNECK_FUZZ_MEM_MB", "3072"))
 if _MEM_MB > 0:
     resource.setrlimit(resource.RLIMIT_AS, (_MEM_MB * 2 ** 20, _MEM_MB * 2 ** 20))
 
-from tfbneck_plugin import wire  # noqa: E402  (after the limit, so imports count against it)
-from tfbneck_plugin.analyze import analyze_session  # noqa: E402
+from tfbneck_plugin.trace import wire  # noqa: E402  (after the limit, so imports count against it)
+from tfbneck_plugin.analysis.session import analyze_session  # noqa: E402
 from tfbneck_plugin.logdir import find_sessions  # noqa: E402
-from tfbneck_plugin.xspace import TraceReadError, read_space  # noqa: E402
+from tfbneck_plugin.trace.xspace import TraceReadError, read_space  # noqa: E402
 
 
 def _reset_peak() -> None:

@@ -10,8 +10,8 @@ import time
 from tensorboard import default, program
 from tensorboard.plugins import base_plugin
 
-from tfbneck_plugin import plugin as plugin_mod
-from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.plugin import routes as plugin_mod
+from tfbneck_plugin.analysis.session import analyze_session
 
 SLOW_RUN = os.environ.get("TFBNECK_TEST_SLOW_RUN", "")
 SLOW_S = float(os.environ.get("TFBNECK_TEST_SLOW_S", "6"))

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from tfbneck_plugin import schedule as sched
-from tfbneck_plugin import xspace
-from tfbneck_plugin.analyze import analyze_session
-from tfbneck_plugin.logdir import SIDECAR_NAME, SKIPPED_NAME, find_sessions
+from tfbneck_plugin.capture import schedule as sched
+from tfbneck_plugin.trace import xspace
+from tfbneck_plugin.analysis.session import analyze_session
+from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME; from tfbneck_plugin.logdir import find_sessions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -124,7 +124,7 @@ def session_dirs(log_dir):
 
 def test_package_import_and_schedules_do_not_import_tensorflow():
     code = ("import sys, tfbneck_plugin; s = tfbneck_plugin.profile_steps((3, 5), every=100, length=5); "
-            "from tfbneck_plugin import cli, analyze; assert 'tensorflow' not in sys.modules, 'tf imported'; "
+            "from tfbneck_plugin import cli; from tfbneck_plugin.analysis import session; assert 'tensorflow' not in sys.modules, 'tf imported'; "
             "print(s.describe())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -506,7 +506,7 @@ def test_single_threaded_python_input_is_cpu_bound(job):
                     f"{r['gil_attempts']} attempts: this process got {rep['system_metrics']['proc_cpu_cores']} cores")
     # One thread computing under the GIL: the kernel may spread it over the cores (no core
     # reads saturated), but the process keeps about one core busy while the step waits.
-    from tfbneck_plugin.sysmetrics import BUSY_PROCESS_CORES
+    from tfbneck_plugin.analysis.sysmetrics import BUSY_PROCESS_CORES
     assert rep["system_metrics"]["proc_cpu_cores"] >= BUSY_PROCESS_CORES
     assert (rep["bottleneck"], rep["cause"]) == ("cpu", "input_preprocessing")
     assert gil["bottleneck"] == "cpu"

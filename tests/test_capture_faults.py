@@ -26,9 +26,9 @@ import time
 import pytest
 
 from tfbneck_plugin import logdir
-from tfbneck_plugin.analyze import analyze_session
-from tfbneck_plugin.logdir import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, find_sessions
-from tfbneck_plugin.sysmetrics import write_sidecar
+from tfbneck_plugin.analysis.session import analyze_session
+from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR; from tfbneck_plugin.logdir import find_sessions
+from tfbneck_plugin.records import write_sidecar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from xspace_builder import SpaceBuilder, session_path
 

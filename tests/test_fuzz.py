@@ -91,7 +91,7 @@ REGRESSIONS = {
 }
 
 try:
-    from tfbneck_plugin import _wirescan  # noqa: F401
+    from tfbneck_plugin.trace import _wirescan  # noqa: F401
     HAVE_C = True
 except ImportError:
     HAVE_C = False

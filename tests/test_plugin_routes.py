@@ -1,4 +1,4 @@
-"""The TensorBoard plugin's routes (``tfbneck_plugin/plugin.py``, ``docs/http_api.md``).
+"""The TensorBoard plugin's routes (``tfbneck_plugin/plugin/routes.py``, ``docs/http_api.md``).
 
 Most tests call the pure ``*_impl`` methods, or the routes through TensorBoard's own WSGI
 application (``TensorBoardWSGI``, with its middlewares) with werkzeug's test client. The
@@ -26,7 +26,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug.serving import make_server
 from werkzeug.test import Client
 
-from tfbneck_plugin import plugin as plugin_mod
+from tfbneck_plugin.plugin import routes as plugin_mod
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.plugin import BottleneckPlugin, BottleneckPluginLoader, RouteError, parse_query
 
@@ -125,7 +125,7 @@ def wait_report(p, run, session, timeout=20.0):
 # ----------------------------------------------------------------------------------------
 
 def test_plugin_import_does_not_import_tensorflow():
-    code = ("import sys, tfbneck_plugin.plugin, tfbneck_plugin.plugin_metadata; "
+    code = ("import sys, tfbneck_plugin.plugin, tfbneck_plugin.plugin.metadata; "
             "bad = sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.')); "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -164,7 +164,7 @@ def test_bundle_matches_frontend_sources(tmp_path):
     out = tmp_path / "index.js"
     # The build script is the source of truth: run it with another output file.
     build = (REPO / "frontend" / "build.mjs").read_text()
-    patched = build.replace('path.join(here, "..", "tfbneck_plugin", "static", "index.js")', json.dumps(str(out)))
+    patched = build.replace('path.join(here, "..", "tfbneck_plugin", "plugin", "static", "index.js")', json.dumps(str(out)))
     assert patched != build
     tmp_build = REPO / "frontend" / f".build-check-{os.getpid()}.mjs"
     tmp_build.write_text(patched)
@@ -173,8 +173,8 @@ def test_bundle_matches_frontend_sources(tmp_path):
     finally:
         tmp_build.unlink()
     assert res.returncode == 0, res.stderr
-    committed = (REPO / "tfbneck_plugin" / "static" / "index.js").read_bytes()
-    assert out.read_bytes() == committed, "tfbneck_plugin/static/index.js is stale: cd frontend && npm run build"
+    committed = (REPO / "tfbneck_plugin" / "plugin" / "static" / "index.js").read_bytes()
+    assert out.read_bytes() == committed, "tfbneck_plugin/plugin/static/index.js is stale: cd frontend && npm run build"
 
 
 # ----------------------------------------------------------------------------------------
@@ -557,7 +557,7 @@ def test_remote_logdir_gets_the_same_report_as_the_analyzer(memory_logdir):
     p = BottleneckPlugin(base_plugin.TBContext(logdir=root))
     body, _ = wait_report(p, "real", "2024_04_04_00_00_00")
     session = next(s for s in find_sessions(root).sessions if s.run == "real")
-    from tfbneck_plugin.analyze import analyze_session
+    from tfbneck_plugin.analysis.session import analyze_session
     expected = analyze_session(session)
     assert expected["status"] == "ok"
     assert body == {"version": expected["version"], "sessions": [expected]}

@@ -1,7 +1,7 @@
 """Step finders, one synthetic trace per kind of evidence (tests/xspace_builder.py)."""
 import pytest
 
-from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from xspace_builder import SpaceBuilder, session_path
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from tfbneck_plugin import timeline
+from tfbneck_plugin.trace import timeline
 
 
 def iv(*pairs):

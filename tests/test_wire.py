@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfbneck_plugin import wire, xspace
+from tfbneck_plugin.trace import wire, xspace
 from xspace_builder import SpaceBuilder
 
 
@@ -40,7 +40,7 @@ def test_split_and_columns_of_a_built_line():
 @pytest.mark.skipif(wire._wirescan is None, reason="the C fast path is not compiled here")
 def test_fast_and_pure_paths_agree_on_real_traces(realtraces):
     code = ("import json, sys, numpy as np\n"
-            "from tfbneck_plugin import xspace\n"
+            "from tfbneck_plugin.trace import xspace\n"
             "out = []\n"
             "for f in sys.argv[1:]:\n"
             "    sp = xspace.read_space(f)\n"
@@ -69,7 +69,7 @@ def test_corrupt_line_is_reported_by_both_paths(tmp_path):
     p = tmp_path / "c.xplane.pb"
     p.write_bytes(bytes(raw))
     for env in ({}, {"TFBNECK_PURE_PYTHON": "1"}):
-        code = ("import sys\nfrom tfbneck_plugin import xspace\n"
+        code = ("import sys\nfrom tfbneck_plugin.trace import xspace\n"
                 "try:\n    xspace.read_space(sys.argv[1])\nexcept xspace.TraceReadError as e:\n    print('ERR', e)\n")
         r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, **env))

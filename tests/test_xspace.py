@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfbneck_plugin import xspace
+from tfbneck_plugin.trace import xspace
 from xspace_builder import SpaceBuilder
 
 TF_XPLANE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"

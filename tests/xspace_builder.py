@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from tfbneck_plugin import xspace
+from tfbneck_plugin.trace import xspace
 
 US = 1_000_000  # ps per us
 

@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # The callback needs TensorFlow: import it only when asked for.
     if name == "BottleneckProfiler":
-        from . import callback
+        from .capture import callback
         return callback.BottleneckProfiler
     if name == "profile_steps":  # building a schedule needs no TensorFlow
-        from .schedule import profile_steps
+        from .capture.schedule import profile_steps
         return profile_steps
     raise AttributeError(name)

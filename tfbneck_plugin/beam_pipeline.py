@@ -19,8 +19,8 @@ import json
 import shlex
 from typing import Iterable, List, Optional, Tuple
 
-from .analyze import analyze_session
-from .breakdown import CATEGORIES
+from .analysis.session import analyze_session
+from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError, find_sessions
 from .report import COLUMNS, row
 

@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
 from . import __version__
-from .analyze import analyze_session
+from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
 from .report import RENDERERS, build_report
 

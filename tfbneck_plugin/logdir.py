@@ -31,16 +31,12 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR
+
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
 LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
                    ".tensorflow_stats.pb", ".kernel_stats.pb", ".memory_profile.json.gz")
-#: Written by BottleneckProfiler beside the trace: system metrics sampled in the window.
-SIDECAR_NAME = "tfbneck_system_metrics.json"
-#: Written by BottleneckProfiler when it could not capture a window it was asked for.
-SKIPPED_NAME = "tfbneck_skipped.json"
-#: BottleneckProfiler's staging area (in its log_dir): one folder per window being recorded.
-STAGING_DIR = ".tfbneck-staging"
 
 
 class DiscoveryError(Exception):
@@ -67,7 +63,7 @@ class Session:
 
     @property
     def hosts(self) -> List[str]:
-        from .xspace import host_name_from_file
+        from .trace.xspace import host_name_from_file
         return [host_name_from_file(f) for f in self.files]
 
     @property

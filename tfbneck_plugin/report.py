@@ -11,7 +11,7 @@ import json
 from typing import Dict, List
 
 from . import __version__
-from .breakdown import CATEGORIES
+from .analysis.breakdown import CATEGORIES
 
 #: Columns of the CSV and table renderings (one row per session).
 COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",

@@ -31,9 +31,10 @@ import time
 
 from jobs import OUT, SCENARIO, arrays, keras, losses, model, record, seed, slow_dataset  # noqa: E402
 
-import tfbneck_plugin.callback as cbmod  # noqa: E402
-from tfbneck_plugin import BottleneckProfiler, profile_steps, sysmetrics  # noqa: E402
-from tfbneck_plugin.logdir import SIDECAR_NAME, STAGING_DIR  # noqa: E402
+import tfbneck_plugin.capture.callback as cbmod  # noqa: E402
+from tfbneck_plugin import BottleneckProfiler, profile_steps  # noqa: E402
+from tfbneck_plugin.capture import sampler as sysmetrics  # noqa: E402
+from tfbneck_plugin.records import SIDECAR_NAME, STAGING_DIR  # noqa: E402
 
 result = {"out": OUT}
 X, Y = arrays(6 * 8)  # 6 batches of 8: two epochs are steps 1-12

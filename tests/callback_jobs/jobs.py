@@ -24,7 +24,7 @@ if SCENARIO == "distributed":
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 from tfbneck_plugin import BottleneckProfiler, profile_steps  # noqa: E402
-from tfbneck_plugin.callback import WindowRecord  # noqa: E402
+from tfbneck_plugin.capture.callback import WindowRecord  # noqa: E402
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
@@ -249,7 +249,7 @@ def disabled():
 
 def robustness():
     """Unwritable log_dir, training ending inside a window, a failing sampler."""
-    from tfbneck_plugin import sysmetrics
+    from tfbneck_plugin.capture import sampler as sysmetrics
     x, y = arrays(8 * 8)
     seed()
     result["losses_without"] = losses(model().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False))

@@ -34,7 +34,7 @@ def normalise(session: dict, root: str) -> dict:
 
 
 def reports_for(folder: str) -> list:
-    from tfbneck_plugin.analyze import analyze_session
+    from tfbneck_plugin.analysis.session import analyze_session
     from tfbneck_plugin.logdir import find_sessions
 
     found = find_sessions(folder)

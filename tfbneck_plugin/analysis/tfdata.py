@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from . import timeline
+from ..trace import timeline
 from .host import EXECUTOR_EVENT, FUNCTION_RUN, HostView
 
 #: Stages that only buffer or wrap: their self time is waiting for upstream stages.

@@ -20,7 +20,7 @@ import numpy as np
 
 PAD = 16  # zero bytes appended to every buffer so that vectorised reads never run off the end
 
-try:  # the optional C fast path (tfbneck_plugin/_wirescan.c); same results, ~50x faster
+try:  # the optional C fast path (tfbneck_plugin/trace/_wirescan.c); same results, ~50x faster
     from . import _wirescan
 except ImportError:  # not compiled here: the numpy path below does the same work
     _wirescan = None

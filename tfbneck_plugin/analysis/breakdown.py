@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from . import timeline
+from ..trace import timeline
 from .devices import Device
 
 CATEGORIES = ["collective", "device_compute", "host_to_device", "device_to_host", "input",

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import host as hostmod
 from .host import HostView
-from .xspace import Space
+from ..trace.xspace import Space
 
 
 @dataclass

@@ -46,11 +46,11 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from . import __version__
-from . import report as report_mod
-from .analyze import analyze_session
-from .logdir import DiscoveryError, Session, find_sessions, is_remote
-from .plugin_metadata import PLUGIN_NAME, TAB_NAME
+from .. import __version__
+from .. import report as report_mod
+from ..analysis.session import analyze_session
+from ..logdir import DiscoveryError, Session, find_sessions, is_remote
+from .metadata import PLUGIN_NAME, TAB_NAME
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import timeline
-from .xspace import Line, Plane, Space
+from ..trace import timeline
+from ..trace.xspace import Line, Plane, Space
 
 HOST_PLANE = "/host:CPU"  # tsl/profiler/utils/xplane_schema.h kHostThreadsPlaneName
 

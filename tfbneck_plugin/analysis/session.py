@@ -4,18 +4,19 @@ pipeline and the TensorBoard plugin. The dict is one element of the report contr
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from . import __version__
-from . import breakdown, devices as devmod, host as hostmod, steps as stepsmod, sysmetrics, tfdata, timeline
-from .logdir import Session, open_any
+from .. import __version__
+from . import breakdown, devices as devmod, host as hostmod, steps as stepsmod, sysmetrics, tfdata
+from ..trace import timeline
+from .. import records
+from ..logdir import Session, open_any
 from .verdict import decide
-from .xspace import Space, TraceReadError, host_name_from_file, read_space
+from ..trace.xspace import Space, TraceReadError, host_name_from_file, read_space
 
 _MS = 1e9  # ps per ms
 
@@ -290,12 +291,12 @@ def analyze_session(session: Session, opener=None) -> Dict:
     base = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
             "path": session.path}
     if session.incomplete:  # left in BottleneckProfiler's staging area: its files are partial
-        reason = (_skipped_reason(session.skipped, opener) if session.skipped else
+        reason = (records.read_skipped_reason(session.skipped, opener) if session.skipped else
                   "the training process stopped inside this profiling window before its trace was saved; "
                   "files left in this folder are partial. Delete the folder to dismiss this entry")
         return {**_error(session, f"{session.path}: incomplete profiling window: {reason}"), "incomplete": reason}
     if session.skipped and not session.files:
-        reason = _skipped_reason(session.skipped, opener)
+        reason = records.read_skipped_reason(session.skipped, opener)
         return {**_error(session, f"{session.path}: profiling window was skipped: {reason}"), "skipped": reason}
     if not session.files:
         legacy = ", ".join(os.path.basename(f) for f in session.legacy_files[:3])
@@ -305,12 +306,12 @@ def analyze_session(session: Session, opener=None) -> Dict:
     sidecar_problem = None
     if session.sidecar:
         try:
-            raw = sysmetrics.read_sidecar(session.sidecar, opener)
+            raw = records.read_sidecar(session.sidecar, opener)
             system = sysmetrics.summarize(raw)
             if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
                 sidecar_problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                                    f"({str(raw['sampler_error']).splitlines()[0]})")
-        except sysmetrics.SidecarError as err:
+        except records.SidecarError as err:
             sidecar_problem = str(err)
     hosts, failures = [], []
     for f in session.files:
@@ -379,12 +380,3 @@ def _straggler_evidence(hosts: List[Dict]) -> List[str]:
         if z > STRAGGLER_Z or (len(times) == 2 and t > STRAGGLER_RATIO_OF_TWO * min(times)):
             out.append(f"Host {h['host']} is a straggler: {t:.1f} ms per step against a median of {med:.1f} ms.")
     return out
-
-
-def _skipped_reason(path: str, opener=open_any) -> str:
-    try:
-        with opener(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
-        return str(data.get("reason", "unknown reason"))
-    except Exception:
-        return "unknown reason (unreadable record)"

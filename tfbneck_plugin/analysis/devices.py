@@ -16,8 +16,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from . import timeline
-from .xspace import Plane, Space
+from ..trace import timeline
+from ..trace.xspace import Plane, Space
 
 #: Lines derived from the streams (xprof: utils/xplane_schema.h kXlaOpLineName and
 #: friends; derived_timeline.cc). Never counted as activity on GPUs.

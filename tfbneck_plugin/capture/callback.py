@@ -10,7 +10,7 @@ One line in ``model.fit(callbacks=[...])`` gives, per window of steps:
   XProf (TensorBoard's Profile tab) and ``tfbneck analyze`` both use to find steps;
 * ``tfbneck_system_metrics.json`` beside it: CPU per core, this process, memory, disk,
   network and GPUs sampled every ~100 ms during the window (format in
-  :mod:`tfbneck_plugin.sysmetrics`), which the analyzer uses to tell a CPU-bound input
+  :mod:`tfbneck_plugin.records`), which the analyzer uses to tell a CPU-bound input
   pipeline from one that waits on storage;
 * after the window, in the background: one log line with the verdict and scalars
   ``bottleneck/*`` in ``<log_dir>`` (TensorBoard's Scalars tab shows the trend over a long job).
@@ -41,10 +41,10 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from .logdir import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR
+from ..records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, write_sidecar
 from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps,
                        warnings_for)
-from .sysmetrics import SystemSampler, write_sidecar
+from .sampler import SystemSampler
 
 try:  # the module-level session object tells whose profiler is running (private API)
     from tensorflow.python.profiler import profiler_v2 as _profiler_v2
@@ -869,7 +869,7 @@ try:
     os.nice(10)
 except Exception:
     pass
-from tfbneck_plugin.analyze import analyze_session
+from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 found = find_sessions(sys.argv[1]).sessions
 if not found:
@@ -894,8 +894,8 @@ def _analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
 
 
 def _analyze_here(session_dir: str) -> Dict:
-    from .analyze import analyze_session
-    from .logdir import find_sessions
+    from ..analysis.session import analyze_session
+    from ..logdir import find_sessions
     found = find_sessions(session_dir).sessions
     if not found:
         return {"status": "error", "error": f"{session_dir}: no session found"}
