@@ -145,11 +145,14 @@ MAX_TRACE_BYTES = int(os.environ.get("TFBNECK_MAX_TRACE_BYTES", 2 * 1024 ** 3 - 
 
 
 class TraceReadError(Exception):
-    """A trace file could not be read. ``str(err)`` is one line naming the file."""
+    """A trace file could not be read. ``str(err)`` is one line naming the file; ``kind``
+    is the machine-readable ``error_kind`` of the report (:mod:`tfbneck_plugin.errors`):
+    ``unreadable``, ``too_large``, ``empty_file``, ``corrupt`` or ``not_xspace``."""
 
-    def __init__(self, path: str, problem: str):
+    def __init__(self, path: str, problem: str, kind: str = "corrupt"):
         self.path = str(path)
         self.problem = problem
+        self.kind = kind
         super().__init__(f"{self.path}: {problem}")
 
 
@@ -163,21 +166,21 @@ def read_bytes(path: str, opener=open) -> bytes:
     """
     st = _local_stat(path)
     if st is not None and not statmod.S_ISREG(st.st_mode):
-        raise TraceReadError(path, f"not a regular file ({_file_kind(st.st_mode)}); it was not read")
+        raise TraceReadError(path, f"not a regular file ({_file_kind(st.st_mode)}); it was not read", kind="unreadable")
     if st is not None and st.st_size > MAX_TRACE_BYTES:
         raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit ({st.st_size} bytes; "
-                                   "set TFBNECK_MAX_TRACE_BYTES to raise it)")
+                                   "set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
     try:
         with opener(path, "rb") as f:
             data = _read_capped(f, MAX_TRACE_BYTES + 1, st.st_size if st is not None else getattr(f, "size", None))
     except OSError as err:
-        raise TraceReadError(path, f"cannot read file ({err.strerror or err})") from None
+        raise TraceReadError(path, f"cannot read file ({err.strerror or err})", kind="unreadable") from None
     except Exception as err:  # remote file systems raise their own errors (credentials...)
         msg = str(err).splitlines()[0] if str(err) else ""
-        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {msg})") from None
+        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {msg})", kind="unreadable") from None
     if len(data) > MAX_TRACE_BYTES:
         raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit "
-                                   "(set TFBNECK_MAX_TRACE_BYTES to raise it)")
+                                   "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
     if str(path).endswith(".gz"):
         try:
             data = _gunzip(data, MAX_TRACE_BYTES)
@@ -185,10 +188,10 @@ def read_bytes(path: str, opener=open) -> bytes:
             raise TraceReadError(path, f"not a valid gzip file ({err})") from None
         if data is None:  # never inflated past the limit: a small file can expand to terabytes
             raise TraceReadError(path, f"decompresses to more than the {MAX_TRACE_BYTES} byte limit "
-                                       "(set TFBNECK_MAX_TRACE_BYTES to raise it)")
+                                       "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
     if not data:
         raise TraceReadError(path, "file is empty (0 bytes): the profiler may still be writing "
-                                   "it, or it crashed before writing")
+                                   "it, or it crashed before writing", kind="empty_file")
     return data
 
 
@@ -264,9 +267,9 @@ def parse_xspace(data: bytes, path: str = "<bytes>", lazy: bool = False):
         raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt "
                                    f"({len(data)} bytes; {str(err).splitlines()[0] if str(err) else 'decode error'})") from None
     if not space.planes:
-        raise TraceReadError(path, "not an XSpace trace: it holds no planes")
+        raise TraceReadError(path, "not an XSpace trace: it holds no planes", kind="not_xspace")
     if not any(p.name for p in space.planes):
-        raise TraceReadError(path, "not an XSpace trace: its planes have no names")
+        raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
     return space
 
 
@@ -561,7 +564,7 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
             text = bytes(view[vs:ve]).decode("utf-8", "replace")
             (errors, warnings, hostnames)[field - 2].append(text)
     if not plane_ranges:
-        raise TraceReadError(path, "not an XSpace trace: it holds no planes")
+        raise TraceReadError(path, "not an XSpace trace: it holds no planes", kind="not_xspace")
     planes = []
     for k, (ps, pe) in enumerate(plane_ranges):
         meta, lines = [], []
@@ -585,7 +588,7 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
                             event_names={i: v.name or v.display_name for i, v in proto.event_metadata.items()},
                             stat_names={i: v.name for i, v in proto.stat_metadata.items()}, proto=proto))
     if not any(p.name for p in planes) and plane_filter is None:
-        raise TraceReadError(path, "not an XSpace trace: its planes have no names")
+        raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
     return Space(path=str(path), planes=planes, hostnames=hostnames, errors=errors, warnings=warnings)
 
 
