@@ -1,9 +1,16 @@
 """tfbneck: tells a TensorFlow user why training is slow.
 
-The analyzer (``tfbneck analyze``), the TensorBoard plugin and this package's import never
-import TensorFlow; only ``BottleneckProfiler`` (the Keras callback) does, lazily.
+    import tfbneck_plugin as tfb
+    r = tfb.analyze("logs")     # a Report: one SessionReport per profiling session
+    r                           # in a notebook: verdicts, step-time chart, tf.data stages, fixes
+
+The analyzer (``tfbneck analyze``, :func:`analyze`), the TensorBoard plugin and this
+package's import never import TensorFlow; only ``BottleneckProfiler`` (the Keras callback)
+does, lazily. The public names below are imported on first use.
 """
 __version__ = "0.1.0"
+
+__all__ = ["BottleneckProfiler", "Report", "SessionReport", "__version__", "analyze", "profile_steps"]
 
 
 def __getattr__(name):
@@ -14,4 +21,11 @@ def __getattr__(name):
     if name == "profile_steps":  # building a schedule needs no TensorFlow
         from .capture.schedule import profile_steps
         return profile_steps
-    raise AttributeError(name)
+    if name in ("analyze", "Report", "SessionReport"):  # no TensorFlow either
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'tfbneck_plugin' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,220 @@
+"""The Python API: ``tfbneck_plugin.analyze(...)`` gives the reports ``tfbneck analyze`` prints,
+as objects a notebook displays.
+
+    import tfbneck_plugin as tfb
+    r = tfb.analyze("logs")      # same discovery and analysis as `tfbneck analyze logs`
+    r                            # in Jupyter/Colab: verdicts, breakdown chart, tf.data stages, fixes
+    r.to_dataframe()             # one row per session (pandas: pip install 'tfbneck-plugin[notebook]')
+
+No TensorFlow is imported (the analyzer reads traces itself).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable as _Iterable
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from . import __version__, notebook
+from .analysis.breakdown import CATEGORIES
+from .report import COLUMNS, build_report, row, to_table
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: ``breakdown_pct`` categories as extra ``<category>_pct`` columns of to_dataframe, as in
+#: the CSV (``input_pct`` is already one of :data:`tfbneck_plugin.report.COLUMNS`).
+PCT_CATEGORIES = [c for c in CATEGORIES if c != "input"]
+
+
+class SessionReport(dict):
+    """One session's report: the dict of the report contract (README, "The report";
+    ``shared/design/diagnosis.md``), with a rich display.
+
+    It *is* a dict (``r["bottleneck"]``, ``json.dumps(r)`` and code written for the CLI's
+    JSON keep working); the properties below are shortcuts. In a notebook it displays as
+    the verdict card, the step-time chart (SVG), the tf.data stages and the first
+    recommendations; ``repr()`` is plain text for terminals.
+    """
+
+    @classmethod
+    def from_dict(cls, data: Dict) -> "SessionReport":
+        """Wrap a session report dict (e.g. one of ``--format json``'s ``sessions``, or a
+        ``BottleneckProfiler`` window's ``report``). Raises TypeError for anything else."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a session report is a dict, not {type(data).__name__}")
+        return cls(data)
+
+    run = property(lambda self: self.get("run"), doc="Run path, relative to the logdir given.")
+    session = property(lambda self: self.get("session"), doc="Session folder name.")
+    status = property(lambda self: self.get("status"), doc="``ok`` or ``error``.")
+    error = property(lambda self: self.get("error"), doc="One line naming the file, when status is error.")
+    bottleneck = property(lambda self: self.get("bottleneck", "unknown"),
+                          doc="``cpu``, ``device``, ``io``, ``network`` or ``unknown``.")
+    cause = property(lambda self: self.get("cause"), doc="The finer cause, e.g. ``input_preprocessing``.")
+    confidence = property(lambda self: self.get("confidence"), doc="0-1.")
+    evidence = property(lambda self: list(self.get("evidence") or []), doc="Sentences with the numbers.")
+    recommendations = property(lambda self: list(self.get("recommendations") or []),
+                               doc="``title``, ``detail``, ``code`` (snippet or None) each.")
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """This session as JSON (the objects of ``--format json``'s ``sessions`` list)."""
+        return json.dumps(self, indent=indent)
+
+    def __repr__(self) -> str:
+        # What the CLI's table says of a session after its row: verdict, evidence, first fix.
+        title = notebook.session_title(self)
+        if self.get("status") != "ok":
+            return f"{title}: ERROR {self.get('error')}"
+        steps = self.get("steps") or {}
+        mean = (steps.get("step_time_ms") or {}).get("mean")
+        lines = [f"{title}: {self.bottleneck} ({self.cause}, confidence {self.confidence})",
+                 (f"  {steps.get('count', 0)} steps, {notebook.fmt_ms(mean)} mean step time, "
+                  f"{self.get('device_kind') or '?'} device")]
+        lines.extend(f"  - {e}" for e in self.evidence)
+        if self.recommendations:
+            lines.append(f"  fix first: {self.recommendations[0].get('title')}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain (it would print the dict otherwise)
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        return notebook.session_html(self)
+
+
+class Report:
+    """The reports of one ``analyze`` call: one :class:`SessionReport` per session found.
+
+    Iterates over sessions in the CLI's order (sorted by run, then session), indexes by
+    position or by ``"run/session"`` (or ``"run"`` when the run has one session).
+
+    Attributes:
+      sessions: the session reports.
+      problems: discovery warnings (e.g. a folder that could not be listed), one line each;
+        ``tfbneck analyze`` prints the same lines as warnings.
+      version: the tfbneck version that made the reports.
+    """
+
+    def __init__(self, sessions: Iterable[Dict], problems: Iterable[str] = (), version: str = __version__):
+        self.sessions: List[SessionReport] = [SessionReport.from_dict(s) for s in sessions]
+        self.problems: List[str] = list(problems)
+        self.version = version
+
+    def __iter__(self) -> Iterator[SessionReport]:
+        return iter(self.sessions)
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def __getitem__(self, key: Union[int, slice, str]):
+        if isinstance(key, str):
+            exact = [s for s in self.sessions if notebook.session_title(s) == key]
+            by_run = [s for s in self.sessions if s.get("run") == key]
+            found = exact or by_run
+            if len(found) == 1:
+                return found[0]
+            if not found:
+                raise KeyError(f"{key!r}: no such session; sessions: "
+                               + ", ".join(notebook.session_title(s) for s in self.sessions))
+            raise KeyError(f"{key!r}: run with {len(found)} sessions; use 'run/session'")
+        return self.sessions[key]
+
+    @property
+    def failed(self) -> List[SessionReport]:
+        """Sessions that could not be analysed (``status`` error; ``error`` says why)."""
+        return [s for s in self.sessions if s.get("status") != "ok"]
+
+    def to_dict(self) -> Dict:
+        """The report contract's top level: ``{"version": ..., "sessions": [...]}``."""
+        return {"version": self.version, "sessions": [dict(s) for s in self.sessions]}
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """The same JSON as ``tfbneck analyze --format json``."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_dataframe(self):
+        """One row per session, the columns of ``tfbneck analyze --format csv``.
+
+        Returns:
+          A ``pandas.DataFrame``: ``run``, ``session``, ``hosts`` (comma-separated),
+          ``status``, ``device_kind``, ``step_source``, ``steps``, ``step_ms`` (mean step
+          time, ms), ``bottleneck``, ``cause``, ``confidence`` (0-1), ``input_pct``,
+          ``blocking_stage``, ``error``, then ``<category>_pct`` for the other breakdown
+          categories (% of step time). Missing values are None/NaN.
+        Raises:
+          ImportError: pandas is not installed (one line saying how to install it).
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
+                              "(or pip install pandas)") from None
+        rows = []
+        for s in self.sessions:
+            r = row(s)
+            pct = s.get("breakdown_pct") or {}
+            r.update({f"{c}_pct": pct.get(c) for c in PCT_CATEGORIES})
+            rows.append({k: (None if v == "" else v) for k, v in r.items()})
+        return pd.DataFrame(rows, columns=COLUMNS + [f"{c}_pct" for c in PCT_CATEGORIES])
+
+    def __repr__(self) -> str:
+        if not self.sessions:
+            return "tfbneck: no session"
+        text = to_table(build_report(self.sessions)).rstrip("\n")
+        return "\n".join([text] + [f"warning: {p}" for p in self.problems])
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        return notebook.report_html(self.sessions, self.problems)
+
+
+def _paths(path_or_paths) -> List[str]:
+    if isinstance(path_or_paths, (str, os.PathLike)):
+        items: Sequence = [path_or_paths]
+    elif isinstance(path_or_paths, _Iterable) and not isinstance(path_or_paths, (bytes, dict)):
+        items = list(path_or_paths)
+    else:
+        raise TypeError(f"analyze() takes a path or a list of paths, not {type(path_or_paths).__name__}")
+    if not items:
+        raise ValueError("analyze() was given no path")
+    out = []
+    for p in items:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"analyze() paths are str or os.PathLike, not {type(p).__name__} ({p!r})")
+        out.append(os.fspath(p))
+    return out
+
+
+def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -> Report:
+    """Diagnose the profiling sessions under one or more paths, as ``tfbneck analyze`` does.
+
+    Args:
+      path_or_paths: a logdir (searched at any depth for ``<run>/plugins/profile/<session>/``),
+        a session folder or one ``.xplane.pb`` file; or a list of those. fsspec URLs
+        (``gs://``, ``s3://``...) work as in the CLI (``pip install 'tfbneck-plugin[remote]'``).
+      jobs: sessions analysed in parallel processes (0 = one per CPU core; default 1).
+    Returns:
+      A :class:`Report`: one :class:`SessionReport` per session (a session that cannot be
+      read is one with ``status`` ``error`` and a one-line ``error``; the others are still
+      reported), plus the discovery warnings in ``problems``.
+    Raises:
+      tfbneck_plugin.logdir.DiscoveryError: a path that does not exist or cannot be listed,
+        or no profiling session under the paths (one line, as the CLI's exit status 2).
+      TypeError, ValueError: arguments of the wrong kind.
+    """
+    # The CLI's own discovery and analysis: both front doors give the same reports.
+    from .cli import _analyze_all, _discover
+    from .logdir import DiscoveryError
+    paths = _paths(path_or_paths)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")
+    try:
+        sessions, problems = _discover(paths)
+    except DiscoveryError as err:
+        raise DiscoveryError(str(err)) from None  # one line; the listing internals help no one
+    if not sessions:
+        raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
+                             "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
+    return Report(_analyze_all(sessions, jobs or (os.cpu_count() or 1)), problems)
