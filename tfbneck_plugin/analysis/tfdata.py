@@ -9,11 +9,13 @@ time of iterator events nested inside it. On the consumer thread, an asynchronou
 (prefetch, parallel map, map-and-batch, parallel interleave) shows its waiting time as
 self time: the consumer was blocked on that stage's buffer.
 
-The *blocking stage* is the stage with the most self time, skipping pure buffers and
-wrappers (``Root``, ``Model``, ``Prefetch``...) whose waiting only passes on the slowness of
-the stage upstream of them. This follows XProf's tf.data bottleneck analysis
-(xprof: convert/xplane_to_tf_data_stats.cc, which ranks iterators by self time among
-those blocking the consumer).
+The *blocking stage* is the stage with the most work: its self time plus the CPU time of
+its user function (a map's function runs on executor threads, outside the iterator's own
+events), skipping pure buffers and wrappers (``Root``, ``Model``, ``Prefetch``...) whose
+waiting only passes on the slowness of the stage upstream of them. XProf's tf.data
+bottleneck analysis (xprof: convert/xplane_to_tf_data_stats.cc) ranks iterators by self
+time alone; adding the function time keeps a parallel map whose work runs on other threads
+from looking cheap.
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ REMOTE_READ = {"DataService", "DataServiceDataset"}
 #: Stages that run Python code (tf.py_function / Dataset.from_generator use the
 #: ``EagerPyFunc``/``PyFunc`` op inside a map or flat-map).
 PYTHON = {"Generator", "FromGenerator"}
+#: Sources that hold the data in memory (Dataset.from_tensor_slices / from_tensors / range):
+#: they never read files.
+IN_MEMORY = {"TensorSlice", "FromTensor", "Tensor", "Range", "SparseTensorSlice"}
+#: Sources that read files (core/kernels/data/*_dataset_op.cc).
+FILE_SOURCES = {"TFRecord", "TextLine", "FixedLengthRecord", "SSTable", "ArrayRecord", "LMDB"}
 MAP_LIKE = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch", "Batch",
             "PaddedBatch", "Filter", "ParallelFilter", "Unbatch", "Shuffle", "ShuffleAndRepeat"}
 
@@ -80,10 +87,28 @@ PRODUCE_SUFFIX = "Produce"
 
 @dataclass
 class Pipeline:
+    """The tf.data stages of one host. ``blocking``: the stage with the most work (self time
+    plus the CPU time of its function), skipping buffers; the consumer waits for it."""
     stages: List[Stage]
     blocking: Optional[Stage]
     has_prefetch: bool
     uses_py_function: bool
+
+    @property
+    def source(self) -> Optional[str]:
+        """Where the elements come from: ``generator`` (``Dataset.from_generator``, which Keras
+        uses for ``PyDataset``/``Sequence``/generators), ``files``, ``remote`` (tf.data
+        service), ``in_memory`` (tensors), or None when no source stage was recorded."""
+        kinds = {st.kind for st in self.stages}
+        if kinds & PYTHON:
+            return "generator"
+        if kinds & REMOTE_READ:
+            return "remote"
+        if kinds & FILE_SOURCES:
+            return "files"
+        if kinds & IN_MEMORY:
+            return "in_memory"
+        return None
 
 
 def _self_times(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -254,7 +279,7 @@ def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> None:
 
 
 def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:
-    """Stages as report rows (times in ms), most self time first."""
+    """Stages as report rows (times in ms), most work (self + function time) first."""
     rows = []
     for st in p.stages:
         rows.append({

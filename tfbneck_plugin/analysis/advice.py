@@ -1,0 +1,225 @@
+"""The advice catalogue: for each cause code, the changes that help, specific to the input
+pipeline and the device the findings describe.
+
+A recommendation is ``{"fix": <id>, "title", "detail", "code": <snippet or None>}``; ``fix``
+names the kind of change (``parallel_map``, ``prefetch``, ``steps_per_execution``...) so
+that scripts and the what-if model can refer to it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+from .findings import Findings
+from .tfdata import Stage
+
+Rec = Dict[str, Optional[str]]
+
+
+def rec(fix: str, title: str, detail: str, code: Optional[str] = None) -> Rec:
+    return {"fix": fix, "title": title, "detail": detail, "code": code}
+
+
+def _sequential(st: Optional[Stage]) -> bool:
+    # Stages without num_parallel_calls run one element at a time; parallel ones record
+    # their parallelism (1 = sequential).
+    return st is not None and (st.kind in ("Map", "Interleave", "FlatMap") or st.parallelism in (1, "1"))
+
+
+def _generator_input() -> List[Rec]:
+    return [
+        rec("pydataset_workers", "Let the Python input run in several workers",
+            "The batches come from Python (a Keras PyDataset / Sequence or a generator, read through "
+            "Dataset.from_generator): one thread under the GIL. A PyDataset can prepare batches in worker "
+            "processes, several batches ahead.",
+            "class Batches(keras.utils.PyDataset):\n"
+            "    def __init__(self, ..., **kwargs):\n"
+            "        super().__init__(workers=8, use_multiprocessing=True, max_queue_size=16, **kwargs)"),
+        rec("tfdata_ops", "Convert the Python input to tf.data ops",
+            "tf.data ops run in parallel outside the GIL; from_tensor_slices / list_files + a map of "
+            "TensorFlow ops replaces the Python loop.",
+            "ds = tf.data.Dataset.from_tensor_slices((paths, labels))\n"
+            "ds = ds.map(load_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(bs).prefetch(tf.data.AUTOTUNE)"),
+    ]
+
+
+def _compute_input(f: Findings) -> List[Rec]:
+    p = f.pipeline
+    st = p.blocking if p else None
+    out = []
+    if (st is not None and st.category == "python") or (p is not None and p.uses_py_function):
+        out.append(rec("no_py_function", "Replace Python in the input pipeline with TensorFlow ops",
+                       "tf.py_function / Dataset.from_generator run Python under the GIL on one core; "
+                       "TensorFlow ops in a map run in parallel and without Python.",
+                       "ds = ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE)  # tf ops, not py_function"))
+    if _sequential(st) or (st is not None and st.kind == "Map"):
+        out.append(rec("parallel_map", f"Parallelise the `{st.kind if st else 'map'}` stage",
+                       "This stage runs one element at a time. Let tf.data run it on all cores.",
+                       "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"))
+    out += [rec("vectorise_map", "Vectorise: batch before the map",
+                "One map call per batch instead of per element amortises per-call overhead; most image "
+                "and tensor ops accept a batch dimension.",
+                "ds = ds.batch(batch_size).map(preprocess_batch, num_parallel_calls=tf.data.AUTOTUNE)"),
+            rec("cache", "Cache deterministic preprocessing",
+                "If the expensive work is the same every epoch, do it once and cache the result (in "
+                "memory, or on local disk with a filename).",
+                "ds = ds.map(decode_and_resize, num_parallel_calls=tf.data.AUTOTUNE).cache()\n"
+                "ds = ds.shuffle(10_000).map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)")]
+    if True:
+        out.append(rec("augment_on_device", "Move augmentation onto the accelerator",
+                       "Keras preprocessing layers inside the model run on the GPU/TPU with the model.",
+                       "model = keras.Sequential([keras.layers.RandomFlip(), keras.layers.RandomRotation(0.1), "
+                       "base_model])"))
+    return out
+
+
+def _read_input(kind: str) -> List[Rec]:
+    if kind == "network":
+        return [rec("parallel_reads", "Prefetch remote reads deeper and in parallel",
+                    "Remote storage has high latency per request: keep many reads in flight.",
+                    "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=32, block_length=1,\n"
+                    "                      num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)"),
+                rec("local_copy", "Stage data on local disk",
+                    "Copy the shards to local SSD before training, or cache after the first epoch.",
+                    "ds = ds.cache('/local_ssd/cache')")]
+    return [rec("parallel_reads", "Read files in parallel with interleave",
+                "Many small files or a slow file system: overlap reads of several files.",
+                "files = tf.data.Dataset.list_files(pattern, shuffle=True)\n"
+                "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=16,\n"
+                "                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"),
+            rec("larger_files", "Use fewer, larger files",
+                "Pack small files into TFRecord shards of 100-200 MB: one open per shard instead of per example."),
+            rec("cache", "Cache after the read",
+                "If the data fits in memory or on local disk, read it from slow storage once.",
+                "ds = ds.cache('/local_ssd/cache')  # or .cache() for memory")]
+
+
+def input_advice(f: Findings, kind: str) -> List[Rec]:
+    """Recommendations for an input-bound step; ``kind`` is the verdict's bottleneck kind."""
+    out = _compute_input(f) if kind == "cpu" else _read_input(kind)
+    if f.pipeline is not None and not f.pipeline.has_prefetch:
+        out.insert(0, rec("prefetch", "Add prefetch at the end of the pipeline",
+                          "Without prefetch the model waits while the next batch is prepared; with it, "
+                          "preparation overlaps the training step.", "ds = ds.prefetch(tf.data.AUTOTUNE)"))
+    return out
+
+
+def _contention(f: Findings) -> List[Rec]:
+    return input_advice(f, "cpu")
+
+
+def _sync(_f: Findings) -> List[Rec]:
+    return [rec("fewer_syncs", "Overlap and shrink gradient synchronisation",
+                "Larger batches per replica (fewer syncs per example), gradient compression (fp16 all-reduce), and "
+                "a faster interconnect or fewer hosts per all-reduce group.",
+                "strategy = tf.distribute.MultiWorkerMirroredStrategy(\n"
+                "    communication_options=tf.distribute.experimental.CommunicationOptions(\n"
+                "        bytes_per_pack=50 * 1024 * 1024, "
+                "implementation=tf.distribute.experimental.CommunicationImplementation.NCCL))")]
+
+
+def _transfer(_f: Findings) -> List[Rec]:
+    return [rec("prefetch_to_device", "Keep data on the device",
+                "Prefetch batches to the GPU and avoid values going back to the host every step.",
+                "ds = ds.apply(tf.data.experimental.prefetch_to_device('/gpu:0'))")]
+
+
+def _launch(_f: Findings) -> List[Rec]:
+    return [rec("xla", "Launch fewer, bigger kernels",
+                "Compile the step with XLA to fuse small ops, and raise the batch size so each kernel does more work.",
+                "model.compile(optimizer, loss, jit_compile=True)  # or @tf.function(jit_compile=True)"),
+            rec("steps_per_execution", "Run several steps per call", "Fewer Python round trips per batch.",
+                "model.compile(optimizer, loss, steps_per_execution=32)")]
+
+
+def _python(_f: Findings) -> List[Rec]:
+    return [rec("steps_per_execution", "Run several steps per call",
+                "Amortise Python and callback overhead over many batches.",
+                "model.compile(optimizer, loss, steps_per_execution=32)")]
+
+
+def _eager(_f: Findings) -> List[Rec]:
+    return [rec("tf_function", "Compile the step with tf.function",
+                "Eager op-by-op execution pays Python and dispatch cost on every op.",
+                "@tf.function(jit_compile=True)\ndef train_step(x, y):\n    ...")]
+
+
+def _retracing(_f: Findings) -> List[Rec]:
+    return [rec("tensor_arguments", "Pass tensors, not Python values, to the tf.function",
+                "Every new Python int, float or list length is a new trace; a tensor of the same shape and dtype "
+                "reuses the graph.",
+                "step = tf.constant(0)\nfor x, y in ds:\n    train_step(x, y, step)  # not train_step(x, y, i)\n"
+                "    step += 1"),
+            rec("input_signature", "Fix the signature",
+                "An input_signature makes tf.function trace once for every value of that shape and dtype.",
+                "@tf.function(input_signature=[tf.TensorSpec([None, 32], tf.float32), tf.TensorSpec([], tf.int64)])\n"
+                "def train_step(x, step):\n    ..."),
+            rec("reduce_retracing", "Let tf.function generalise shapes",
+                "reduce_retracing=True traces a shape-generic graph after the first few shapes.",
+                "@tf.function(reduce_retracing=True)\ndef train_step(x, y):\n    ...")]
+
+
+def _compute(f: Findings) -> List[Rec]:
+    if f.eager:
+        return [rec("tf_function", "Compile the model call with tf.function",
+                    "Eager execution dispatches each op from Python; a tf.function runs the whole graph in C++ "
+                    "and can fuse ops with XLA.",
+                    "@tf.function(jit_compile=True)\ndef predict(x):\n    return model(x, training=False)")]
+    if f.device_kind == "CPU":
+        return [rec("xla", "Speed up the model math on the CPU",
+                    "Use a GPU if you can. On the CPU: XLA compilation, and oneDNN's bf16 paths on CPUs that support "
+                    "them.", "model.compile(optimizer, loss, jit_compile=True)")]
+    return [rec("mixed_precision", "Use mixed precision",
+                "Tensor cores run fp16/bf16 math several times faster than fp32.",
+                "keras.mixed_precision.set_global_policy('mixed_float16')"),
+            rec("xla", "Compile with XLA", "Fuses ops, fewer kernels and memory round trips.",
+                "model.compile(optimizer, loss, jit_compile=True)")]
+
+
+def _capture(_f: Findings) -> List[Rec]:
+    return [rec("fix_device_trace", "Fix the device trace capture",
+                "The profiler could not record GPU activity (CUPTI). Check that libcupti from your CUDA "
+                "version is on LD_LIBRARY_PATH and that profiling is permitted for non-root users "
+                "(NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0, or run in a container with "
+                "--cap-add SYS_ADMIN). The profiler logs a CUPTI error at start when this fails.",
+                "import tensorflow as tf\ntf.debugging.set_log_device_placement(True)  # then profile again")]
+
+
+def _placement(_f: Findings) -> List[Rec]:
+    return [rec("use_gpu", "Put the model on the GPU",
+                "TensorFlow saw a GPU but the model's ops executed on host threads. Check placement and that the "
+                "CUDA libraries TensorFlow needs are found.",
+                "import tensorflow as tf\nprint(tf.config.list_physical_devices('GPU'))\n"
+                "tf.debugging.set_log_device_placement(True)")]
+
+
+def _markers(_f: Findings) -> List[Rec]:
+    return [rec("step_markers", "Profile with the step markers",
+                "BottleneckProfiler wraps each profiled step in a step marker and records system metrics.",
+                "from tfbneck_plugin import BottleneckProfiler\n"
+                "model.fit(ds, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 20))])")]
+
+
+#: cause code -> recommendations for it.
+ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
+    "input_preprocessing": lambda f: input_advice(f, "cpu"),
+    "cpu_contention": _contention,
+    "file_read": lambda f: input_advice(f, "io"),
+    "remote_read": lambda f: input_advice(f, "network"),
+    "gradient_sync": _sync,
+    "host_device_transfer": _transfer,
+    "kernel_launch": _launch,
+    "python_overhead": _python,
+    "eager_execution": _eager,
+    "retracing": _retracing,
+    "model_compute": _compute,
+    "device_trace_missing": _capture,
+    "model_on_cpu": _placement,
+    "unrecorded": _markers,
+    "no_activity": lambda f: [],
+    "not_tensorflow": lambda f: [],
+}
+
+
+def advice_for(cause: str, f: Findings) -> List[Rec]:
+    """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``)."""
+    return ADVICE[cause](f)

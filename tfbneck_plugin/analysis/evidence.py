@@ -1,0 +1,71 @@
+"""Sentences of the evidence, written from the findings' numbers. Each says what was
+measured (in the trace, or by the system sampler) and, where a number is inferred, says so.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .findings import Findings, GapFact
+
+#: Busy-share spread (percentage points) between devices above which the report calls the
+#: work imbalanced (our choice: one device idle a fifth of the step longer than another).
+IMBALANCE_POINTS = 20.0
+
+
+def device_word(f: Findings) -> str:
+    if f.device_kind == "CPU":
+        return "the CPU (the model's math runs on host threads here)"
+    return f"the {f.device_kind}"
+
+
+def breakdown_sentence(f: Findings) -> str:
+    compute = ("model compute on " + device_word(f)) if f.device_kind == "CPU" else f.device_kind + " compute"
+    return (f"Step time: {f.share('device_compute'):.1f}% {compute}, {f.share('input'):.1f}% waiting for input, "
+            f"{f.share('host_compute'):.1f}% host overhead, {f.share('kernel_launch'):.1f}% kernel launch, "
+            f"{f.share('collective'):.1f}% collectives, {f.transfer_pct:.1f}% host<->device copies, "
+            f"{f.share('idle'):.1f}% with nothing recorded.")
+
+
+def system_sentence(system: dict) -> str:
+    return (f"System while profiling: CPU {system['cpu_mean_pct']:.0f}% on average over {system.get('cpu_count')} cores, "
+            f"busiest core {system['busiest_core_mean_pct']:.0f}%, this process {system['proc_cpu_cores']:.2f} cores"
+            + (f", I/O wait {system['iowait_pct']:.0f}%" if system.get("iowait_pct") is not None else "")
+            + (f", GPU utilisation {system['gpu_util_pct']:.0f}%" if system.get("gpu_util_pct") is not None else "")
+            + f", disk reads {system['disk_read_MBps']:.1f} MB/s.")
+
+
+def launch_sentence(f: Findings) -> Optional[str]:
+    k = f.kernels
+    if k is None:
+        return None
+    gap = f", median idle gap between kernels {k.median_gap_us:.1f} us" if k.median_gap_us is not None else ""
+    return f"{k.count} kernels on {k.devices} device(s), median {k.median_us:.1f} us each{gap}."
+
+
+def device_sentences(f: Findings) -> List[str]:
+    """Imbalance between devices, and what the host did in the longest device gaps."""
+    out = []
+    active = [d for d in f.devices if d["kernels"]]
+    if len(active) > 1 and not f.shared_clock_only:
+        busiest = max(active, key=lambda d: d["busy_pct"])
+        idlest = min(active, key=lambda d: d["busy_pct"])
+        if busiest["busy_pct"] - idlest["busy_pct"] > IMBALANCE_POINTS:
+            out.append(f"Work is imbalanced across devices: {busiest['device']} is busy {busiest['busy_pct']:.1f}% of "
+                       f"the step, {idlest['device']} only {idlest['busy_pct']:.1f}%; the step waits for the slowest.")
+    for g in f.gaps:
+        out.append(f"Longest idle gap on {g.device}: {g.duration_ms:.2f} ms at {g.start_ms:.2f} ms; meanwhile "
+                   f"{_host_during(g)}.")
+    return out
+
+
+def _host_during(g: GapFact) -> str:
+    if g.host_missing:
+        return "the host trace is missing"
+    parts = []
+    if g.input_wait_pct > 0:
+        parts.append(f"the training step waited for input {g.input_wait_pct:.0f}% of the gap")
+    if g.training_event is not None:
+        parts.append(f"the training thread was in `{g.training_event}` for {g.training_event_pct:.0f}% of it")
+    if g.tfdata_busy_pct is not None:
+        parts.append(f"the busiest tf.data thread was active {g.tfdata_busy_pct:.0f}% of it")
+    return ", ".join(parts) if parts else "no host activity was recorded"

@@ -1,0 +1,81 @@
+"""``Findings``: every fact about one host that the verdict rules read, in one value.
+
+Built by :class:`.host_analysis.HostAnalysis` from the modules' facts; read by the rules in
+:mod:`.rules` (which may be unit-tested with hand-made findings, no trace needed).
+Percentages are shares of the analysed (steady) step time, 0-100.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .placement import Placement
+from .tfdata import Pipeline
+
+
+@dataclass
+class StepFacts:
+    """What the step finders found (times in ms)."""
+    source: str = "none"              # step_source of the report, or "none"
+    count: int = 0                    # steady steps analysed
+    mean_ms: float = 0.0
+    why_none: Optional[str] = None    # when no steps were found: each finder's reason
+    warmup_count: int = 0             # leading steps dominated by graph building, excluded
+    warmup_ms: float = 0.0
+    warmup_reason: Optional[str] = None
+    graph_build_steps: int = 0        # steady steps that built (traced) a graph
+    graph_build_ms: float = 0.0       # graph-building time summed over the steady steps
+
+    @property
+    def found(self) -> bool:
+        return self.count > 0
+
+    @property
+    def inferred(self) -> bool:
+        """Steps were inferred from a cadence, not read from markers or calls."""
+        return self.source.startswith("iterator_cadence")
+
+
+@dataclass
+class KernelFacts:
+    """Device kernels over the window."""
+    count: int
+    devices: int
+    median_us: float
+    median_gap_us: Optional[float]
+
+
+@dataclass
+class GapFact:
+    """One long idle gap of a device and what the host did meanwhile (shares of the gap, %)."""
+    device: str
+    start_ms: float                   # from the start of the host window
+    duration_ms: float
+    input_wait_pct: float
+    training_event: Optional[str]     # the event the training thread spent most of the gap in
+    training_event_pct: float
+    tfdata_busy_pct: Optional[float]  # busiest tf.data thread; None without tf.data threads
+    host_missing: bool = False        # the trace has no host plane
+
+
+@dataclass
+class Findings:
+    framework: str                    # "tensorflow", "jax" or "unknown"
+    device_kind: str                  # device of the breakdown: "GPU"/"TPU", or "CPU" when the host computes
+    placement: Placement
+    pct: Dict[str, float]             # breakdown_pct (sums to 100)
+    steps: StepFacts = field(default_factory=StepFacts)
+    pipeline: Optional[Pipeline] = None
+    system: Optional[Dict] = None     # analysis.sysmetrics.summarize() of the sidecar
+    eager: bool = False
+    kernels: Optional[KernelFacts] = None
+    devices: List[Dict] = field(default_factory=list)   # devices.summarize() rows
+    gaps: List[GapFact] = field(default_factory=list)
+    shared_clock_only: bool = False   # steps from one device's own Steps line
+
+    def share(self, category: str) -> float:
+        return float(self.pct.get(category, 0.0))
+
+    @property
+    def transfer_pct(self) -> float:
+        return self.share("host_to_device") + self.share("device_to_host")

@@ -1,0 +1,180 @@
+"""``HostAnalysis``: the analysis of one host's XSpace, one lazily computed property per
+stage, each the work of one module (the facade over the analysis modules):
+
+    view (host) -> devices -> framework -> step_search (steps) -> placement -> activity
+    -> parts / breakdown_pct (breakdown) -> pipeline (tfdata) -> device_rows, gaps
+    -> findings -> verdict (rules, advice) -> report()
+
+A property only reads the ones before it, so the order of the work is the order above.
+Times are ps unless a name says otherwise.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..trace import timeline
+from ..trace.xspace import Space
+from . import activity as activitymod
+from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata
+from .findings import Findings, KernelFacts, StepFacts
+from .placement import Placement, find_placement
+from .verdict import Verdict, decide
+
+_PS_PER_MS = 1e9
+
+#: Events only TensorFlow writes on the host plane (core/common_runtime/executor.cc,
+#: process_function_library_runtime.cc, eager/execute.cc, core/kernels/data/iterator_ops.cc).
+TF_HOST_EVENTS = ("ExecutorState::Process", "FunctionRun", "EagerExecute", "EagerKernelExecute", "TraceContext",
+                  "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
+#: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
+JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
+
+
+def ms(ps) -> float:
+    return round(float(ps) / _PS_PER_MS, 3)
+
+
+class HostAnalysis:
+    """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize)."""
+
+    def __init__(self, space: Space, system: Optional[Dict] = None):
+        self.space = space
+        self.system = system
+
+    @cached_property
+    def view(self) -> Optional[hostmod.HostView]:
+        return hostmod.host_view(self.space)
+
+    @cached_property
+    def devices(self) -> List[devmod.Device]:
+        return devmod.read_devices(self.space)
+
+    @cached_property
+    def framework(self) -> str:
+        """``jax``, ``tensorflow`` or ``unknown``, from the metadata plane and host event names."""
+        meta = self.space.plane("/host:metadata")
+        if meta is not None and {"jax_version", "jaxlib_version"} & set(meta.plane_stats()):
+            return "jax"
+        if self.view is None:
+            return "unknown"
+        names = set(self.view.plane.event_names.values())
+        if any(n in names for n in TF_HOST_EVENTS) or any(n.startswith("Iterator::") for n in names):
+            return "tensorflow"
+        if any(n.startswith(JAX_HOST_PREFIXES) for n in names):
+            return "jax"
+        return "unknown"
+
+    @cached_property
+    def step_search(self) -> stepsmod.StepSearch:
+        return stepsmod.find_steps(self.space, self.view)
+
+    @property
+    def steps(self) -> Optional[stepsmod.Steps]:
+        return self.step_search.steps
+
+    @cached_property
+    def window(self) -> Optional[Tuple[int, int]]:
+        """[first, last] host event time (ps), or None without host events."""
+        self.step_search  # the step finders choose the training thread first
+        return stepsmod.host_window(self.view)
+
+    @cached_property
+    def placement(self) -> Placement:
+        return find_placement(self.view, self.devices)
+
+    @cached_property
+    def activity(self) -> breakdown.Activity:
+        self.step_search
+        return activitymod.gather_activity(self.view, self.devices, self.placement)
+
+    @cached_property
+    def windows(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The analysed windows: the steps, else the host window, else the device activity span."""
+        if self.steps is not None:
+            return self.steps.starts, self.steps.ends
+        if self.window is not None:
+            return np.array([self.window[0]]), np.array([self.window[1]])
+        busy = timeline.union(*timeline.concat([d.busy for d in self.devices])) if self.devices else timeline.empty()
+        return busy[0][:1], busy[1][-1:]
+
+    @cached_property
+    def parts(self) -> Dict[str, np.ndarray]:
+        """ps per breakdown category per analysed window, arrays of shape (n_windows,)."""
+        starts, ends = self.windows
+        if not len(starts):
+            return {c: np.zeros(0, dtype=np.int64) for c in breakdown.CATEGORIES}
+        return breakdown.per_step(self.activity, starts, ends)
+
+    @cached_property
+    def breakdown_pct(self) -> Dict[str, float]:
+        return breakdown.percentages(self.parts)
+
+    @cached_property
+    def origin(self) -> int:
+        """Time 0 of the report's ``start_ms`` values (ps)."""
+        starts, _ = self.windows
+        return self.window[0] if self.window else (int(starts[0]) if len(starts) else 0)
+
+    @cached_property
+    def pipeline(self) -> Optional[tfdata.Pipeline]:
+        if self.view is None:
+            return None
+        starts, ends = self.windows
+        return tfdata.analyze_pipeline(self.view, (int(starts[0]), int(ends[-1])) if len(starts) else None)
+
+    @cached_property
+    def device_rows(self) -> List[Dict]:
+        return devmod.summarize(self.devices, *self.windows)
+
+    @cached_property
+    def findings(self) -> Findings:
+        steps = self.steps
+        p = self.placement
+        pipeline = self.pipeline if (self.pipeline and self.pipeline.stages) else None
+        return Findings(
+            framework=self.framework, device_kind=self.device_kind, placement=p,
+            pct=self.breakdown_pct, steps=self._step_facts(), pipeline=pipeline, system=self.system,
+            eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
+            gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
+            shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")))
+
+    @cached_property
+    def device_kind(self) -> str:
+        """The device of the breakdown: the traced accelerator's kind, "GPU" for an untraced
+        accelerator that ran the ops, else "CPU" (the host computes)."""
+        p = self.placement
+        if p.device_events:
+            return p.device_kind
+        return "GPU" if p.legacy_state == "untraced_pluggable" else "CPU"
+
+    def _step_facts(self) -> StepFacts:
+        steps = self.steps
+        if steps is None:
+            return StepFacts(why_none=_why_none(self.step_search))
+        return StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
+
+    def _kernel_facts(self) -> Optional[KernelFacts]:
+        kd = np.concatenate([d.kernel_durations_ps for d in self.devices]) if self.devices else np.zeros(0)
+        if not len(kd):
+            return None
+        gaps = [d["median_gap_us"] for d in self.device_rows if d.get("median_gap_us") is not None]
+        return KernelFacts(count=len(kd), devices=sum(1 for d in self.devices if d.n_events),
+                           median_us=float(np.median(kd)) / 1e6, median_gap_us=min(gaps) if gaps else None)
+
+    @cached_property
+    def verdict(self) -> Verdict:
+        return decide(self.findings)
+
+    def report(self) -> Dict:
+        """The host-level report fields (the session adds run, session, hosts...)."""
+        from .host_report import host_report
+        return host_report(self)
+
+
+def _why_none(search: stepsmod.StepSearch) -> str:
+    why = "; ".join(f"{f}: {w}" for f, w in search.tried)
+    return f"No steps found ({why}). The breakdown covers the whole window."
+

@@ -1,0 +1,73 @@
+"""The host-level part of a session report (README "The report"), from a
+:class:`.host_analysis.HostAnalysis`. Shapes only: every number comes from the analysis."""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+
+from ..causes import cause_text
+from . import breakdown, tfdata
+
+
+def _ms(ps) -> float:
+    return round(float(ps) / 1e9, 3)
+
+
+def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
+    """mean, p50, p90, min, max of step durations, in ms."""
+    d = durations_ps.astype(np.float64) / 1e9
+    return {"mean": round(float(d.mean()), 3), "p50": round(float(np.percentile(d, 50)), 3),
+            "p90": round(float(np.percentile(d, 90)), 3), "min": round(float(d.min()), 3),
+            "max": round(float(d.max()), 3)}
+
+
+def steps_section(a) -> Dict:
+    steps, search, parts = a.steps, a.step_search, a.parts
+    tried = [{"finder": f, "why_not": why} for f, why in search.tried]
+    if steps is None:
+        return {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
+                "tried": tried, "why_none": a.findings.steps.why_none}
+    items = [{"step": int(steps.numbers[i]), "start_ms": _ms(steps.starts[i] - a.origin),
+              "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
+              "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
+    stats = step_stats(steps.durations_ps)
+    return {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
+            "batches_per_step": steps.batches_per_step,
+            "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
+            "tried": tried}
+
+
+def worst_step(a):
+    """The step with the most input wait (else the longest): the Trace Viewer link opens it."""
+    steps, parts = a.steps, a.parts
+    if steps is None or not steps.count:
+        return None
+    k = int(np.argmax(parts["input"])) if parts["input"].sum() > 0 else int(np.argmax(steps.durations_ps))
+    return {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - a.origin),
+            "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k])}
+
+
+def host_report(a) -> Dict:
+    pipeline = a.pipeline
+    v = a.verdict
+    device_kind = a.devices[0].kind if a.devices else a.device_kind
+    out = {
+        "framework": a.framework,
+        "device_kind": device_kind,
+        "devices": a.device_rows,
+        "window_ms": _ms(a.window[1] - a.window[0]) if a.window else 0.0,
+        "events": a.space.n_events,
+        "step_source": a.steps.source if a.steps is not None else "none",
+        "steps": steps_section(a),
+        "breakdown_pct": a.breakdown_pct,
+        "input_pipeline": {
+            "bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
+            "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
+            "has_prefetch": bool(pipeline and pipeline.has_prefetch),
+        },
+        "bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
+        "confidence": v.confidence, "evidence": v.evidence, "recommendations": v.recommendations,
+        "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
+    }
+    return out

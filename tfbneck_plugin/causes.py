@@ -1,0 +1,48 @@
+"""The cause codes of a verdict, in one table: the code, the bottleneck kind it belongs to,
+and one sentence saying what it means.
+
+The report carries both ``cause`` (the code, a public contract: scripts compare it) and
+``cause_text`` (the sentence below), so the TensorBoard tab, the notebook view and the README
+read their wording from here instead of copying it (a test checks the README's list against
+this table).
+"""
+from __future__ import annotations
+
+from typing import Dict, NamedTuple
+
+
+class Cause(NamedTuple):
+    """One cause code: ``bottleneck`` is ``cpu``, ``device``, ``io``, ``network`` or ``unknown``."""
+    bottleneck: str
+    text: str
+
+
+CAUSES: Dict[str, Cause] = {
+    "input_preprocessing": Cause("cpu", "The tf.data preprocessing (map, decode, augment, Python generator) "
+                                        "cannot keep up with training."),
+    "cpu_contention": Cause("cpu", "Other processes on the machine take the CPU cores the input pipeline needs."),
+    "python_overhead": Cause("cpu", "Python and Keras overhead on the host between and inside steps."),
+    "eager_execution": Cause("cpu", "Ops run eagerly, one by one from Python, with no tf.function."),
+    "retracing": Cause("cpu", "The tf.function is traced again in many steps: each step pays for building a "
+                              "new graph."),
+    "kernel_launch": Cause("cpu", "The host launches many small kernels and the device waits for them."),
+    "model_on_cpu": Cause("cpu", "The model ran on the CPU although an accelerator was present."),
+    "model_compute": Cause("device", "The model's own math keeps the device busy: the healthy state."),
+    "host_device_transfer": Cause("device", "Copies between host and device take a large share of the step."),
+    "file_read": Cause("io", "Reading the input from storage is too slow."),
+    "remote_read": Cause("network", "Reading input over the network is too slow."),
+    "gradient_sync": Cause("network", "Devices wait on gradient synchronisation (collectives) that no "
+                                      "worker's lateness explains."),
+    "device_trace_missing": Cause("unknown", "The accelerator ran the model but its activity was not recorded "
+                                             "(CUPTI missing or not permitted), so no verdict can be made."),
+    "no_activity": Cause("unknown", "The trace holds no training activity."),
+    "unrecorded": Cause("unknown", "Most of the step has no recorded activity; the trace cannot say what "
+                                   "limited it."),
+    "not_tensorflow": Cause("unknown", "This is not a TensorFlow trace (JAX/XLA): input-pipeline and step "
+                                       "analysis do not apply."),
+}
+
+
+def cause_text(code: str) -> str:
+    """The sentence for ``code``; raises KeyError for a code that is not in the table."""
+    return CAUSES[code].text

@@ -1,0 +1,41 @@
+"""Error reports, in one place: a session that cannot be analysed is still a report
+(``status: "error"``), with a one-line ``error`` naming the file and a machine-readable
+``error_kind`` that the TensorBoard tab and scripts map to their own explanations.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+#: error_kind -> what it means (the frontend has its own, longer wording per kind).
+ERROR_KINDS: Dict[str, str] = {
+    "empty_file": "the trace file is empty (still being written, or the profiler crashed)",
+    "corrupt": "the trace file is truncated or corrupt",
+    "not_xspace": "the file is not an XSpace trace",
+    "too_large": "the trace is larger than the configured limit",
+    "unreadable": "the trace file cannot be read (permissions, not a regular file, storage error)",
+    "legacy_only": "only per-tool files of TensorFlow <= 2.10, no .xplane.pb",
+    "skipped": "BottleneckProfiler could not capture this window and recorded why",
+    "incomplete": "the training process stopped inside this window before its trace was saved",
+    "analysis_failed": "the analyzer failed on this trace (a bug: please report it)",
+    "out_of_memory": "the trace did not fit in memory",
+    "not_found": "the path holds no profiling session",
+    "unreachable": "remote storage could not be reached",
+}
+
+
+def error_report(session, kind: str, message: str, **extra) -> Dict:
+    """The report of a session that could not be analysed.
+
+    Args:
+      session: a :class:`tfbneck_plugin.logdir.Session` (``run``, ``name``, ``hosts``, ``path``).
+      kind: a key of ``ERROR_KINDS``.
+      message: one line naming the file and what is wrong.
+      extra: further keys (e.g. ``skipped``: the recorded reason).
+
+    Raises:
+      KeyError: ``kind`` is not a known error kind.
+    """
+    ERROR_KINDS[kind]  # a typo here would reach the frontend as an unexplained error
+    return {"run": session.run, "session": session.name, "hosts": session.hosts, "path": session.path,
+            "status": "error", "error": message, "error_kind": kind, "bottleneck": "unknown",
+            "step_source": "none", **extra}
