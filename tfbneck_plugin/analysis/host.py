@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..trace import timeline
-from ..trace.xspace import Line, Plane, Space
+from ..trace.xspace import Plane, Space
 
 HOST_PLANE = "/host:CPU"  # tsl/profiler/utils/xplane_schema.h kHostThreadsPlaneName
 
@@ -50,6 +50,30 @@ LAUNCH_API_RE = re.compile(r"^(cu|cuda|hip|hipExt|hipModule)(Launch\w*|GraphLaun
 COLLECTIVE_OP_RE = re.compile(r"^(Collective(Reduce|Gather|Bcast|AllToAll|Assign)\w*|Nccl\w+)$")
 #: Eager op dispatch on the Python thread (core/common_runtime/eager/execute.cc).
 EAGER_EVENTS = ("EagerKernelExecute", "EagerExecute", "EagerLocalExecute")
+#: Where an eager op or a function's kernel starts running (core/common_runtime/eager/
+#: execute.cc); what a just-traced function does between its tracing and this event is the
+#: instantiation of the new concrete function (graph optimisation passes, Grappler).
+EAGER_KERNEL_EVENT = "EagerKernelExecute"
+#: One ``Session.run`` of a graph-mode program (core/common_runtime/direct_session.cc; host
+#: event type ``kSessionRun`` in tsl/profiler/utils/xplane_schema.cc). It carries ``id`` (the
+#: session's run counter) and ``_r`` but no ``step_num``; XProf counts it as an implicit
+#: step root (IsImplicitRootEvent in xla/tsl/profiler/utils/group_events.cc).
+SESSION_RUN = "SessionRun"
+#: Work a user's step annotation encloses on its own thread when it wraps training: a
+#: function launch, an eager kernel (op or function), a graph-mode session run or graph run
+#: (the latter three are host event types in tsl/profiler/utils/xplane_schema.cc).
+TRAINING_WORK_EVENTS = (FUNCTION_RUN, EAGER_KERNEL_EVENT, SESSION_RUN, "RunGraph")
+#: tf.function tracing a Python function into a new FuncGraph: ``trace.Trace(
+#: "tf.function-graph_building")`` in tensorflow/python/eager/polymorphic_function/
+#: tracing_compilation.py (tensorflow/python/eager/function.py before TF 2.12).
+GRAPH_BUILD_EVENT = "tf.function-graph_building"
+#: XLA compilation (``jit_compile=True``, XLA devices): each HLO pass pipeline is a TraceMe
+#: named after the pipeline (xla/hlo/pass/hlo_pass_pipeline.cc; "HLO passes through layout
+#: assignment" in xla/service/cpu/cpu_compiler.cc) and the backends trace their compile
+#: stages as ``<Backend>Compiler::<stage>`` (``CpuCompiler::RunBackend``,
+#: ``GpuCompiler::OptimizeHloModule``, ``JitCompiler::Compile``), as seen in a TF 2.21 CPU
+#: trace of a ``jit_compile`` function's first call.
+XLA_COMPILE_RE = re.compile(r"^(HLO passes\b|\w*Compiler::\w)")
 
 
 def is_tf_data_line(name: str) -> bool:
@@ -62,6 +86,27 @@ def is_op_name(name: str) -> bool:
 
 def op_type(name: str) -> str:
     return name.rsplit(":", 1)[-1]
+
+
+@dataclass
+class GraphBuilds:
+    """Time the host spent building graphs, by kind (each a union of intervals, ps).
+
+    ``tracing``: tf.function tracing (``GRAPH_BUILD_EVENT``). ``instantiation``: from the
+    end of a top-level tracing event to the first ``EagerKernelExecute`` inside the event
+    enclosing it (the tf.function call): the new concrete function's instantiation before
+    its first run. ``compilation``: XLA compilation (``XLA_COMPILE_RE``).
+    ``traced_starts`` (ps, shape (n_traces,)) and ``traced_names`` (the enclosing event's
+    name: the function traced, or '' at top level) list the top-level tracing events.
+    """
+    tracing: timeline.Intervals
+    instantiation: timeline.Intervals
+    compilation: timeline.Intervals
+    traced_starts: np.ndarray
+    traced_names: List[str]
+
+    def union(self) -> timeline.Intervals:
+        return timeline.union(*timeline.concat([self.tracing, self.instantiation, self.compilation]))
 
 
 @dataclass
@@ -201,6 +246,45 @@ class HostView:
                             "PluggableDevice such as Apple Metal) whose activity the profiler did not record; "
                             "time the training function waited on it is counted as device compute.")
         return None
+
+    def graph_builds(self) -> GraphBuilds:
+        """Tracing, instantiation and compilation on the host's non-tf.data threads.
+
+        Returns:
+            GraphBuilds; empty intervals when the trace holds none of these events.
+        """
+        tracing, inst, starts, names = [], [], [], []
+        eager_kernel = dict(self.select(self.ids_named([EAGER_KERNEL_EVENT]), self.non_data_lines))
+        for li, idx in self.select(self.ids_named([GRAPH_BUILD_EVENT]), self.non_data_lines):
+            line = self.plane.lines[li]
+            s, e = line.start_ps[idx], line.end_ps[idx]
+            tracing.append((s, e))
+            # Top-level builds only: an inner function traced inside an outer one's tracing
+            # is part of it.
+            order = np.lexsort((-e, s))
+            idx, s, e = idx[order], s[order], e[order]
+            top = np.ones(len(s), dtype=bool)
+            top[1:] = s[1:] >= np.maximum.accumulate(e)[:-1]
+            idx, s, e = idx[top], s[top], e[top]
+            parent = timeline.nesting_parents(line.start_ps, line.end_ps)[idx]
+            starts.append(s)
+            names.extend(self.plane.event_names.get(int(line.name_id[p]), "") if p >= 0 else "" for p in parent)
+            ek = np.sort(line.start_ps[eager_kernel[li]]) if li in eager_kernel else np.zeros(0, np.int64)
+            has = parent >= 0
+            if len(ek) and has.any():
+                p_end = line.end_ps[parent[has]]
+                j = np.searchsorted(ek, e[has], side="left")
+                ok = j < len(ek)
+                first = np.where(ok, ek[np.minimum(j, len(ek) - 1)], 0)
+                ok &= first < p_end
+                inst.append((e[has][ok], first[ok]))
+        xla = self.ids(("xla-compile",), lambda n: bool(XLA_COMPILE_RE.match(n)))
+        compilation = self.intervals(self.select(xla, self.non_data_lines))
+        return GraphBuilds(tracing=timeline.union(*timeline.concat(tracing)),
+                           instantiation=timeline.union(*timeline.concat(inst)),
+                           compilation=timeline.union(*compilation),
+                           traced_starts=np.concatenate(starts) if starts else np.zeros(0, np.int64),
+                           traced_names=names)
 
     def launch_intervals(self) -> timeline.Intervals:
         ids = self.ids(("launch",), lambda n: bool(LAUNCH_API_RE.match(n)))

@@ -12,31 +12,59 @@ order tried (the first that yields at least one complete step wins and is report
 3. ``keras_profiled_batch``: Keras 3's ``Profiled batch`` events with ``step_num`` and no
    ``_r`` (keras/src/backend/tensorflow/tensorboard.py). XProf ignores them, which is why
    it reports "No step time measured" for a plain Keras 3 ``fit``.
-4. ``train_function_calls``: repeated calls of the training tf.function on the Python
+4. ``user_step_annotations``: any other annotation with ``step_num`` and no ``_r`` on a
+   host thread that encloses training work there (``FunctionRun``, ``EagerKernelExecute``,
+   ``SessionRun``): ``tf.profiler.experimental.Trace(<name>, step_num=i)`` as the TensorFlow
+   profiler guide shows it for custom loops. Numbered as the user numbered them; one
+   annotation around several function calls (gradient accumulation) is one step.
+5. ``session_run``: graph-mode programs (``tf.compat.v1.Session``, tf-keras with eager
+   execution disabled): each ``SessionRun`` on the training thread is a step, from its start
+   to the next run's start (the Python work between runs belongs to the step); XProf also
+   takes ``SessionRun`` as an implicit step root (IsImplicitRootEvent in
+   xla/tsl/profiler/utils/group_events.cc).
+6. ``train_function_calls``: repeated calls of the training tf.function on the Python
    thread (``train_function``, ``multi_step_on_iterator``, ``__inference_train_function_N``);
    step i runs from call i's start to call i+1's start, so the last call is dropped.
-5. ``device_steps_line``: a device plane's derived ``Steps`` line.
-6. ``iterator_cadence``: the start of each blocking ``IteratorGetNext`` on the consumer
+7. ``device_steps_line``: a device plane's derived ``Steps`` line.
+8. ``iterator_cadence``: the start of each blocking ``IteratorGetNext`` on the consumer
    thread; one step per interval between consecutive starts.
 
 A step that starts before the first or ends after the last recorded host event of the
 window is partial (the profiler started or stopped inside it) and is dropped.
+
+Per step the search also measures graph building (tf.function tracing, the instantiation of
+a newly traced function, XLA compilation: ``HostView.graph_builds``) and flags warm-up: the
+leading steps that paid one-time graph building, as opposed to retracing, where graph
+builds recur in many steps (see ``warmup_steps``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from ..trace import timeline
+from ..trace.xspace import Space
 from . import host as hostmod
 from .host import HostView
-from ..trace.xspace import Space
+
+
+def _zeros(dtype):
+    return lambda: np.zeros(0, dtype=dtype)
 
 
 @dataclass
 class Steps:
-    """Steps found, arrays of shape (n_steps,): ``numbers`` (int), ``starts``/``ends`` (ps)."""
+    """Steps found. Arrays have shape (n_steps,).
+
+    ``numbers`` (int64): step numbers (the trace's own where it has them, else 0..n-1);
+    ``starts``/``ends`` (int64 ps, host clock). ``graph_build_ps`` (int64 ps): time inside
+    each step spent tracing tf.functions, instantiating newly traced functions and compiling
+    with XLA (union of those intervals clipped to the step). ``warmup`` (bool): the leading
+    steps dominated by one-time graph building (``warmup_steps``); ``warmup_reason``: one
+    sentence naming the events that marked them and their time, None when no step is warm-up.
+    """
     source: str
     numbers: np.ndarray
     starts: np.ndarray
@@ -44,6 +72,9 @@ class Steps:
     dropped_partial: int = 0
     batches_per_step: int = 1
     notes: List[str] = field(default_factory=list)
+    graph_build_ps: np.ndarray = field(default_factory=_zeros(np.int64))
+    warmup: np.ndarray = field(default_factory=_zeros(bool))
+    warmup_reason: Optional[str] = None
 
     @property
     def count(self) -> int:
@@ -62,6 +93,19 @@ class StepSearch:
 
 # Marker names preferred when several kinds of root events carry step numbers.
 _PREFERRED_MARKERS = ("train", "Profiled batch")
+# Markers read by their own finders, never taken for a user's annotation.
+_FRAMEWORK_MARKERS = ("Profiled batch", "TraceContext")
+_NO_EVENTS = "no such events in the trace"
+
+
+def _outermost(starts: np.ndarray, ends: np.ndarray, *cols: np.ndarray):
+    """Sort by start and drop intervals nested in an earlier kept one (a marker inside
+    another marker of the same step counts once). Returns (starts, ends, *cols)."""
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    outer = np.ones(len(starts), dtype=bool)
+    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    return (starts[outer], ends[outer]) + tuple(c[order][outer] for c in cols)
 
 
 def _marker_events(view: HostView, require_r: bool, names=None):
@@ -76,7 +120,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
         if hostmod.is_tf_data_line(line.name) or len(line) == 0:
             continue
         uniq, first = np.unique(line.name_id, return_index=True)
-        for mid, i in zip(uniq, first):
+        for mid, i in zip(uniq, first, strict=True):
             name = plane.event_names.get(int(mid), "")
             if names is not None and name not in names:
                 continue
@@ -107,22 +151,82 @@ def _from_markers(view: HostView, found, source: str) -> Optional[Steps]:
         ends.append(line.start_ps[idx] + line.dur_ps[idx])
         values, present = view.stat_ints(li, idx, "step_num")
         nums.append(np.where(present, values.view(np.int64), -1))
-    starts, ends, nums = np.concatenate(starts), np.concatenate(ends), np.concatenate(nums)
-    # A marker inside another one (a user's own Trace('train') around Keras' marker) is
-    # the same step: keep the outermost.
-    order = np.lexsort((-ends, starts))
-    starts, ends, nums = starts[order], ends[order], nums[order]
-    outer = np.ones(len(starts), dtype=bool)
-    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
-    starts, ends, nums = starts[outer], ends[outer], nums[outer]
-    order = np.argsort(starts, kind="stable")
+    starts, ends, nums = _outermost(np.concatenate(starts), np.concatenate(ends), np.concatenate(nums))
     # The training thread is the one holding most markers.
     view.training_line = max(sel, key=lambda x: len(x[1]))[0]
-    steps = Steps(source=f"{source} ('{name}')", numbers=nums[order], starts=starts[order],
-                  ends=ends[order])
+    steps = Steps(source=f"{source} ('{name}')", numbers=nums, starts=starts, ends=ends)
     if (steps.numbers < 0).all():
         steps.numbers = np.arange(steps.count, dtype=np.int64)
     return steps
+
+
+def _enclosing_work(view: HostView, sel) -> Tuple[int, int]:
+    """(annotations enclosing at least one training-work event on their own line, all)."""
+    work_ids = view.ids_named(hostmod.TRAINING_WORK_EVENTS)
+    n_in = n_all = 0
+    for li, idx in sel:
+        line = view.plane.lines[li]
+        work = np.sort(line.start_ps[np.isin(line.name_id, work_ids)])
+        inside = np.searchsorted(work, line.end_ps[idx]) - np.searchsorted(work, line.start_ps[idx])
+        n_in += int((inside > 0).sum())
+        n_all += len(idx)
+    return n_in, n_all
+
+
+def _user_annotations(view: HostView, found) -> Union[Steps, str, None]:
+    """Steps from the user's own annotations with ``step_num`` and no ``_r``.
+
+    A name qualifies when at least half of its annotations enclose training work on their
+    thread (a profiling window may cut the first or last one); of several, the one with most
+    such annotations wins (a validation loop runs fewer steps than training between them).
+    """
+    found = {n: sel for n, sel in found.items() if n not in _FRAMEWORK_MARKERS}
+    if not found:
+        return None
+    enclosing = {}
+    for name, sel in found.items():
+        n_in, n_all = _enclosing_work(view, sel)
+        if n_in and 2 * n_in >= n_all:
+            enclosing[name] = n_in
+    if not enclosing:
+        names = ", ".join(f"'{n}'" for n in sorted(found))
+        return f"annotations with step_num ({names}) enclose no training work (function call, kernel, session run)"
+    name = max(enclosing, key=enclosing.get)
+    steps = _from_markers(view, {name: found[name]}, "user_step_annotations")
+    launches = view.select(view.ids_named([hostmod.FUNCTION_RUN]), [view.training_line])
+    if launches:
+        s = np.sort(view.plane.lines[launches[0][0]].start_ps[launches[0][1]])
+        per_step = np.searchsorted(s, steps.ends) - np.searchsorted(s, steps.starts)
+        med = int(np.median(per_step))
+        if med > 1:
+            steps.notes.append(f"each step holds {med} function launches (median): several training-function "
+                               "calls per step, e.g. gradient accumulation")
+    return steps
+
+
+def _call_steps(s: np.ndarray, e: np.ndarray, source: str, what: str, first_what: str) -> Steps:
+    """Steps from repeated calls (kept outermost, sorted): step i runs from call i's start to
+    call i+1's start, so the Python work between calls belongs to the step."""
+    if len(s) == 1:
+        # One call in the window: the step is the call itself (the Python work after it,
+        # until the next call, was not recorded).
+        return Steps(source=source, numbers=np.zeros(1, dtype=np.int64), starts=s, ends=e,
+                     notes=[f"one {first_what} in the window: its duration is the step time"])
+    return Steps(source=source, numbers=np.arange(len(s) - 1, dtype=np.int64), starts=s[:-1], ends=s[1:],
+                 dropped_partial=1,
+                 notes=[(f"step i runs from {what} i to {what} i+1; the last {what} was dropped: its step's end "
+                         "is not recorded")])
+
+
+def _session_runs(view: HostView) -> Optional[Steps]:
+    sel = view.select(view.ids_named([hostmod.SESSION_RUN]), view.non_data_lines)
+    if not sel:
+        return None
+    li, idx = max(sel, key=lambda x: len(x[1]))
+    line = view.plane.lines[li]
+    s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
+    view.training_line = li
+    return _call_steps(s, e, "session_run", "session run", "session run")
 
 
 def _train_function_calls(view: HostView) -> Optional[Steps]:
@@ -132,28 +236,14 @@ def _train_function_calls(view: HostView) -> Optional[Steps]:
     best = None
     for li, idx in view.select(ids, view.non_data_lines):
         line = plane.lines[li]
-        # Keep the outermost call: drop events nested in an earlier kept one.
-        s, e = line.start_ps[idx], line.start_ps[idx] + line.dur_ps[idx]
-        order = np.lexsort((-e, s))
-        s, e = s[order], e[order]
-        outer = np.ones(len(s), dtype=bool)
-        outer[1:] = s[1:] >= np.maximum.accumulate(e)[:-1]
-        s, e = s[outer], e[outer]
+        s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
         if best is None or len(s) > len(best[1]):
             best = (li, s, e)
     if best is None:
         return None
     li, s, e = best
     view.training_line = li
-    if len(s) == 1:
-        # One call in the window: the step is the call itself (the Python work after it,
-        # until the next call, was not recorded).
-        return Steps(source="train_function_calls", numbers=np.zeros(1, dtype=np.int64), starts=s, ends=e,
-                     notes=["one training-function call in the window: its duration is the step time"])
-    starts, ends = s[:-1], s[1:]
-    return Steps(source="train_function_calls", numbers=np.arange(len(starts), dtype=np.int64),
-                 starts=starts, ends=ends, dropped_partial=1,
-                 notes=["step i runs from call i to call i+1; the last call was dropped: its step's end is not recorded"])
+    return _call_steps(s, e, "train_function_calls", "call", "training-function call")
 
 
 def _device_steps_line(space: Space) -> Optional[Steps]:
@@ -194,9 +284,8 @@ def _drop_partial(steps: Steps, window: Tuple[int, int]) -> Steps:
     ok = (steps.starts >= lo) & (steps.ends <= hi) & (steps.ends > steps.starts)
     dropped = int((~ok).sum())
     if dropped:
-        steps = Steps(source=steps.source, numbers=steps.numbers[ok], starts=steps.starts[ok],
-                      ends=steps.ends[ok], dropped_partial=steps.dropped_partial + dropped,
-                      batches_per_step=steps.batches_per_step, notes=steps.notes)
+        steps = replace(steps, numbers=steps.numbers[ok], starts=steps.starts[ok], ends=steps.ends[ok],
+                        dropped_partial=steps.dropped_partial + dropped)
     return steps
 
 
@@ -210,26 +299,56 @@ def host_window(view: Optional[HostView]) -> Optional[Tuple[int, int]]:
     return (int(min(l.start_ps.min() for l in lines)), int(max((l.start_ps + l.dur_ps).max() for l in lines)))
 
 
-def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
-    tried: List[Tuple[str, str]] = []
-    window = host_window(view)
-    candidates = []
+def _candidates(space: Space, view: Optional[HostView]):
+    """(finder name, finder) in the order tried; a finder returns Steps, None (no such
+    events) or a sentence saying why its events are not steps."""
+    out = []
     if view is not None:
-        candidates = [
+        unrooted: Dict = {}
+
+        def unrooted_markers():  # read once, shared by the two finders of un-rooted markers
+            if "found" not in unrooted:
+                unrooted["found"] = _marker_events(view, False)
+            return unrooted["found"]
+
+        out = [
             ("step_markers", lambda: _from_markers(view, _marker_events(view, True), "step_markers")),
             ("trace_context", lambda: _from_markers(
                 view, _marker_events(view, False, names={"TraceContext"}), "trace_context")),
             ("keras_profiled_batch", lambda: _from_markers(
-                view, _marker_events(view, False, names={"Profiled batch"}), "keras_profiled_batch")),
+                view, {k: v for k, v in unrooted_markers().items() if k == "Profiled batch"},
+                "keras_profiled_batch")),
+            ("user_step_annotations", lambda: _user_annotations(view, unrooted_markers())),
+            ("session_run", lambda: _session_runs(view)),
             ("train_function_calls", lambda: _train_function_calls(view)),
         ]
-    candidates.append(("device_steps_line", lambda: _device_steps_line(space)))
+    out.append(("device_steps_line", lambda: _device_steps_line(space)))
     if view is not None:
-        candidates.append(("iterator_cadence", lambda: _iterator_cadence(view)))
-    for name, finder in candidates:
+        out.append(("iterator_cadence", lambda: _iterator_cadence(view)))
+    return out
+
+
+def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
+    """Try the finders in order (module docstring); the first with a complete step wins.
+
+    Args:
+        space: the XSpace of one host.
+        view: its host plane's view (None when the trace has no host plane); its
+            ``training_line`` is set as a side effect.
+
+    Returns:
+        StepSearch: the steps (None when no finder applied) with their graph-building
+        facts, and (finder, why it did not apply) for each finder tried before.
+    """
+    tried: List[Tuple[str, str]] = []
+    window = host_window(view)
+    for name, finder in _candidates(space, view):
         steps = finder()
+        if isinstance(steps, str):
+            tried.append((name, steps))
+            continue
         if steps is None or steps.count == 0:
-            tried.append((name, "no such events in the trace"))
+            tried.append((name, _NO_EVENTS))
             continue
         if window is not None:
             steps = _drop_partial(steps, window)
@@ -239,6 +358,7 @@ def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
         if view is not None and view.training_line is None:
             view.training_line = _guess_training_line(view)
         _count_batches(view, steps)
+        _graph_build_facts(view, steps)
         return StepSearch(steps, tried)
     if view is not None and view.training_line is None:
         view.training_line = _guess_training_line(view)
@@ -268,3 +388,94 @@ def _count_batches(view: Optional[HostView], steps: Steps) -> None:
     med = int(np.median(counts)) if len(counts) else 1
     if med > 1:
         steps.batches_per_step = med
+
+
+#: A leading step that built a graph is warm-up when graph building took more than this
+#: share of it: the step is dominated by one-time work (a majority; our choice) ...
+WARMUP_BUILD_SHARE = 0.5
+#: ... or when it took more than this many times the median step that built no graph: the
+#: first call also pays one-time costs the trace does not label (kernel set-up on the first
+#: run, callbacks writing the graph). Measured on a Keras 3 CPU fit profiled from batch 1
+#: (TF 2.21): step 0 took 236 ms, 90 ms of it tracing and instantiation, against 1-3 ms for
+#: steps 1-3; issue 11 reports 1.6 s against 50 ms. Twice the median leaves room for the
+#: jitter of steady steps on a busy host.
+WARMUP_SLOWDOWN = 2.0
+#: Graph builds recur (retracing, not warm-up) when they occur in at least this share of the
+#: steps after the leading ones: TensorFlow warns about retracing at 5 tracings within 10
+#: calls (FREQUENT_TRACING_WARNING_THRESHOLD, FREQUENT_TRACING_WARNING_MAX_CALL_HISTORY in
+#: tensorflow/python/eager/polymorphic_function/polymorphic_function.py).
+RETRACE_SHARE = 0.5
+
+
+def warmup_steps(durations_ps: np.ndarray, graph_build_ps: np.ndarray) -> int:
+    """How many leading steps are warm-up (0 when none).
+
+    The leading run: steps from the first on, each of which built a graph and is dominated
+    by it (graph building > ``WARMUP_BUILD_SHARE`` of the step, or the step longer than
+    ``WARMUP_SLOWDOWN`` x the median step that built none). It is warm-up only when steady
+    steps follow it and graph builds recur in fewer than ``RETRACE_SHARE`` of them: one graph
+    build at the start is warm-up, graph builds in many steps are retracing.
+
+    Args:
+        durations_ps: step durations, int64 ps, shape (n_steps,).
+        graph_build_ps: graph-building time inside each step, int64 ps, shape (n_steps,).
+
+    Returns:
+        The number k of warm-up steps: steps 0..k-1.
+    """
+    built = graph_build_ps > 0
+    steady = durations_ps[~built]
+    median = float(np.median(steady)) if len(steady) else None
+    k = 0
+    while k < len(durations_ps) and built[k] and (
+            graph_build_ps[k] > WARMUP_BUILD_SHARE * durations_ps[k]
+            or (median is not None and durations_ps[k] > WARMUP_SLOWDOWN * median)):
+        k += 1
+    rest = built[k:]
+    if k == 0 or len(rest) == 0 or (rest.any() and rest.sum() >= RETRACE_SHARE * len(rest)):
+        return 0
+    return k
+
+
+def _ms(ps) -> str:
+    return f"{ps / 1e9:.1f} ms" if ps >= 1e9 else f"{ps / 1e9:.3f} ms"
+
+
+def _graph_build_facts(view: Optional[HostView], steps: Steps) -> None:
+    """Fill ``graph_build_ps``, ``warmup`` and ``warmup_reason`` of ``steps``."""
+    steps.graph_build_ps = np.zeros(steps.count, dtype=np.int64)
+    steps.warmup = np.zeros(steps.count, dtype=bool)
+    if view is None:
+        return
+    builds = view.graph_builds()
+    union = builds.union()
+    if len(union[0]) == 0:
+        return
+    steps.graph_build_ps = timeline.overlap_per_window(union, steps.starts, steps.ends)
+    k = warmup_steps(steps.durations_ps, steps.graph_build_ps)
+    if not k:
+        return
+    steps.warmup[:k] = True
+    steps.warmup_reason = _warmup_reason(steps, builds, k)
+
+
+def _warmup_reason(steps: Steps, builds: hostmod.GraphBuilds, k: int) -> str:
+    """One sentence: which steps, how long graph building took in them and by which events,
+    against the median step that built no graph."""
+    span = (steps.starts[:1], steps.ends[k - 1:k])
+    inside = (builds.traced_starts >= span[0][0]) & (builds.traced_starts < span[1][0])
+    traced = list(dict.fromkeys(n for n, i in zip(builds.traced_names, inside, strict=True) if i and n))[:3]
+    parts = []
+    for label, iv in ((f"tracing (`{hostmod.GRAPH_BUILD_EVENT}`"
+                       + (" of " + ", ".join(f"`{n}`" for n in traced) if traced else "") + ")", builds.tracing),
+                      ("instantiation of the newly traced function", builds.instantiation),
+                      ("XLA compilation", builds.compilation)):
+        t = int(timeline.overlap_per_window(iv, *span)[0])
+        if t:
+            parts.append(f"{label} {_ms(t)}")
+    which = f"step {steps.numbers[0]} is" if k == 1 else f"steps {steps.numbers[0]}-{steps.numbers[k - 1]} are"
+    built, total = int(steps.graph_build_ps[:k].sum()), int(steps.durations_ps[:k].sum())
+    steady = np.median(steps.durations_ps[k:][steps.graph_build_ps[k:] == 0])
+    return (f"{which} warm-up: graph building took {_ms(built)} of {_ms(total)} ({100.0 * built / total:.0f}%; "
+            f"{', '.join(parts)}), and {'it' if k == 1 else 'each'} took {total / k / steady:.0f}x the median "
+            f"step that built no graph ({_ms(steady)}).")
