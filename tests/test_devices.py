@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tfbneck_plugin.analysis import multihost
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from xspace_builder import SpaceBuilder, session_path
@@ -102,16 +103,40 @@ def test_overlapping_kernels_on_two_streams_count_once(tmp_path):
     assert r["breakdown_pct"]["device_compute"] == pytest.approx(80.0, abs=0.1)
 
 
-def test_two_host_session_with_a_straggler(tmp_path):
-    for host, step_ms in (("worker-0", 10), ("worker-1", 15), ("worker-2", 10)):
-        b = gpu_space(step_ms=step_ms, kernels=[(0.0, step_ms * 0.8)])
-        b.write(session_path(tmp_path, host=host))
-    r = analyze_one(tmp_path)
+def multi_host_report(tmp_path, step_ms_by_host):
+    for host, step_ms in step_ms_by_host:
+        gpu_space(step_ms=step_ms, kernels=[(0.0, step_ms * 0.8)]).write(session_path(tmp_path, host=host))
+    return analyze_one(tmp_path)
+
+
+def test_a_clear_outlier_host_is_a_straggler(tmp_path):
+    r = multi_host_report(tmp_path, (("worker-0", 10), ("worker-1", 15), ("worker-2", 10)))
     assert r["hosts"] == ["worker-0", "worker-1", "worker-2"]
     assert r["steps"]["step_time_ms"]["mean"] == pytest.approx(15.0)  # set by the slowest host
     assert [h["step_time_ms"] for h in r["per_host"]] == [10.0, 15.0, 10.0]
-    assert any("worker-1 is a straggler" in e for e in r["evidence"])
-    assert not any("worker-0 is a straggler" in e for e in r["evidence"])
+    assert [e for e in r["evidence"] if "straggler" in e] == [
+        "Host worker-1 is a straggler: 15.0 ms per step against a median of 10.0 ms."]
+
+
+def test_a_host_a_hair_slower_than_equal_hosts_is_no_straggler(tmp_path):
+    # The defect this pins: a MAD of 0 gave any slower host an infinite z-score.
+    r = multi_host_report(tmp_path, (("worker-0", 10), ("worker-1", 10.3), ("worker-2", 10)))
+    assert r["per_host"][1]["step_time_ms"] == pytest.approx(10.3)
+    assert not any("straggler" in e for e in r["evidence"])
+
+
+@pytest.mark.parametrize("times,expected", [
+    ((10, 11, 12, 13, 14), []),          # spread out: nobody stands apart
+    ((10, 10, 10.3), []),                # equal hosts, one 3 % slower
+    ((10, 10, 10.2), []),
+    ((10, 10, 10, 10, 30), [4]),         # a clear outlier
+    ((10, 15, 10), [1]),
+    ((10, 11.9), []),                    # two hosts: 1.19x
+    ((10, 12.1), [1]),                   # two hosts: 1.21x
+    ((12.1, 10), [0]),
+])
+def test_straggler_rule(times, expected):
+    assert multihost.stragglers(list(times)) == expected
 
 
 def test_empty_device_plane_with_kernel_launches_is_unknown(tmp_path):
@@ -128,7 +153,8 @@ def test_empty_device_plane_with_kernel_launches_is_unknown(tmp_path):
     b.write(session_path(tmp_path))
     r = analyze_one(tmp_path)
     assert r["bottleneck"] == "unknown" and r["cause"] == "device_trace_missing"
-    assert any("launched 60 kernels" in e and "not recorded" in e for e in r["evidence"])
+    assert any("launched 60 kernels" in e for e in r["evidence"])
+    assert any("recorded nothing" in e for e in r["evidence"])
     assert "input" not in r["cause"]
 
 

@@ -44,8 +44,7 @@ def gather_activity(view: Optional[HostView], devices: List[Device], placement: 
     # Eager op dispatch counts as model math only in pure eager programs: inside a
     # tf.function call, EagerKernelExecute spans the whole call, waits included.
     cpu_model = model_exec if has_function else timeline.concat([model_exec, eager_ops])
-    placement.model_on_host_ps = timeline.total(cpu_model)
-    if placement.legacy_state == "untraced_pluggable":
+    if placement.state == "untraced_pluggable":
         # While the training function runs (and is not blocked on input) the step waits
         # on the untraced device: that is the device's compute time, inferred.
         cpu_model = timeline.concat([cpu_model, timeline.difference(eager_ops, inp)])

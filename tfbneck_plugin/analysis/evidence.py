@@ -7,6 +7,23 @@ from typing import List, Optional
 
 from .findings import Findings, GapFact
 
+
+class Inferred(str):
+    """An evidence sentence whose conclusion is inferred from indirect facts, not measured."""
+
+
+class Sampled(str):
+    """An evidence sentence from the system metrics sampled beside the trace, not the trace."""
+
+
+def basis(sentence: str) -> str:
+    """``inferred``, ``system_metrics`` or ``trace`` (measured in the trace)."""
+    if isinstance(sentence, Inferred):
+        return "inferred"
+    if isinstance(sentence, Sampled):
+        return "system_metrics"
+    return "trace"
+
 #: Busy-share spread (percentage points) between devices above which the report calls the
 #: work imbalanced (our choice: one device idle a fifth of the step longer than another).
 IMBALANCE_POINTS = 20.0
@@ -27,8 +44,12 @@ def breakdown_sentence(f: Findings) -> str:
 
 
 def system_sentence(system: dict) -> str:
-    return (f"System while profiling: CPU {system['cpu_mean_pct']:.0f}% on average over {system.get('cpu_count')} cores, "
-            f"busiest core {system['busiest_core_mean_pct']:.0f}%, this process {system['proc_cpu_cores']:.2f} cores"
+    tree = system.get("tree_cpu_cores")
+    children = system.get("tree_children") or 0
+    own = (f"this process and its {children} child process(es) {tree:.2f} cores" if tree is not None and children
+           else f"this process {system['proc_cpu_cores']:.2f} cores")
+    return Sampled(f"System while profiling: CPU {system['cpu_mean_pct']:.0f}% on average over {system.get('cpu_count')} cores, "
+            f"busiest core {system['busiest_core_mean_pct']:.0f}%, {own}"
             + (f", I/O wait {system['iowait_pct']:.0f}%" if system.get("iowait_pct") is not None else "")
             + (f", GPU utilisation {system['gpu_util_pct']:.0f}%" if system.get("gpu_util_pct") is not None else "")
             + f", disk reads {system['disk_read_MBps']:.1f} MB/s.")

@@ -25,6 +25,13 @@ class StepFacts:
     warmup_reason: Optional[str] = None
     graph_build_steps: int = 0        # steady steps that built (traced) a graph
     graph_build_ms: float = 0.0       # graph-building time summed over the steady steps
+    total_ms: float = 0.0             # the steady steps' time summed
+    all_warmup: bool = False          # every step found was warm-up (none left to analyse apart)
+
+    @property
+    def graph_build_pct(self) -> float:
+        """Share (%) of the steady steps' time spent building graphs."""
+        return 100.0 * self.graph_build_ms / self.total_ms if self.total_ms > 0 else 0.0
 
     @property
     def found(self) -> bool:

@@ -10,6 +10,7 @@ Times are ps unless a name says otherwise.
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import cached_property
 from typing import Dict, List, Optional, Tuple
 
@@ -71,9 +72,19 @@ class HostAnalysis:
     def step_search(self) -> stepsmod.StepSearch:
         return stepsmod.find_steps(self.space, self.view)
 
-    @property
+    @cached_property
     def steps(self) -> Optional[stepsmod.Steps]:
-        return self.step_search.steps
+        """The steady steps: the steps found, less the leading warm-up steps (tf.function
+        tracing, graph building, compilation), which would distort the breakdown. When every
+        step is warm-up they are all kept (and the confidence says so)."""
+        found = self.step_search.steps
+        warm = getattr(found, "warmup", None)
+        if found is None or warm is None or not len(warm) or not warm.any() or warm.all():
+            return found
+        keep = ~warm
+        return dataclasses.replace(found, numbers=found.numbers[keep], starts=found.starts[keep],
+                                   ends=found.ends[keep], graph_build_ps=found.graph_build_ps[keep],
+                                   warmup=warm[keep])
 
     @cached_property
     def window(self) -> Optional[Tuple[int, int]]:
@@ -148,13 +159,28 @@ class HostAnalysis:
         p = self.placement
         if p.device_events:
             return p.device_kind
-        return "GPU" if p.legacy_state == "untraced_pluggable" else "CPU"
+        return "GPU" if p.state in ("untraced_pluggable", "trace_missing") else "CPU"
 
     def _step_facts(self) -> StepFacts:
-        steps = self.steps
+        steps, found = self.steps, self.step_search.steps
         if steps is None:
             return StepFacts(why_none=_why_none(self.step_search))
-        return StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
+        facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
+        warm = getattr(found, "warmup", None)
+        if warm is not None and warm.any():
+            facts.warmup_count = int(warm.sum())
+            facts.warmup_ms = ms(found.durations_ps[warm].sum())
+            facts.warmup_reason = found.warmup_reason
+            facts.all_warmup = bool(warm.all())
+        builds = getattr(steps, "graph_build_ps", None)
+        if builds is not None and len(builds):
+            built = builds > 0
+            if facts.all_warmup:  # nothing steady to judge retracing on
+                built = np.zeros_like(built)
+            facts.graph_build_steps = int(built.sum())
+            facts.graph_build_ms = ms(builds[built].sum())
+            facts.total_ms = ms(steps.durations_ps.sum())
+        return facts
 
     def _kernel_facts(self) -> Optional[KernelFacts]:
         kd = np.concatenate([d.kernel_durations_ps for d in self.devices]) if self.devices else np.zeros(0)

@@ -7,7 +7,7 @@ from typing import Dict
 import numpy as np
 
 from ..causes import cause_text
-from . import breakdown, tfdata
+from . import breakdown, evidence, tfdata
 
 
 def _ms(ps) -> float:
@@ -32,10 +32,19 @@ def steps_section(a) -> Dict:
               "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
               "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
     stats = step_stats(steps.durations_ps)
-    return {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
-            "batches_per_step": steps.batches_per_step,
-            "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
-            "tried": tried}
+    out = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
+           "batches_per_step": steps.batches_per_step,
+           "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
+           "tried": tried}
+    facts = a.findings.steps
+    if facts.warmup_count:
+        found = search.steps
+        out["warmup"] = {"count": facts.warmup_count, "time_ms": facts.warmup_ms, "reason": facts.warmup_reason,
+                         "steps": [int(n) for n in found.numbers[found.warmup]], "excluded": not facts.all_warmup}
+    if facts.graph_build_steps:
+        out["graph_builds"] = {"steps": facts.graph_build_steps, "time_ms": facts.graph_build_ms,
+                               "pct": round(facts.graph_build_pct, 2)}
+    return out
 
 
 def worst_step(a):
@@ -67,7 +76,9 @@ def host_report(a) -> Dict:
             "has_prefetch": bool(pipeline and pipeline.has_prefetch),
         },
         "bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
-        "confidence": v.confidence, "evidence": v.evidence, "recommendations": v.recommendations,
+        "confidence": v.confidence, "evidence": [str(e) for e in v.evidence],
+        "evidence_detail": [{"text": str(e), "basis": evidence.basis(e)} for e in v.evidence],
+        "recommendations": v.recommendations,
         "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
     }
     return out

@@ -53,7 +53,6 @@ class Placement:
     launch_calls: int = 0                 # cudaLaunchKernel / hipLaunchKernel... on host threads
     host_op_ps: int = 0                   # TF ops executed on host threads (union per thread)
     host_op_median_us: Optional[float] = None
-    model_on_host_ps: int = 0             # the training function's ops run by host executors (set by the caller)
 
     @property
     def device_allocators(self) -> List[str]:
@@ -69,18 +68,8 @@ class Placement:
         return bool(self.device_allocators) or self.launch_calls > 0
 
     @property
-    def legacy_state(self) -> str:
-        """The classification before GPU allocators were read (kept for one commit)."""
-        if self.device_events:
-            return "traced"
-        if not self.device_planes:
-            named = any("pluggable" in n or "gpu" in n.lower() for n in self.allocations)
-            return "untraced_pluggable" if named else "host_only"
-        return "trace_missing" if self.launch_calls or not self.model_on_host_ps else "model_on_cpu"
-
-    @property
-    def untraced_allocator(self) -> Optional[str]:
-        return next((n for n in self.allocations if "pluggable" in n or "gpu" in n.lower()), None)
+    def device_allocations(self) -> int:
+        return sum(self.allocations[n] for n in self.device_allocators)
 
     @property
     def state(self) -> str:

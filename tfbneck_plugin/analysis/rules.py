@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Callable, List, Optional
 
 from . import sysmetrics
-from .evidence import breakdown_sentence, device_word, launch_sentence, system_sentence
+from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
 from .findings import Findings
+from .placement import PLUGGABLE_HOST_ALLOCATOR
 from .verdict import Verdict, confidence
 
 #: Input share (%) above which a step is input-bound. XProf uses the same two levels,
@@ -34,6 +35,22 @@ DEVICE_BOUND_PCT = 50.0
 #: Confidence lost when the blocking stage runs Python and no system metrics say whether it
 #: computed or waited (our choice: such verdicts must stay below 0.7).
 PYTHON_STAGE_PENALTY = 0.25
+#: Share (%) of the machine's CPU busy with processes outside the training process tree from
+#: which a waiting input pipeline is called contended (the same 65 % as "mostly busy" in
+#: :data:`.sysmetrics.IDLE_HOST_PCT`: 100 - 35).
+CONTENTION_OTHERS_PCT = 100.0 - sysmetrics.IDLE_HOST_PCT
+#: Network receive rate over disk read rate above which reads are remote (our choice: an
+#: order of magnitude, so that disk caches and metadata traffic do not tip it).
+REMOTE_READ_RATIO = 10.0
+#: Confidence lost when the system metrics are machine-wide only (old sidecars): another
+#: process's load or traffic may be read as the training's own.
+MACHINE_WIDE_PENALTY = 0.15
+#: Share (%) of the steady step time spent building graphs (tf.function tracing) from which
+#: retracing is the cause (same 20 % rule as the other shares).
+RETRACING_PCT = 20.0
+#: Fraction of the steady steps that must build a graph for retracing (our choice: in most
+#: steps; one build at the start is warm-up, excluded before this rule).
+RETRACING_STEP_FRACTION = 0.5
 
 Rule = Callable[[Findings], Optional[Verdict]]
 
@@ -68,25 +85,41 @@ def not_tensorflow(f: Findings) -> Optional[Verdict]:
 
 def device_trace_missing(f: Findings) -> Optional[Verdict]:
     p = f.placement
-    if p.legacy_state != "trace_missing":
+    if p.state != "trace_missing":
         return None
-    kind = p.device_kind
-    sentence = (f"{p.device_planes} {kind} plane(s) hold no events although the host "
-                + (f"launched {p.launch_calls} kernels" if p.launch_calls else "ran no model ops of its own")
-                + ": the device trace was not recorded (CUPTI failed or lacked permission), so no verdict "
-                  "about the device or the input can be made.")
-    return Verdict("unknown", "device_trace_missing", 0.9, [sentence] + step_note(f))
+    seen = []
+    if p.device_allocators:
+        seen.append(f"tensors were allocated by {', '.join(f'`{n}`' for n in p.device_allocators)} "
+                    f"({p.device_allocations} allocations)")
+    if p.launch_calls:
+        seen.append(f"the host launched {p.launch_calls} kernels")
+    if p.device_copies:
+        seen.append(f"{p.device_copies} copies to or from the GPU were recorded on the host")
+    planes = (f"its {p.device_planes} {p.device_kind} plane(s) hold no events" if p.device_planes
+              else "the trace has no GPU plane at all")
+    used = ("The GPU ran the model: " + "; ".join(seen)) if seen else "A GPU was present and the host ran no model ops"
+    return Verdict("unknown", "device_trace_missing", 0.9, [
+        used + ".",
+        Inferred(f"But {planes}: the device tracer (CUPTI) recorded nothing, so the device's time and the input "
+                 "wait cannot be measured and no bottleneck can be named.")] + step_note(f))
 
 
 def model_on_cpu(f: Findings) -> Optional[Verdict]:
     p = f.placement
-    if p.legacy_state != "model_on_cpu":
+    if p.state != "model_on_cpu":
         return None
     kind = p.device_kind
-    sentence = (f"The {kind} sat idle for the whole window ({p.device_planes} {kind} plane(s), 0 events) while the "
-                f"model's ops executed on host threads for {round(p.model_on_host_ps / 1e9, 3):.1f} ms: the model "
-                "ran on the CPU although a GPU was present.")
-    return Verdict("cpu", "model_on_cpu", 0.85, [sentence] + step_note(f))
+    median = f", median {p.host_op_median_us:.0f} us per op" if p.host_op_median_us is not None else ""
+    return Verdict("cpu", "model_on_cpu", 0.85, [
+        f"The {kind} sat idle for the whole window ({p.device_planes} {kind} plane(s), 0 events) and no tensor was "
+        f"allocated on it, while TensorFlow ops ran on host threads for {p.host_op_ps / 1e9:.1f} ms{median}.",
+        Inferred("The model ran on the CPU although a GPU was present.")] + step_note(f))
+
+
+def untraced_device_sentence(f: Findings) -> Inferred:
+    return Inferred(f"Tensors were allocated by `{PLUGGABLE_HOST_ALLOCATOR}`: the ops ran on a PluggableDevice "
+                    "(such as Apple Metal) whose activity the profiler does not record; the time the training "
+                    "function waited on it is counted as device compute, inferred rather than measured.")
 
 
 def no_activity(f: Findings) -> Optional[Verdict]:
@@ -117,39 +150,96 @@ def input_bound(f: Findings) -> Optional[Verdict]:
 
 
 def _input_from_system(system: dict):
-    """(kind, cause, confidence penalty, sentence) from the sampled system metrics."""
-    proc = system.get("proc_cpu_cores") or 0.0
-    if proc >= sysmetrics.BUSY_PROCESS_CORES:
-        return ("cpu", "input_preprocessing", 0.0,
-                f"The training process kept {proc:.2f} cores busy while the step waited: the input pipeline is "
-                "computing, and the host cannot prepare data fast enough.")
-    if system["cpu_mean_pct"] >= 100.0 - sysmetrics.IDLE_HOST_PCT:
-        return ("cpu", "cpu_contention", 0.0,
-                f"The training process used only {proc:.2f} cores but the machine's CPU was "
-                f"{system['cpu_mean_pct']:.0f}% busy: other processes take the cores the input pipeline needs.")
-    if system.get("net_recv_MBps", 0) > 10 * max(system.get("disk_read_MBps", 0), 0.1):
-        return ("network", "remote_read", 0.0,
-                "The CPU was mostly idle while the step waited, and the host was receiving from the network: "
-                "remote reads limit the input.")
-    return ("io", "file_read", 0.0,
-            f"The training process used only {proc:.2f} cores while the step waited: the input pipeline is waiting "
-            "on storage (or another slow source), not computing.")
+    """(kind, cause, confidence penalty, sentence) from the sampled system metrics.
+
+    The training process tree (the process and its children: PyDataset workers,
+    multiprocessing pools) is what computes the input; other processes' load is contention.
+    Old sidecars hold machine-wide figures only: the verdict says so and is less sure."""
+    tree = system.get("tree_cpu_cores")
+    own = tree if tree is not None else (system.get("proc_cpu_cores") or 0.0)
+    per_process = system.get("scope") == "process_tree"
+    penalty = 0.0 if per_process else MACHINE_WIDE_PENALTY
+    who = "training process and its children" if system.get("tree_children") else "training process"
+    if own >= sysmetrics.BUSY_PROCESS_CORES:
+        return ("cpu", "input_preprocessing", 0.0, Sampled(
+            f"The {who} kept {own:.2f} cores busy while the step waited: the input pipeline is computing, and "
+            "the host cannot prepare data fast enough."))
+    others = _others_busy_pct(system, own)
+    if others >= CONTENTION_OTHERS_PCT:
+        return ("cpu", "cpu_contention", penalty, Sampled(
+            f"The {who} used only {own:.2f} cores while other processes kept {others:.0f}% of the machine's CPU "
+            "busy: they take the cores the input pipeline needs."))
+    remote = _remote_reads(system)
+    if remote:
+        return "network", "remote_read", penalty, Sampled(remote)
+    machine = "" if per_process else " (only machine-wide figures were recorded: other processes' load could not be told apart)"
+    return ("io", "file_read", penalty, Sampled(
+        f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
+        f"another slow source), not computing{machine}."))
+
+
+def _others_busy_pct(system: dict, own_cores: float) -> float:
+    """Share (%) of the machine's CPU busy with processes outside the training tree."""
+    cores = system.get("cpu_count") or 1
+    others = system.get("others_cpu_cores")
+    if others is None:  # machine-wide figures only: the machine less the training process
+        others = max(system["cpu_mean_pct"] * cores / 100.0 - own_cores, 0.0)
+    return 100.0 * others / cores
+
+
+def _remote_reads(system: dict) -> Optional[str]:
+    """A sentence when the training tree read from the network more than from disk, else None.
+
+    Per-process figures: traffic on non-loopback interfaces while the tree held connections to
+    remote peers (a loopback stream or another process's downloads do not count). Machine-wide
+    figures only: any received traffic, which may be another process's."""
+    disk = max(system.get("tree_disk_read_MBps") or system.get("disk_read_MBps") or 0.0, 0.1)
+    if system.get("scope") == "process_tree":
+        net = system.get("net_recv_external_MBps") or 0.0
+        conns = system.get("remote_connections") or 0
+        if conns and net > REMOTE_READ_RATIO * disk:
+            return (f"The CPU was mostly idle while the step waited, and the training process held {conns} "
+                    f"connection(s) to remote hosts while the machine received {net:.1f} MB/s from the network "
+                    f"against {disk:.1f} MB/s of disk reads: remote reads limit the input.")
+        return None
+    net = system.get("net_recv_MBps") or 0.0
+    if net > REMOTE_READ_RATIO * disk:
+        return ("The CPU was mostly idle while the step waited, and the host was receiving from the network "
+                f"({net:.1f} MB/s, machine-wide: it may be another process's traffic): remote reads may limit "
+                "the input.")
+    return None
 
 
 def _input_from_stage(pipeline, st):
-    """(kind, cause, confidence penalty, sentence) from the blocking stage alone."""
+    """(kind, cause, confidence penalty, sentence) from the blocking stage alone (no system
+    metrics): what the stage does is inferred from its kind."""
+    source = pipeline.source if pipeline else None
     category = st.category if st else "compute"
-    if category == "file_read":
-        return "io", "file_read", 0.0, "The blocking stage reads files: the pipeline waits on storage."
+    if source == "generator" or category == "python" or (pipeline and pipeline.uses_py_function):
+        return ("cpu", "input_preprocessing", PYTHON_STAGE_PENALTY, Inferred(
+            "The blocking stage runs Python (from_generator / PyDataset / py_function): the trace cannot tell "
+            "computing from waiting inside it. Record system metrics (BottleneckProfiler) to separate CPU-bound "
+            "from I/O-bound."))
+    if category == "file_read" and source != "in_memory":
+        return "io", "file_read", 0.0, Inferred("The blocking stage reads files: the pipeline waits on storage.")
     if category == "remote_read":
         return ("network", "remote_read", 0.0,
-                "The blocking stage reads over the network (tf.data service or remote file system).")
-    if category == "python" or (pipeline and pipeline.uses_py_function):
-        return ("cpu", "input_preprocessing", PYTHON_STAGE_PENALTY,
-                "The blocking stage runs Python (from_generator / py_function): the trace cannot tell computing "
-                "from waiting inside it. Record system metrics (BottleneckProfiler) to separate CPU-bound from "
-                "I/O-bound.")
-    return "cpu", "input_preprocessing", 0.0, "The blocking stage computes (map/decode/augment on host threads)."
+                Inferred("The blocking stage reads over the network (tf.data service or remote file system)."))
+    return ("cpu", "input_preprocessing", 0.0,
+            Inferred("The blocking stage computes (map/decode/augment on host threads)."))
+
+
+def retracing(f: Findings) -> Optional[Verdict]:
+    st = f.steps
+    share = st.graph_build_pct
+    if (st.count < 2 or st.graph_build_steps < RETRACING_STEP_FRACTION * st.count or share < RETRACING_PCT
+            or share < f.share("input")):
+        return None
+    return Verdict("cpu", "retracing", confidence(share, RETRACING_PCT), context(f) + [
+        f"{st.graph_build_steps} of {st.count} steady steps traced a new graph (`tf.function-graph_building` inside "
+        f"the step): {st.graph_build_ms:.1f} ms in all, {share:.1f}% of the step time (threshold "
+        f"{RETRACING_PCT:.0f}%). A tf.function called with a new Python value (an int, a float, a list of another "
+        "length) is traced again on every call."])
 
 
 def gradient_sync(f: Findings) -> Optional[Verdict]:
@@ -214,5 +304,5 @@ def model_compute(f: Findings) -> Verdict:
 
 
 #: The rules in the order they are tried; the last always applies.
-RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, input_bound, gradient_sync,
-                     host_device_transfer, kernel_launch, host_overhead, unrecorded, model_compute]
+RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
+                     gradient_sync, host_device_transfer, kernel_launch, host_overhead, unrecorded, model_compute]

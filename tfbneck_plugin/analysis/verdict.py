@@ -36,10 +36,22 @@ def confidence(share: float, threshold: float, penalty: float = 0.0) -> float:
     return round(max(0.05, min(0.95, value - penalty)), 2)
 
 
+#: Highest confidence of a verdict over a window in which no step was found: the breakdown
+#: then mixes whatever the window held (our choice; calibrated in README "Confidence").
+NO_STEPS_CONFIDENCE = 0.4
+#: Highest confidence when the device's time is inferred (an untraced PluggableDevice) or
+#: when every step found was warm-up (our choice; calibrated likewise).
+INFERRED_DEVICE_CONFIDENCE = 0.6
+WARMUP_ONLY_CONFIDENCE = 0.4
+#: Confidence lost when the steps were inferred from the iterator cadence (our choice).
+INFERRED_STEPS_PENALTY = 0.1
+
+
 def decide(f: Findings) -> Verdict:
-    """The first rule of ``rules.RULES`` that applies, with its advice and the evidence that
-    holds for every verdict (why no steps were found, what the devices did)."""
-    from .rules import RULES  # rules build Verdicts: import here to keep one direction of import
+    """The first rule of ``rules.RULES`` that applies, with its advice, the evidence that
+    holds for every verdict (warm-up, why no steps were found, what the devices did) and
+    the confidence adjusted for what could not be measured."""
+    from .rules import RULES, untraced_device_sentence  # rules build Verdicts: one direction of import
     for rule in RULES:
         v = rule(f)
         if v is not None:
@@ -48,12 +60,38 @@ def decide(f: Findings) -> Verdict:
     if v.cause == "not_tensorflow":
         return v
     v.recommendations = advice_for(v.cause, f)
+    if f.steps.warmup_count:
+        v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:
         v.evidence.insert(0, f.steps.why_none)
-    if f.placement.legacy_state == "untraced_pluggable":
-        v.evidence.append(f"Tensors were allocated by `{f.placement.untraced_allocator}`: the ops ran on an "
-                          "accelerator (a PluggableDevice such as Apple Metal) whose activity the profiler did not "
-                          "record; time the training function waited on it is counted as device compute.")
+    if f.placement.state == "untraced_pluggable":
+        v.evidence.append(untraced_device_sentence(f))
     if v.cause != "device_trace_missing":
         v.evidence.extend(ev.device_sentences(f))
+    v.confidence = _adjusted(v, f)
     return v
+
+
+def _warmup_sentence(f: Findings) -> str:
+    st = f.steps
+    if st.all_warmup:
+        return (f"Every step in the window ({st.warmup_count}) was warm-up ({st.warmup_reason}): there is no steady "
+                "step to analyse apart; profile later steps.")
+    return (f"{st.warmup_count} warm-up step(s) ({st.warmup_ms:.1f} ms) were excluded from the breakdown and the "
+            f"verdict: {st.warmup_reason}.")
+
+
+def _adjusted(v: Verdict, f: Findings) -> float:
+    """The rule's confidence, lowered where the facts behind it are partial."""
+    c = v.confidence
+    if v.bottleneck == "unknown":
+        return c
+    if not f.steps.found:
+        c = min(c, NO_STEPS_CONFIDENCE)
+    if f.steps.all_warmup:
+        c = min(c, WARMUP_ONLY_CONFIDENCE)
+    if f.steps.inferred:
+        c -= INFERRED_STEPS_PENALTY
+    if f.placement.state == "untraced_pluggable":
+        c = min(c, INFERRED_DEVICE_CONFIDENCE)
+    return round(max(0.05, c), 2)

@@ -1,0 +1,296 @@
+"""The verdict rules at the edges of their thresholds, from hand-made findings (no trace).
+
+Each rule is checked just below and just above its threshold, and every cause code of
+``tfbneck_plugin.causes`` is produced by at least one case here (``test_every_cause_is_produced``)."""
+import pytest
+
+from tfbneck_plugin.analysis import rules, sysmetrics
+from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts
+from tfbneck_plugin.analysis.placement import Placement
+from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
+from tfbneck_plugin.analysis.verdict import (INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, confidence,
+                                             decide)
+from tfbneck_plugin.causes import CAUSES
+
+PRODUCED = set()
+EPS = 0.01
+
+
+def pct(**shares):
+    out = {c: 0.0 for c in ("collective", "device_compute", "host_to_device", "device_to_host", "input",
+                            "kernel_launch", "host_compute", "idle")}
+    out.update(shares)
+    out["idle"] = round(100.0 - sum(v for k, v in out.items() if k != "idle"), 6) if "idle" not in shares else out["idle"]
+    return out
+
+
+def host_only():
+    return Placement(device_kind=None, device_planes=0, device_events=0)
+
+
+def gpu_traced():
+    return Placement(device_kind="GPU", device_planes=1, device_events=1000)
+
+
+def stage(kind, category_path=None, parallelism=None, self_ms=50.0):
+    path = category_path or f"Iterator::Root::{kind}"
+    return Stage(path=path, kind=kind, calls=10, total_ps=int(self_ms * 1e9), self_ps=int(self_ms * 1e9),
+                 parallelism=parallelism, autotune=None, depth=path.count("::"))
+
+
+def pipeline(*stages, prefetch=True, py=False):
+    stages = list(stages) + ([stage("Prefetch", "Iterator::Root::Prefetch", self_ms=1.0)] if prefetch else [])
+    working = [s for s in stages if s.category != "buffer"]
+    return Pipeline(stages=stages, blocking=working[0] if working else None, has_prefetch=prefetch,
+                    uses_py_function=py)
+
+
+def findings(placement=None, steps=None, **kw):
+    kw.setdefault("pct", pct(device_compute=90.0))
+    return Findings(framework=kw.pop("framework", "tensorflow"), device_kind=kw.pop("device_kind", "CPU"),
+                    placement=placement or host_only(), steps=steps or StepFacts(source="step_markers ('train')",
+                                                                                 count=10, mean_ms=10.0), **kw)
+
+
+def verdict(f):
+    v = decide(f)
+    PRODUCED.add(v.cause)
+    return v
+
+
+def system(tree=0.1, others=0.1, cpu_count=2, net_ext=0.0, conns=0, disk=0.0, scope="process_tree", **kw):
+    s = {"cpu_mean_pct": 100.0 * ((tree or 0.0) + (others or 0.0)) / cpu_count, "busiest_core_mean_pct": 50.0, "cpu_count": cpu_count,
+         "proc_cpu_cores": tree, "iowait_pct": 0.0, "disk_read_MBps": disk, "net_recv_MBps": net_ext + 20.0,
+         "gpu_util_pct": None, "tree_cpu_cores": tree, "others_cpu_cores": others, "tree_children": 0,
+         "tree_disk_read_MBps": disk, "net_recv_external_MBps": net_ext, "remote_connections": conns, "scope": scope}
+    s.update(kw)
+    return s
+
+
+# ---- confidence -------------------------------------------------------------------------
+
+def test_confidence_is_half_at_the_threshold_and_rises_to_095():
+    assert confidence(20.0, 20.0) == 0.5
+    assert confidence(100.0, 20.0) == 0.95
+    assert confidence(60.0, 20.0) == pytest.approx(0.72, abs=0.01)
+    assert confidence(60.0, 20.0, penalty=0.25) == pytest.approx(0.47, abs=0.01)
+
+
+# ---- input-bound and what the input waits on -----------------------------------------------
+
+def test_input_threshold_edges():
+    below = verdict(findings(pct=pct(input=rules.INPUT_BOUND_PCT - EPS, device_compute=70)))
+    above = verdict(findings(pct=pct(input=rules.INPUT_BOUND_PCT + EPS, device_compute=70),
+                             pipeline=pipeline(stage("ParallelMapV2", parallelism=8))))
+    assert below.cause == "model_compute"
+    assert (above.bottleneck, above.cause) == ("cpu", "input_preprocessing")
+
+
+def test_moderate_input_note_edges():
+    below = verdict(findings(pct=pct(input=rules.INPUT_MODERATE_PCT - EPS, device_compute=80)))
+    above = verdict(findings(pct=pct(input=rules.INPUT_MODERATE_PCT + EPS, device_compute=80)))
+    assert not any("moderate" in e for e in below.evidence)
+    assert any("moderate" in e for e in above.evidence)
+
+
+def test_busy_training_tree_is_input_preprocessing_and_children_count():
+    busy = sysmetrics.BUSY_PROCESS_CORES
+    p = pipeline(stage("Generator", "Iterator::Root::FlatMap[0]::Generator"))
+    comp = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=busy + EPS, tree_children=4,
+                                                                           proc_cpu_cores=0.1)))
+    assert (comp.bottleneck, comp.cause) == ("cpu", "input_preprocessing")
+    assert any("children" in e for e in comp.evidence)
+    waiting = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=busy - EPS)))
+    assert (waiting.bottleneck, waiting.cause) == ("io", "file_read")
+
+
+def test_contention_counts_other_processes_only():
+    edge = rules.CONTENTION_OTHERS_PCT / 100.0 * 2  # cores of a 2-core machine
+    p = pipeline(stage("ParallelMapV2", parallelism=8))
+    contended = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.3, others=edge + EPS)))
+    free = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.3, others=edge - EPS)))
+    assert contended.cause == "cpu_contention" and contended.recommendations[0]["fix"] == "free_cores"
+    assert free.cause == "file_read"
+    # Machine-wide figures only: the machine less the training process counts as "others".
+    old = system(tree=None, others=None, proc_cpu_cores=0.3, scope=None, tree_children=None)
+    old["cpu_mean_pct"] = 100.0 * (0.3 + edge + EPS) / 2
+    v = verdict(findings(pct=pct(input=60), pipeline=p, system=old))
+    assert v.cause == "cpu_contention"
+
+
+def test_loopback_or_other_traffic_is_not_remote_read():
+    p = pipeline(stage("TFRecord"))
+    # 20 MB/s on loopback and another process's downloads: no remote connection of ours.
+    local = verdict(findings(pct=pct(input=60), pipeline=p, system=system(net_ext=50.0, conns=0, disk=0.5)))
+    assert (local.bottleneck, local.cause) == ("io", "file_read")
+    remote = verdict(findings(pct=pct(input=60), pipeline=p, system=system(net_ext=50.0, conns=3, disk=0.5)))
+    assert (remote.bottleneck, remote.cause) == ("network", "remote_read")
+    ratio = rules.REMOTE_READ_RATIO
+    edge = verdict(findings(pct=pct(input=60), pipeline=p, system=system(net_ext=ratio * 1.0 - EPS, conns=3, disk=1.0)))
+    assert edge.cause == "file_read"
+
+
+def test_machine_wide_metrics_lower_the_confidence_and_say_so():
+    p = pipeline(stage("TFRecord"))
+    per_process = verdict(findings(pct=pct(input=60), pipeline=p, system=system()))
+    old = system(scope=None, tree=None, others=None, proc_cpu_cores=0.1, net_recv_MBps=0.0)
+    machine = verdict(findings(pct=pct(input=60), pipeline=p, system=old))
+    assert machine.cause == per_process.cause == "file_read"
+    assert machine.confidence == pytest.approx(per_process.confidence - rules.MACHINE_WIDE_PENALTY, abs=0.011)
+    assert any("machine-wide" in e for e in machine.evidence)
+
+
+def test_python_stage_without_metrics_stays_below_07():
+    p = pipeline(stage("Generator", "Iterator::Root::FlatMap[0]::Generator"))
+    v = verdict(findings(pct=pct(input=95), pipeline=p))
+    assert v.cause == "input_preprocessing" and v.confidence < 0.7
+
+
+def test_stage_categories_without_metrics():
+    files = verdict(findings(pct=pct(input=60), pipeline=pipeline(stage("TFRecord"))))
+    remote = verdict(findings(pct=pct(input=60), pipeline=pipeline(stage("DataService"))))
+    assert (files.bottleneck, files.cause) == ("io", "file_read")
+    assert (remote.bottleneck, remote.cause) == ("network", "remote_read")
+
+
+# ---- advice fits the input ---------------------------------------------------------------
+
+def test_generator_input_gets_its_own_knobs_not_prefetch():
+    p = pipeline(stage("Generator", "Iterator::Root::FlatMap[0]::Generator"), prefetch=False)
+    v = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=1.0)))
+    fixes = [r["fix"] for r in v.recommendations]
+    assert fixes[0] == "pydataset_workers" and "prefetch" not in fixes
+    assert "use_multiprocessing=True" in v.recommendations[0]["code"]
+
+
+def test_sequential_map_is_parallelised_before_prefetch():
+    p = pipeline(stage("Map"), stage("TensorSlice", self_ms=0.1), prefetch=False)
+    v = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=1.0)))
+    assert [r["fix"] for r in v.recommendations][:2] == ["parallel_map", "prefetch"]
+
+
+def test_in_memory_source_never_gets_file_read_advice():
+    p = pipeline(stage("ParallelMapV2", parallelism=2), stage("TensorSlice", self_ms=0.1))
+    v = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.2)))
+    assert v.cause == "file_read"  # waiting, not computing: the metrics say so
+    assert not {"parallel_reads", "larger_files"} & {r["fix"] for r in v.recommendations}
+
+
+# ---- the other shares ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("category,threshold,cause,kind", [
+    ("collective", rules.COLLECTIVE_BOUND_PCT, "gradient_sync", "network"),
+    ("kernel_launch", rules.KERNEL_LAUNCH_BOUND_PCT, "kernel_launch", "cpu"),
+    ("host_compute", rules.HOST_OVERHEAD_PCT, "python_overhead", "cpu"),
+])
+def test_share_rules_edges(category, threshold, cause, kind):
+    below = verdict(findings(placement=gpu_traced(), device_kind="GPU",
+                             pct=pct(**{category: threshold - EPS, "device_compute": 50})))
+    above = verdict(findings(placement=gpu_traced(), device_kind="GPU",
+                             pct=pct(**{category: threshold + EPS, "device_compute": 50}),
+                             kernels=KernelFacts(count=100, devices=1, median_us=3.0, median_gap_us=10.0)))
+    assert below.cause == "model_compute"
+    assert (above.bottleneck, above.cause) == (kind, cause)
+
+
+def test_transfer_edges_sum_both_directions():
+    t = rules.TRANSFER_BOUND_PCT
+    below = verdict(findings(placement=gpu_traced(), device_kind="GPU",
+                             pct=pct(host_to_device=t / 2, device_to_host=t / 2 - EPS, device_compute=60)))
+    above = verdict(findings(placement=gpu_traced(), device_kind="GPU",
+                             pct=pct(host_to_device=t / 2, device_to_host=t / 2 + EPS, device_compute=60)))
+    assert below.cause == "model_compute"
+    assert (above.bottleneck, above.cause) == ("device", "host_device_transfer")
+
+
+def test_eager_host_overhead_is_eager_execution():
+    v = verdict(findings(pct=pct(host_compute=60, device_compute=30), eager=True))
+    assert v.cause == "eager_execution" and v.recommendations[0]["fix"] == "tf_function"
+
+
+def test_unrecorded_edges():
+    below = verdict(findings(pct=pct(idle=rules.UNRECORDED_PCT - EPS, device_compute=100 - rules.UNRECORDED_PCT + EPS)))
+    above = verdict(findings(pct=pct(idle=rules.UNRECORDED_PCT + EPS, device_compute=100 - rules.UNRECORDED_PCT - EPS)))
+    assert below.cause == "model_compute" and below.confidence == 0.5
+    assert (above.bottleneck, above.cause, above.confidence) == ("unknown", "unrecorded", 0.2)
+
+
+def test_no_activity_needs_no_steps_and_nothing_recorded():
+    v = verdict(findings(pct=pct(idle=100.0), steps=StepFacts(why_none="No steps found (...).")))
+    assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "no_activity", 0.0)
+    assert verdict(findings(pct=pct(idle=100.0))).cause == "unrecorded"
+
+
+def test_device_bound_confidence_rises_from_50_percent():
+    assert verdict(findings(pct=pct(device_compute=rules.DEVICE_BOUND_PCT - EPS, host_compute=20))).confidence == 0.5
+    assert verdict(findings(pct=pct(device_compute=95.0, idle=5.0))).confidence == pytest.approx(0.905, abs=0.006)
+
+
+# ---- retracing, warm-up, steps -------------------------------------------------------------
+
+def retrace_steps(built, count=20, build_ms=0.0, total_ms=200.0):
+    return StepFacts(source="step_markers ('train')", count=count, mean_ms=total_ms / count, graph_build_steps=built,
+                     graph_build_ms=build_ms, total_ms=total_ms)
+
+
+def test_retracing_needs_most_steps_and_20_percent():
+    share_edge = rules.RETRACING_PCT / 100 * 200.0
+    yes = verdict(findings(pct=pct(host_compute=80, device_compute=20), steps=retrace_steps(20, build_ms=share_edge + 1)))
+    few = verdict(findings(pct=pct(host_compute=80, device_compute=20), steps=retrace_steps(9, build_ms=150)))
+    small = verdict(findings(pct=pct(host_compute=80, device_compute=20), steps=retrace_steps(20, build_ms=share_edge - 1)))
+    assert (yes.bottleneck, yes.cause) == ("cpu", "retracing")
+    assert {r["fix"] for r in yes.recommendations} == {"tensor_arguments", "input_signature", "reduce_retracing"}
+    assert few.cause == small.cause == "python_overhead"
+
+
+def test_warmup_is_reported_and_all_warmup_caps_confidence():
+    st = StepFacts(source="step_markers ('train')", count=3, mean_ms=50.0, warmup_count=1, warmup_ms=1600.0,
+                   warmup_reason="step 1 spent 1500 ms building graphs")
+    v = verdict(findings(pct=pct(device_compute=95, idle=5), steps=st))
+    assert "excluded" in v.evidence[0] and v.confidence > 0.8
+    st.all_warmup = True
+    v = verdict(findings(pct=pct(device_compute=95, idle=5), steps=st))
+    assert v.confidence <= 0.4 and "no steady step" in v.evidence[0]
+
+
+def test_no_steps_caps_confidence_and_says_why():
+    v = verdict(findings(pct=pct(device_compute=95, idle=5), steps=StepFacts(why_none="No steps found (x: y).")))
+    assert v.confidence == NO_STEPS_CONFIDENCE and v.evidence[0].startswith("No steps found")
+
+
+# ---- where the model ran -------------------------------------------------------------------
+
+def test_gpu_used_but_not_traced_is_unknown():
+    for planes in (0, 1):
+        p = Placement(device_kind="GPU" if planes else None, device_planes=planes, device_events=0,
+                      allocations={"GPU_0_bfc": 2689, "gpu_host_bfc": 126}, device_copies=2, host_op_ps=int(8e9))
+        v = verdict(findings(placement=p, device_kind="GPU", pct=pct(device_compute=88)))
+        assert (v.bottleneck, v.cause) == ("unknown", "device_trace_missing")
+        assert "`GPU_0_bfc` (2689 allocations)" in v.evidence[0]
+        assert v.recommendations[0]["fix"] == "fix_device_trace"
+
+
+def test_idle_gpu_beside_long_cpu_ops_is_model_on_cpu():
+    p = Placement(device_kind="GPU", device_planes=1, device_events=0, host_op_ps=int(958e9), host_op_median_us=18.5)
+    v = verdict(findings(placement=p, pct=pct(device_compute=80)))
+    assert (v.bottleneck, v.cause, v.confidence) == ("cpu", "model_on_cpu", 0.85)
+    empty = Placement(device_kind="GPU", device_planes=1, device_events=0)
+    assert verdict(findings(placement=empty, pct=pct(host_compute=5))).cause == "device_trace_missing"
+
+
+def test_untraced_pluggable_device_is_inferred():
+    p = Placement(device_kind=None, device_planes=0, device_events=0, allocations={"pluggable_device_host_bfc": 8})
+    v = verdict(findings(placement=p, device_kind="GPU", pct=pct(device_compute=99, idle=1)))
+    assert v.cause == "model_compute" and v.confidence <= INFERRED_DEVICE_CONFIDENCE
+    assert any("inferred" in e for e in v.evidence)
+
+
+def test_jax_is_not_tensorflow():
+    v = verdict(findings(framework="jax", placement=gpu_traced(), device_kind="GPU",
+                         devices=[{"device": "/device:GPU:0", "events": 5, "busy_pct": 40.0, "kernels": 5}]))
+    assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "not_tensorflow", 0.0)
+
+
+def test_every_cause_is_produced():
+    """Runs last in this module (pytest keeps file order): every cause code has a case above."""
+    assert set(CAUSES) == PRODUCED, f"no test produces: {sorted(set(CAUSES) - PRODUCED)}"
