@@ -10,7 +10,8 @@ does, lazily. The public names below are imported on first use.
 """
 __version__ = "0.1.0"
 
-__all__ = ["BottleneckProfiler", "Report", "SessionReport", "__version__", "analyze", "profile_steps"]
+# No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
+_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "analyze", "profile_steps")
 
 
 def __getattr__(name):
@@ -28,4 +29,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(_LAZY))

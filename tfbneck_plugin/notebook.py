@@ -53,31 +53,32 @@ _TEXT = "#202124"
 _MUTED = "#5f6368"
 
 STYLE = """<style>
-.tfbneck-report{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;font-size:14px;line-height:1.45;
- color:#202124;max-width:980px}
-.tfbneck-report .tfb-card{background:#fff;color:#202124;border:1px solid #dadce0;border-radius:8px;padding:10px 14px;
- margin:8px 0}
-.tfbneck-report h4{margin:0 0 6px;font-size:14px}
-.tfbneck-report .tfb-top{display:flex;gap:10px;align-items:center;flex-wrap:wrap}
-.tfbneck-report .tfb-kind{color:#fff;border-radius:12px;padding:2px 10px;font-weight:600}
-.tfbneck-report .tfb-muted,.tfbneck-report .tfb-meta{color:#5f6368;font-size:12px}
-.tfbneck-report .tfb-meta span{margin-right:14px}
-.tfbneck-report code{background:#f1f3f4;border-radius:3px;padding:0 3px;font-size:12px}
-.tfbneck-report pre{background:#f1f3f4;border-radius:4px;padding:6px 8px;overflow-x:auto;margin:4px 0}
-.tfbneck-report pre code{padding:0}
-.tfbneck-report table{border-collapse:collapse;font-size:12px}
-.tfbneck-report th,.tfbneck-report td{border-bottom:1px solid #e8eaed;padding:3px 8px;text-align:left;
- vertical-align:top}
-.tfbneck-report td.num,.tfbneck-report th.num{text-align:right}
-.tfbneck-report tr.tfb-blocking td{background:#fef3e8}
-.tfbneck-report .tfb-badge{background:#e8710a;color:#fff;border-radius:8px;padding:0 6px;margin-left:6px;
+div.tfbneck-report{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;font-size:14px;line-height:1.45;
+ color:#202124;max-width:980px;text-align:left}
+div.tfbneck-report .tfb-card{background:#fff;color:#202124;border:1px solid #dadce0;border-radius:8px;
+ padding:10px 14px;margin:8px 0}
+div.tfbneck-report .tfb-h{margin:6px 0;font-size:14px;font-weight:600}
+div.tfbneck-report .tfb-top{display:flex;gap:10px;align-items:center;flex-wrap:wrap}
+div.tfbneck-report .tfb-kind{color:#fff;border-radius:12px;padding:2px 10px;font-weight:600;white-space:nowrap}
+div.tfbneck-report .tfb-muted,div.tfbneck-report .tfb-meta{color:#5f6368;font-size:12px}
+div.tfbneck-report .tfb-meta span{margin-right:14px}
+div.tfbneck-report code{background:#f1f3f4;border-radius:3px;padding:0 3px;font-size:12px}
+div.tfbneck-report pre{background:#f1f3f4;border-radius:4px;padding:6px 8px;overflow-x:auto;margin:4px 0}
+div.tfbneck-report pre code{padding:0}
+div.tfbneck-report .tfb-table{border-collapse:collapse;font-size:12px;border:none}
+div.tfbneck-report .tfb-table th,div.tfbneck-report .tfb-table td{border:none;border-bottom:1px solid #e8eaed;
+ padding:3px 8px;text-align:left;vertical-align:top;background:none}
+div.tfbneck-report .tfb-table td.num,div.tfbneck-report .tfb-table th.num{text-align:right;white-space:nowrap}
+div.tfbneck-report .tfb-table tr.tfb-blocking td{background:#fef3e8}
+div.tfbneck-report .tfb-badge{background:#e8710a;color:#fff;border-radius:8px;padding:0 6px;margin-left:6px;
  font-size:11px}
-.tfbneck-report .tfb-stage-path{color:#5f6368;font-size:11px;word-break:break-all}
-.tfbneck-report .tfb-legend{list-style:none;padding:0;margin:4px 0;display:flex;flex-wrap:wrap;gap:4px 14px;
+div.tfbneck-report .tfb-stage-path{color:#5f6368;font-size:11px;word-break:break-all}
+div.tfbneck-report .tfb-legend{list-style:none;padding:0;margin:4px 0;display:flex;flex-wrap:wrap;gap:4px 14px;
  font-size:12px}
-.tfbneck-report svg.tfb-chart{max-width:100%;height:auto}
-.tfbneck-report details>summary{cursor:pointer;font-weight:600;margin:6px 0}
-.tfbneck-report .tfb-error{border-color:#d93025}
+div.tfbneck-report svg.tfb-chart{max-width:100%;height:auto}
+div.tfbneck-report details>summary{cursor:pointer;font-weight:600;margin:6px 0}
+div.tfbneck-report .tfb-error{border-color:#d93025}
+div.tfbneck-report .tfb-scroll{overflow-x:auto}
 </style>"""
 
 
@@ -329,7 +330,7 @@ def verdict_card(s: Dict) -> str:
                    'breakdown covers the whole recorded window instead of individual steps.</p>')
     out.extend(f'<p class="tfb-muted">{_rich(w)}</p>' for w in s.get("warnings") or [])
     evidence = "".join(f"<li>{_rich(e)}</li>" for e in s.get("evidence") or [])
-    out.append(f'<h4>Evidence</h4><ul class="tfb-evidence">{evidence}</ul></section>')
+    out.append(f'<div class="tfb-h">Evidence</div><ul class="tfb-evidence">{evidence}</ul></section>')
     return "".join(out)
 
 
@@ -338,7 +339,7 @@ def breakdown_section(s: Dict) -> str:
     steps = s.get("steps") or {}
     items = steps.get("items") or []
     kind = s.get("device_kind")
-    out = ['<section class="tfb-card tfb-breakdown"><h4>Where the step time goes</h4>',
+    out = ['<section class="tfb-card tfb-breakdown"><div class="tfb-h">Where the step time goes</div>',
            '<div class="tfb-muted">All steps together:</div>', total_bar_svg(s.get("breakdown_pct") or {}, kind),
            legend_html(s.get("breakdown_pct") or {}, kind)]
     if items:
@@ -370,7 +371,7 @@ def stages_section(s: Dict) -> str:
     """The tf.data stage table (as the tab's): kind, path, calls, self and function time,
     parallelism, autotune; the blocking stage marked. At most :data:`MAX_STAGES` rows."""
     stages = (s.get("input_pipeline") or {}).get("stages") or []
-    out = ['<section class="tfb-card tfb-stages"><h4>tf.data pipeline</h4>']
+    out = ['<section class="tfb-card tfb-stages"><div class="tfb-h">tf.data pipeline</div>']
     if not stages:
         out.append('<p class="tfb-muted">No tf.data iterators were recorded in this trace (the input is not a '
                    'tf.data pipeline, or it ran outside the profiled window).</p></section>')
@@ -378,7 +379,8 @@ def stages_section(s: Dict) -> str:
     head = "".join(f'<th class="{"num" if 2 <= i <= 4 else ""}">{t}</th>' for i, t in enumerate(
         ["Stage", "Kind", "Calls", "Self time", "Function time", "Parallelism", "Autotune"]))
     rows = "".join(_stage_row(st) for st in stages[:MAX_STAGES])
-    out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    out.append(f'<div class="tfb-scroll"><table class="tfb-table"><thead><tr>{head}</tr></thead>'
+               f'<tbody>{rows}</tbody></table></div>')
     if len(stages) > MAX_STAGES:
         out.append(f'<p class="tfb-muted">{len(stages) - MAX_STAGES} more stages in the report '
                    f'(<code>input_pipeline.stages</code>).</p>')
@@ -389,14 +391,14 @@ def stages_section(s: Dict) -> str:
 def recommendations_section(s: Dict) -> str:
     """The first :data:`MAX_RECOMMENDATIONS` recommendations: title, detail, code snippet."""
     recs = s.get("recommendations") or []
-    out = ['<section class="tfb-card tfb-recs"><h4>What to change</h4>']
+    out = ['<section class="tfb-card tfb-recs"><div class="tfb-h">What to change</div>']
     if not recs:
         out.append('<p class="tfb-muted">No change to recommend from this trace.</p></section>')
         return "".join(out)
     out.append('<ol class="tfb-rec-list">')
     for r in recs[:MAX_RECOMMENDATIONS]:
         code = f'<pre><code>{_e(r.get("code"))}</code></pre>' if r.get("code") else ""
-        out.append(f'<li class="tfb-rec"><strong>{_e(r.get("title"))}</strong>'
+        out.append(f'<li class="tfb-rec"><strong>{_rich(r.get("title"))}</strong>'
                    f'<div>{_rich(r.get("detail"))}</div>{code}</li>')
     out.append("</ol>")
     if len(recs) > MAX_RECOMMENDATIONS:
@@ -461,9 +463,9 @@ def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
         ["Run", "Session", "Verdict", "Cause", "Confidence", "Step time", "Input", "Breakdown"]))
     rows = "".join(_summary_row(s) for s in sessions)
     n = len(sessions)
-    out = [(f'<div class="tfbneck-report">{STYLE}<div class="tfb-card"><h4>tfbneck: {n} session'
-            f'{"" if n == 1 else "s"}</h4><table class="tfb-summary"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{rows}</tbody></table>')]
+    out = [(f'<div class="tfbneck-report">{STYLE}<div class="tfb-card"><div class="tfb-h">tfbneck: {n} session'
+            f'{"" if n == 1 else "s"}</div><div class="tfb-scroll"><table class="tfb-table tfb-summary"><thead>'
+            f'<tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')]
     out.extend(f'<p class="tfb-muted">warning: {_e(p)}</p>' for p in problems)
     out.append("</div>")
     unfold = " open" if n <= OPEN_SESSIONS else ""

@@ -1,0 +1,269 @@
+"""The Python API (``tfbneck_plugin.analyze``) and its rich display, outside a notebook.
+
+The reports must be the CLI's own (same discovery, same analysis); the HTML must hold what
+the report says, draw the breakdown to scale, and escape every name that comes from a
+trace or a folder. tests/test_notebook.py runs the same API in a real Jupyter kernel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tfbneck_plugin as tfb
+from conftest import DEMO_LOGS, ROOT, tfbneck_cmd
+from tfbneck_plugin.logdir import DiscoveryError
+from xspace_builder import SpaceBuilder, session_path
+
+EXPECTED_PATH = os.path.join(DEMO_LOGS, "EXPECTED.json")
+KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", "network": "Network-bound"}
+
+#: A tf.data stage and a run named with markup, as user code and folders can name them.
+HOSTILE_STAGE = "Map<script>window.__tfb_xss=1</script>"
+HOSTILE_RUN = "<img src=x onerror=window.__tfb_xss=2>"
+STEP_US = 10_000
+
+
+def expected():
+    if not os.path.exists(EXPECTED_PATH):
+        pytest.skip("demo_logs/ has not been generated (python demo_logs/make_demo_logs.py)")
+    with open(EXPECTED_PATH) as f:
+        return json.load(f)
+
+
+def hostile_logdir(root) -> str:
+    """A logdir whose run and blocking tf.data stage are named with HTML, built with exact
+    timings: each 10 ms step waits 6 ms for input in that stage, computes 2 ms on the CPU
+    (breakdown: input 60 %, model compute 20 %, host 5 %, idle 15 %; verdict cpu)."""
+    b = SpaceBuilder()
+    host = b.plane("/host:CPU")
+    py, getnext = host.line("python"), host.line("tf_data_iterator_get_next/1")
+    compute, tfdata = host.line("tf_Compute/2"), host.line("tf_data_iterator_resource/3")
+    for k in range(3):
+        t = k * STEP_US
+        py.event("train", t, STEP_US, step_num=k + 1, _r=1)
+        py.event("FunctionRun", t + 1000, 8000, _r=1, _p=100 + k, _pt=2, id=k)
+        py.event("TFE_Py_ExecuteCancelable", t + 9000, 500)
+        getnext.event("IteratorGetNextOp::DoCompute", t + 1000, 6000, id=k)
+        getnext.event(f"Iterator::Root::{HOSTILE_STAGE}", t + 1000, 6000, parallelism=1)
+        compute.event("ExecutorState::Process", t + 7000, 2000, _c=100 + k, _ct=2)
+        tfdata.event(f"Iterator::Root::{HOSTILE_STAGE}::TensorSlice", t + 1100, 100)
+    b.write(session_path(root, run=HOSTILE_RUN))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    expected()
+    return tfb.analyze(DEMO_LOGS)
+
+
+def test_analyze_gives_the_cli_reports(demo):
+    """Same sessions, same order, same JSON as `tfbneck analyze --format json`."""
+    r = subprocess.run(tfbneck_cmd() + ["analyze", DEMO_LOGS, "--format", "json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(demo.to_json()) == json.loads(r.stdout)
+    assert [(s.run, s.session) for s in demo] == [(s["run"], s["session"]) for s in json.loads(r.stdout)["sessions"]]
+
+
+def test_verdicts_and_access(demo):
+    exp = expected()
+    assert len(demo) == len(exp) and not demo.failed and demo.problems == []
+    for run, want in exp.items():
+        s = demo[run]
+        assert isinstance(s, dict) and isinstance(s, tfb.SessionReport)
+        assert (s.bottleneck, s.cause) == (want["bottleneck"], want["cause"]) == (s["bottleneck"], s["cause"])
+        assert demo[f"{s.run}/{s.session}"] is s
+        assert json.loads(s.to_json()) == dict(s)
+        text = repr(s)  # plain text for terminals: the verdict line, evidence, first fix
+        assert text.startswith(f"{run}/{s.session}: {want['bottleneck']} ({want['cause']}, confidence ")
+        assert all(f"  - {e}" in text for e in s.evidence)
+        assert f"fix first: {s.recommendations[0]['title']}" in text
+    assert demo[0] is next(iter(demo))
+    with pytest.raises(KeyError, match="no such session"):
+        demo["no_such_run"]
+    table = repr(demo)
+    assert all(re.search(rf"^{run}\s.*\s{w['bottleneck']}\s+{w['cause']}\s", table, re.M) for run, w in exp.items())
+
+
+def test_dataframe_one_row_per_session(demo):
+    pytest.importorskip("pandas", reason="pandas is not installed (pip install 'tfbneck-plugin[notebook]')")
+    df = demo.to_dataframe()
+    assert len(df) == len(demo)
+    for col in ("run", "session", "bottleneck", "cause", "confidence", "step_ms", "input_pct", "idle_pct"):
+        assert col in df.columns
+    for (_, row), s in zip(df.iterrows(), demo):
+        assert (row["run"], row["bottleneck"], row["cause"]) == (s.run, s.bottleneck, s.cause)
+        assert row["confidence"] == s.confidence
+        assert row["step_ms"] == s["steps"]["step_time_ms"]["mean"]
+        assert row["device_compute_pct"] == s["breakdown_pct"]["device_compute"]
+    assert df["confidence"].dtype.kind == "f" and df["step_ms"].dtype.kind == "f"
+    assert df["error"].isna().all()
+
+
+def test_dataframe_without_pandas_says_how_to_install():
+    code = ("import sys; sys.modules['pandas'] = None\n"  # as if pandas were not installed
+            "import tfbneck_plugin as tfb\n"
+            f"r = tfb.Report([{{'run': 'a', 'session': 's', 'status': 'ok'}}])\n"
+            "try:\n    r.to_dataframe()\nexcept ImportError as e:\n    print('ImportError:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("ImportError: Report.to_dataframe() needs pandas: pip install "
+                                  "'tfbneck-plugin[notebook]' (or pip install pandas)")
+
+
+def test_analyze_imports_no_tensorflow():
+    expected()
+    code = ("import sys\nimport tfbneck_plugin\n"
+            f"r = tfbneck_plugin.analyze({DEMO_LOGS!r})\n"
+            "r._repr_html_(); repr(r); r.to_json(); [s._repr_html_() for s in r]\n"
+            "print(len(r), sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{len(expected())} []"
+
+
+def test_paths_list_jobs_and_remote(tmp_path, demo):
+    """Several paths (overlapping ones name a session once), jobs=2, and an fsspec URL give
+    the reports of the one-path, in-process call."""
+    runs = sorted(expected())
+    paths = [os.path.join(DEMO_LOGS, run) for run in runs] + [DEMO_LOGS]
+    many = tfb.analyze(paths, jobs=2)
+    by_run = {s.session: s for s in demo}
+    assert sorted(s.session for s in many) == sorted(by_run)
+    for s in many:
+        assert (s.bottleneck, s.cause, s["breakdown_pct"]) == (by_run[s.session].bottleneck,
+                                                                by_run[s.session].cause, by_run[s.session]["breakdown_pct"])
+    import fsspec
+    fs = fsspec.filesystem("memory")
+    base = f"/tfb-api-{os.getpid()}"
+    src = os.path.join(DEMO_LOGS, "cpu_bound_input")
+    for d, _, files in os.walk(src):
+        for f in files:
+            fs.pipe(f"{base}/logs/cpu_bound_input/{os.path.relpath(os.path.join(d, f), src)}",
+                    open(os.path.join(d, f), "rb").read())
+    try:
+        (remote,) = tfb.analyze(f"memory://{base}/logs")
+    finally:
+        fs.rm(base, recursive=True)
+    local = demo["cpu_bound_input"]
+    assert remote.run == "cpu_bound_input" and remote.status == "ok"
+    assert (remote.bottleneck, remote.cause, remote["breakdown_pct"]) == (local.bottleneck, local.cause,
+                                                                          local["breakdown_pct"])
+
+
+def test_bad_input_is_one_line(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(DiscoveryError) as err:
+        tfb.analyze(missing)
+    assert str(err.value).startswith(missing) and "\n" not in str(err.value)
+    with pytest.raises(DiscoveryError, match=r"^no profiling session found under .*empty"):
+        (tmp_path / "empty").mkdir()
+        tfb.analyze(str(tmp_path / "empty"))
+    with pytest.raises(TypeError, match="a path or a list of paths, not int"):
+        tfb.analyze(3)
+    with pytest.raises(ValueError, match="jobs=-1"):
+        tfb.analyze(str(tmp_path), jobs=-1)
+    with pytest.raises(TypeError, match="a dict, not list"):
+        tfb.SessionReport.from_dict([])
+
+
+def test_a_broken_session_does_not_hide_the_others(tmp_path):
+    expected()
+    shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), tmp_path / "good")
+    broken = tmp_path / "broken" / "plugins" / "profile" / "2024_01_01_00_00_00"
+    broken.mkdir(parents=True)
+    (broken / "host.xplane.pb").write_bytes(b"")
+    r = tfb.analyze(str(tmp_path))
+    assert [s.run for s in r] == ["broken", "good"]
+    assert [s.run for s in r.failed] == ["broken"] and r["good"].bottleneck == "cpu"
+    err = r["broken"].error
+    assert "host.xplane.pb" in err and "\n" not in err
+    page = r._repr_html_()
+    assert "Could not analyse" in page and _esc(err) in page
+    assert repr(r["broken"]) == f"broken/2024_01_01_00_00_00: ERROR {err}"
+
+
+def _esc(text):
+    import html
+    return html.escape(text, quote=True)
+
+
+def test_html_holds_the_report(demo):
+    """Each session's card, chart, stage table and first recommendations, from its report."""
+    page = demo._repr_html_()
+    assert "<script" not in page.lower() and "src=" not in page  # nothing to run or to load
+    for run, want in expected().items():
+        s = demo[run]
+        assert f'<tr data-run="{run}" data-bottleneck="{want["bottleneck"]}">' in page
+        one = s._repr_html_()
+        assert f'data-bottleneck="{want["bottleneck"]}" data-cause="{want["cause"]}"' in one
+        assert f">{KIND_LABELS[want['bottleneck']]}<" in one
+        assert f"confidence {round(100 * s.confidence)}%" in one
+        assert all(_esc(e).split("`")[0] in one for e in s.evidence)
+        assert one.count('class="tfb-step"') == s["steps"]["count"]
+        assert one.count("<svg class=\"tfb-chart tfb-total-bar\"") == 1
+        blocking = [st for st in s["input_pipeline"]["stages"] if st["blocking"]]
+        assert f'<tr class="tfb-blocking" data-stage="{_esc(blocking[0]["kind"])}">' in one
+        for rec in s.recommendations[:3]:
+            assert _esc(rec["title"]).split("`")[0] in one
+            if rec.get("code"):
+                assert f"<pre><code>{_esc(rec['code'])}</code></pre>" in one
+        for part in re.findall(r'<section class="tfb-card.*?</section>', one):  # the Report shows it whole
+            assert part in page
+
+
+def test_outside_a_notebook(demo, capsys):
+    """No kernel: in_notebook() is False; a window report asked for anyway is the text repr
+    (IPython's display prints it), and a bad one is refused without raising."""
+    import importlib.util
+    from tfbneck_plugin import notebook
+    assert notebook.in_notebook() is False  # pytest is no Jupyter kernel
+    has_ipython = importlib.util.find_spec("IPython") is not None
+    assert notebook.show_window_report(dict(demo[0])) is has_ipython
+    if has_ipython:
+        assert capsys.readouterr().out.startswith(f"{demo[0].run}/{demo[0].session}: {demo[0].bottleneck} (")
+    assert notebook.show_window_report(None) is False
+    code = ("import sys, tfbneck_plugin.notebook as n\n"
+            "print(n.in_notebook(), 'IPython' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "False"], out.stderr  # and IPython is not imported to find out
+
+
+def test_cause_text_is_shown_when_the_report_has_it(demo):
+    s = tfb.SessionReport.from_dict(dict(demo["cpu_bound_input"], cause_text="The `Map` stage <is> slow."))
+    assert '<p class="tfb-cause">The <code>Map</code> stage &lt;is&gt; slow.</p>' in s._repr_html_()
+
+
+def test_chart_is_drawn_to_scale(tmp_path):
+    """The exact trace: the 100 % bar's segments and each step's column have the sizes of
+    the breakdown (input 60 %, compute 20 %, host 5 %, idle 15 % of 10 ms steps)."""
+    (s,) = tfb.analyze(hostile_logdir(tmp_path))
+    page = s._repr_html_()
+    bar = re.search(r'<svg class="tfb-chart tfb-total-bar".*?</svg>', page).group(0)
+    widths = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'data-category="(\w+)">.*?<rect x="[\d.]+" y="0" width="([\d.]+)"', bar)}
+    assert widths == pytest.approx({"input": 384.0, "device_compute": 128.0, "host_compute": 32.0,
+                                    "idle": 96.0}, abs=1.0)
+    steps = re.search(r'<svg class="tfb-chart tfb-steps-chart".*?</svg>', page).group(0)
+    columns = re.findall(r'<g class="tfb-step">(.*?)</g>', steps)
+    assert len(columns) == 3
+    for col in columns:  # axis 0-10 ms over 176 px: 17.6 px per ms
+        heights = [float(h) for h in re.findall(r'height="([\d.]+)" fill="#', col)]
+        assert sorted(heights) == pytest.approx(sorted([6 * 17.6, 2 * 17.6, 0.5 * 17.6, 1.5 * 17.6]), abs=0.05)
+        assert float(re.search(r'height="([\d.]+)" fill="none"', col).group(1)) == pytest.approx(176.0, abs=0.05)
+
+
+def test_names_from_the_trace_are_escaped(tmp_path):
+    r = tfb.analyze(hostile_logdir(tmp_path))
+    (s,) = r
+    assert s.run == HOSTILE_RUN and s["input_pipeline"]["bottleneck_stage"].endswith(HOSTILE_STAGE)
+    for page in (s._repr_html_(), r._repr_html_()):
+        assert "<script" not in page and "<img" not in page
+        assert _esc(HOSTILE_STAGE) in page and _esc(HOSTILE_RUN) in page
