@@ -1,26 +1,65 @@
+"""Shared fixtures and helpers.
+
+Inputs outside the repository: ``../shared`` (the team's checkout holds it beside the project:
+real traces from public projects, failing cases). A user's clone has none of it, so the tests
+that need it skip there, with the reason. In CI (``CI=true``) they fail instead: CI has
+``../shared``, and a missing copy must not turn into silently skipped claims.
+
+Environment:
+    TFBNECK_SHARED           where ``shared`` is (default: ``../shared`` beside the repository);
+                             point it at a missing folder to run the tests as in a user's clone
+    TFBNECK_REQUIRE_SHARED   1: fail when it is absent, 0: skip (default: 1 when CI=true)
+"""
+import gzip
+import json
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+SHARED = os.environ.get("TFBNECK_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
 REALTRACES = os.path.join(SHARED, "realtraces")
 DEMO_LOGS = os.path.join(ROOT, "demo_logs")
+#: Small real traces committed with the tests (made by tests/data/make_traces.py).
+DATA = os.path.join(HERE, "data")
 ARTIFACTS = os.path.join(HERE, "_artifacts")
 
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def shared_required() -> bool:
+    """Whether ``../shared`` must be present: TFBNECK_REQUIRE_SHARED, else whether CI=true."""
+    explicit = os.environ.get("TFBNECK_REQUIRE_SHARED")
+    if explicit is not None and explicit.strip():
+        return _truthy(explicit)
+    return _truthy(os.environ.get("CI", ""))
+
+
+def need_shared(path: str, what: str) -> str:
+    """``path`` (inside ``../shared``) if it exists; else skip, or fail where it is required."""
+    if os.path.exists(path):
+        return path
+    msg = (f"{what} not available: {path} is absent (it sits beside the project in the team's checkout, "
+           "not in a user's clone)")
+    if shared_required():
+        pytest.fail(msg + "; CI=true or TFBNECK_REQUIRE_SHARED=1 expects it (TFBNECK_SHARED says where it is)",
+                    pytrace=False)
+    pytest.skip(msg)
+
+
 @pytest.fixture(scope="session")
 def realtraces():
     """Path of ../shared/realtraces (real profiler output from public projects)."""
-    if not os.path.isdir(REALTRACES):
-        pytest.skip(f"real traces not available: {REALTRACES} is absent (it sits beside the project "
-                    "in the team's checkout, not in a user's clone)")
-    return REALTRACES
+    return need_shared(REALTRACES, "real traces")
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +72,34 @@ def tfbneck_cmd():
     """The installed console script, falling back to ``python -m``."""
     exe = os.path.join(os.path.dirname(sys.executable), "tfbneck")
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "tfbneck_plugin.cli"]
+
+
+def xprof_input_pipeline(xplane: str, workdir) -> dict:
+    """XProf's own ``input_pipeline_analyzer`` (the Profile plugin's converter) on a copy of
+    ``xplane`` (un-gzipped if need be): XProf caches its results beside the trace, and the input must not change.
+
+    Returns ``{"p": <its summary: averages in ms as strings, input_conclusion>, "rows": <steps>}``.
+    Skips only where XProf cannot be imported (tensorboard-plugin-profile before the ``xprof``
+    package); any failure of the conversion itself fails the test.
+    """
+    pytest.importorskip("xprof.convert.raw_to_tool_data",
+                        reason="XProf's converter (tensorboard-plugin-profile >= 2.19, package xprof) is not installed")
+    dest = os.path.join(str(workdir), "xprof_copy", "plugins", "profile", "session")
+    os.makedirs(dest, exist_ok=True)
+    name = os.path.basename(xplane)
+    if name.endswith(".gz"):  # XProf reads only the profiler's own .xplane.pb
+        copy = os.path.join(dest, name[:-len(".gz")])
+        with gzip.open(xplane, "rb") as src, open(copy, "wb") as out:
+            shutil.copyfileobj(src, out)
+    else:
+        copy = shutil.copy(xplane, os.path.join(dest, name))
+    code = ("import sys, json\n"
+            "from xprof.convert import raw_to_tool_data as r\n"
+            "data, _ = r.xspace_to_tool_data([sys.argv[1]], 'input_pipeline_analyzer', {})\n"
+            "d = json.loads(data)\n"
+            "print('RESULT', json.dumps({'p': d[1]['p'], 'rows': len(d[1]['rows'])}))\n")
+    r = subprocess.run([sys.executable, "-c", code, copy], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="3"))
+    line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+    assert r.returncode == 0 and line, f"XProf's converter failed on {xplane}: {r.stderr[-2000:]}"
+    return json.loads(line[0][len("RESULT "):])

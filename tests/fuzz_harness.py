@@ -1,6 +1,7 @@
 """Machinery of tests/test_fuzz.py: seed traces, mutations, and the subprocess worker pool.
 
-* **Seeds**: small real traces from ../shared/realtraces (when present) and traces built
+* **Seeds**: small real traces from ../shared/realtraces (when present; else those committed in
+  tests/data/) and traces built
   with the project's schema (tests/xspace_builder.py) that reach every analysis path:
   step markers, tf.data stages with producer/consumer links, GPU streams, copies,
   collectives, a device ``Steps`` line, JAX metadata.
@@ -44,6 +45,11 @@ REAL_SEEDS = (
 )
 
 
+#: Real traces committed in tests/data/ (real TensorFlow runs: tests/data/make_traces.py):
+#: the real seeds where ../shared/realtraces is absent, so that a clone fuzzes real traces too.
+DATA_SEEDS = ("step_markers_tf_keras", "train_function_calls", "iterator_cadence")
+
+
 def real_seeds(realtraces: Optional[str]) -> Dict[str, bytes]:
     out = {}
     if realtraces:
@@ -52,6 +58,16 @@ def real_seeds(realtraces: Optional[str]) -> Dict[str, bytes]:
             if os.path.isfile(p):
                 with open(p, "rb") as f:
                     out["real:" + rel.split("/plugins/")[0]] = f.read()
+    return out
+
+
+def data_seeds(data_dir: str) -> Dict[str, bytes]:
+    """The traces of DATA_SEEDS (plain ``.xplane.pb``), by name."""
+    out = {}
+    for name in DATA_SEEDS:
+        for p in glob.glob(os.path.join(data_dir, name, "plugins", "profile", "*", "*.xplane.pb")):
+            with open(p, "rb") as f:
+                out["data:" + name] = f.read()
     return out
 
 

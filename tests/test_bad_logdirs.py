@@ -192,7 +192,8 @@ case("truncated_trace", "session folder while the profiler writes: trace half wr
      "the first half of a valid trace")
 case("truncated_gz", "half-written `.xplane.pb.gz`", "the first half of a gzipped trace")
 case("appended_during_run", "trace appended while tfbneck reads it",
-     "a thread writes a 37 KB trace in 64-byte chunks, 10 ms apart, while the CLI runs 5 times")
+     "a thread writes a 37 KB trace in 16-byte chunks, 10 ms apart, while the CLI runs 5 times (the last 64 bytes "
+     "after the runs)")
 case("staged_then_finished", "the same file read half-written, then after the profiler finished",
      "1/3 of the trace written and the file held open; CLI; rest written; CLI")
 case("one_host_truncated", "one host of a two-host session half written",
@@ -327,38 +328,53 @@ def test_half_written_gzip(tmp_path):
 
 def test_trace_appended_while_analysed(tmp_path):
     """A writer keeps appending while the CLI reads: each run gives a report or a clean
-    truncated-trace error, and the file ends up exactly as the writer wrote it."""
+    truncated-trace error, and the file ends up exactly as the writer wrote it.
+
+    The writer holds back the trace's last bytes until the five runs are done, so every run
+    reads an unfinished file; it appends 16 bytes every 10 ms (the whole trace would take
+    23 s), so the file grows while the runs read it, however fast or slow they are."""
     root = make_logdir(tmp_path)
-    big = trace_bytes(n_steps=200)  # 37 KB: written over ~6 s, while the CLI runs
+    big = trace_bytes(n_steps=200)  # 37 KB
     path = os.path.join(bad_dir(root), "host0.xplane.pb")
     open(path, "wb").close()  # the profiler created it (before the snapshot: the folder's mtime changes)
     before = snapshot(root, skip=[path])
-    done = threading.Event()
+    release, done = threading.Event(), threading.Event()
+    held_back = 64
 
     def writer():
         with open(path, "wb", buffering=0) as f:
-            for k in range(0, len(big), 64):
-                f.write(big[k:k + 64])
+            k = 0
+            while k < len(big) - held_back and not release.is_set():
+                f.write(big[k:min(k + 16, len(big) - held_back)])
+                k = min(k + 16, len(big) - held_back)
                 time.sleep(0.01)
+            release.wait(120)
+            f.write(big[k:])  # the runs are done: the rest at once
         done.set()
 
     t = threading.Thread(target=writer)
     t.start()
-    seen = set()
+    outcomes, grew = [], 0
     try:
         for _ in range(5):
+            size_before = os.path.getsize(path)
             res = run_cli(root)
+            grew += os.path.getsize(path) > size_before
+            assert not done.is_set()  # the file was unfinished for the whole run
             assert res.returncode in (0, 1), res.stderr[-2000:]
             check_run(res, root, before, res.returncode, skip=[path])
             s = bad_session(res)
             if s["status"] == "ok":
-                seen.add("report")
+                outcomes.append("report")
             else:
                 assert ("truncated or corrupt" in s["error"] or "file is empty" in s["error"]), s["error"]
-                seen.add("error")
+                outcomes.append("error")
     finally:
+        release.set()
         t.join(60)
     assert done.is_set()
+    assert grew >= 1, "the file never grew during a run: nothing was read while it was being written"
+    assert "error" in outcomes, outcomes  # an unfinished trace was seen, and reported as such
     with open(path, "rb") as f:
         assert f.read() == big, "the trace being written was altered"
     res = run_cli(root)

@@ -9,8 +9,8 @@ report (compared whole), or both an error. Inputs run in a subprocess worker (te
 a crash or a memory blow-up is observed instead of taking the test run down.
 
 Inputs: hypothesis-driven mutations of traces built with the project's schema and of small
-real traces (``../shared/realtraces``; skipped when absent); truncation at every protobuf
-field boundary; constructed extremes (tests/fuzz_harness.py: CONSTRUCTIONS); and every
+real traces (``../shared/realtraces``; where it is absent, those committed in tests/data/);
+truncation at every protobuf field boundary; constructed extremes (tests/fuzz_harness.py: CONSTRUCTIONS); and every
 crash found so far, kept in tests/fuzz_regressions/.
 
 Budget (CI: about 2 minutes on 2 cores) and longer runs, all by environment variables:
@@ -41,6 +41,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings, strategies as st
 
 import fuzz_harness as fh
+from conftest import DATA, REALTRACES
 import wire_tree as wt
 from faults_table import Section
 
@@ -393,8 +394,11 @@ def built_seeds():
 
 
 @functools.lru_cache(maxsize=None)
-def real_seeds(realtraces):
-    return [fh.Seed(n, d) for n, d in sorted(fh.real_seeds(realtraces).items())]
+def real_seeds():
+    """The real seed traces of ../shared/realtraces where it is present, else the real traces
+    committed in tests/data/ (a user's clone)."""
+    found = fh.real_seeds(REALTRACES if os.path.isdir(REALTRACES) else None) or fh.data_seeds(DATA)
+    return [fh.Seed(n, d) for n, d in sorted(found.items())]
 
 
 # ----------------------------------------------------------------------------------------
@@ -412,10 +416,9 @@ def test_mutations_of_built_traces(workers, inputs_dir):
     _record_mutation_rows()
 
 
-def test_mutations_of_real_traces(workers, inputs_dir, realtraces):
-    seeds = real_seeds(realtraces)
-    if not seeds:
-        pytest.skip(f"none of the seed traces {fh.REAL_SEEDS} is in {realtraces}")
+def test_mutations_of_real_traces(workers, inputs_dir):
+    seeds = real_seeds()
+    assert len(seeds) == 3, [s.name for s in seeds]  # REAL_SEEDS, or DATA_SEEDS in a clone
     run_mutations(workers, seeds, inputs_dir, "real")
     _record_mutation_rows()
 
@@ -428,13 +431,9 @@ def _truncation_points(seed: fh.Seed, limit=None):
     return sorted(set(seed.top_level_boundaries) | {points[int(i * step)] for i in range(limit)})
 
 
-def test_truncation_at_every_field_boundary(workers, inputs_dir, request):
+def test_truncation_at_every_field_boundary(workers, inputs_dir):
     """A half-written trace stops at any field boundary: each prefix is a report or a clean error."""
-    seeds = list(built_seeds())
-    try:
-        seeds += real_seeds(request.getfixturevalue("realtraces"))
-    except pytest.skip.Exception:
-        pass
+    seeds = list(built_seeds()) + real_seeds()
     path = session_file(inputs_dir, "trunc")
     key = "truncation:every-boundary"
     for seed in seeds:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import HERE, tfbneck_cmd
+from conftest import HERE, tfbneck_cmd, xprof_input_pipeline
 
 pytestmark = pytest.mark.tf
 JOB = os.path.join(HERE, "tf_jobs", "heavy_map_fit.py")
@@ -39,29 +39,20 @@ def analyze(path):
     return json.loads(r.stdout)["sessions"][0]
 
 
-def xprof_input_pipeline(xplane):
+def xprof_input_share(xplane, workdir):
     """XProf's own input-pipeline analysis of the same file: (input %, step count, conclusion)."""
-    code = ("import sys, json\n"
-            "from xprof.convert import raw_to_tool_data as r\n"
-            "data, _ = r.xspace_to_tool_data([sys.argv[1]], 'input_pipeline_analyzer', {})\n"
-            "d = json.loads(data)\n"
-            "print('RESULT', json.dumps({'p': d[1]['p'], 'rows': len(d[1]['rows'])}))\n")
-    r = subprocess.run([sys.executable, "-c", code, xplane], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="3"))
-    line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-    if not line:
-        pytest.skip(f"xprof's converter is not available here: {r.stderr[-500:]}")
-    res = json.loads(line[0][7:])
-    conclusion = res["p"].get("input_conclusion", "")
     import re
+    res = xprof_input_pipeline(xplane, workdir)
+    conclusion = res["p"].get("input_conclusion", "")
     m = re.search(r"([0-9.]+)% of the total step time sampled is waiting for input", conclusion)
     return (float(m.group(1)) if m else None), res["rows"], conclusion
 
 
 def test_keras3_heavy_map_is_cpu_input_preprocessing(tmp_path):
-    xplane = run_job(tmp_path, "keras3")
+    logdir = tmp_path / "logdir"
+    xplane = run_job(logdir, "keras3")
     assert os.sep + os.path.join("train", "plugins", "profile") in xplane  # Keras 3 layout
-    s = analyze(tmp_path)
+    s = analyze(logdir)
     assert s["run"] == "train"
     assert s["step_source"] == "keras_profiled_batch ('Profiled batch')"
     assert [i["step"] for i in s["steps"]["items"]] == [4, 5, 6, 7, 8, 9]  # batches 5..10, 0-based
@@ -71,17 +62,18 @@ def test_keras3_heavy_map_is_cpu_input_preprocessing(tmp_path):
     assert stage.split("::")[-1] in ("Map", "MapAndBatch", "ParallelMapV2")
     assert any(stage in e for e in s["evidence"])
     # Where XProf finds no step at all, we do.
-    _, _, conclusion = xprof_input_pipeline(xplane)
-    assert "No step time measured" in conclusion or conclusion == ""
+    _, rows, conclusion = xprof_input_share(xplane, tmp_path / "xprof")
+    assert rows == 0 and conclusion.startswith("No step time measured"), conclusion
 
 
 def test_tf_keras_input_share_matches_xprof(tmp_path):
-    xplane = run_job(tmp_path, "tf_keras")
-    s = analyze(tmp_path)
+    logdir = tmp_path / "logdir"
+    xplane = run_job(logdir, "tf_keras")
+    s = analyze(logdir)
     assert s["run"] == "."
     assert s["step_source"] == "step_markers ('train')"
     ours = s["breakdown_pct"]["input"]
-    theirs, rows, conclusion = xprof_input_pipeline(xplane)
+    theirs, rows, conclusion = xprof_input_share(xplane, tmp_path / "xprof")
     assert theirs is not None, conclusion
     assert rows == s["steps"]["count"]
     assert abs(ours - theirs) <= 5.0, (ours, theirs)

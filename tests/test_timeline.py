@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 
 from tfbneck_plugin.trace import timeline
@@ -42,13 +44,42 @@ def test_difference_and_gaps():
     assert g[0].tolist() == [0, 4, 8] and g[1].tolist() == [2, 6, 10]
 
 
-def test_union_scales_vectorised():
+def sweep_union(starts, ends):
+    """Reference: sort, then one Python pass merging intervals that overlap or touch."""
+    out = []
+    for s, e in sorted(zip(starts.tolist(), ends.tolist())):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [p[0] for p in out], [p[1] for p in out]
+
+
+def _seconds(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def test_union_matches_sort_and_sweep_at_scale():
+    """200,000 intervals, as many gaps as overlaps, some empty: the same merge as a plain
+    sweep, and vectorised (at least 4x faster than the sweep, both timed here, interleaved)."""
     rng = np.random.default_rng(0)
-    s = rng.integers(0, 10**12, 200_000)
-    e = s + rng.integers(0, 10**6, 200_000)
+    n = 200_000
+    s = rng.integers(0, 10 ** 10, n)
+    e = s + rng.integers(0, 10 ** 5, n)  # mean length = mean gap between starts: both happen
+    e[::50] = s[::50]                     # empty intervals are dropped
     ms, me = timeline.union(s, e)
-    assert (ms[1:] > me[:-1]).all()
-    assert int((me - ms).sum()) <= int((e - s).sum())
+    rs, re_ = sweep_union(s, e)
+    assert n // 10 < len(rs) < n // 2  # a real mix of merged and separate intervals
+    assert ms.tolist() == rs and me.tolist() == re_
+    ours = sweep = float("inf")
+    for _ in range(3):  # best of 3, interleaved: load on the machine slows both alike
+        ours = min(ours, _seconds(lambda: timeline.union(s, e)))
+        sweep = min(sweep, _seconds(lambda: sweep_union(s, e)))
+    assert ours * 4 < sweep, (ours, sweep)
 
 
 def test_nesting_parents_matches_a_stack_walk():
