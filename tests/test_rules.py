@@ -288,7 +288,7 @@ def test_untraced_pluggable_device_is_inferred():
 def test_jax_is_not_tensorflow():
     v = verdict(findings(framework="jax", placement=gpu_traced(), device_kind="GPU",
                          devices=[{"device": "/device:GPU:0", "events": 5, "busy_pct": 40.0, "kernels": 5}]))
-    assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "not_tensorflow", 0.0)
+    assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "not_tensorflow", 0.9)
 
 
 def test_every_cause_is_produced():

@@ -46,3 +46,14 @@ CAUSES: Dict[str, Cause] = {
 def cause_text(code: str) -> str:
     """The sentence for ``code``; raises KeyError for a code that is not in the table."""
     return CAUSES[code].text
+
+
+def markdown_table() -> str:
+    """The cause table as Markdown, as the README shows it."""
+    rows = ["| cause | bottleneck | meaning |", "|---|---|---|"]
+    rows += [f"| `{code}` | {c.bottleneck} | {c.text} |" for code, c in CAUSES.items()]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

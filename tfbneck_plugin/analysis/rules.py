@@ -80,7 +80,8 @@ def not_tensorflow(f: Findings) -> Optional[Verdict]:
     evidence = ["This is a JAX (XLA) trace, not TensorFlow: it has no tf.data pipeline and no Keras steps, so "
                 "input-pipeline and step analysis do not apply.", f"Device activity: {busy or 'no device events'}."]
     launch = launch_sentence(f)
-    return Verdict("unknown", "not_tensorflow", 0.0, evidence + ([launch] if launch else []))
+    # Certain when the metadata plane names jax_version; still "unknown": no TensorFlow verdict applies.
+    return Verdict("unknown", "not_tensorflow", 0.9, evidence + ([launch] if launch else []))
 
 
 def device_trace_missing(f: Findings) -> Optional[Verdict]:

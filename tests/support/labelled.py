@@ -1,0 +1,15 @@
+"""Tests that run real TensorFlow jobs with a known right answer leave their report here,
+so that ``benchmarks/calibration.py --with-tests`` can add them to the calibration set."""
+import json
+import os
+import re
+
+LABELLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_artifacts", "labelled")
+
+
+def record(name: str, report: dict, bottleneck: str, cause: str, why: str) -> None:
+    """Keep ``report`` with the answer the calling test asserts (``name``: the test's name)."""
+    os.makedirs(LABELLED, exist_ok=True)
+    label = {"path": f"test:{name}", "bottleneck": bottleneck, "cause": cause, "why": why}
+    with open(os.path.join(LABELLED, re.sub(r"[^\w.-]", "_", name) + ".json"), "w", encoding="utf-8") as f:
+        json.dump({"label": label, "report": report}, f)
