@@ -70,6 +70,8 @@ class SessionReport(dict):
         lines = [f"{title}: {self.bottleneck} ({self.cause}, confidence {self.confidence})",
                  (f"  {steps.get('count', 0)} steps, {notebook.fmt_ms(mean)} mean step time, "
                   f"{self.get('device_kind') or '?'} device")]
+        if self.get("cause_text"):
+            lines.insert(1, f"  {self['cause_text']}")
         lines.extend(f"  - {e}" for e in self.evidence)
         if self.recommendations:
             lines.append(f"  fix first: {self.recommendations[0].get('title')}")
