@@ -16,13 +16,19 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Dict, Optional, Tuple
+from urllib.parse import quote
 
 import pytest
+from tensorboard.backend import application
+from werkzeug.test import Client
+
+from tfbneck_plugin.causes import CAUSES
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -160,13 +166,54 @@ def _session_dir(run_dir: Path, name: str) -> Path:
     return d
 
 
+def put_session(root: Path, run: str, session: str, hosts=("host0",), data: bytes = b"placeholder trace") -> Path:
+    """A session folder ``<root>/<run>/plugins/profile/<session>/`` (``run`` "." is the
+    logdir itself) holding ``<host>.xplane.pb`` with ``data`` for each host; returns it."""
+    d = _session_dir(root if run == "." else root / run, session)
+    for h in hosts:
+        (d / f"{h}.xplane.pb").write_bytes(data)
+    return d
+
+
+#: A process id no Linux process can have: above PID_MAX_LIMIT (2**22, include/linux/threads.h),
+#: so a staging window named after it belongs to a process that is not running.
+DEAD_PID = 99999993
+
+#: The ``error_kind`` of each case :func:`add_broken_sessions` makes (tfbneck_plugin/errors.py).
+BROKEN_KINDS = {"corrupt": "corrupt", "empty": "empty_file", "not_xspace": "not_xspace", "skipped": "skipped",
+                "legacy": "legacy_only", "incomplete": "incomplete"}
+
+
+def add_broken_sessions(dest: Path, trace: bytes = b"\x0a\x80\x01 cut short") -> Dict[str, str]:
+    """Sessions the analyzer must refuse politely, under ``dest/broken/``; returns {case:
+    run name} for the cases of :data:`BROKEN_KINDS`.
+
+    ``trace``: bytes of a real trace (cut to a third to make the corrupt case), or by default
+    a protobuf whose first field runs past the end of the file.
+    """
+    cut = trace[: len(trace) // 3] + b"\xff\xff\xff" if len(trace) > 100 else trace
+    (_session_dir(dest / "broken" / "corrupt", "2022_01_01_00_00_00") / "host1.xplane.pb").write_bytes(cut)
+    (_session_dir(dest / "broken" / "empty", "2022_01_02_00_00_00") / "host1.xplane.pb").write_bytes(b"")
+    # A protobuf that parses but holds no planes: only XSpace.hostnames (field 4).
+    (_session_dir(dest / "broken" / "not_xspace", "2022_01_04_00_00_00") / "host1.xplane.pb").write_bytes(b'\x22\x02hi')
+    (_session_dir(dest / "broken" / "skipped", "2022_01_03_00_00_00") / "tfbneck_skipped.json").write_text(
+        json.dumps({"reason": "training ended at step 3, before the profiling window (steps 10-20)"}))
+    with gzip.open(_session_dir(dest / "broken" / "legacy", "2020_06_01_00_00_00") / "old.trace.json.gz", "wt") as f:
+        f.write('{"traceEvents": []}')
+    # A window BottleneckProfiler never finished: its process is gone, its trace cut short.
+    window = dest / "broken" / "incomplete" / ".tfbneck-staging" / f"{DEAD_PID}-1-window"
+    window.mkdir(parents=True)
+    (window / "vm.xplane.pb").write_bytes(trace[:100])
+    return {case: f"broken/{case}" for case in BROKEN_KINDS}
+
+
 def build_plugin_logdir(dest: Path, traces: Path) -> Dict[str, str]:
     """A logdir holding every case the tab must handle; returns {case: run name}.
 
     Real traces (from :func:`make_tf_traces`) in both Keras layouts, one with system
-    metrics; a run named with HTML; a corrupt trace; an empty trace; a session whose
-    window was skipped; a session with only TF <= 2.10 per-tool files; a window the callback
-    never finished.
+    metrics; a run named with HTML; and the sessions of :func:`add_broken_sessions` (a
+    corrupt trace, an empty one, one that is not an XSpace, a skipped window, TF <= 2.10
+    per-tool files only, a window the callback never finished).
     """
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("keras3", "tfkeras"):
@@ -174,27 +221,25 @@ def build_plugin_logdir(dest: Path, traces: Path) -> Dict[str, str]:
     one_trace = next((traces / "tfkeras").glob("plugins/profile/*/*.xplane.pb"))
     # A run whose name is HTML (the '/' in '</script>' makes it two folders, as TensorBoard names runs).
     shutil.copy(one_trace, _session_dir(dest / SCRIPT_RUN, "2023_05_05_05_05_05") / "worker<b>0.xplane.pb")
-    # A corrupt trace: a protobuf cut short.
-    data = one_trace.read_bytes()
-    (_session_dir(dest / "broken" / "corrupt", "2022_01_01_00_00_00") / "host1.xplane.pb").write_bytes(data[: len(data) // 3] + b"\xff\xff\xff")
-    (_session_dir(dest / "broken" / "empty", "2022_01_02_00_00_00") / "host1.xplane.pb").write_bytes(b"")
-    (_session_dir(dest / "broken" / "skipped", "2022_01_03_00_00_00") / "tfbneck_skipped.json").write_text(
-        json.dumps({"reason": "training ended at step 3, before the profiling window (steps 10-20)"}))
-    with gzip.open(_session_dir(dest / "broken" / "legacy", "2020_06_01_00_00_00") / "old.trace.json.gz", "wt") as f:
-        f.write('{"traceEvents": []}')
     runs = {"keras3_before": "keras3/before/train", "keras3_after": "keras3/after/train", "tfkeras": "tfkeras",
-            "script": SCRIPT_RUN, "corrupt": "broken/corrupt", "empty": "broken/empty", "skipped": "broken/skipped",
-            "legacy": "broken/legacy"}
-    # A window BottleneckProfiler never finished (its process died: a pid above pid_max).
-    window = dest / "broken" / "incomplete" / ".tfbneck-staging" / "99999993-1-window"
-    window.mkdir(parents=True)
-    (window / "vm.xplane.pb").write_bytes(data[:100])
-    from tfbneck_plugin.logdir import find_sessions
-    if any(getattr(s, "incomplete", False) for s in find_sessions(str(dest)).sessions):
-        runs["incomplete"] = "broken/incomplete"
-    else:  # an analyzer without staging windows
-        shutil.rmtree(dest / "broken" / "incomplete")
+            "script": SCRIPT_RUN}
+    runs.update(add_broken_sessions(dest, one_trace.read_bytes()))
     return runs
+
+
+def make_fake_logdir(tmp_path: Path) -> Path:
+    """``tmp_path/logs`` with six sessions of placeholder traces (both Keras layouts, any
+    depth, the logdir itself as a run, a run named 'slow' and one named with HTML), and a
+    session next to it, outside the logdir, that no request may reach."""
+    root = tmp_path / "logs"
+    put_session(root, "keras3/train", "2024_03_01_10_00_00")                 # Keras 3 layout
+    put_session(root, "tfkeras", "2024_03_02_10_00_00", hosts=("w0", "w1"))  # tf-keras layout, two hosts
+    put_session(root, "deep/a/b/c/train", "2024_02_01_00_00_00")              # any depth
+    put_session(root, ".", "2024_01_01_00_00_00")                             # the logdir itself is the run
+    put_session(root, "slow", "2024_03_03_10_00_00")
+    put_session(root, SCRIPT_RUN, "2024_03_04_10_00_00", hosts=("h<i>1",))
+    put_session(tmp_path, "outside", "2024_01_01_00_00_00", data=b"secret outside the logdir")
+    return root
 
 
 def snapshot_tree(root: Path) -> Dict[str, Tuple[int, int]]:
@@ -237,3 +282,99 @@ def screenshot(page, name: str, full_page: bool = False) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+# ----------------------------------------------------------------------------------------
+# The plugin in-process: an analyzer that records its calls, requests through TensorBoard's WSGI app
+# ----------------------------------------------------------------------------------------
+
+PREFIX = "/data/plugin/bottleneck"
+#: Longest the slow analysis computes if the test never releases it (seconds).
+SLOW_MAX_S = 60.0
+#: Slack added to a documented wait before a test calls it exceeded: thread start-up and
+#: GIL hand-over on a loaded 2-core machine (tools/under-load) take well under a second.
+LOADED_MARGIN_S = 5.0
+
+
+class RecordingAnalyzer:
+    """Stands in for ``analyze_session``: returns a small report and counts calls. For runs
+    named 'slow*' it computes (pure Python, so it holds the GIL as a real analysis does)
+    until ``release`` is set, at most SLOW_MAX_S seconds."""
+
+    def __init__(self):
+        self.calls, self.finished = [], []
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+
+    def __call__(self, session):
+        with self.lock:
+            self.calls.append((session.run, session.name, tuple(session.files)))
+        if session.run.startswith("slow"):
+            end, x = time.monotonic() + SLOW_MAX_S, 0
+            while not self.release.is_set() and time.monotonic() < end:
+                x += 1
+        report = {"version": "test", "run": session.run, "session": session.name, "hosts": session.hosts,
+                  "path": session.path, "status": "ok", "bottleneck": "cpu", "cause": "input_preprocessing",
+                  "cause_text": CAUSES["input_preprocessing"].text, "confidence": 0.9,
+                  "evidence": ["placeholder"], "files": list(session.files)}
+        with self.lock:
+            self.finished.append(session.run)
+        return report
+
+    def count(self, run):
+        with self.lock:
+            return sum(1 for c in self.calls if c[0] == run)
+
+    def done(self, run):
+        with self.lock:
+            return run in self.finished
+
+
+def wsgi_client(p):
+    return Client(application.TensorBoardWSGI([p]))
+
+
+def get_json(client, url):
+    resp = client.get(url)
+    return resp.status_code, json.loads(resp.get_data(as_text=True)), resp.headers
+
+
+def report_url(run, session, prefix=PREFIX):
+    return f"{prefix}/report?run={quote(run, safe='')}&session={quote(session, safe='')}"
+
+
+def wait_report(p, run, session, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, body, source = p.report_impl({"run": run, "session": session}, wait_s=2.0)
+        if code == 200:
+            return body, source
+    raise AssertionError(f"no report for {run}/{session} within {timeout} s")
+
+
+def get_until_ready(client, url, timeout=120.0):
+    """GET url through the WSGI client until it is no longer 202: (status, body, headers)."""
+    deadline = time.monotonic() + timeout
+    code, body, headers = get_json(client, url)
+    while code == 202:
+        assert headers["X-Tfbneck-Cache"] == "analysing"
+        assert time.monotonic() < deadline, f"{url} still analysing after {timeout} s"
+        time.sleep(0.02)
+        code, body, headers = get_json(client, url)
+    return code, body, headers
+
+
+def wait_active(p, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not p.is_active():
+        assert time.monotonic() < deadline, f"no session found within {timeout} s"
+        time.sleep(0.05)
+
+
+def scanned_listing(p, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        body = p.sessions_impl()[1]
+        if body["scanned"]:
+            return body
+        assert time.monotonic() < deadline, f"the first scan did not finish within {timeout} s"

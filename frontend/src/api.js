@@ -1,10 +1,13 @@
 // The plugin's HTTP routes (docs/http_api.md). URLs are relative to the iframe's
 // <base href="plugin/bottleneck/">, so TensorBoard's --path_prefix is kept.
 
+/** A refused or failed request: HTTP `status` (0: no answer), the backend's one-line
+ * `message` and its machine-readable `kind` (`error_kind`, docs/http_api.md). */
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, kind) {
     super(message);
     this.status = status;
+    this.kind = kind || (status === 0 ? "unreachable" : status === 404 ? "not_found" : "internal");
   }
 }
 
@@ -13,7 +16,7 @@ async function getJson(url) {
   try {
     response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
   } catch (err) {
-    throw new ApiError(0, "TensorBoard is not reachable (is the server still running?)");
+    throw new ApiError(0, "TensorBoard is not reachable (is the server still running?)", "unreachable");
   }
   let body = null;
   try {
@@ -22,7 +25,7 @@ async function getJson(url) {
     body = null;
   }
   if (!response.ok) {
-    throw new ApiError(response.status, (body && body.error) || `HTTP ${response.status}`);
+    throw new ApiError(response.status, (body && body.error) || `HTTP ${response.status}`, body && body.error_kind);
   }
   return { status: response.status, body, cache: response.headers.get("X-Tfbneck-Cache") };
 }

@@ -5,6 +5,7 @@ import { ApiError, fetchReport, listSessions } from "./api.js";
 import { destroyAll } from "./charts.js";
 import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
+import { explainLogdirError, explainRequestError } from "./errors.js";
 import { fmtTime, kindLabel, runLabel } from "./format.js";
 import { sessionView } from "./session.js";
 
@@ -95,11 +96,16 @@ export class App {
 
   showEmpty(info) {
     destroyAll();
-    clear(this.view).append(h("section", { class: "tfb-card tfb-empty" },
+    const problem = explainLogdirError(info.error_kind || (info.error ? "unknown" : null));
+    clear(this.view).append(h("section", {
+      class: "tfb-card tfb-empty", dataset: { errorKind: info.error_kind || "" },
+    },
       h("h2", { text: "No profiling sessions yet" }),
       h("p", {}, "Nothing under ", h("code", { text: info.logdir || "(no logdir)" }), " has a ",
         h("code", { text: "plugins/profile/<session>/<host>.xplane.pb" }), " trace."),
-      info.error ? h("p", { class: "tfb-error-hint", text: info.error }) : null,
+      problem ? h("p", { class: "tfb-error-headline", text: problem.headline }) : null,
+      problem && problem.hint ? h("p", { class: "tfb-error-hint", text: problem.hint }) : null,
+      info.error ? h("p", {}, h("code", { class: "tfb-error-message", text: info.error })) : null,
       h("p", { text: "Profile a few steps of training, then this tab shows why they are slow:" }),
       h("pre", {}, h("code", { text: "from tfbneck_plugin import BottleneckProfiler\nmodel.fit(ds, callbacks=[BottleneckProfiler(\"logs\", profile_steps=(10, 20))])" }))));
   }
@@ -219,12 +225,17 @@ export class App {
 
   showRequestError(err, s) {
     destroyAll();
-    const text = err instanceof ApiError && err.status === 404
-      ? `This session is no longer in the logdir (${err.message}).`
-      : `The report could not be loaded: ${err.message}`;
-    clear(this.view).append(h("section", { class: "tfb-card tfb-verdict tfb-error", dataset: { status: "error" } },
-      h("p", { class: "tfb-error-headline", text: `${runLabel(s.run)} / ${s.session}` }),
-      h("p", { class: "tfb-error-hint", text })));
+    const kind = err instanceof ApiError ? err.kind : "internal";
+    const { headline, hint } = explainRequestError(kind);
+    clear(this.view).append(h("section", {
+      class: "tfb-card tfb-verdict tfb-error", dataset: { status: "error", errorKind: kind },
+    },
+    h("div", { class: "tfb-verdict-top" }, h("span", { class: "tfb-kind kind-error", text: "Could not load" }),
+      h("span", { class: "tfb-cause-code", text: `${runLabel(s.run)} / ${s.session}` })),
+    h("p", { class: "tfb-error-headline", text: headline }),
+    hint ? h("p", { class: "tfb-error-hint", text: hint }) : null,
+    h("details", { class: "tfb-error-details" }, h("summary", { text: "Exact message" }),
+      h("code", { class: "tfb-error-message", text: err.message || String(err) }))));
   }
 
   compareSelect(which) {

@@ -3,9 +3,9 @@
 import { makeChart } from "./charts.js";
 import { h, copyText } from "./dom.js";
 import { traceViewerUrl } from "./api.js";
+import { explainReportError } from "./errors.js";
 import {
-  CATEGORIES, CATEGORY_COLORS, categoryLabel, causeText, explainError, fmtBytes, fmtMs, fmtPct,
-  kindLabel, runLabel,
+  CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtBytes, fmtMs, fmtPct, kindLabel, runLabel,
 } from "./format.js";
 
 /** Text with `backticked` parts shown as code, as the analyzer writes stage names. */
@@ -62,9 +62,10 @@ function traceLinks(report) {
 }
 
 function errorCard(report) {
-  const { headline, hint } = explainError(report.error);
+  const { headline, hint } = explainReportError(report);
   return h("section", {
-    class: "tfb-card tfb-verdict tfb-error", dataset: { status: "error", bottleneck: report.bottleneck || "unknown" },
+    class: "tfb-card tfb-verdict tfb-error",
+    dataset: { status: "error", bottleneck: report.bottleneck || "unknown", errorKind: report.error_kind || "" },
   },
   h("div", { class: "tfb-verdict-top" }, h("span", { class: "tfb-kind kind-error", text: "Could not analyse" })),
   h("p", { class: "tfb-error-headline", text: headline }),
@@ -94,7 +95,7 @@ export function verdictCard(report, { links = true } = {}) {
     kind !== "unknown" ? h("span", { class: "tfb-confidence", title: "How strongly the evidence supports the verdict" },
       h("span", { text: `Confidence ${conf}%` }),
       h("span", { class: "tfb-meter" }, h("span", { style: { width: `${conf}%` } }))) : null),
-  h("p", { class: "tfb-cause", text: causeText(report.cause) }),
+  report.cause_text ? h("p", { class: "tfb-cause", text: report.cause_text }) : null,
   notes,
   h("h3", { text: "Evidence" }),
   h("ul", { class: "tfb-evidence" }, (report.evidence || []).map((e) => h("li", {}, richText(e)))),

@@ -1,0 +1,270 @@
+"""The Bottleneck tab's session index: the logdir's profiling sessions, found on a
+background thread and looked up by (run, session).
+
+The plugin walks the logdir itself (``logdir.find_sessions``: any depth, both Keras
+layouts; a local folder, or a ``gs://``, ``s3://``... URL through fsspec), never through
+TensorBoard's event multiplexer (absent with the fast data loader, TensorBoard's default).
+A scan older than :data:`RESCAN_INTERVAL_S` is redone when the list is asked for, so new
+sessions appear without a restart.
+
+Requests never name a path: a session is looked up by (run, session) in the last scan, and
+only its files that resolve inside the logdir are handed to the analyzer. No TensorFlow here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..logdir import DiscoveryError, Session, find_sessions, is_remote
+from .query import RouteError
+
+logger = logging.getLogger(__name__)
+
+#: A scan of the logdir older than this (seconds) is redone when the session list is asked for.
+RESCAN_INTERVAL_S = 5.0
+#: The longest a request (or ``is_active``) waits for a running logdir scan (seconds); after
+#: that it answers with the previous scan and the frontend asks again.
+SCAN_WAIT_S = 1.0
+#: A session asked for that the last scan does not hold triggers a rescan when that scan is
+#: older than this (seconds): a session written since shows up, a flood of bad names does not
+#: turn into a flood of scans.
+LOOKUP_RESCAN_S = 1.0
+#: ``error_kind`` of a logdir that cannot be searched (``/sessions``, docs/http_api.md).
+SCAN_ERROR_KINDS = ("no_logdir", "not_found", "unreadable", "unreachable", "internal")
+#: Session folders named by the profiler's clock, e.g. ``2021_02_02_13_14_02``
+#: (``tensorflow/python/profiler/profiler_v2.py`` names them with ``%Y_%m_%d_%H_%M_%S``).
+_SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """One view of the index.
+
+    Attributes:
+      sessions: {(run, session name): Session} of the last successful scan.
+      problems: folders below the logdir that could not be read, one line each.
+      error: one line when the logdir itself cannot be searched, else None.
+      error_kind: machine-readable kind of ``error`` (docs/http_api.md), else None.
+      scanning: a scan is running now.
+      scanned: False until the first scan finished.
+      scans: scans finished so far.
+    """
+    sessions: Dict[Tuple[str, str], Session]
+    problems: List[str]
+    error: Optional[str]
+    error_kind: Optional[str]
+    scanning: bool
+    scanned: bool
+    scans: int
+
+
+def scan_error_kind(logdir: str, err: Exception) -> str:
+    """The ``error_kind`` of a logdir that cannot be searched.
+
+    Args:
+      logdir: the logdir searched (local path or fsspec URL).
+      err: what ``find_sessions`` raised.
+
+    Returns:
+      the error's own ``kind`` when it has one. Else, for a local path: ``not_found`` when
+      it does not exist, ``unreadable`` when it does. For remote storage, from the store's
+      exception that the error was raised while handling (``__context__``): none or
+      FileNotFoundError, ``not_found``; ImportError or ValueError (a URL scheme fsspec
+      cannot read), ``unreadable``; anything else (network, credentials), ``unreachable``.
+    """
+    kind = getattr(err, "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    if not is_remote(logdir):
+        return "unreadable" if os.path.exists(logdir) else "not_found"
+    cause = err.__context__
+    if cause is None or isinstance(cause, FileNotFoundError):
+        return "not_found"
+    if isinstance(cause, (ImportError, ValueError)):
+        return "unreadable"
+    return "unreachable"
+
+
+class SessionIndex:
+    """Sessions under ``logdir``, found by ``find`` (default ``logdir.find_sessions``) on a
+    daemon thread. One scan runs at a time; :meth:`current` starts one when the last is
+    older than ``max_age_s`` seconds and waits for it at most ``wait_s`` seconds."""
+
+    def __init__(self, logdir: Optional[str], find: Callable = find_sessions,
+                 max_age_s: float = RESCAN_INTERVAL_S):
+        self.logdir = logdir
+        self._real_logdir = os.path.realpath(logdir) if logdir and not is_remote(logdir) else None
+        self._find = find
+        self._max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._scanning = False
+        self._scanned_at: Optional[float] = None
+        self._sessions: Dict[Tuple[str, str], Session] = {}
+        self._problems: List[str] = []
+        self._error: Optional[Tuple[str, str]] = None  # (message, kind)
+        self._scans = 0
+
+    def current(self, wait_s: float = SCAN_WAIT_S, max_age_s: Optional[float] = None) -> Snapshot:
+        """The latest scan; starts a new one if the latest is older than ``max_age_s``
+        seconds (default: the index's) and waits up to ``wait_s`` seconds for a running one."""
+        max_age = self._max_age_s if max_age_s is None else max_age_s
+        with self._lock:
+            stale = self._scanned_at is None or time.monotonic() - self._scanned_at > max_age
+            if stale and not self._scanning:
+                self._start_locked()
+            done = self._done if self._scanning else None
+        if done is not None and wait_s > 0:
+            done.wait(wait_s)
+        with self._lock:
+            message, kind = self._error or (None, None)
+            return Snapshot(dict(self._sessions), list(self._problems), message, kind, self._scanning,
+                            self._scanned_at is not None, self._scans)
+
+    def _start_locked(self) -> None:
+        self._scanning = True
+        self._done = threading.Event()
+        threading.Thread(target=self._scan, args=(self._done,), name="tfbneck-scan", daemon=True).start()
+
+    def _scan(self, done: threading.Event) -> None:
+        sessions: Dict[Tuple[str, str], Session] = {}
+        problems: List[str] = []
+        error = None
+        try:
+            if not self.logdir:
+                error = ("TensorBoard was started without --logdir", "no_logdir")
+            else:
+                disc = self._find(self.logdir)
+                sessions = {s.key: s for s in disc.sessions}
+                problems = list(disc.problems)
+        except DiscoveryError as err:
+            error = (str(err), scan_error_kind(self.logdir, err))
+        except Exception as err:  # a scan must never take down the server
+            logger.exception("tfbneck: scanning %s failed", self.logdir)
+            error = (f"scanning the logdir failed ({type(err).__name__}: {err})", "internal")
+        with self._lock:
+            if error is None or not self._sessions:  # a failed rescan keeps the sessions known
+                self._sessions = sessions
+            self._problems, self._error = problems, error
+            self._scanned_at = time.monotonic()
+            self._scanning = False
+            self._scans += 1
+        done.set()
+
+    # -- looking a session up ------------------------------------------------------------
+
+    def lookup(self, run: str, name: str) -> Session:
+        """The session (run, name) of the last scan, rescanning once if it is not there.
+
+        Raises:
+          RouteError: 503 while the first scan has not finished; 404 for an unknown run or
+            a run without that session.
+        """
+        snap = self.current(wait_s=0)
+        s = snap.sessions.get((run, name))
+        if s is None:  # maybe it appeared since the last scan
+            snap = self.current(wait_s=SCAN_WAIT_S, max_age_s=LOOKUP_RESCAN_S)
+            s = snap.sessions.get((run, name))
+        if s is None:
+            if not snap.scanned:
+                raise RouteError(503, "the logdir is still being scanned for sessions; try again in a moment")
+            if not any(r == run for r, _ in snap.sessions):
+                raise RouteError(404, f"unknown run {run!r}: no profiling session under it in the logdir")
+            raise RouteError(404, f"run {run!r} has no session {name!r}")
+        return s
+
+    def fresh(self, s: Session) -> Session:
+        """The session as it is on disk now (files may have been added or removed since the
+        scan), holding only files that resolve inside the logdir. Remote sessions are taken
+        from the last scan, at most :data:`RESCAN_INTERVAL_S` old: listing a bucket on every
+        request would be slow.
+
+        Raises:
+          RouteError: 404 when the folder is gone or holds no trace file inside the logdir.
+        """
+        try:
+            found = [s] if is_remote(s.path) else find_sessions(s.path).sessions
+        except DiscoveryError:
+            found = []
+        if not found:
+            raise RouteError(404, f"session {s.run}/{s.name} no longer exists in the logdir")
+        fresh = dataclasses.replace(found[0], run=s.run, name=s.name)
+        inside = self.inside_logdir
+        fresh.files = [f for f in fresh.files if inside(f)]
+        fresh.legacy_files = [f for f in fresh.legacy_files if inside(f)]
+        fresh.sidecar = fresh.sidecar if fresh.sidecar and inside(fresh.sidecar) else None
+        fresh.skipped = fresh.skipped if fresh.skipped and inside(fresh.skipped) else None
+        if not (fresh.files or fresh.legacy_files or fresh.skipped or fresh.incomplete):
+            raise RouteError(404, f"session {s.run}/{s.name} has no trace file inside the logdir "
+                                  "(links to files elsewhere are not followed)")
+        return fresh
+
+    def inside_logdir(self, path: str) -> bool:
+        """Whether ``path`` resolves (links followed) to a file inside the logdir."""
+        if self.logdir and is_remote(self.logdir):  # object stores have no links
+            norm = _norm_url(self.logdir).rstrip("/") + "/"
+            return is_remote(path) and _norm_url(path).startswith(norm) and "/../" not in _norm_url(path)
+        if self._real_logdir is None:
+            return False
+        real = os.path.realpath(path)
+        return real == self._real_logdir or real.startswith(self._real_logdir.rstrip(os.sep) + os.sep)
+
+
+def _norm_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.lstrip('/')}"
+
+
+# -- the session list's rows ---------------------------------------------------------------
+
+def session_row(s: Session, last: Optional[Dict], pending: bool) -> Dict:
+    """One row of ``/sessions`` (docs/http_api.md).
+
+    Args:
+      s: the session, from the index.
+      last: the summary of its last report (``ReportService.latest``), or None.
+      pending: its analysis is queued or running.
+
+    Returns:
+      ``{"run", "session", "hosts", "time" (unix seconds), "files", "size_bytes", "state"}``
+      plus the keys of ``last``; ``state`` is ``ready``, ``analysing`` or ``new``.
+    """
+    row = {"run": s.run, "session": s.name, "hosts": s.hosts, "time": session_time(s),
+           "files": len(s.files), "size_bytes": _size(s),
+           "state": "ready" if last is not None else ("analysing" if pending else "new")}
+    if last is not None:
+        row.update(last)
+    return row
+
+
+def session_time(s: Session) -> float:
+    """When the session was recorded (unix seconds): the time its folder is named after
+    (local time, as the profiler names it), else its newest file's modification time, else 0."""
+    m = _SESSION_TIME_RE.match(s.name)
+    if m:
+        try:
+            return time.mktime(tuple(int(g) for g in m.groups()) + (0, 0, -1))
+        except (OverflowError, ValueError):
+            pass
+    newest = 0.0
+    for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped,) if x]:
+        try:
+            newest = max(newest, os.stat(p).st_mtime)
+        except (OSError, ValueError):
+            pass
+    return newest
+
+
+def _size(s: Session) -> int:
+    total = 0
+    for p in s.files:
+        try:
+            total += os.stat(p).st_size
+        except (OSError, ValueError):
+            pass
+    return total

@@ -1,0 +1,183 @@
+"""The Bottleneck tab's reports: analyses on background threads, and their cache.
+
+``analysis.session.analyze_session`` runs on a small pool of daemon threads, the newest
+request first. A request never waits for another session's analysis: it waits at most a
+given time for its own, then the route answers 202 ("analysing") and the frontend polls.
+Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
+reads; a changed file is a new key. Nothing is written anywhere. No TensorFlow here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Callable, Dict, Optional, Tuple
+
+from ..analysis.session import analyze_session
+from ..errors import error_report
+from ..logdir import Session, is_remote
+
+logger = logging.getLogger(__name__)
+
+#: Threads that run analyses: two sessions are analysed at once, the newest request first.
+ANALYSIS_WORKERS = 2
+#: Reports kept in memory (least recently used dropped first).
+CACHE_ENTRIES = 64
+#: Report fields the session list shows for sessions already analysed.
+SUMMARY_KEYS = ("status", "bottleneck", "cause", "confidence", "error", "error_kind", "device_kind")
+
+Fingerprint = Tuple[object, ...]
+
+
+def fingerprint(session: Session) -> Fingerprint:
+    """The cache key of a session's report.
+
+    Args:
+      session: the session, as the analysis will read it.
+
+    Returns:
+      a tuple of its folder, whether it is an incomplete window, and (path, size in bytes,
+      modification time) of every file the analysis reads, sorted by path. Local files:
+      mtime in ns (``os.stat``); remote ones (fsspec URLs): the time or version the store
+      reports. A file that cannot be stat'ed appears with size and mtime -1, so it is
+      analysed again once it can be.
+    """
+    paths = list(session.files) + list(session.legacy_files)
+    paths += [p for p in (session.sidecar, session.skipped) if p]
+    out: list = [session.path, bool(session.incomplete)]
+    for p in sorted(paths):
+        try:
+            out.append((p,) + (_remote_stat(p) if is_remote(p) else _local_stat(p)))
+        except (OSError, ValueError):
+            out.append((p, -1, -1))
+    return tuple(out)
+
+
+def _local_stat(path: str) -> Tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+#: Names under which fsspec stores report a file's modification time or version (local,
+#: s3fs, gcsfs, adlfs, memory...), tried in order.
+_STAMP_KEYS = ("mtime", "LastModified", "updated", "last_modified", "generation", "ETag", "etag", "created")
+
+
+def _remote_stat(url: str) -> Tuple[int, str]:
+    import fsspec  # only for remote logdirs
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        info = fs.info(path)
+    except Exception as err:  # credentials, network: the file is re-analysed once it can be stat'ed
+        raise OSError(f"{url}: {type(err).__name__}") from None
+    stamp = next((info[k] for k in _STAMP_KEYS if info.get(k) is not None), None)
+    return int(info.get("size") or 0), str(stamp)
+
+
+def failed_report(session: Session, err: BaseException) -> Dict:
+    """The report of a session whose analyzer raised (``analyze_session`` never does; an
+    injected analyzer might): ``status: error``, ``error_kind`` ``out_of_memory`` for a
+    MemoryError, else ``analysis_failed``."""
+    if isinstance(err, MemoryError):
+        return error_report(session, "out_of_memory", f"{session.path}: out of memory while analysing")
+    first = str(err).splitlines()[0] if str(err) else ""
+    return error_report(session, "analysis_failed", f"{session.path}: analysis failed ({type(err).__name__}: {first})")
+
+
+class ReportService:
+    """Runs ``analyze`` on ``workers`` daemon threads and caches the reports by
+    :func:`fingerprint` (the ``max_entries`` most recently used). The newest request is
+    analysed first; a session already queued or running is not queued again.
+
+    Args:
+      analyze: ``Session -> report dict`` (default ``analyze_session``).
+      workers: analysis threads.
+      max_entries: reports kept.
+    """
+
+    def __init__(self, analyze: Callable[[Session], Dict] = analyze_session,
+                 workers: int = ANALYSIS_WORKERS, max_entries: int = CACHE_ENTRIES):
+        self._analyze = analyze
+        self._max_entries = max_entries
+        self._lock = threading.Lock()
+        self._cache: "OrderedDict[Fingerprint, Dict]" = OrderedDict()
+        self._latest: Dict[Tuple[str, str], Dict] = {}
+        self._inflight: Dict[Fingerprint, Future] = {}
+        self._queue: "queue.LifoQueue" = queue.LifoQueue()
+        self.hits = self.misses = self.analyses = 0
+        for i in range(max(1, workers)):
+            threading.Thread(target=self._work, name=f"tfbneck-analyze-{i}", daemon=True).start()
+
+    def request(self, session: Session, wait_s: float = 0.0) -> Tuple[Optional[Dict], str]:
+        """The report of ``session``.
+
+        Args:
+          session: the session as it is on disk now.
+          wait_s: how long to wait for an analysis this request starts or joins (seconds).
+
+        Returns:
+          ``(report, "hit")`` if cached; else its analysis is started (once) and
+          ``(report, "miss")`` if it finished within ``wait_s``, else ``(None, "analysing")``.
+          Never raises for a bad session: the report says why.
+        """
+        fp = fingerprint(session)
+        with self._lock:
+            cached = self._cache.get(fp)
+            if cached is not None:
+                self._cache.move_to_end(fp)
+                self.hits += 1
+                return cached, "hit"
+            fut = self._inflight.get(fp)
+            if fut is None:
+                self.misses += 1
+                fut = Future()
+                fut.key = session.key
+                self._inflight[fp] = fut
+                self._queue.put((fp, session, fut))
+        if wait_s > 0:
+            try:
+                return fut.result(timeout=wait_s), "miss"
+            except FutureTimeout:  # still analysing
+                pass
+        if fut.done():
+            return fut.result(), "miss"
+        return None, "analysing"
+
+    def latest(self, key: Tuple[str, str]) -> Optional[Dict]:
+        """The :data:`SUMMARY_KEYS` of the last report made for (run, session), fresh or
+        not; None if it was never analysed."""
+        with self._lock:
+            return self._latest.get(key)
+
+    def pending(self, key: Tuple[str, str]) -> bool:
+        """Whether an analysis of (run, session) is queued or running."""
+        with self._lock:
+            return any(not f.done() and getattr(f, "key", None) == key for f in self._inflight.values())
+
+    def stats(self) -> Dict[str, int]:
+        """``{"entries", "hits", "misses", "analyses", "in_progress"}``: counts since start."""
+        with self._lock:
+            return {"entries": len(self._cache), "hits": self.hits, "misses": self.misses,
+                    "analyses": self.analyses, "in_progress": len(self._inflight)}
+
+    def _work(self) -> None:
+        while True:
+            fp, session, fut = self._queue.get()
+            try:
+                report = self._analyze(session)
+            except Exception as err:
+                logger.exception("tfbneck: analysing %s failed", session.path)
+                report = failed_report(session, err)
+            with self._lock:
+                self.analyses += 1
+                self._cache[fp] = report
+                self._cache.move_to_end(fp)
+                while len(self._cache) > self._max_entries:
+                    self._cache.popitem(last=False)
+                self._latest[session.key] = {k: report[k] for k in SUMMARY_KEYS if k in report}
+                self._inflight.pop(fp, None)
+            fut.set_result(report)
