@@ -110,7 +110,7 @@ def test_dataframe_one_row_per_session(demo):
 def test_dataframe_without_pandas_says_how_to_install():
     code = ("import sys; sys.modules['pandas'] = None\n"  # as if pandas were not installed
             "import tfbneck_plugin as tfb\n"
-            f"r = tfb.Report([{{'run': 'a', 'session': 's', 'status': 'ok'}}])\n"
+            "r = tfb.Report([{'run': 'a', 'session': 's', 'status': 'ok'}])\n"
             "try:\n    r.to_dataframe()\nexcept ImportError as e:\n    print('ImportError:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

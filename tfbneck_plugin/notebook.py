@@ -13,7 +13,8 @@ The rendering functions take report dicts (the contract in the README, "The repo
 rich objects that call them are :class:`tfbneck_plugin.api.Report` and
 :class:`tfbneck_plugin.api.SessionReport`. :func:`show_window_report` and
 :class:`WindowDisplay` are for ``BottleneckProfiler(display=True)``: an output reserved when a
-window closes, filled after the window's background analysis. Nothing here imports TensorFlow; IPython is imported only to display.
+window closes, filled after the window's background analysis. Nothing here imports TensorFlow;
+IPython is imported only to display.
 """
 from __future__ import annotations
 
