@@ -1,3 +1,4 @@
+import glob
 import gzip
 import importlib.util
 import os
@@ -6,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import DATA
 from tfbneck_plugin.trace import xspace
 from xspace_builder import SpaceBuilder
 
@@ -21,6 +23,7 @@ def small_space() -> SpaceBuilder:
     return b
 
 
+@pytest.mark.tf  # importing TensorFlow's xplane_pb2 starts TensorFlow
 def test_schema_field_numbers_match_tensorflows_own_xplane_proto():
     """Our hand-declared schema must agree with the descriptor TensorFlow ships."""
     if importlib.util.find_spec("tensorflow") is None:
@@ -84,13 +87,27 @@ def test_bad_files_raise_one_line_error_naming_the_file(tmp_path, content, needl
     assert str(p) in msg and needle in msg and "\n" not in msg
 
 
-def test_truncated_real_trace_is_rejected(tmp_path):
+def test_truncated_trace_is_rejected(tmp_path):
     raw = small_space().bytes()
     p = tmp_path / "t.xplane.pb"
     p.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(xspace.TraceReadError) as ei:
         xspace.read_space(str(p))
     assert "truncated or corrupt" in str(ei.value)
+
+
+def test_truncated_real_trace_is_rejected(tmp_path):
+    """A real Keras trace (tests/data) cut in the middle of its host plane, as a profiler
+    still writing it leaves it; whole, the same file reads."""
+    src = glob.glob(os.path.join(DATA, "keras_profiled_batch", "plugins", "profile", "*", "*.xplane.pb"))[0]
+    with open(src, "rb") as f:
+        raw = f.read()
+    assert xspace.read_space(src).n_events > 1000
+    p = tmp_path / "t.xplane.pb"
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(xspace.TraceReadError) as ei:
+        xspace.read_space(str(p))
+    assert "truncated or corrupt" in str(ei.value) and str(p) in str(ei.value)
 
 
 def test_bad_gzip_is_reported(tmp_path):
