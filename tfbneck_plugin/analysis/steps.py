@@ -189,7 +189,7 @@ def _user_annotations(view: HostView, found) -> Union[Steps, str, None]:
         if n_in and 2 * n_in >= n_all:
             enclosing[name] = n_in
     if not enclosing:
-        names = ", ".join(f"'{n}'" for n in sorted(found))
+        names = ", ".join(f"'{n}'" for n in sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
         return f"annotations with step_num ({names}) enclose no training work (function call, kernel, session run)"
     name = max(enclosing, key=enclosing.get)
     steps = _from_markers(view, {name: found[name]}, "user_step_annotations")
