@@ -361,9 +361,13 @@ def test_periodic_schedule_across_epochs_and_validation(job, flavour):
     assert [w["markers"] for w in wins] == [[[4, 4], [5, 5]], [[10, 10], [11, 11]], [[16, 16], [17, 17]]]
     assert [marker_steps(w["session_dir"]) for w in wins] == [[4, 5], [10, 11], [16, 17]]
     # Validation ran inside the window 10-11 (tf-keras marks its steps "test"): the
-    # analyzer still reports the training steps.
+    # analyzer still reports the training steps. Keras 3 builds its test function after the
+    # last training batch of epoch 1 and before on_test_begin, so step 10's marker may hold
+    # that tracing: the analyzer then reports step 10 as warm-up instead of timing it.
     rep = analyze_dir(wins[1]["session_dir"])
-    assert rep["step_source"] == MARKERS and [i["step"] for i in rep["steps"]["items"]] == [10, 11]
+    warmup = (rep["steps"].get("warmup") or {}).get("steps") or []
+    assert rep["step_source"] == MARKERS
+    assert sorted([i["step"] for i in rep["steps"]["items"]] + warmup) == [10, 11] and 11 not in warmup
     log_dir = os.path.dirname(os.path.dirname(os.path.dirname(wins[0]["session_dir"])))
     assert len(session_dirs(log_dir)) == 3
 

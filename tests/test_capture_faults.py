@@ -63,7 +63,7 @@ ROWS = [
     ("sidecar_enospc", "Sidecar write fails: disk full",
      "tmpfs filled just before the sidecar of the window 3-5 is written"),
     ("sampler_midway", "Sampler thread raises",
-     "`SystemSampler._sample` raises on its 3rd call, inside the window 3-5 (sampling every 20 ms)"),
+     "`SystemSampler._take` (one call per sample) raises on its 3rd call, inside the window 3-5 (sampling every 20 ms)"),
     ("sampler_no_start", "Sampler cannot start",
      "`SystemSampler.start` raises (as when no thread can be created)"),
     ("atomic", "Reader polling while windows are written",

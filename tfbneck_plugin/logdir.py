@@ -24,14 +24,13 @@ session. Unreadable folders below it are reported in ``Discovery.problems`` and 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
 import stat
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR
+from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, read_skip_record
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
@@ -109,12 +108,8 @@ def _owner_alive(window_dir: str, record: Optional[str]) -> bool:
     else the pid its folder name starts with) is running on this host."""
     host = pid = None
     if record:
-        try:
-            with open_any(record, "rb") as f:
-                data = json.loads(f.read().decode("utf-8"))
-            host, pid = data.get("host"), data.get("pid")
-        except (OSError, ValueError, AttributeError):
-            pass
+        rec = read_skip_record(record, open_any)
+        host, pid = rec.host, rec.pid
     if pid is None:
         head = os.path.basename(os.path.normpath(window_dir)).split("-", 1)[0]
         pid = int(head) if head.isdigit() else None

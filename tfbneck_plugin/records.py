@@ -6,9 +6,14 @@ Files (all JSON, written with a temporary file + rename so a reader never sees t
 
 * ``tfbneck_system_metrics.json`` (``SIDECAR_NAME``) in a session folder: the system
   metrics sampled during the window (format below).
-* ``tfbneck_skipped.json`` (``SKIPPED_NAME``): a window that could not be captured,
-  ``{"format": "tfbneck.skipped", "version": 1, "reason": str, ...}``; in a staging
-  folder it marks the window as incomplete until it is published.
+* ``tfbneck_skipped.json`` (``SKIPPED_NAME``): a window that could not be captured, or
+  (in a staging folder, with ``"incomplete": true``) a window being written: it stays
+  there if the process dies before the window is published. Written by
+  :func:`write_skip_record`, read by :func:`read_skip_record`::
+
+      {"format": "tfbneck.skipped", "version": 1, "reason": str,
+       "requested_steps": [[int, int]], "host": str, "pid": int, "time_unix_ns": int,
+       "source": "BottleneckProfiler", "incomplete": bool}   # incomplete: staging only
 * ``<log_dir>/.tfbneck-staging/`` (``STAGING_DIR``): windows being written.
 
 Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format version 1)::
@@ -23,7 +28,20 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
                   "mem_used_pct": float, "proc_rss_bytes": int,
                   "disk_read_Bps": float, "disk_write_Bps": float,
                   "net_recv_Bps": float, "net_sent_Bps": float,
-                  "gpus": [{"index": int, "util_pct": float, "mem_used_bytes": int}]}]}
+                  "gpus": [{"index": int, "util_pct": float, "mem_used_bytes": int}],
+                  # Added later (absent from older sidecars; readers treat them as unknown):
+                  "dt_s": float,                    # seconds this sample covers, ending at t_unix_ns
+                  "tree_cpu_pct": float,            # the process and its descendants, 100 = one core
+                  "tree_children": int,             # descendants alive at the reading
+                  "tree_disk_read_Bps": float,      # bytes the tree read from storage (/proc/PID/io read_bytes)
+                  "tree_remote_conns": int,         # the tree's TCP connections to non-loopback peers
+                  "tree_loopback_conns": int,       # ... and to loopback peers (127.0.0.0/8, ::1)
+                  "net_recv_external_Bps": float,   # machine-wide, loopback interfaces excluded
+                  "net_sent_external_Bps": float}]}
+
+Consecutive samples are contiguous: the first starts at the reading taken when the window
+opened, the last ends at the reading taken when it closed, so even a window shorter than
+``interval_s`` has one sample covering all of it.
 
 ``sampler_error`` (str or null) says why sampling stopped early. Writers may add further
 top-level keys; readers ignore the ones they do not know. ``BottleneckProfiler`` adds
@@ -42,8 +60,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
-from typing import Dict
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 #: Name of the system-metrics sidecar in a session folder.
 SIDECAR_NAME = "tfbneck_system_metrics.json"
@@ -53,6 +74,8 @@ SKIPPED_NAME = "tfbneck_skipped.json"
 STAGING_DIR = ".tfbneck-staging"
 FORMAT = "tfbneck.system_metrics"
 VERSION = 1
+#: ``format`` of the skip / staging record.
+SKIPPED_FORMAT = "tfbneck.skipped"
 
 
 class SidecarError(Exception):
@@ -60,7 +83,19 @@ class SidecarError(Exception):
 
 
 def write_sidecar(folder: str, data: Dict, name: str = SIDECAR_NAME) -> str:
-    """Write ``data`` as JSON into ``folder`` atomically; returns the path."""
+    """Write ``data`` as JSON into ``folder`` atomically (temporary file + rename).
+
+    Args:
+      folder: an existing folder.
+      data: JSON-serialisable dict.
+      name: the file name (default the sidecar's).
+
+    Returns:
+      The path written.
+
+    Raises:
+      OSError: the folder cannot be written; no temporary file is left behind.
+    """
     fd, tmp = tempfile.mkstemp(prefix=".tfbneck-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
@@ -77,6 +112,18 @@ def write_sidecar(folder: str, data: Dict, name: str = SIDECAR_NAME) -> str:
 
 
 def read_sidecar(path: str, opener=open) -> Dict:
+    """Read a system-metrics sidecar.
+
+    Args:
+      path: the sidecar (local path or URL ``opener`` understands).
+      opener: ``open``-like callable (``logdir.open_any`` for URLs).
+
+    Returns:
+      The sidecar's dict (format above).
+
+    Raises:
+      SidecarError: unreadable, not JSON, or not a tfbneck system-metrics file.
+    """
     try:
         with opener(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
@@ -87,11 +134,89 @@ def read_sidecar(path: str, opener=open) -> Dict:
     return data
 
 
-def read_skipped_reason(path: str, opener=open) -> str:
-    """The ``reason`` of a skip record; a readable sentence even when the record is not."""
+@dataclass
+class SkipRecord:
+    """A skip record (``tfbneck_skipped.json``): a window that was not captured, or, with
+    ``incomplete``, a window still being written (staging folder).
+
+    Attributes:
+      reason: one or more sentences saying why; shown to the user as is.
+      requested_steps: the windows asked for, ``(start, stop)`` 1-based batches.
+      host, pid: the training process that wrote it (None when the record lacks them).
+      incomplete: True for the record a staging folder holds while its window is open.
+      time_unix_ns: when it was written (ns since the epoch), None when unknown.
+      readable: False when the file could not be parsed (``reason`` then says so).
+    """
+    reason: str
+    requested_steps: List[Tuple[int, int]] = field(default_factory=list)
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    incomplete: bool = False
+    time_unix_ns: Optional[int] = None
+    readable: bool = True
+
+
+def incomplete_reason(requested_steps, pid: int, host: str) -> str:
+    """The sentence a staging record gives: the process stopped inside the window."""
+    steps = ", ".join(f"{a}-{b}" for a, b in requested_steps)
+    return (f"the training process (pid {pid} on {host}) stopped inside the window of steps {steps} "
+            f"before its trace was saved (killed, crashed or out of memory); files left in this folder "
+            f"are partial. Delete the folder to dismiss this entry")
+
+
+def write_skip_record(folder: str, reason: Optional[str], requested_steps, *, incomplete: bool = False) -> str:
+    """Write the skip record of a window into ``folder`` atomically; returns its path.
+
+    Args:
+      folder: an existing folder: a session folder (skipped window) or a window's staging
+        folder (``incomplete=True``).
+      reason: why the window was skipped; None with ``incomplete`` gives
+        :func:`incomplete_reason` for this process.
+      requested_steps: the windows asked for, ``[(start, stop)]`` 1-based batches.
+      incomplete: mark the window as being written (staging record).
+
+    Raises:
+      OSError: the folder cannot be written (disk full, read-only, file-size limit).
+    """
+    host, pid = socket.gethostname(), os.getpid()
+    requested = [[int(a), int(b)] for a, b in requested_steps]
+    data = {"format": SKIPPED_FORMAT, "version": 1,
+            "reason": reason if reason is not None else incomplete_reason(requested, pid, host),
+            "requested_steps": requested, "host": host, "pid": pid, "time_unix_ns": time.time_ns(),
+            "source": "BottleneckProfiler"}
+    if incomplete:
+        data["incomplete"] = True
+    return write_sidecar(folder, data, name=SKIPPED_NAME)
+
+
+def read_skip_record(path: str, opener=open) -> SkipRecord:
+    """Read a skip record; never raises: an unreadable record gives ``readable=False`` and
+    a reason that says so.
+
+    Args:
+      path: the record (local path or URL ``opener`` understands).
+      opener: ``open``-like callable (``logdir.open_any`` for URLs).
+    """
     try:
         with opener(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
-        return str(data.get("reason", "unknown reason"))
-    except Exception:
-        return "unknown reason (unreadable record)"
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except Exception:  # any unreadable record is reported the same way
+        return SkipRecord(reason="unknown reason (unreadable record)", readable=False)
+    pid, host = data.get("pid"), data.get("host")
+    requested = []
+    for w in data.get("requested_steps") or []:
+        if isinstance(w, (list, tuple)) and len(w) == 2 and all(isinstance(x, int) for x in w):
+            requested.append((int(w[0]), int(w[1])))
+    stamp = data.get("time_unix_ns")
+    return SkipRecord(reason=str(data.get("reason", "unknown reason")), requested_steps=requested,
+                      host=host if isinstance(host, str) else None,
+                      pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                      incomplete=data.get("incomplete") is True,
+                      time_unix_ns=stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None)
+
+
+def read_skipped_reason(path: str, opener=open) -> str:
+    """The ``reason`` of a skip record; a readable sentence even when the record is not."""
+    return read_skip_record(path, opener).reason

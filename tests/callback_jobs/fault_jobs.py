@@ -31,7 +31,7 @@ import time
 
 from jobs import OUT, SCENARIO, arrays, keras, losses, model, record, seed, slow_dataset  # noqa: E402
 
-import tfbneck_plugin.capture.callback as cbmod  # noqa: E402
+import tfbneck_plugin.capture.window as winmod  # noqa: E402 - writes the sidecar
 from tfbneck_plugin import BottleneckProfiler, profile_steps  # noqa: E402
 from tfbneck_plugin.capture import sampler as sysmetrics  # noqa: E402
 from tfbneck_plugin.records import SIDECAR_NAME, STAGING_DIR  # noqa: E402
@@ -134,18 +134,18 @@ def run_case(name, make_cb, callbacks=(), data=None, sidecar_hook=None):
     replaces the callback's sidecar writes (other records are written as usual)."""
     first = len(WARNINGS.messages)
     cb = make_cb()
-    real = cbmod.write_sidecar
+    real = winmod.write_sidecar
     if sidecar_hook is not None:
         def hooked(folder, payload, name=SIDECAR_NAME):
             if name == SIDECAR_NAME:
                 return sidecar_hook(real, folder, payload, name)
             return real(folder, payload, name=name)
-        cbmod.write_sidecar = hooked
+        winmod.write_sidecar = hooked
     try:
         got = fit([cb] + list(callbacks), data)
         cb.close(wait=True, timeout=120)
     finally:
-        cbmod.write_sidecar = real
+        winmod.write_sidecar = real
     result[name] = {"losses": got, "windows": [record(w) for w in cb.windows],
                     "warnings": WARNINGS.messages[first:], "log_dir": cb.log_dir}
 
@@ -246,25 +246,25 @@ def faults():
             os.unlink(filler)
 
     # The sampler thread raises after two samples, inside the window.
-    original_sample, original_start = sysmetrics.SystemSampler._sample, sysmetrics.SystemSampler.start
+    original_sample, original_start = sysmetrics.SystemSampler._take, sysmetrics.SystemSampler.start
     calls = []
 
-    def failing_sample(self, psutil, proc):
+    def failing_sample(self, psutil, now):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("injected sampler failure after 2 samples")
-        return original_sample(self, psutil, proc)
+        return original_sample(self, psutil, now)
 
     def failing_start(self):
         raise RuntimeError("can't start new thread (injected)")
 
-    sysmetrics.SystemSampler._sample = failing_sample
+    sysmetrics.SystemSampler._take = failing_sample
     try:
         run_case("sampler_midway", lambda: BottleneckProfiler(os.path.join(OUT, "sampler_midway"),
                                                               profile_steps=(3, 5), sample_interval_s=0.02,
                                                               analyze=False), data=slow_dataset(8))
     finally:
-        sysmetrics.SystemSampler._sample = original_sample
+        sysmetrics.SystemSampler._take = original_sample
     sysmetrics.SystemSampler.start = failing_start
     try:
         run_case("sampler_no_start", lambda: BottleneckProfiler(os.path.join(OUT, "sampler_no_start"),

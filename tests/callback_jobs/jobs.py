@@ -269,11 +269,11 @@ def robustness():
     cb.close(wait=True, timeout=120)
     result["ended_inside"] = [record(w) for w in cb.windows]
 
-    def broken(self, psutil, proc):
+    def broken(self, psutil, now):
         raise RuntimeError("injected sampler failure")
 
-    original = sysmetrics.SystemSampler._sample
-    sysmetrics.SystemSampler._sample = broken
+    original = sysmetrics.SystemSampler._take  # each sample goes through _take
+    sysmetrics.SystemSampler._take = broken
     try:
         seed()
         cb = BottleneckProfiler(os.path.join(OUT, "sampler"), profile_steps=(3, 5), sample_interval_s=0.01)
@@ -281,7 +281,7 @@ def robustness():
                                                       callbacks=[cb]))
         cb.close(wait=True, timeout=120)
     finally:
-        sysmetrics.SystemSampler._sample = original
+        sysmetrics.SystemSampler._take = original
     result["sampler"] = [record(w) for w in cb.windows]
 
     # An exception inside a window (here from another callback at step 4): fit raises;

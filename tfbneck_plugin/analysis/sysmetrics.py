@@ -28,35 +28,108 @@ IDLE_HOST_PCT = 35.0
 
 
 def summarize(data: Dict) -> Optional[Dict]:
-    """Means over the samples: cpu_mean_pct (all cores), busiest_core_mean_pct,
-    saturated_cores_mean (cores above SATURATED_CORE_PCT), proc_cpu_cores, iowait_pct,
-    disk/net bytes per second, gpu_util_pct. None when there are no samples."""
+    """The window's system metrics as the verdict reads them: means over the samples.
+
+    Samples that carry ``dt_s`` (sidecars written since the sampler's samples became
+    contiguous) are weighted by the time they cover; older ones count alike.
+
+    Args:
+      data: a sidecar dict (:func:`tfbneck_plugin.records.read_sidecar`).
+
+    Returns:
+      None when there are no samples, else a dict:
+        ``samples`` (int), ``cpu_count`` (int), ``sampled_s`` (float, seconds the samples
+        cover; None for old sidecars), ``cpu_mean_pct`` (all cores, %),
+        ``busiest_core_mean_pct`` (%), ``saturated_cores_mean`` (cores above
+        :data:`SATURATED_CORE_PCT`), ``proc_cpu_cores`` (the training process alone, cores),
+        ``iowait_pct`` (%), ``disk_read_MBps`` and ``net_recv_MBps`` (machine-wide, MB/s,
+        loopback included), ``gpu_util_pct`` (%, None without GPUs), ``series`` (per-sample
+        lists), and the process-tree figures (each None when the sidecar lacks them, as
+        old sidecars do):
+        ``tree_cpu_cores`` (mean cores used by the training process and its descendants),
+        ``others_cpu_cores`` (mean cores busy with processes outside the tree: the machine's
+        busy cores minus the tree's, floored at 0), ``tree_children`` (int, most
+        descendants seen at once), ``tree_disk_read_MBps`` (MB/s the tree read from
+        storage), ``net_recv_external_MBps`` (MB/s received on non-loopback interfaces,
+        machine-wide), ``remote_connections`` (int, most TCP connections of the tree to
+        non-loopback peers at once), ``loopback_connections`` (int, the same to loopback
+        peers) and ``scope`` (``"process_tree"`` when the per-process figures exist, else
+        ``"machine"``).
+    """
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]
     if not samples:
         return None
-
-    def mean(values):
-        values = [float(v) for v in values if isinstance(v, (int, float))]
-        return round(sum(values) / len(values), 2) if values else None
-
+    weights = [s.get("dt_s") for s in samples]
+    timed = all(isinstance(w, (int, float)) and w > 0 for w in weights)
+    if not timed:
+        weights = [1.0] * len(samples)
+    mean = _weighted_mean(weights)
+    tree = [s.get("tree_cpu_pct") for s in samples]
+    has_tree = all(isinstance(v, (int, float)) for v in tree)
     gpu_utils = [g.get("util_pct") for s in samples for g in s.get("gpus") or [] if isinstance(g, dict)]
-    return {
+    out = {
         "samples": len(samples),
         "cpu_count": data.get("cpu_count"),
-        "cpu_mean_pct": mean(mean(s["cpu_pct"]) for s in samples),
+        "sampled_s": round(sum(weights), 4) if timed else None,
+        "cpu_mean_pct": mean(_plain_mean(s["cpu_pct"]) for s in samples),
         "busiest_core_mean_pct": mean(max(s["cpu_pct"]) for s in samples),
         "saturated_cores_mean": mean(sum(1 for c in s["cpu_pct"] if c >= SATURATED_CORE_PCT) for s in samples),
         "proc_cpu_cores": round((mean(s.get("proc_cpu_pct") for s in samples) or 0) / 100.0, 2),
         "iowait_pct": mean(s.get("iowait_pct") for s in samples),
         "disk_read_MBps": round((mean(s.get("disk_read_Bps") for s in samples) or 0) / 1e6, 3),
         "net_recv_MBps": round((mean(s.get("net_recv_Bps") for s in samples) or 0) / 1e6, 3),
-        "gpu_util_pct": mean(gpu_utils) if gpu_utils else None,
-        "series": {
-            "t_ms": [round((s["t_unix_ns"] - samples[0]["t_unix_ns"]) / 1e6, 1) for s in samples],
-            "cpu_pct": [s["cpu_pct"] for s in samples],
-            "proc_cpu_pct": [s.get("proc_cpu_pct") for s in samples],
-            "disk_read_Bps": [s.get("disk_read_Bps") for s in samples],
-            "net_recv_Bps": [s.get("net_recv_Bps") for s in samples],
-            "gpu_util_pct": [[g.get("util_pct") for g in s.get("gpus") or []] for s in samples],
-        },
+        "gpu_util_pct": _plain_mean(gpu_utils) if gpu_utils else None,
     }
+    out.update(_tree_summary(samples, mean) if has_tree else dict.fromkeys(TREE_KEYS))
+    out["scope"] = "process_tree" if has_tree else "machine"
+    out["series"] = _series(samples)
+    return out
+
+
+#: Keys of the process-tree figures in :func:`summarize` (None for sidecars without them).
+TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "tree_disk_read_MBps",
+             "net_recv_external_MBps", "remote_connections", "loopback_connections")
+
+
+def _tree_summary(samples, mean) -> Dict:
+    def most(key):
+        values = [int(s[key]) for s in samples if isinstance(s.get(key), (int, float))]
+        return max(values) if values else None
+
+    def mbps(key):
+        value = mean(s.get(key) for s in samples)
+        return round(value / 1e6, 3) if value is not None else None
+
+    tree = mean(s["tree_cpu_pct"] for s in samples)
+    others = mean(max(sum(s["cpu_pct"]) - s["tree_cpu_pct"], 0.0) for s in samples)
+    return {"tree_cpu_cores": round(tree / 100.0, 2), "others_cpu_cores": round(others / 100.0, 2),
+            "tree_children": most("tree_children"), "tree_disk_read_MBps": mbps("tree_disk_read_Bps"),
+            "net_recv_external_MBps": mbps("net_recv_external_Bps"),
+            "remote_connections": most("tree_remote_conns"), "loopback_connections": most("tree_loopback_conns")}
+
+
+def _series(samples) -> Dict:
+    return {
+        "t_ms": [round((s["t_unix_ns"] - samples[0]["t_unix_ns"]) / 1e6, 1) for s in samples],
+        "cpu_pct": [s["cpu_pct"] for s in samples],
+        "proc_cpu_pct": [s.get("proc_cpu_pct") for s in samples],
+        "tree_cpu_pct": [s.get("tree_cpu_pct") for s in samples],
+        "disk_read_Bps": [s.get("disk_read_Bps") for s in samples],
+        "net_recv_Bps": [s.get("net_recv_Bps") for s in samples],
+        "gpu_util_pct": [[g.get("util_pct") for g in s.get("gpus") or []] for s in samples],
+    }
+
+
+def _plain_mean(values) -> Optional[float]:
+    values = [float(v) for v in values if isinstance(v, (int, float))]
+    return round(sum(values) / len(values), 2) if values else None
+
+
+def _weighted_mean(weights):
+    """mean(values): the mean of the numeric values weighted by ``weights`` (same order),
+    rounded to 2 decimals; None when no value is numeric."""
+    def mean(values):
+        pairs = [(float(v), w) for v, w in zip(values, weights) if isinstance(v, (int, float))]
+        total = sum(w for _, w in pairs)
+        return round(sum(v * w for v, w in pairs) / total, 2) if pairs and total > 0 else None
+    return mean

@@ -8,9 +8,9 @@ One line in ``model.fit(callbacks=[...])`` gives, per window of steps:
   profiler's trace, with each profiled step wrapped in
   ``tf.profiler.experimental.Trace('train', step_num=<step>, _r=1)``, the step marker that
   XProf (TensorBoard's Profile tab) and ``tfbneck analyze`` both use to find steps;
-* ``tfbneck_system_metrics.json`` beside it: CPU per core, this process, memory, disk,
-  network and GPUs sampled every ~100 ms during the window (format in
-  :mod:`tfbneck_plugin.records`), which the analyzer uses to tell a CPU-bound input
+* ``tfbneck_system_metrics.json`` beside it: CPU per core, the training process and its
+  children, memory, disk, network and GPUs sampled every ~100 ms during the window (format
+  in :mod:`tfbneck_plugin.records`), which the analyzer uses to tell a CPU-bound input
   pipeline from one that waits on storage;
 * after the window, in the background: one log line with the verdict and scalars
   ``bottleneck/*`` in ``<log_dir>`` (TensorBoard's Scalars tab shows the trend over a long job).
@@ -20,147 +20,35 @@ in its session folder instead, which ``tfbneck analyze`` reports with the reason
 killed inside a window leaves the window's folder in ``<log_dir>/.tfbneck-staging/``, which
 ``tfbneck analyze`` reports as an incomplete window (its partial files are never read).
 
-This module imports TensorFlow; the rest of the package does not.
+The work is split by concern: this module holds the public callback (Keras hooks,
+``step()``, ``close()``); :mod:`.tracker` counts steps and decides when windows open and
+close (no TensorFlow); :mod:`.window` captures one window (profiler, staging, sidecar,
+publishing); :mod:`.background` analyses it afterwards; :mod:`.sampler` samples the system.
+This subpackage imports TensorFlow; the rest of the package does not.
 """
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import threading
-import time
-import uuid
 import weakref
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, write_sidecar
-from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps,
-                       warnings_for)
-from .sampler import SystemSampler
+from .background import BackgroundAnalysis, scalars_from_report
+from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
+from .tracker import NEVER, StepTracker
+from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
 
-try:  # the module-level session object tells whose profiler is running (private API)
-    from tensorflow.python.profiler import profiler_v2 as _profiler_v2
-except Exception:  # pragma: no cover - a TensorFlow without it: rely on the public API only
-    _profiler_v2 = None
-
-__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule"]
+__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "scalars_from_report"]
 
 #: Messages go to this logger: problems at WARNING, the per-window verdict at INFO.
 logger = logging.getLogger("tfbneck")
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
-_INF = float("inf")
-# Profiler sessions are written in STAGING_DIR first, then moved into plugins/profile/ complete
-# with their sidecar (a reader never sees a trace without its system metrics). Each window's
-# staging folder holds a record saying the window is incomplete from the moment it opens: a
-# process killed inside the window leaves it behind, and `tfbneck analyze` reports it.
-#: A saved trace above this size (bytes) gets a warning: tools stall on such files.
-LARGE_TRACE_BYTES = 500 * 1024 * 1024
 _PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
-
-
-@dataclass
-class WindowRecord:
-    """What happened to one profiling window (``BottleneckProfiler.windows``).
-
-    Attributes:
-      index: 0-based, in the order windows were reached.
-      requested: the windows asked for (``(start, stop)``, 1-based steps) that it covers.
-      status: ``"open"``, ``"profiled"`` or ``"skipped"``.
-      reason: why it was skipped (None otherwise).
-      session_dir: the session folder (trace + sidecar, or the skipped record); None when
-        nothing could be written.
-      steps: ``(first, last)`` batch recorded (whole executions when ``steps_per_execution``
-        > 1, so it may be wider than ``requested``).
-      markers: one ``(first, last)`` batch range per step marker in the trace.
-      closed_by: ``"completed"``, ``"training_ended"``, ``"closed"``, ``"interrupted"``.
-      report: the analyzer's session report (dict, see the README "Report") once the
-        background analysis finished; None before or without analysis.
-      analysis_error: why the analysis failed, when it did.
-    """
-    index: int
-    requested: List[Tuple[int, int]]
-    status: str = "open"
-    reason: Optional[str] = None
-    session_dir: Optional[str] = None
-    steps: Optional[Tuple[int, int]] = None
-    markers: List[Tuple[int, int]] = field(default_factory=list)
-    closed_by: Optional[str] = None
-    report: Optional[Dict] = None
-    analysis_error: Optional[str] = None
-
-
-@dataclass
-class _Open:
-    record: WindowRecord
-    window: Tuple[int, int]
-    staging: str
-    session: object
-    sampler: Optional[SystemSampler]
-    marker_filter: Optional["_LegacyKerasMarkerFilter"]
-
-
-class _NullTrace:
-    """Stands in for tf-keras' own per-step TraceMe while a window is open."""
-    __slots__ = ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def set_metadata(self, **kwargs):
-        pass
-
-
-_NULL_TRACE = _NullTrace()
-
-
-class _LegacyKerasMarkerFilter:
-    """tf-keras' ``fit`` wraps every step in ``Trace('train', epoch_num=, step_num=<0-based
-    step of the epoch>, batch_size=, _r=1)``. With our own marker (global 1-based step)
-    the trace would hold two ``train`` roots per step with different numbers. While a
-    window is open, this replaces ``tensorflow.compat.v2.profiler.experimental.Trace`` (the
-    name tf-keras calls; user code calls ``tf.profiler.experimental.Trace``, a different
-    module object) by a subclass that returns a no-op for exactly tf-keras' signature and
-    behaves as ``Trace`` for everything else."""
-
-    def __init__(self):
-        import tensorflow.compat.v2 as tfc
-        self._module = tfc.profiler.experimental
-        self._original = None
-        self._replacement = None
-
-    def install(self) -> "_LegacyKerasMarkerFilter":
-        original = self._module.Trace
-        if getattr(original, "_tfbneck_filter", False):
-            return self  # another profiler instance already filters
-
-        class Trace(original):  # noqa: D401 - same name for readable tracebacks
-            _tfbneck_filter = True
-
-            def __new__(cls, name, **kwargs):
-                if name == "train" and "epoch_num" in kwargs and "batch_size" in kwargs:
-                    return _NULL_TRACE
-                return super().__new__(cls)
-
-        self._original, self._replacement = original, Trace
-        self._module.Trace = Trace
-        return self
-
-    def uninstall(self) -> None:
-        if self._replacement is not None and self._module.Trace is self._replacement:
-            self._module.Trace = self._original
-        self._original = self._replacement = None
 
 
 class _StepContext:
@@ -171,14 +59,9 @@ class _StepContext:
         self._p, self._num, self._batches = profiler, step_num, batches
 
     def __enter__(self):
-        p = self._p
-        first = p._seen + 1 if self._num is None else self._num
-        last = first + self._batches - 1
-        if last > p._seen:
-            p._seen = last
-        if p._trace is None and p._active is None and last < p._next_start:
-            return self
-        p._guard(p._step_begin, first, last)
+        step = self._p.tracker.loop_step(self._num, self._batches)
+        if step is not None:
+            self._p._guard(self._p._step_begin, *step)
         return self
 
     def __exit__(self, *exc):
@@ -303,25 +186,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True  # tf-keras' __init__ sets False: logs would be synced to numpy per batch
         self.log_dir = _check_log_dir(log_dir)
-        if isinstance(max_window_steps, bool) or not isinstance(max_window_steps, int) or max_window_steps < 1:
-            raise ValueError(f"max_window_steps={max_window_steps!r}: pass a positive int number of steps, "
-                             f"e.g. {MAX_WINDOW_STEPS}")
-        self.schedule: StepSchedule = as_schedule(profile_steps, max_window_steps)
-        if isinstance(sample_interval_s, bool) or not isinstance(sample_interval_s, (int, float)) \
-                or not 0.01 <= sample_interval_s <= 10:
-            raise ValueError(f"sample_interval_s={sample_interval_s!r}: pass seconds between 0.01 and 10, e.g. 0.1")
-        if analyze not in (True, False, "process", "thread"):
-            raise ValueError(f"analyze={analyze!r}: pass True or 'process' (analyse in a child process), "
-                             f"'thread' (in this process), or False")
-        if isinstance(analysis_timeout_s, bool) or not isinstance(analysis_timeout_s, (int, float)) \
-                or analysis_timeout_s <= 0:
-            raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
-        if verbose not in (0, 1, True, False):
-            raise ValueError(f"verbose={verbose!r}: pass 1 (log each window's verdict) or 0 (problems only)")
-        backend = getattr(_keras.backend, "backend", None)
-        if callable(backend) and backend() != "tensorflow":
-            raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "
-                             f"'{backend()}' backend; set KERAS_BACKEND=tensorflow before importing Keras")
+        self.schedule: StepSchedule = as_schedule(profile_steps, _check_max_window_steps(max_window_steps))
+        _check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose)
         self.system_metrics = bool(system_metrics)
         self.sample_interval_s = float(sample_interval_s)
         self.analyze = "process" if analyze is True else analyze
@@ -331,29 +197,18 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         self._options = _profiler_options(profiler_options)
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
-
-        # Step bookkeeping (1-based global batch numbers).
-        self._seen = 0            # last batch begun
-        self._epoch_offset = 0    # batches before the current epoch
-        self._epoch_end: Optional[int] = None
-        self._spe = 1
-        self._consumed = 0        # last step covered by a window already handled
-        first = self.schedule.first_start()
-        self._next_start = first if first is not None else _INF
-        self._active: Optional[_Open] = None
-        self._trace = None
-        self._step: Tuple[int, int] = (0, 0)
-
+        #: Step counting and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
+        self.tracker = StepTracker(self.schedule)
+        self._capture: Optional[WindowCapture] = None  # the open window
+        self._trace = None                              # the open step marker
         self._in_fit = False
         self._fit_legacy = False
         self._log_dir_problem: Optional[str] = None
         self._disabled: Optional[str] = None
         self._warned = set()
-        self._lock = threading.Lock()
-        self._threads: List[threading.Thread] = []
-        self._writer = None
-        self._writer_lock = threading.Lock()
         self._exiting = False
+        self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
+                                            self.write_scalars, bool(self.verbose), self._warn, logger.info)
         _ensure_handler()
         for message in warnings_for(self.schedule):
             self._warn("schedule:" + message[:40], message)
@@ -374,73 +229,70 @@ class BottleneckProfiler(_keras.callbacks.Callback):
     # Keras hooks
     # ------------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
+        """Keras hook: a ``fit`` begins."""
         self._guard(self._train_begin)
 
     def _train_begin(self):
-        if self._trace is not None or self._active is not None:
+        if self._trace is not None or self._capture is not None:
             # A previous fit (or loop) ended inside a window without on_train_end: an exception.
             self._warn("interrupted", "a previous training run ended inside a profiling window without "
                                       "finishing (an exception?); saving the steps it completed")
             self._close_window("interrupted")
         self._in_fit = True
         self._fit_legacy = _is_tf_keras_model(self.model)
-        self._spe = _steps_per_execution(self.model)
-        if self._disabled is None and self._next_start != _INF:
-            self._log_dir_problem = _writable_problem(self.log_dir)
+        self.tracker.spe = _steps_per_execution(self.model)
+        if self._disabled is None and self.tracker.next_start != NEVER:
+            self._log_dir_problem = writable_problem(self.log_dir)
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_offset = self._seen
+        """Keras hook: an epoch begins (steps keep counting across epochs)."""
         steps = (self.params or {}).get("steps")
-        self._epoch_end = self._epoch_offset + int(steps) if isinstance(steps, int) and steps > 0 else None
-        if self._spe != 1 or self._fit_legacy:
-            self._spe = _steps_per_execution(self.model)  # tf-keras may autotune it
+        self.tracker.begin_epoch(steps if isinstance(steps, int) else None)
+        if self.tracker.spe != 1 or self._fit_legacy:
+            self.tracker.spe = _steps_per_execution(self.model)  # tf-keras may autotune it
 
     def on_train_batch_begin(self, batch, logs=None):
-        # Hot path: a few integer operations outside windows.
-        first = self._epoch_offset + batch + 1
-        last = first + self._spe - 1
-        end = self._epoch_end
-        if end is not None and last > end >= first:
-            last = end
-        self._seen = last
-        if self._trace is None and self._active is None and last < self._next_start:
-            return
-        self._guard(self._fit_step, first, last)
+        """Keras hook: a step begins. Outside windows: a few integer operations."""
+        step = self.tracker.fit_batch(batch)
+        if step is not None:
+            self._guard(self._fit_step, *step)
 
     def _fit_step(self, first, last):
         self._step_end()
         self._step_begin(first, last)
 
     def on_test_begin(self, logs=None):
-        # Validation inside fit is not a training step: end the current step marker.
+        """Keras hook: validation inside fit is not a training step; end the step marker."""
         if self._trace is not None:
             self._guard(self._step_end)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Keras hook: an epoch ended; end the step marker."""
         if self._trace is not None:
             self._guard(self._step_end)
 
     def on_train_end(self, logs=None):
+        """Keras hook: ``fit`` ended; a window still open is saved with the steps it recorded."""
         self._guard(self._train_end)
 
     def _train_end(self):
         self._in_fit = False
         if self._trace is not None:
             self._step_end(close_if_done=False)
-        if self._active is not None:
-            a = self._active
-            got = a.record.markers
-            upto = got[-1][1] if got else a.window[0]
-            self._warn("ended_inside", f"training ended inside the window of steps {a.window[0]}-{a.window[1]} "
+        if self._capture is not None:
+            win, got = self._capture.window, self.tracker.markers
+            upto = got[-1][1] if got else win[0]
+            self._warn("ended_inside", f"training ended inside the window of steps {win[0]}-{win[1]} "
                                        f"after step {upto}: the session holds the steps recorded so far")
             self._close_window("training_ended")
-        if not self.windows and self._disabled is None and self._next_start != _INF and self._seen:
-            first = self.schedule.window_for(1, 1 << 62)
-            hint = "(3, 5)" if self._seen >= 5 else f"(1, {self._seen})"
-            self._warn("not_reached", f"training stopped at step {self._seen}, before the first profiling window "
+        seen = self.tracker.seen
+        if not self.windows and self._disabled is None and self.tracker.next_start != NEVER and seen:
+            first = self.tracker.first_window()
+            hint = "(3, 5)" if seen >= 5 else f"(1, {seen})"
+            self._warn("not_reached", f"training stopped at step {seen}, before the first profiling window "
                                       f"({first[0]}-{first[1]}): nothing was profiled yet (steps count on across "
                                       f"fit calls with this callback). For a shorter run pass an earlier window, "
                                       f"e.g. profile_steps={hint}")
@@ -475,28 +327,28 @@ class BottleneckProfiler(_keras.callbacks.Callback):
 
     def close(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """End any open window (saving its trace) and, with ``wait``, wait for the
-        background analyses (at most ``timeout`` seconds). Safe to call more than once."""
+        background analyses (at most ``timeout`` seconds). Safe to call more than once.
+
+        A profiler closed without having seen a single training step warns once: it was
+        neither passed to ``fit`` nor driven by :meth:`step` (a loop over
+        ``model.train_on_batch``, which calls no callbacks, needs ``with profiler.step():``).
+        """
         if self._trace is not None:
             self._guard(self._step_end, False)
-        if self._active is not None:
+        if self._capture is not None:
             self._guard(self._close_window, "closed")
+        if self.tracker.seen == 0 and self._disabled is None:
+            self._warn("no_step", "BottleneckProfiler was closed without seeing a training step, so nothing was "
+                                  "profiled: pass it to model.fit(..., callbacks=[profiler]), or wrap each step of "
+                                  "a custom loop (including a loop over model.train_on_batch, which calls no "
+                                  "callbacks) in `with profiler.step():`")
         if wait:
             self.wait_for_analysis(timeout)
-        with self._writer_lock:
-            if self._writer is not None:
-                try:
-                    self._writer.flush()
-                except Exception:
-                    pass
+        self._analysis.flush()
 
     def wait_for_analysis(self, timeout: Optional[float] = None) -> bool:
         """Wait for the background analyses started so far; True when all finished."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            threads = list(self._threads)
-        for t in threads:
-            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in threads)
+        return self._analysis.wait(timeout)
 
     def __enter__(self) -> "BottleneckProfiler":
         return self
@@ -506,7 +358,7 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         return False
 
     # ------------------------------------------------------------------------------------
-    # Windows
+    # Steps and windows
     # ------------------------------------------------------------------------------------
     def _guard(self, fn, *args):
         """Run ``fn``; an unexpected error turns the callback off, never reaches training."""
@@ -514,58 +366,42 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             return None
         try:
             return fn(*args)
-        except Exception as err:  # never let profiling stop training
+        except Exception as err:  # noqa: BLE001 - never let profiling stop training
             self._disabled = f"{type(err).__name__}: {err}"
-            self._next_start = _INF
             logger.debug("BottleneckProfiler internal error", exc_info=True)
             self._warn("internal", f"internal error, profiling is off for the rest of this run "
                                    f"(training continues): {self._disabled}")
             try:
                 self._cleanup_after_error()
-            except Exception:
+            except Exception:  # noqa: BLE001 - best effort
                 logger.debug("BottleneckProfiler cleanup error", exc_info=True)
             return None
 
     def _cleanup_after_error(self):
         tr, self._trace = self._trace, None
-        a, self._active = self._active, None
+        cap, self._capture = self._capture, None
+        self.tracker.stop()
         try:
             if tr is not None:
                 tr.__exit__(None, None, None)
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - the marker's own error: nothing left to end
             pass
-        if a is None:
+        if cap is None:
             return
         _OPEN_AT_EXIT.discard(self)
-        if a.marker_filter is not None:
-            a.marker_filter.uninstall()
-        if a.sampler is not None:
-            a.sampler.stop()
-        if _profiler_v2 is not None and getattr(_profiler_v2, "_profiler", None) is a.session:
-            try:
-                tf.profiler.experimental.stop(save=False)
-            except Exception:
-                pass
-        a.record.status, a.record.reason = "skipped", f"internal error: {self._disabled}"
-        shutil.rmtree(a.staging, ignore_errors=True)
+        cap.abandon()
+        cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
 
     def _step_begin(self, first: int, last: int) -> None:
-        if self._active is not None and first > self._active.window[1]:
+        if self.tracker.window_passed(first):
             self._close_window("completed")  # a custom loop jumped past the window's end
-        if self._active is None:
-            if last < self._next_start:
-                return
-            lo = max(first, self._consumed + 1)
-            win = self.schedule.window_for(lo, last) if lo <= last else None
-            if win is None:
-                nxt = self.schedule.next_start(max(last, self._consumed))
-                self._next_start = nxt if nxt is not None else _INF
-                return
-            if not self._open_window(win):
+        if self._capture is None:
+            win = self.tracker.window_to_open(first, last)
+            if win is None or not self._open_window(win):
                 return
         self._trace = tf.profiler.experimental.Trace("train", step_num=first, _r=1)
         self._trace.__enter__()
-        self._step = (first, last)
+        self.tracker.step_began(first, last)
 
     def _step_end(self, close_if_done: bool = True) -> None:
         tr = self._trace
@@ -573,240 +409,66 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             return
         self._trace = None
         tr.__exit__(None, None, None)
-        a = self._active
-        if a is None:
-            return
-        a.record.markers.append(self._step)
-        if close_if_done and self._step[1] >= a.window[1]:
+        done = self.tracker.step_ended()
+        if close_if_done and done:
             self._close_window("completed")
-
-    def _precheck(self) -> Optional[Tuple[str, str]]:
-        env = os.environ.get("TF_DISABLE_PROFILING", "")
-        if env.strip().lower() in ("1", "true"):
-            return "disabled", f"profiling is disabled in this process (TF_DISABLE_PROFILING={env})"
-        if self._log_dir_problem:
-            return "log_dir", self._log_dir_problem
-        if _profiler_v2 is not None and getattr(_profiler_v2, "_profiler", None) is not None:
-            return "other_profiler", ("another profiler session was already running in this process "
-                                      "(tf.profiler.experimental.start, a TensorBoard callback's profile_batch, "
-                                      "or a profiler server capture); BottleneckProfiler never stops a profiler "
-                                      "it did not start")
-        return None
 
     def _open_window(self, win: Tuple[int, int]) -> bool:
         rec = WindowRecord(index=len(self.windows), requested=[win])
         self.windows.append(rec)
-        problem = self._precheck()
+        problem = precheck(self._log_dir_problem)
+        cap = None
         if problem is None:
-            staging = os.path.join(self.log_dir, STAGING_DIR, f"{os.getpid()}-{rec.index}-{uuid.uuid4().hex[:8]}")
-            try:
-                os.makedirs(staging)
-            except OSError as err:
-                problem = ("log_dir", f"cannot write to log_dir {self.log_dir} ({err.strerror or err})")
-            else:
-                _write_open_record(staging, rec)
+            cap, problem = WindowCapture.open(
+                self.log_dir, rec, win, options=self._options, system_metrics=self.system_metrics,
+                sample_interval_s=self.sample_interval_s, filter_legacy=self._in_fit and self._fit_legacy,
+                warn=self._warn)
         if problem is not None:
             self._skip(rec, win, *problem)
             return False
-        sampler = None
-        if self.system_metrics:
-            try:
-                sampler = SystemSampler(self.sample_interval_s).start()
-            except Exception as err:  # a thread that cannot start: trace without metrics
-                self._warn("sampler", f"system sampler could not start ({type(err).__name__}: {err}); "
-                                      f"the trace is recorded without system metrics")
-        marker_filter = None
-        if self._in_fit and self._fit_legacy:
-            marker_filter = _LegacyKerasMarkerFilter().install()
-        before = getattr(_profiler_v2, "_profiler", None) if _profiler_v2 is not None else None
-        try:
-            if self._options is not None:
-                tf.profiler.experimental.start(staging, options=self._options)
-            else:
-                tf.profiler.experimental.start(staging)
-        except Exception as err:
-            if _profiler_v2 is not None and before is None:
-                # TensorFlow keeps the session object its start() created when the C++ side
-                # refuses (a profiler server capture is running): drop the dead object our
-                # call made, so later starts are not refused for ever.
-                with _profiler_v2._profiler_lock:
-                    if _profiler_v2._profiler is not None and isinstance(err, tf.errors.AlreadyExistsError):
-                        _profiler_v2._profiler = None
-            if marker_filter is not None:
-                marker_filter.uninstall()
-            if sampler is not None:
-                sampler.stop()
-            shutil.rmtree(staging, ignore_errors=True)
-            _remove_empty(os.path.join(self.log_dir, STAGING_DIR))
-            if isinstance(err, tf.errors.AlreadyExistsError):
-                self._skip(rec, win, "other_profiler", "another profiler session was already running "
-                                                       "(the profiler refused to start: it allows one session per process)")
-            else:
-                self._skip(rec, win, "start_failed", f"the profiler could not start ({type(err).__name__}: "
-                                                     f"{str(err).splitlines()[0] if str(err) else ''})")
-            return False
-        session = getattr(_profiler_v2, "_profiler", None) if _profiler_v2 is not None else None
-        self._active = _Open(rec, win, staging, session, sampler, marker_filter)
+        self._capture = cap
+        self.tracker.opened(win)
+        rec.markers = self.tracker.markers  # the same list: it grows while the window is open
         _OPEN_AT_EXIT.add(self)
         return True
 
-    def _advance_past(self, upto: int) -> None:
-        self._consumed = max(self._consumed, upto)
-        nxt = self.schedule.next_start(self._consumed)
-        self._next_start = nxt if nxt is not None else _INF
-
-    def _skip(self, rec: WindowRecord, win: Tuple[int, int], kind: str, reason: str,
-              session_name: Optional[str] = None) -> None:
+    def _skip(self, rec: WindowRecord, win: Tuple[int, int], kind: str, reason: str) -> None:
         rec.status, rec.reason, rec.closed_by = "skipped", reason, rec.closed_by or "skipped"
-        self._advance_past(win[1])
-        where = ""
-        if kind != "log_dir":
-            name = session_name or f"{_timestamp()}_steps{win[0]}-{win[1]}_skipped"
-            folder = None
-            try:
-                folder = _unique_dir(os.path.join(self.log_dir, "plugins", "profile"), name)
-                data = {"format": "tfbneck.skipped", "version": 1, "reason": reason,
-                        "requested_steps": [list(w) for w in rec.requested], "host": socket.gethostname(),
-                        "pid": os.getpid(), "time_unix_ns": time.time_ns(), "source": "BottleneckProfiler"}
-                write_sidecar(folder, data, name=SKIPPED_NAME)
-                rec.session_dir = folder
-                where = f"; recorded in {folder}"
-            except OSError as err:
-                if folder is not None:
-                    _remove_empty(folder)  # no empty session folder when the record cannot be written
-                where = f"; could not record it ({err.strerror or err})"
-        self._warn(kind if kind == "log_dir" else "skip:" + kind, f"steps {win[0]}-{win[1]} were not profiled: {reason}. "
-                                   f"Training continues{where}",
+        self.tracker.skip(win)
+        where = "" if kind == "log_dir" else record_skip(self.log_dir, rec, win, reason)
+        self._warn(kind if kind == "log_dir" else "skip:" + kind,
+                   f"steps {win[0]}-{win[1]} were not profiled: {reason}. Training continues{where}",
                    repeat=f"steps {win[0]}-{win[1]} were not profiled: {reason}{where}")
 
     def _close_window(self, closed_by: str) -> None:
-        a = self._active
-        if a is None:
+        cap = self._capture
+        if cap is None:
             return
         unfinished = None
         if self._trace is not None:
             if closed_by == "interrupted":
-                # The step was cut by an exception: end its marker only after the profiler
+                # The step was cut by an exception: its marker ends only after the profiler
                 # stopped, so that the trace holds complete steps only.
                 unfinished, self._trace = self._trace, None
+                self.tracker.step_cut()
             else:
                 self._step_end(close_if_done=False)
-        self._active = None
+        self._capture = None
         _OPEN_AT_EXIT.discard(self)
-        rec = a.record
+        rec = cap.record
         rec.closed_by = closed_by
-        problem = None
-        sysdata = None
-        try:
-            if _profiler_v2 is None or getattr(_profiler_v2, "_profiler", None) is a.session:
-                tf.profiler.experimental.stop()
-            else:
-                problem = "the profiler session was stopped by other code during the window"
-        except Exception as err:
-            problem = f"the profiler could not save the trace ({type(err).__name__}: " \
-                      f"{str(err).splitlines()[0] if str(err) else ''})"
-        finally:
-            if unfinished is not None:
-                unfinished.__exit__(None, None, None)
-            if a.marker_filter is not None:
-                a.marker_filter.uninstall()
-            if a.sampler is not None:
-                sysdata = a.sampler.stop()
-        markers = rec.markers
-        p0, p1 = (markers[0][0], markers[-1][1]) if markers else a.window
-        rec.steps = (p0, p1)
-        # Later requested windows entirely inside what was recorded (steps_per_execution > 1).
-        lo = a.window[1] + 1
-        while lo <= p1:
-            w = self.schedule.window_for(lo, p1)
-            if w is None or w[1] > p1:
-                break
-            rec.requested.append(w)
-            lo = w[1] + 1
-        self._advance_past(max(a.window[1], p1))
-        staging_root = os.path.join(self.log_dir, STAGING_DIR)
-        exported = _exported_session(a.staging) if problem is None else None
-        if problem is None and exported is None:
-            problem = "the profiler wrote no trace file"
+        problem, sysdata = cap.stop(unfinished)
+        closed = self.tracker.close()
+        rec.steps, rec.markers = closed.steps, closed.markers
+        rec.requested.extend(closed.also_covered)
         if problem is not None:
-            shutil.rmtree(a.staging, ignore_errors=True)
-            _remove_empty(staging_root)
-            self._skip(rec, a.window, "save_failed", problem)
-            return
-        ts = os.path.basename(exported)
-        if sysdata is not None:
-            sysdata["source"] = "BottleneckProfiler"
-            sysdata["window"] = {"index": rec.index, "requested_steps": [list(w) for w in rec.requested],
-                                 "profiled_steps": [p0, p1], "markers": [list(m) for m in markers],
-                                 "steps_per_execution": self._spe, "closed_by": closed_by}
-            try:
-                write_sidecar(exported, sysdata, name=SIDECAR_NAME)
-            except OSError as err:
-                self._warn("sidecar", f"could not write the system metrics ({err.strerror or err}); "
-                                      f"the trace is kept without them")
-            if sysdata.get("sampler_error"):
-                self._warn("sampler_error", f"the system sampler failed ({sysdata['sampler_error']}); the "
-                                            f"window's system metrics are incomplete")
-        parent = os.path.join(self.log_dir, "plugins", "profile")
-        try:
-            os.makedirs(parent, exist_ok=True)
-            final = _unique_dir(parent, f"{ts}_steps{p0}-{p1}", create=False)
-            os.rename(exported, final)
-        except OSError as err:
-            shutil.rmtree(a.staging, ignore_errors=True)
-            _remove_empty(staging_root)
-            self._skip(rec, a.window, "save_failed", f"could not move the trace into {parent} ({err.strerror or err})")
-            return
-        shutil.rmtree(a.staging, ignore_errors=True)
-        _remove_empty(staging_root)
-        rec.status, rec.session_dir = "profiled", final
-        size = sum(os.path.getsize(os.path.join(final, f)) for f in os.listdir(final) if ".xplane.pb" in f)
-        if size > LARGE_TRACE_BYTES:
-            self._warn("large_trace", f"the trace of steps {p0}-{p1} is {size / 2**20:.0f} MiB: tools stall on "
-                                      f"traces this size; profile fewer steps per window")
-        if self.analyze and not self._exiting:
-            self._start_analysis(rec)
-
-    # ------------------------------------------------------------------------------------
-    # Background analysis
-    # ------------------------------------------------------------------------------------
-    def _start_analysis(self, rec: WindowRecord) -> None:
-        t = threading.Thread(target=self._analysis_worker, args=(rec,), name=f"tfbneck-analysis-{rec.index}")
-        with self._lock:
-            self._threads = [x for x in self._threads if x.is_alive()] + [t]
-        t.start()
-
-    def _analysis_worker(self, rec: WindowRecord) -> None:
-        try:
-            report = (_analyze_in_child(rec.session_dir, self.analysis_timeout_s) if self.analyze == "process"
-                      else _analyze_here(rec.session_dir))
-        except Exception as err:
-            rec.analysis_error = f"{type(err).__name__}: {err}"
-            self._warn("analysis", f"analysis of {rec.session_dir} failed ({rec.analysis_error}); the trace is "
-                                   f"kept: run `tfbneck analyze {rec.session_dir}`")
-            return
-        rec.report = report
-        if report.get("status") != "ok":
-            rec.analysis_error = report.get("error") or "analysis failed"
-            self._warn("analysis", f"steps {rec.steps[0]}-{rec.steps[1]}: {rec.analysis_error}")
-            return
-        if self.verbose:
-            logger.info(_verdict_line(rec, report))
-        if self.write_scalars:
-            try:
-                self._write_scalars(rec, report)
-            except Exception as err:
-                self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
-
-    def _write_scalars(self, rec: WindowRecord, report: Dict) -> None:
-        values = scalars_from_report(report)
-        with self._writer_lock:
-            if self._writer is None:
-                self._writer = tf.summary.create_file_writer(self.log_dir)
-            with self._writer.as_default():
-                for tag, value in values.items():
-                    tf.summary.scalar(tag, value, step=rec.steps[1])
-            self._writer.flush()
+            cap.discard()
+        else:
+            problem = cap.publish(closed, self.tracker.spe, closed_by, sysdata)
+        if problem is not None:
+            self._skip(rec, closed.window, "save_failed", problem)
+        elif self.analyze and not self._exiting:
+            self._analysis.start(rec)
 
     # ------------------------------------------------------------------------------------
     def _warn(self, key: str, message: str, repeat: Optional[str] = None) -> None:
@@ -820,87 +482,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
 
 
 # ----------------------------------------------------------------------------------------
-# Helpers
+# Arguments and Keras introspection
 # ----------------------------------------------------------------------------------------
-
-def scalars_from_report(report: Dict) -> Dict[str, float]:
-    """The ``bottleneck/*`` scalars written for one analysed session (see the class doc)."""
-    out: Dict[str, float] = {}
-    st = (report.get("steps") or {}).get("step_time_ms") or {}
-    if st.get("mean") is not None:
-        out["bottleneck/step_time_ms"] = float(st["mean"])
-    pct = report.get("breakdown_pct") or {}
-    for key in ("input", "device_compute", "host_compute", "kernel_launch", "collective", "idle"):
-        if key in pct:
-            out[f"bottleneck/{key}_pct"] = float(pct[key])
-    if "host_to_device" in pct or "device_to_host" in pct:
-        out["bottleneck/transfer_pct"] = float(pct.get("host_to_device", 0.0)) + float(pct.get("device_to_host", 0.0))
-    if report.get("confidence") is not None:
-        out["bottleneck/confidence"] = float(report["confidence"])
-    verdict = report.get("bottleneck", "unknown")
-    for kind in ("cpu", "device", "io", "network", "unknown"):
-        out[f"bottleneck/is_{kind}"] = 1.0 if verdict == kind else 0.0
-    system = report.get("system_metrics") or {}
-    for src, tag in (("cpu_mean_pct", "system_cpu_pct"), ("busiest_core_mean_pct", "system_busiest_core_pct"),
-                     ("proc_cpu_cores", "system_proc_cpu_cores"), ("gpu_util_pct", "system_gpu_util_pct")):
-        if system.get(src) is not None:
-            out[f"bottleneck/{tag}"] = float(system[src])
-    return out
-
-
-def _verdict_line(rec: WindowRecord, report: Dict) -> str:
-    st = ((report.get("steps") or {}).get("step_time_ms") or {}).get("mean")
-    pct = report.get("breakdown_pct") or {}
-    recs = report.get("recommendations") or []
-    kind = report.get("bottleneck", "unknown")
-    head = f"{kind}-bound" if kind != "unknown" else "no verdict"
-    parts = [f"steps {rec.steps[0]}-{rec.steps[1]}: {head} ({report.get('cause', '')}, "
-             f"confidence {float(report.get('confidence') or 0):.2f})"]
-    if st is not None:
-        parts.append(f"{st:.1f} ms/step, {float(pct.get('input', 0.0)):.0f}% waiting for input")
-    if recs:
-        parts.append(f"fix first: {recs[0].get('title')}")
-    return "; ".join(parts) + f" [{rec.session_dir}]"
-
-
-_CHILD = r"""
-import json, os, sys
-try:
-    os.nice(10)
-except Exception:
-    pass
-from tfbneck_plugin.analysis.session import analyze_session
-from tfbneck_plugin.logdir import find_sessions
-found = find_sessions(sys.argv[1]).sessions
-if not found:
-    print(json.dumps({"status": "error", "error": sys.argv[1] + ": no session found"}))
-else:
-    print(json.dumps(analyze_session(found[0]), default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-"""
-
-
-def _analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
-    if not sys.executable:
-        return _analyze_here(session_dir)
-    env = dict(os.environ)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, "-c", _CHILD, session_dir], capture_output=True, timeout=timeout_s,
-                          env=env, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"analyzer exited with status {proc.returncode}: {tail[0]}")
-    return json.loads(proc.stdout.decode("utf-8").strip().splitlines()[-1])
-
-
-def _analyze_here(session_dir: str) -> Dict:
-    from ..analysis.session import analyze_session
-    from ..logdir import find_sessions
-    found = find_sessions(session_dir).sessions
-    if not found:
-        return {"status": "error", "error": f"{session_dir}: no session found"}
-    return analyze_session(found[0])
-
 
 def _check_log_dir(log_dir) -> str:
     if isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)):
@@ -918,6 +501,30 @@ def _check_log_dir(log_dir) -> str:
     return path
 
 
+def _check_max_window_steps(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_window_steps={value!r}: pass a positive int number of steps, e.g. {MAX_WINDOW_STEPS}")
+    return value
+
+
+def _check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> None:
+    if isinstance(sample_interval_s, bool) or not isinstance(sample_interval_s, (int, float)) \
+            or not 0.01 <= sample_interval_s <= 10:
+        raise ValueError(f"sample_interval_s={sample_interval_s!r}: pass seconds between 0.01 and 10, e.g. 0.1")
+    if analyze not in (True, False, "process", "thread"):
+        raise ValueError(f"analyze={analyze!r}: pass True or 'process' (analyse in a child process), "
+                         f"'thread' (in this process), or False")
+    if isinstance(analysis_timeout_s, bool) or not isinstance(analysis_timeout_s, (int, float)) \
+            or analysis_timeout_s <= 0:
+        raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
+    if verbose not in (0, 1, True, False):
+        raise ValueError(f"verbose={verbose!r}: pass 1 (log each window's verdict) or 0 (problems only)")
+    backend = getattr(_keras.backend, "backend", None)
+    if callable(backend) and backend() != "tensorflow":
+        raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "
+                         f"'{backend()}' backend; set KERAS_BACKEND=tensorflow before importing Keras")
+
+
 def _profiler_options(options):
     if options is None:
         return None
@@ -930,26 +537,6 @@ def _profiler_options(options):
     if unknown:
         raise ValueError(f"profiler_options: unknown key(s) {unknown}; known: {list(_PROFILER_OPTION_KEYS)}")
     return tf.profiler.experimental.ProfilerOptions(**options)
-
-
-def _writable_problem(log_dir: str) -> Optional[str]:
-    """None when ``log_dir`` can hold sessions, else a one-line reason."""
-    probe = None
-    try:
-        folder = os.path.join(log_dir, "plugins", "profile")
-        os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".tfbneck-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.unlink(probe)
-        return None
-    except OSError as err:
-        if probe is not None:  # created, but the write failed (disk full): do not leave it behind
-            try:
-                os.unlink(probe)
-            except OSError:
-                pass
-        return f"log_dir {log_dir} is not writable ({type(err).__name__}: {err.strerror or err})"
 
 
 def _is_tf_keras_model(model) -> bool:
@@ -967,58 +554,6 @@ def _steps_per_execution(model) -> int:
         except (TypeError, ValueError):
             continue
     return 1
-
-
-def _exported_session(staging: str) -> Optional[str]:
-    """The session folder the profiler wrote under ``<staging>/plugins/profile/``."""
-    root = os.path.join(staging, "plugins", "profile")
-    try:
-        names = sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)))
-    except OSError:
-        return None
-    for n in reversed(names):
-        folder = os.path.join(root, n)
-        if any(f.endswith((".xplane.pb", ".xplane.pb.gz")) for f in os.listdir(folder)):
-            return folder
-    return None
-
-
-def _write_open_record(staging: str, rec: WindowRecord) -> None:
-    """The record left in a window's staging folder while it is open (removed with the folder
-    when the window closes). Read only if the process dies inside the window."""
-    host, pid = socket.gethostname(), os.getpid()
-    steps = ", ".join(f"{a}-{b}" for a, b in rec.requested)
-    data = {"format": "tfbneck.skipped", "version": 1, "incomplete": True,
-            "reason": f"the training process (pid {pid} on {host}) stopped inside the window of steps {steps} "
-                      f"before its trace was saved (killed, crashed or out of memory); files left in this folder "
-                      f"are partial. Delete the folder to dismiss this entry",
-            "requested_steps": [list(w) for w in rec.requested], "host": host, "pid": pid,
-            "time_unix_ns": time.time_ns(), "source": "BottleneckProfiler"}
-    try:
-        write_sidecar(staging, data, name=SKIPPED_NAME)
-    except OSError:  # the disk is full or read-only: the trace will fail too, and say so
-        pass
-
-
-def _timestamp() -> str:
-    return time.strftime("%Y_%m_%d_%H_%M_%S")  # the profiler's own session-name format
-
-
-def _unique_dir(parent: str, name: str, create: bool = True) -> str:
-    os.makedirs(parent, exist_ok=True)
-    candidate, n = os.path.join(parent, name), 2
-    while os.path.exists(candidate):
-        candidate, n = os.path.join(parent, f"{name}_{n}"), n + 1
-    if create:
-        os.makedirs(candidate)
-    return candidate
-
-
-def _remove_empty(folder: str) -> None:
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass
 
 
 def _ensure_handler() -> None:

@@ -1,36 +1,78 @@
 """The system sampler BottleneckProfiler runs during a window (psutil, NVML): what the
-machine, this process and the GPUs did, written as the sidecar described in
-:mod:`tfbneck_plugin.records`. No TensorFlow here.
+machine, the training process tree and the GPUs did, written as the sidecar described
+in :mod:`tfbneck_plugin.records`. No TensorFlow here.
+
+Machine-wide counters alone mislead on a shared machine (issue 11, kind 4): another
+process' traffic, loopback included, looks like remote reads, and the training's own
+worker processes (Keras ``PyDataset(workers=N, use_multiprocessing=True)``,
+``multiprocessing`` pools) look like someone else's load. So each sample also holds the
+figures of the training process *tree* (the process and its descendants): CPU, bytes
+read from storage, TCP connections to peers outside the machine; and the machine's
+receive counters without loopback interfaces.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..records import FORMAT, VERSION, write_sidecar
 
-
 _NVML_MISSING = False
+_LOOPBACK_NICS: Optional[frozenset] = None
+#: Seconds between two scans for the tree's descendants and TCP connections (also done at
+#: the window's first and last readings). A scan reads every ``/proc/<pid>/stat`` of the
+#: machine (psutil's ``children``): ~1.3 ms for 90 processes measured here, too much for
+#: every 100 ms sample; CPU and I/O of the known processes are read at every sample.
+TREE_REFRESH_S = 0.5
+
+
+class _Reading(NamedTuple):
+    """Counters read at one instant; a sample is the difference of two readings."""
+    mono: float                        # time.monotonic(), s
+    wall_ns: int                       # time.time_ns()
+    cores: list                        # psutil.cpu_times(percpu=True)
+    disk: object                       # psutil.disk_io_counters() (None without disks)
+    net: object                        # psutil.net_io_counters()
+    net_ext: Tuple[int, int]           # (bytes_recv, bytes_sent) over non-loopback NICs
+    proc_cpu_s: float                  # this process: user + system, s
+    tree: Dict[int, Tuple[float, int]]  # pid -> (user + system s, read_bytes)
+    children: int                      # descendants alive
+    conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
 
 
 class SystemSampler:
     """Samples the system every ``interval_s`` seconds on a daemon thread (psutil, NVML).
 
-    ``start()`` begins, ``stop()`` ends and returns the sidecar dict; ``write(folder)``
-    stores it. Any exception inside the thread stops sampling and is kept in ``error``:
-    the sampler never raises into the training loop.
+    ``start()`` takes the first reading (on the caller's thread) and begins; ``stop()``
+    takes the last reading and returns the sidecar dict; ``write(folder)`` stores it. Any
+    exception inside the thread stops sampling and is kept in ``error``: the sampler never
+    raises into the training loop.
 
-    Per-core CPU % is computed from this sampler's own ``psutil.cpu_times(percpu=True)``
-    deltas (busy = all time but idle and iowait, as ``psutil.cpu_percent`` counts it), so
-    other users of ``psutil.cpu_percent`` in the process do not disturb the readings.
-    ``stop()`` takes one last sample when at least 10 ms (or ``interval_s / 5``) passed
-    since the previous one, so a window shorter than one interval still has a sample
-    (coarse: the kernel counts CPU time in 10 ms ticks). NVIDIA GPUs
-    are read through NVML (package ``nvidia-ml-py``) when it is installed and a driver is
-    present; otherwise ``gpus`` is an empty list.
+    Samples are contiguous: each covers the time since the previous reading (``dt_s``),
+    the first starts at ``start()`` and the last ends at ``stop()``, so a window shorter
+    than ``interval_s`` still gets one sample covering all of it. A remainder shorter than
+    ``min(interval_s / 5, 10 ms)`` at ``stop()`` is merged into the last sample rather than
+    made a sample of its own (the kernel counts CPU time in 10 ms ticks, USER_HZ = 100,
+    so shorter spans read 0 % or 100 %). CPU figures of short windows are coarse for the
+    same reason.
+
+    Per-core CPU % comes from this sampler's own ``psutil.cpu_times(percpu=True)`` deltas
+    (busy = all time but idle and iowait, as ``psutil.cpu_percent`` counts it); process CPU
+    from ``Process.cpu_times()`` deltas (100 = one core, as ``Process.cpu_percent``). The
+    tree (this process and its descendants, rescanned every ``TREE_REFRESH_S`` s) gives
+    ``tree_cpu_pct``, ``tree_disk_read_Bps`` (``/proc/<pid>/io`` ``read_bytes``: bytes
+    fetched from storage, page-cache hits excluded), ``tree_children`` and its TCP
+    connections to loopback and to other peers. A descendant born during the window counts
+    from its start; one that exits between two readings counts up to its last reading.
+    NVIDIA GPUs are read through NVML (package ``nvidia-ml-py``) when installed and a driver
+    is present; otherwise ``gpus`` is an empty list.
+
+    Args:
+      interval_s: seconds between samples (the callback checks 0.01-10).
     """
 
     def __init__(self, interval_s: float = 0.1):
@@ -42,38 +84,51 @@ class SystemSampler:
         self._start_ns = self._end_ns = 0
         self._nvml = None
         self._gpus: List = []
-        self._prev = None
         self._proc = None
+        self._tree_procs: Dict = {}      # pid -> psutil.Process, the tree at the last scan
+        self._baseline: Dict[int, Tuple[float, int]] = {}  # pid -> counters when first seen
+        self._children = 0
+        self._conns = (0, 0)
+        self._scanned = -1e9
+        self._prev: Optional[_Reading] = None   # the last reading
+        self._last_base: Optional[_Reading] = None  # the reading the last sample started from
 
     def start(self) -> "SystemSampler":
-        # Imports and the first readings happen here, on the caller's thread: a sampler
+        """Take the first reading and start the sampling thread; returns ``self``.
+
+        Raises:
+          RuntimeError: the thread cannot start (the callback then records the trace
+            without system metrics).
+        """
+        # Imports and the first reading happen here, on the caller's thread: a sampler
         # thread importing modules while the training thread holds the GIL can take
         # hundreds of ms to get going.
         try:
             import psutil
             self._proc = psutil.Process()
-            self._proc.cpu_percent()
             self._gpus = self._gpu_handles()
-            self._prev = self._read()
-        except Exception as err:
+            self._prev = self._read(psutil, first=True)
+        except Exception as err:  # noqa: BLE001 - psutil missing or /proc unreadable: no metrics, said why
             self.error = f"{type(err).__name__}: {err}"
-        self._start_ns = time.time_ns()
+        self._start_ns = self._prev.wall_ns if self._prev is not None else time.time_ns()
         self._thread = threading.Thread(target=self._run, name="tfbneck-sampler", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> Dict:
+        """Take the last reading, stop the thread; returns the sidecar dict (:meth:`to_dict`)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5 * self.interval_s + 1)
-        self._end_ns = time.time_ns()
+        self._end_ns = self._prev.wall_ns if self._prev is not None and not self.error else time.time_ns()
         return self.to_dict()
 
     def to_dict(self) -> Dict:
+        """The sidecar (format in :mod:`tfbneck_plugin.records`) of what was sampled so far."""
         try:
             import psutil
             cpu_count = psutil.cpu_count() or 0
-        except Exception:  # psutil missing: the error is already in self.error
+        except Exception:  # noqa: BLE001 - psutil missing: the error is already in self.error
             cpu_count = os.cpu_count() or 0
         return {"format": FORMAT, "version": VERSION, "host": socket.gethostname(), "pid": os.getpid(),
                 "cpu_count": cpu_count, "interval_s": self.interval_s,
@@ -81,12 +136,113 @@ class SystemSampler:
                 "sampler_error": self.error, "samples": list(self.samples)}
 
     def write(self, folder: str, extra: Optional[Dict] = None) -> str:
-        """Write the sidecar (plus the optional top-level keys ``extra``) into ``folder``."""
+        """Write the sidecar (plus the optional top-level keys ``extra``) into ``folder``.
+
+        Raises:
+          OSError: the folder cannot be written.
+        """
         data = self.to_dict()
         if extra:
             data.update(extra)
         return write_sidecar(folder, data)
 
+    # -- the thread ---------------------------------------------------------------------
+    def _run(self):
+        if self.error is not None:
+            return
+        try:
+            import psutil
+            while not self._stop.wait(self.interval_s):
+                self._take(psutil, self._read(psutil))
+            self._finish(psutil)
+        except Exception as err:  # noqa: BLE001 - never let the sampler reach the training loop
+            self.error = f"{type(err).__name__}: {err}"
+        finally:
+            if self._nvml is not None:
+                try:
+                    self._nvml.nvmlShutdown()
+                except Exception:  # noqa: BLE001, S110 - the driver went away: nothing to release
+                    pass
+
+    def _take(self, psutil, now: _Reading) -> None:
+        self.samples.append(self._diff(self._prev, now, psutil))
+        self._last_base, self._prev = self._prev, now
+
+    def _finish(self, psutil) -> None:
+        """The reading at close: a sample up to now, or the last one stretched to now."""
+        now = self._read(psutil, first=True)
+        if self.samples and now.mono - self._prev.mono < min(self.interval_s / 5, 0.01):
+            self.samples.pop()
+            self._prev = self._last_base
+        self._take(psutil, now)
+
+    # -- readings -----------------------------------------------------------------------
+    def _read(self, psutil, first: bool = False) -> _Reading:
+        mono = time.monotonic()
+        if first or mono - self._scanned >= TREE_REFRESH_S:
+            self._scan_tree(psutil, mono, first_reading=first and self._prev is None)
+        tree = {}
+        for pid, p in list(self._tree_procs.items()):
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    io = p.io_counters() if hasattr(p, "io_counters") else None
+                tree[pid] = (t.user + t.system, io.read_bytes if io is not None else 0)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._tree_procs.pop(pid, None)  # exited: counted up to its last reading
+        own = tree.get(self._proc.pid)
+        return _Reading(mono, time.time_ns(), psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
+                        psutil.net_io_counters(), _external_net(psutil), own[0] if own else 0.0, tree,
+                        self._children, self._conns)
+
+    def _scan_tree(self, psutil, mono: float, first_reading: bool) -> None:
+        """Find the tree's processes and connections; a process first seen after the
+        window's first reading was born in the window and counts from zero."""
+        self._scanned = mono
+        try:
+            kids = self._proc.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            kids = []
+        procs = {self._proc.pid: self._proc}
+        procs.update((k.pid, k) for k in kids)
+        for pid in procs:
+            if pid not in self._baseline:
+                self._baseline[pid] = None if first_reading else (0.0, 0)
+        self._tree_procs, self._children = procs, len(kids)
+        self._conns = _count_connections(psutil, procs.values())
+
+    def _diff(self, a: _Reading, b: _Reading, psutil) -> Dict:
+        dt = max(b.mono - a.mono, 1e-6)
+        cpu_pct, iowait = _core_pcts(a.cores, b.cores)
+        tree_cpu = tree_read = 0.0
+        for pid, (cpu, read) in b.tree.items():
+            base = a.tree.get(pid) or self._baseline.get(pid) or (cpu, read)
+            tree_cpu += max(cpu - base[0], 0.0)
+            tree_read += max(read - base[1], 0)
+        proc = self._proc
+        return {
+            "t_unix_ns": b.wall_ns,
+            "dt_s": round(dt, 4),
+            "cpu_pct": cpu_pct,
+            "proc_cpu_pct": round(100.0 * max(b.proc_cpu_s - a.proc_cpu_s, 0.0) / dt, 1),
+            "iowait_pct": iowait,
+            "mem_used_pct": psutil.virtual_memory().percent,
+            "proc_rss_bytes": proc.memory_info().rss,
+            "disk_read_Bps": _rate(a.disk, b.disk, "read_bytes", dt),
+            "disk_write_Bps": _rate(a.disk, b.disk, "write_bytes", dt),
+            "net_recv_Bps": _rate(a.net, b.net, "bytes_recv", dt),
+            "net_sent_Bps": _rate(a.net, b.net, "bytes_sent", dt),
+            "net_recv_external_Bps": round(max(b.net_ext[0] - a.net_ext[0], 0) / dt, 1),
+            "net_sent_external_Bps": round(max(b.net_ext[1] - a.net_ext[1], 0) / dt, 1),
+            "tree_cpu_pct": round(100.0 * tree_cpu / dt, 1),
+            "tree_children": b.children,
+            "tree_disk_read_Bps": round(tree_read / dt, 1),
+            "tree_remote_conns": b.conns[0],
+            "tree_loopback_conns": b.conns[1],
+            "gpus": [self._gpu_sample(i, h) for i, h in enumerate(self._gpus)],
+        }
+
+    # -- GPUs ---------------------------------------------------------------------------
     def _gpu_handles(self):
         global _NVML_MISSING
         if _NVML_MISSING:
@@ -100,68 +256,30 @@ class SystemSampler:
             pynvml.nvmlInit()
             self._nvml = pynvml
             return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # no NVIDIA driver or package: no GPU columns
+        except Exception:  # noqa: BLE001 - no NVIDIA driver or package: no GPU columns
             return []
-
-    def _read(self):
-        import psutil
-        return (time.monotonic(), psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
-                psutil.net_io_counters())
-
-    def _sample(self, psutil, proc) -> None:
-        now, cores1, disk1, net1 = self._read()
-        last_t, cores0, disk0, net0 = self._prev
-        dt = max(now - last_t, 1e-6)
-        cpu_pct, busy_all, iowait_all, total_all = [], 0.0, 0.0, 0.0
-        for a, b in zip(cores0, cores1):
-            total = _cpu_total(b) - _cpu_total(a)
-            idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
-            busy = max(total - idle, 0.0)
-            cpu_pct.append(round(min(100.0, 100.0 * busy / total), 1) if total > 0 else 0.0)
-            iowait_all += getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0)
-            total_all += max(total, 0.0)
-        iowait = None
-        if cores1 and hasattr(cores1[0], "iowait"):
-            iowait = round(100.0 * iowait_all / total_all, 2) if total_all > 0 else 0.0
-        self.samples.append({
-            "t_unix_ns": time.time_ns(),
-            "cpu_pct": cpu_pct,
-            "proc_cpu_pct": proc.cpu_percent(),
-            "iowait_pct": iowait,
-            "mem_used_pct": psutil.virtual_memory().percent,
-            "proc_rss_bytes": proc.memory_info().rss,
-            "disk_read_Bps": _rate(disk0, disk1, "read_bytes", dt),
-            "disk_write_Bps": _rate(disk0, disk1, "write_bytes", dt),
-            "net_recv_Bps": _rate(net0, net1, "bytes_recv", dt),
-            "net_sent_Bps": _rate(net0, net1, "bytes_sent", dt),
-            "gpus": [self._gpu_sample(i, h) for i, h in enumerate(self._gpus)],
-        })
-        self._prev = (now, cores1, disk1, net1)
-
-    def _run(self):
-        if self.error is not None:
-            return
-        try:
-            import psutil
-            proc = self._proc
-            while not self._stop.wait(self.interval_s):
-                self._sample(psutil, proc)
-            # A last sample covering the end of the window (a short window still gets one).
-            if time.monotonic() - self._prev[0] >= min(self.interval_s / 5, 0.01):
-                self._sample(psutil, proc)
-        except Exception as err:  # never let the sampler reach the training loop
-            self.error = f"{type(err).__name__}: {err}"
-        finally:
-            if self._nvml is not None:
-                try:
-                    self._nvml.nvmlShutdown()
-                except Exception:
-                    pass
 
     def _gpu_sample(self, index, handle):
         util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
         mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
         return {"index": index, "util_pct": float(util.gpu), "mem_used_bytes": int(mem.used)}
+
+
+# ----------------------------------------------------------------------------------------
+def _core_pcts(cores0, cores1) -> Tuple[List[float], Optional[float]]:
+    """Busy % per core and the machine's iowait % between two ``cpu_times(percpu=True)``."""
+    cpu_pct, iowait_all, total_all = [], 0.0, 0.0
+    for a, b in zip(cores0, cores1):
+        total = _cpu_total(b) - _cpu_total(a)
+        idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
+        busy = max(total - idle, 0.0)
+        cpu_pct.append(round(min(100.0, 100.0 * busy / total), 1) if total > 0 else 0.0)
+        iowait_all += getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0)
+        total_all += max(total, 0.0)
+    iowait = None
+    if cores1 and hasattr(cores1[0], "iowait"):
+        iowait = round(100.0 * iowait_all / total_all, 2) if total_all > 0 else 0.0
+    return cpu_pct, iowait
 
 
 def _cpu_total(t) -> float:
@@ -174,3 +292,55 @@ def _rate(a, b, field, dt):
     if a is None or b is None:
         return 0.0
     return round(max(getattr(b, field) - getattr(a, field), 0) / dt, 1)
+
+
+def _loopback_nics(psutil) -> frozenset:
+    """Names of the loopback interfaces (psutil's interface flags; ``lo`` without them)."""
+    global _LOOPBACK_NICS
+    if _LOOPBACK_NICS is None:
+        names = set()
+        try:
+            for name, st in psutil.net_if_stats().items():
+                if "loopback" in (getattr(st, "flags", "") or "").split(","):
+                    names.add(name)
+        except Exception:  # noqa: BLE001 - psutil without flags or no /sys/class/net: by name below
+            pass
+        _LOOPBACK_NICS = frozenset(names or {"lo"})
+    return _LOOPBACK_NICS
+
+
+def _external_net(psutil) -> Tuple[int, int]:
+    """Bytes received and sent by all interfaces but loopback, since boot."""
+    loop = _loopback_nics(psutil)
+    recv = sent = 0
+    for name, c in psutil.net_io_counters(pernic=True).items():
+        if name not in loop:
+            recv += c.bytes_recv
+            sent += c.bytes_sent
+    return recv, sent
+
+
+def _is_loopback(ip: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def _count_connections(psutil, procs) -> Tuple[int, int]:
+    """The processes' TCP connections with a peer: (to other machines, to loopback)."""
+    remote = loop = 0
+    for p in procs:
+        try:
+            conns = (p.net_connections if hasattr(p, "net_connections") else p.connections)(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        for c in conns:
+            if c.raddr:
+                if _is_loopback(c.raddr.ip):
+                    loop += 1
+                else:
+                    remote += 1
+    return remote, loop

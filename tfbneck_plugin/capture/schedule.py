@@ -3,7 +3,7 @@
 Steps are counted from 1 (the first batch of training is step 1), in batches, the way
 Keras' ``TensorBoard(profile_batch=(start, stop))`` counts them; a window ``(3, 5)``
 covers steps 3, 4 and 5. This module is pure Python (no TensorFlow): the callback
-(:mod:`tfbneck_plugin.callback`) asks it, at each step, whether a window begins.
+(:mod:`tfbneck_plugin.capture.callback`, through :mod:`.tracker`) asks it, at each step, whether a window begins.
 
 Example::
 
@@ -214,7 +214,8 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
         if not _is_int(every) or every < 1:
             raise ValueError(f"profile_steps(every={every!r}): pass a positive int number of steps, e.g. every=1000")
         if not _is_int(length) or length < 1:
-            raise ValueError(f"profile_steps(length={length!r}): pass a positive int number of steps per window, e.g. length=5")
+            raise ValueError(f"profile_steps(length={length!r}): pass a positive int number of steps per window, "
+                             f"e.g. length=5")
         if length > every:
             raise ValueError(f"profile_steps(every={every}, length={length}): windows of {length} steps every "
                              f"{every} steps would overlap; pass length <= every (e.g. length=5)")
@@ -256,7 +257,8 @@ def as_schedule(spec: ScheduleLike, max_window_steps: int = MAX_WINDOW_STEPS) ->
                          f"[(10, 14), (500, 504)], or profile_steps(every=1000, length=5)")
     if isinstance(spec, (list, tuple)) and len(spec) == 2 and all(_is_int(x) for x in spec):
         return profile_steps(tuple(spec), max_window_steps=max_window_steps)  # [3, 5] is a range, as in Keras
-    if isinstance(spec, list) or (isinstance(spec, tuple) and spec and all(isinstance(x, (tuple, list, str)) for x in spec)):
+    if isinstance(spec, list) or (isinstance(spec, tuple) and spec
+                                  and all(isinstance(x, (tuple, list, str)) for x in spec)):
         return profile_steps(*spec, max_window_steps=max_window_steps)
     return profile_steps(spec, max_window_steps=max_window_steps)
 

@@ -1,0 +1,240 @@
+"""The background analysis of a profiled window: the analyzer's report, one log line with
+the verdict, and the ``bottleneck/*`` scalars in ``<log_dir>`` for TensorBoard.
+
+The analysis runs on a thread of the training process that either waits for a child
+process (default) or analyses in the thread itself. The child runs the package's own
+command line, ``python -m tfbneck_plugin.cli analyze <session_dir> --format json``
+(the same code path as ``tfbneck analyze``; it never imports TensorFlow), at low CPU
+priority (``nice`` 10, set right after it starts), so the training process neither
+competes for the GIL nor grows in memory.
+
+Scalars are written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
+summary API, which imports ``concurrent.futures.thread``, which registers an exit hook):
+done on a thread while the interpreter shuts down, that import fails with "can't register
+atexit after shutdown" and the last window's scalars were lost (issue 12, point 4). So the
+file writer is created, and the summary API primed, on the training thread when a window
+closes, before the analysis thread starts; the thread then only writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional
+
+import tensorflow as tf
+
+from .window import WindowRecord
+
+#: ``nice`` increment of the analysis child: below the training process, which keeps its
+#: own priority (the analysis may take seconds of CPU on a large trace).
+CHILD_NICE = 10
+
+
+def analysis_command(session_dir: str) -> List[str]:
+    """The child's command line: the package's CLI on one session folder, JSON out."""
+    return [sys.executable, "-m", "tfbneck_plugin.cli", "analyze", session_dir, "--format", "json"]
+
+
+def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
+    """Analyse ``session_dir`` in a child process (:func:`analysis_command`) at low priority.
+
+    Args:
+      session_dir: a session folder (trace + sidecar).
+      timeout_s: seconds before the child is killed.
+
+    Returns:
+      The session's report (``analyze_session``'s dict; ``status`` says whether it worked).
+
+    Raises:
+      RuntimeError: the child timed out, exited with status 2 or more, or printed no report.
+    """
+    if not sys.executable:  # an embedded interpreter: no python to start
+        return analyze_here(session_dir)
+    env = dict(os.environ)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(analysis_command(session_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+        os.setpriority(os.PRIO_PROCESS, proc.pid, CHILD_NICE)
+    except (AttributeError, OSError):  # not POSIX, or the child already exited
+        pass
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"the analysis took longer than {timeout_s:g} s (analysis_timeout_s)") from None
+    # The CLI exits 1 when the session's analysis failed: its report says why.
+    try:
+        sessions = json.loads(out.decode("utf-8"))["sessions"] if proc.returncode in (0, 1) else []
+    except (ValueError, KeyError, TypeError):
+        sessions = []
+    if not sessions:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"analyzer exited with status {proc.returncode}: {tail[0]}")
+    return sessions[0]
+
+
+def analyze_here(session_dir: str) -> Dict:
+    """Analyse ``session_dir`` in this process; returns the session's report."""
+    from ..analysis.session import analyze_session
+    from ..logdir import find_sessions
+    found = find_sessions(session_dir).sessions
+    if not found:
+        return {"status": "error", "error": f"{session_dir}: no session found"}
+    return analyze_session(found[0])
+
+
+class BackgroundAnalysis:
+    """Analyses windows after they close, on non-daemon threads (the interpreter waits for
+    them at exit), logs the verdict and writes scalars.
+
+    Args:
+      log_dir: where the scalars' event file goes.
+      mode: ``"process"`` (a child process) or ``"thread"`` (this process).
+      timeout_s: per-window limit of the child.
+      write_scalars: write ``bottleneck/*`` scalars.
+      verbose: log one INFO line per window.
+      warn: the callback's ``warn(key, message)``.
+      info: logs an INFO line.
+    """
+
+    def __init__(self, log_dir: str, mode: str, timeout_s: float, write_scalars: bool, verbose: bool,
+                 warn: Callable[[str, str], None], info: Callable[[str], None]):
+        self.log_dir, self.mode, self.timeout_s = log_dir, mode, timeout_s
+        self.write_scalars, self.verbose, self._warn, self._info = write_scalars, verbose, warn, info
+        self._lock = threading.Lock()
+        self._threads: List[threading.Thread] = []
+        self._writer = None
+        self._writer_lock = threading.Lock()
+
+    def start(self, rec: WindowRecord) -> None:
+        """Analyse the published window ``rec`` in the background (call on the training thread)."""
+        if self.write_scalars:
+            self._prepare_writer()
+        t = threading.Thread(target=self._worker, args=(rec,), name=f"tfbneck-analysis-{rec.index}")
+        with self._lock:
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait for the analyses started so far (at most ``timeout`` s); True when all finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    def flush(self) -> None:
+        """Flush the scalars written so far to disk."""
+        with self._writer_lock:
+            if self._writer is not None:
+                try:
+                    self._writer.flush()
+                except Exception:  # noqa: BLE001, S110 - a full disk: the next flush tries again
+                    pass
+
+    def _prepare_writer(self) -> None:
+        """Create the event-file writer and run the summary API once without recording,
+        so that its lazy imports happen here and never on the analysis thread."""
+        with self._writer_lock:
+            if self._writer is not None:
+                return
+            try:
+                writer = tf.summary.create_file_writer(self.log_dir)
+                with writer.as_default(), tf.summary.record_if(False):
+                    tf.summary.scalar("bottleneck/step_time_ms", 0.0, step=0)
+                self._writer = writer
+            except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
+                self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+
+    def _worker(self, rec: WindowRecord) -> None:
+        try:
+            report = (analyze_in_child(rec.session_dir, self.timeout_s) if self.mode == "process"
+                      else analyze_here(rec.session_dir))
+        except Exception as err:  # noqa: BLE001 - the trace is kept; the user can analyse it later
+            rec.analysis_error = f"{type(err).__name__}: {err}"
+            self._warn("analysis", f"analysis of {rec.session_dir} failed ({rec.analysis_error}); the trace is "
+                                   f"kept: run `tfbneck analyze {rec.session_dir}`")
+            return
+        rec.report = report
+        if report.get("status") != "ok":
+            rec.analysis_error = report.get("error") or "analysis failed"
+            self._warn("analysis", f"steps {rec.steps[0]}-{rec.steps[1]}: {rec.analysis_error}")
+            return
+        if self.verbose:
+            self._info(verdict_line(rec, report))
+        if self.write_scalars and self._writer is not None:
+            try:
+                self._write_scalars(rec, report)
+            except Exception as err:  # noqa: BLE001 - never let the analysis thread die noisily
+                self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+
+    def _write_scalars(self, rec: WindowRecord, report: Dict) -> None:
+        values = scalars_from_report(report)
+        with self._writer_lock:
+            with self._writer.as_default():
+                for tag, value in values.items():
+                    tf.summary.scalar(tag, value, step=rec.steps[1])
+            self._writer.flush()
+
+
+def scalars_from_report(report: Dict) -> Dict[str, float]:
+    """The ``bottleneck/*`` scalars written for one analysed session.
+
+    Args:
+      report: a session report (``analyze_session``).
+
+    Returns:
+      tag -> value: ``bottleneck/step_time_ms`` (mean step, ms); ``bottleneck/<category>_pct``
+      for input, device_compute, host_compute, kernel_launch, collective, idle and
+      ``transfer_pct`` (H2D + D2H), in % of the step; ``bottleneck/confidence`` (0-1);
+      ``bottleneck/is_<kind>`` (1 for the verdict's kind, else 0); and from the sidecar
+      ``system_cpu_pct``, ``system_busiest_core_pct`` (%), ``system_proc_cpu_cores``,
+      ``system_tree_cpu_cores``, ``system_others_cpu_cores`` (cores) and
+      ``system_gpu_util_pct`` (%), when known.
+    """
+    out: Dict[str, float] = {}
+    st = (report.get("steps") or {}).get("step_time_ms") or {}
+    if st.get("mean") is not None:
+        out["bottleneck/step_time_ms"] = float(st["mean"])
+    pct = report.get("breakdown_pct") or {}
+    for key in ("input", "device_compute", "host_compute", "kernel_launch", "collective", "idle"):
+        if key in pct:
+            out[f"bottleneck/{key}_pct"] = float(pct[key])
+    if "host_to_device" in pct or "device_to_host" in pct:
+        out["bottleneck/transfer_pct"] = float(pct.get("host_to_device", 0.0)) + float(pct.get("device_to_host", 0.0))
+    if report.get("confidence") is not None:
+        out["bottleneck/confidence"] = float(report["confidence"])
+    verdict = report.get("bottleneck", "unknown")
+    for kind in ("cpu", "device", "io", "network", "unknown"):
+        out[f"bottleneck/is_{kind}"] = 1.0 if verdict == kind else 0.0
+    system = report.get("system_metrics") or {}
+    for src, tag in (("cpu_mean_pct", "system_cpu_pct"), ("busiest_core_mean_pct", "system_busiest_core_pct"),
+                     ("proc_cpu_cores", "system_proc_cpu_cores"), ("tree_cpu_cores", "system_tree_cpu_cores"),
+                     ("others_cpu_cores", "system_others_cpu_cores"), ("gpu_util_pct", "system_gpu_util_pct")):
+        if system.get(src) is not None:
+            out[f"bottleneck/{tag}"] = float(system[src])
+    return out
+
+
+def verdict_line(rec: WindowRecord, report: Dict) -> str:
+    """The one-line verdict logged after a window, e.g. ``steps 3-5: cpu-bound (...); ...``."""
+    st = ((report.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    pct = report.get("breakdown_pct") or {}
+    recs = report.get("recommendations") or []
+    kind = report.get("bottleneck", "unknown")
+    head = f"{kind}-bound" if kind != "unknown" else "no verdict"
+    parts = [f"steps {rec.steps[0]}-{rec.steps[1]}: {head} ({report.get('cause', '')}, "
+             f"confidence {float(report.get('confidence') or 0):.2f})"]
+    if st is not None:
+        parts.append(f"{st:.1f} ms/step, {float(pct.get('input', 0.0)):.0f}% waiting for input")
+    if recs:
+        parts.append(f"fix first: {recs[0].get('title')}")
+    return "; ".join(parts) + f" [{rec.session_dir}]"

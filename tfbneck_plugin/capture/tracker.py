@@ -1,0 +1,191 @@
+"""Which training step we are at, and when a profiling window opens and closes: the
+step-counting state machine of :class:`~tfbneck_plugin.capture.callback.BottleneckProfiler`,
+kept apart from TensorFlow so that it is tested in microseconds (``tests/test_tracker.py``).
+
+Steps are counted in batches from 1, across ``fit`` calls and custom loops, the way
+Keras' ``TensorBoard(profile_batch=...)`` counts them. Keras calls batch hooks once per
+*execution* when ``steps_per_execution`` (``spe``) > 1: one step then covers the batches
+``first..last`` of that execution, and a window covers the whole executions that touch
+it. The tracker only decides; the callback acts (starts the profiler, writes the step
+marker) and reports back with :meth:`StepTracker.opened`, :meth:`StepTracker.step_began`,
+:meth:`StepTracker.step_ended`, :meth:`StepTracker.close` or :meth:`StepTracker.skip`.
+
+Every training step, profiled or not, enters through :meth:`StepTracker.fit_batch` (Keras
+hooks) or :meth:`StepTracker.loop_step` (custom loops): the one place where per-step
+timing (issue 15, slowdown capture) can be added. Outside windows both cost a few
+integer operations and return None.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from .schedule import StepSchedule
+
+#: "No window left": compares greater than any step number.
+NEVER = float("inf")
+#: Larger than any step a job reaches: the end of an open-ended search in the schedule.
+_FAR = 1 << 62
+
+Range = Tuple[int, int]
+
+
+@dataclass
+class ClosedWindow:
+    """What a window recorded, returned by :meth:`StepTracker.close`.
+
+    Attributes:
+      window: the window that was open, ``(start, stop)`` 1-based batches.
+      steps: ``(first, last)`` batch recorded; the window itself when no step was
+        recorded. Wider than ``window`` when executions of several batches straddle it.
+      markers: one ``(first, last)`` batch range per complete step recorded (the list
+        the tracker filled while the window was open).
+      also_covered: later requested windows that lie entirely inside ``steps`` (whole
+        executions recorded them), in order; they will not open windows of their own.
+    """
+    window: Range
+    steps: Range
+    markers: List[Range] = field(default_factory=list)
+    also_covered: List[Range] = field(default_factory=list)
+
+
+class StepTracker:
+    """Counts steps and decides when windows of the schedule open and close.
+
+    Attributes (read by the callback; written only through the methods):
+      seen: last batch begun (0 before the first step).
+      spe: batches per Keras execution (``steps_per_execution``), 1 in custom loops.
+      next_start: first batch at which a window may open (``NEVER`` when none is left).
+      window: the open window ``(start, stop)``, or None.
+      step: the open step ``(first, last)`` whose marker is being recorded, or None.
+      markers: the complete steps recorded in the open window.
+
+    Args:
+      schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
+    """
+
+    def __init__(self, schedule: StepSchedule):
+        self.schedule = schedule
+        self.seen = 0
+        self.spe = 1
+        self.epoch_offset = 0                # batches before the current epoch
+        self.epoch_end: Optional[int] = None  # last batch of the current epoch, when Keras knows it
+        self.consumed = 0                    # last batch covered by a window already handled
+        first = schedule.first_start()
+        self.next_start = first if first is not None else NEVER
+        self.window: Optional[Range] = None
+        self.step: Optional[Range] = None
+        self.markers: List[Range] = []
+
+    # -- every step (hot path) ------------------------------------------------------------
+    def fit_batch(self, batch: int) -> Optional[Range]:
+        """Keras began batch ``batch`` (0-based in the epoch; with ``spe`` > 1 the first
+        batch of an execution). Returns the step ``(first, last)`` (1-based batches) when
+        the callback has something to do (a window may open, a marker is open or must
+        be written), else None."""
+        first = self.epoch_offset + batch + 1
+        last = first + self.spe - 1
+        end = self.epoch_end
+        if end is not None and last > end >= first:
+            last = end  # the epoch's last execution is shorter
+        self.seen = last
+        if self.step is None and self.window is None and last < self.next_start:
+            return None
+        return first, last
+
+    def loop_step(self, step_num: Optional[int] = None, batches: int = 1) -> Optional[Range]:
+        """A custom loop begins a step of ``batches`` batches, numbered ``step_num`` (None:
+        the batch after the last one seen). Returns ``(first, last)`` as :meth:`fit_batch`."""
+        first = self.seen + 1 if step_num is None else step_num
+        last = first + batches - 1
+        if last > self.seen:
+            self.seen = last
+        if self.step is None and self.window is None and last < self.next_start:
+            return None
+        return first, last
+
+    def begin_epoch(self, steps: Optional[int]) -> None:
+        """A Keras epoch begins; ``steps``: its number of batches when known."""
+        self.epoch_offset = self.seen
+        self.epoch_end = self.epoch_offset + steps if isinstance(steps, int) and steps > 0 else None
+
+    # -- windows --------------------------------------------------------------------------
+    def window_passed(self, first: int) -> bool:
+        """True when a window is open and step ``first`` lies after its end (a custom loop
+        jumped past it): the window must close before this step."""
+        return self.window is not None and first > self.window[1]
+
+    def window_to_open(self, first: int, last: int) -> Optional[Range]:
+        """With no window open: the window that step ``first..last`` opens, clipped to
+        start at or after ``first`` (and after what earlier windows covered), or None;
+        when None, ``next_start`` moves to the next window's first batch."""
+        if last < self.next_start:
+            return None
+        lo = max(first, self.consumed + 1)
+        win = self.schedule.window_for(lo, last) if lo <= last else None
+        if win is None:
+            nxt = self.schedule.next_start(max(last, self.consumed))
+            self.next_start = nxt if nxt is not None else NEVER
+        return win
+
+    def opened(self, window: Range) -> None:
+        """The callback opened ``window`` (the profiler runs)."""
+        self.window, self.markers = window, []
+
+    def skip(self, window: Range) -> None:
+        """``window`` could not be captured: go on with the next one."""
+        self._advance_past(window[1])
+
+    def step_began(self, first: int, last: int) -> None:
+        """The callback opened the step marker of ``first..last``."""
+        self.step = (first, last)
+
+    def step_ended(self) -> bool:
+        """The open step marker was closed. Records the step in the open window; returns
+        True when that completed the window (it must close now)."""
+        step, self.step = self.step, None
+        if step is None or self.window is None:
+            return False
+        self.markers.append(step)
+        return step[1] >= self.window[1]
+
+    def step_cut(self) -> Optional[Range]:
+        """The open step was cut by an exception: it is not recorded. Returns it."""
+        step, self.step = self.step, None
+        return step
+
+    def close(self) -> ClosedWindow:
+        """Close the open window; returns what it recorded and moves past it.
+
+        Raises:
+          RuntimeError: no window is open.
+        """
+        if self.window is None:
+            raise RuntimeError("StepTracker.close(): no window is open")
+        win, markers = self.window, self.markers
+        steps = (markers[0][0], markers[-1][1]) if markers else win
+        covered = []
+        lo = win[1] + 1
+        while lo <= steps[1]:  # later windows recorded by the same executions
+            w = self.schedule.window_for(lo, steps[1])
+            if w is None or w[1] > steps[1]:
+                break
+            covered.append(w)
+            lo = w[1] + 1
+        self.window, self.step, self.markers = None, None, []
+        self._advance_past(max(win[1], steps[1]))
+        return ClosedWindow(window=win, steps=steps, markers=markers, also_covered=covered)
+
+    def stop(self) -> None:
+        """No window will open any more (profiling turned off)."""
+        self.next_start = NEVER
+        self.window, self.step, self.markers = None, None, []
+
+    def first_window(self) -> Optional[Range]:
+        """The schedule's first window, or None."""
+        return self.schedule.window_for(1, _FAR)
+
+    def _advance_past(self, upto: int) -> None:
+        self.consumed = max(self.consumed, upto)
+        nxt = self.schedule.next_start(self.consumed)
+        self.next_start = nxt if nxt is not None else NEVER

@@ -1,0 +1,396 @@
+"""The capture of one profiling window: a staging folder with its "incomplete" record,
+the system sampler, TensorFlow's profiler session (start, stop, export), the sidecar, and
+publishing the finished session into ``<log_dir>/plugins/profile/``; or the skip record
+of a window that could not be captured. Imports TensorFlow (the capture subpackage is
+the only part of the package that does).
+
+Sessions are written in ``<log_dir>/.tfbneck-staging/<pid>-<n>-<id>/`` first and moved
+into ``plugins/profile/`` complete with their sidecar, so a reader never sees a trace
+without its system metrics. The staging folder holds a record saying the window is
+incomplete from the moment it opens: a process killed inside the window leaves it
+behind, and ``tfbneck analyze`` reports it (:mod:`tfbneck_plugin.logdir`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+
+from ..records import SIDECAR_NAME, STAGING_DIR, write_sidecar, write_skip_record
+from .sampler import SystemSampler
+from .tracker import ClosedWindow
+
+try:  # the module-level session object tells whose profiler is running (private API)
+    from tensorflow.python.profiler import profiler_v2 as _profiler_v2
+except Exception:  # noqa: BLE001 - a TensorFlow without it: rely on the public API only
+    _profiler_v2 = None
+
+#: A saved trace above this size (bytes) gets a warning: TensorBoard, XProf and this
+#: analyzer stall on traces of 1 GB (seen in the wild); 500 MiB leaves a margin.
+LARGE_TRACE_BYTES = 500 * 1024 * 1024
+
+Range = Tuple[int, int]
+#: ``warn(key, message)``: the callback's one-warning-per-kind logger.
+Warn = Callable[[str, str], None]
+
+
+@dataclass
+class WindowRecord:
+    """What happened to one profiling window (``BottleneckProfiler.windows``).
+
+    Attributes:
+      index: 0-based, in the order windows were reached.
+      requested: the windows asked for (``(start, stop)``, 1-based steps) that it covers.
+      status: ``"open"``, ``"profiled"`` or ``"skipped"``.
+      reason: why it was skipped (None otherwise).
+      session_dir: the session folder (trace + sidecar, or the skipped record); None when
+        nothing could be written.
+      steps: ``(first, last)`` batch recorded (whole executions when ``steps_per_execution``
+        > 1, so it may be wider than ``requested``).
+      markers: one ``(first, last)`` batch range per step marker in the trace (grows while
+        the window is open).
+      closed_by: ``"completed"``, ``"training_ended"``, ``"closed"``, ``"interrupted"``,
+        ``"interpreter_exit"``, or ``"skipped"``.
+      report: the analyzer's session report (dict, see the README "Report") once the
+        background analysis finished; None before or without analysis.
+      analysis_error: why the analysis failed, when it did.
+    """
+    index: int
+    requested: List[Range]
+    status: str = "open"
+    reason: Optional[str] = None
+    session_dir: Optional[str] = None
+    steps: Optional[Range] = None
+    markers: List[Range] = field(default_factory=list)
+    closed_by: Optional[str] = None
+    report: Optional[Dict] = None
+    analysis_error: Optional[str] = None
+
+
+class _NullTrace:
+    """Stands in for tf-keras' own per-step TraceMe while a window is open."""
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_metadata(self, **kwargs):
+        pass
+
+
+_NULL_TRACE = _NullTrace()
+
+
+class LegacyKerasMarkerFilter:
+    """tf-keras' ``fit`` wraps every step in ``Trace('train', epoch_num=, step_num=<0-based
+    step of the epoch>, batch_size=, _r=1)``. With our own marker (global 1-based step)
+    the trace would hold two ``train`` roots per step with different numbers. While a
+    window is open, this replaces ``tensorflow.compat.v2.profiler.experimental.Trace`` (the
+    name tf-keras calls; user code calls ``tf.profiler.experimental.Trace``, a different
+    module object) by a subclass that returns a no-op for exactly tf-keras' signature and
+    behaves as ``Trace`` for everything else."""
+
+    def __init__(self):
+        import tensorflow.compat.v2 as tfc
+        self._module = tfc.profiler.experimental
+        self._original = None
+        self._replacement = None
+
+    def install(self) -> "LegacyKerasMarkerFilter":
+        """Replace tf-keras' ``Trace``; returns ``self``."""
+        original = self._module.Trace
+        if getattr(original, "_tfbneck_filter", False):
+            return self  # another profiler instance already filters
+
+        class Trace(original):  # noqa: D401 - same name for readable tracebacks
+            _tfbneck_filter = True
+
+            def __new__(cls, name, **kwargs):
+                if name == "train" and "epoch_num" in kwargs and "batch_size" in kwargs:
+                    return _NULL_TRACE
+                return super().__new__(cls)
+
+        self._original, self._replacement = original, Trace
+        self._module.Trace = Trace
+        return self
+
+    def uninstall(self) -> None:
+        """Put tf-keras' ``Trace`` back (only if it is still ours)."""
+        if self._replacement is not None and self._module.Trace is self._replacement:
+            self._module.Trace = self._original
+        self._original = self._replacement = None
+
+
+def running_session():
+    """TensorFlow's current profiler session object (private API), or None."""
+    return getattr(_profiler_v2, "_profiler", None) if _profiler_v2 is not None else None
+
+
+def precheck(log_dir_problem: Optional[str]) -> Optional[Tuple[str, str]]:
+    """Why a window cannot open now, as ``(kind, reason)``, or None."""
+    env = os.environ.get("TF_DISABLE_PROFILING", "")
+    if env.strip().lower() in ("1", "true"):
+        return "disabled", f"profiling is disabled in this process (TF_DISABLE_PROFILING={env})"
+    if log_dir_problem:
+        return "log_dir", log_dir_problem
+    if running_session() is not None:
+        return "other_profiler", ("another profiler session was already running in this process "
+                                  "(tf.profiler.experimental.start, a TensorBoard callback's profile_batch, "
+                                  "or a profiler server capture); BottleneckProfiler never stops a profiler "
+                                  "it did not start")
+    return None
+
+
+class WindowCapture:
+    """One open window: its staging folder, sampler, marker filter and profiler session.
+
+    Build it with :meth:`open`; end it with :meth:`stop` then :meth:`publish`, or
+    :meth:`abandon` after an internal error.
+    """
+
+    def __init__(self, log_dir: str, record: WindowRecord, window: Range, warn: Warn):
+        self.log_dir, self.record, self.window, self._warn = log_dir, record, window, warn
+        self.staging = os.path.join(log_dir, STAGING_DIR, f"{os.getpid()}-{record.index}-{uuid.uuid4().hex[:8]}")
+        self.session = None
+        self.sampler: Optional[SystemSampler] = None
+        self.marker_filter: Optional[LegacyKerasMarkerFilter] = None
+
+    @classmethod
+    def open(cls, log_dir: str, record: WindowRecord, window: Range, *, options, system_metrics: bool,
+             sample_interval_s: float, filter_legacy: bool, warn: Warn
+             ) -> Tuple[Optional["WindowCapture"], Optional[Tuple[str, str]]]:
+        """Start capturing ``window``: staging folder + record, sampler, profiler.
+
+        Returns:
+          ``(capture, None)``, or ``(None, (kind, reason))`` when the window cannot be
+          captured (nothing is left behind then).
+        """
+        cap = cls(log_dir, record, window, warn)
+        try:
+            os.makedirs(cap.staging)
+        except OSError as err:
+            return None, ("log_dir", f"cannot write to log_dir {log_dir} ({err.strerror or err})")
+        try:
+            write_skip_record(cap.staging, None, record.requested, incomplete=True)
+        except OSError:  # the disk is full or read-only: the trace will fail too, and say so
+            pass
+        if system_metrics:
+            try:
+                cap.sampler = SystemSampler(sample_interval_s).start()
+            except Exception as err:  # noqa: BLE001 - a thread that cannot start: trace without metrics
+                warn("sampler", f"system sampler could not start ({type(err).__name__}: {err}); "
+                                f"the trace is recorded without system metrics")
+        if filter_legacy:
+            cap.marker_filter = LegacyKerasMarkerFilter().install()
+        problem = cap._start_profiler(options)
+        return (None, problem) if problem else (cap, None)
+
+    def _start_profiler(self, options) -> Optional[Tuple[str, str]]:
+        before = running_session()
+        try:
+            if options is not None:
+                tf.profiler.experimental.start(self.staging, options=options)
+            else:
+                tf.profiler.experimental.start(self.staging)
+        except Exception as err:  # noqa: BLE001 - any refusal: the window is skipped with the reason
+            already = isinstance(err, tf.errors.AlreadyExistsError)
+            if _profiler_v2 is not None and before is None and already:
+                # TensorFlow keeps the session object its start() created when the C++ side
+                # refuses (a profiler server capture is running): drop the dead object our
+                # call made, so later starts are not refused for ever.
+                with _profiler_v2._profiler_lock:
+                    if _profiler_v2._profiler is not None:
+                        _profiler_v2._profiler = None
+            self._release()
+            self._discard_staging()
+            if already:
+                return "other_profiler", ("another profiler session was already running (the profiler "
+                                          "refused to start: it allows one session per process)")
+            first = str(err).splitlines()[0] if str(err) else ""
+            return "start_failed", f"the profiler could not start ({type(err).__name__}: {first})"
+        self.session = running_session()
+        return None
+
+    def _release(self) -> Optional[Dict]:
+        """Uninstall the marker filter and stop the sampler; returns the sampler's data."""
+        if self.marker_filter is not None:
+            self.marker_filter.uninstall()
+            self.marker_filter = None
+        sampler, self.sampler = self.sampler, None
+        return sampler.stop() if sampler is not None else None
+
+    def _discard_staging(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        remove_empty(os.path.join(self.log_dir, STAGING_DIR))
+
+    def stop(self, unfinished=None) -> Tuple[Optional[str], Optional[Dict]]:
+        """Stop the profiler (it exports the trace into the staging folder), then end
+        ``unfinished`` (a step marker cut by an exception: ended after the profiler
+        stopped, so the trace holds complete steps only), the filter and the sampler.
+
+        Returns:
+          ``(problem, sidecar dict)``: problem is None when the trace was saved.
+        """
+        problem = None
+        sysdata = None
+        try:
+            if _profiler_v2 is None or running_session() is self.session:
+                tf.profiler.experimental.stop()
+            else:
+                problem = "the profiler session was stopped by other code during the window"
+        except Exception as err:  # noqa: BLE001 - export failed (disk full, ...): the window is skipped
+            first = str(err).splitlines()[0] if str(err) else ""
+            problem = f"the profiler could not save the trace ({type(err).__name__}: {first})"
+        finally:
+            if unfinished is not None:
+                unfinished.__exit__(None, None, None)
+            sysdata = self._release()
+        return problem, sysdata
+
+    def publish(self, closed: ClosedWindow, spe: int, closed_by: str, sysdata: Optional[Dict]) -> Optional[str]:
+        """Write the sidecar beside the exported trace and move the session into
+        ``plugins/profile/<timestamp>_steps<A>-<B>``; the staging folder goes away.
+
+        Returns:
+          None on success (``record.status`` is then ``"profiled"`` and
+          ``record.session_dir`` the published folder), else why it failed (the window is
+          to be recorded as skipped).
+        """
+        exported = exported_session(self.staging)
+        if exported is None:
+            self._discard_staging()
+            return "the profiler wrote no trace file"
+        if sysdata is not None:
+            self._write_sidecar(exported, closed, spe, closed_by, sysdata)
+        parent = os.path.join(self.log_dir, "plugins", "profile")
+        p0, p1 = closed.steps
+        try:
+            os.makedirs(parent, exist_ok=True)
+            final = unique_dir(parent, f"{os.path.basename(exported)}_steps{p0}-{p1}", create=False)
+            os.rename(exported, final)
+        except OSError as err:
+            self._discard_staging()
+            return f"could not move the trace into {parent} ({err.strerror or err})"
+        self._discard_staging()
+        self.record.status, self.record.session_dir = "profiled", final
+        size = sum(os.path.getsize(os.path.join(final, f)) for f in os.listdir(final) if ".xplane.pb" in f)
+        if size > LARGE_TRACE_BYTES:
+            self._warn("large_trace", f"the trace of steps {p0}-{p1} is {size / 2**20:.0f} MiB: tools stall on "
+                                      f"traces this size; profile fewer steps per window")
+        return None
+
+    def _write_sidecar(self, folder: str, closed: ClosedWindow, spe: int, closed_by: str, sysdata: Dict) -> None:
+        rec = self.record
+        sysdata["source"] = "BottleneckProfiler"
+        sysdata["window"] = {"index": rec.index, "requested_steps": [list(w) for w in rec.requested],
+                             "profiled_steps": list(closed.steps), "markers": [list(m) for m in closed.markers],
+                             "steps_per_execution": spe, "closed_by": closed_by}
+        try:
+            write_sidecar(folder, sysdata, name=SIDECAR_NAME)
+        except OSError as err:
+            self._warn("sidecar", f"could not write the system metrics ({err.strerror or err}); "
+                                  f"the trace is kept without them")
+        if sysdata.get("sampler_error"):
+            self._warn("sampler_error", f"the system sampler failed ({sysdata['sampler_error']}); the "
+                                        f"window's system metrics are incomplete")
+
+    def discard(self) -> None:
+        """Remove the staging folder (the window is recorded as skipped elsewhere)."""
+        self._discard_staging()
+
+    def abandon(self) -> None:
+        """After an internal error: stop what runs (the profiler only if it is ours), keep nothing."""
+        self._release()
+        if _profiler_v2 is not None and running_session() is self.session:
+            try:
+                tf.profiler.experimental.stop(save=False)
+            except Exception:  # noqa: BLE001, S110 - best effort: profiling is off from here on
+                pass
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def record_skip(log_dir: str, record: WindowRecord, window: Range, reason: str,
+                session_name: Optional[str] = None) -> str:
+    """Write the skip record of ``window`` in a new session folder
+    ``plugins/profile/<timestamp>_steps<A>-<B>_skipped``; sets ``record.session_dir``.
+
+    Returns:
+      A clause for the warning: ``"; recorded in <folder>"`` or ``"; could not record it (<why>)"``.
+    """
+    name = session_name or f"{timestamp()}_steps{window[0]}-{window[1]}_skipped"
+    folder = None
+    try:
+        folder = unique_dir(os.path.join(log_dir, "plugins", "profile"), name)
+        write_skip_record(folder, reason, record.requested)
+    except OSError as err:
+        if folder is not None:
+            remove_empty(folder)  # no empty session folder when the record cannot be written
+        return f"; could not record it ({err.strerror or err})"
+    record.session_dir = folder
+    return f"; recorded in {folder}"
+
+
+def writable_problem(log_dir: str) -> Optional[str]:
+    """None when ``log_dir`` can hold sessions, else a one-line reason."""
+    probe = None
+    try:
+        folder = os.path.join(log_dir, "plugins", "profile")
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".tfbneck-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+        return None
+    except OSError as err:
+        if probe is not None:  # created, but the write failed (disk full): do not leave it behind
+            try:
+                os.unlink(probe)
+            except OSError:
+                pass
+        return f"log_dir {log_dir} is not writable ({type(err).__name__}: {err.strerror or err})"
+
+
+def exported_session(staging: str) -> Optional[str]:
+    """The session folder the profiler wrote under ``<staging>/plugins/profile/``."""
+    root = os.path.join(staging, "plugins", "profile")
+    try:
+        names = sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)))
+    except OSError:
+        return None
+    for n in reversed(names):
+        folder = os.path.join(root, n)
+        if any(f.endswith((".xplane.pb", ".xplane.pb.gz")) for f in os.listdir(folder)):
+            return folder
+    return None
+
+
+def timestamp() -> str:
+    """Now, in the profiler's own session-name format (``YYYY_MM_DD_HH_MM_SS``)."""
+    return time.strftime("%Y_%m_%d_%H_%M_%S")
+
+
+def unique_dir(parent: str, name: str, create: bool = True) -> str:
+    """``parent/name``, or ``parent/name_2``, ``_3``... when taken; created unless ``create`` is False."""
+    os.makedirs(parent, exist_ok=True)
+    candidate, n = os.path.join(parent, name), 2
+    while os.path.exists(candidate):
+        candidate, n = os.path.join(parent, f"{name}_{n}"), n + 1
+    if create:
+        os.makedirs(candidate)
+    return candidate
+
+
+def remove_empty(folder: str) -> None:
+    """Remove ``folder`` if it is empty; otherwise leave it."""
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
