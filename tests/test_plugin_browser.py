@@ -2,14 +2,16 @@
 
 Three logdirs:
 
-* a logdir built here from real traces (TensorFlow in a subprocess) plus the cases that
-  must fail politely (corrupt, empty, skipped, TF <= 2.10 only) and a run named with HTML;
+* a logdir built here from real traces (TensorFlow in a subprocess, so these tests carry
+  the ``tf`` marker) plus the cases that must fail politely (corrupt, empty, not an XSpace,
+  skipped, TF <= 2.10 only, a window whose process died) and a run named with HTML;
   TensorBoard runs with ``--path_prefix`` so the links are seen to keep it;
 * ``demo_logs`` (the shipped demo; each run's expected verdict in ``demo_logs/EXPECTED.json``);
 * ``../shared/realtraces`` (real profiler output from public projects).
 
 Every value shown is checked against the plugin's JSON report for the same session. The
-profile plugin writes caches into the logdirs it opens, so each logdir is a copy.
+profile plugin writes caches into the logdirs it opens, so each logdir is a copy. No check
+assumes an idle machine: waits are for states (an element, a response), with deadlines.
 Screenshots: ``tests/_artifacts/screenshots/``.
 """
 from __future__ import annotations
@@ -26,8 +28,8 @@ import pytest
 
 from tfbneck_plugin.logdir import find_sessions
 
-from plugin_helpers import (DEMO_LOGS, EXPECTED, REALTRACES, SCRIPT_RUN, SLOW_TENSORBOARD, TensorBoard,
-                            build_plugin_logdir, chromium_context, make_tf_traces, screenshot)
+from plugin_helpers import (BROKEN_KINDS, DEMO_LOGS, EXPECTED, REALTRACES, SCRIPT_RUN, SLOW_TENSORBOARD,
+                            TensorBoard, build_plugin_logdir, chromium_context, make_tf_traces, screenshot)
 
 pytestmark = pytest.mark.browser
 
@@ -123,6 +125,7 @@ def check_verdict(tab: Tab, report: dict):
     card = tab.fl.locator(".tfb-verdict")
     if report["status"] != "ok":
         assert card.get_attribute("data-status") == "error"
+        assert card.get_attribute("data-error-kind") == report["error_kind"]
         assert tab.fl.locator(".tfb-error-headline").inner_text().strip()
         assert tab.fl.locator(".tfb-error-message").text_content() == report["error"]
         return
@@ -131,6 +134,8 @@ def check_verdict(tab: Tab, report: dict):
     assert tab.fl.locator(".tfb-verdict .tfb-kind").inner_text() == KIND_LABELS[report["bottleneck"]]
     if report["bottleneck"] != "unknown":
         assert tab.fl.locator(".tfb-confidence").inner_text().strip() == f"Confidence {round(100 * report['confidence'])}%"
+    # The meaning of the cause comes with the report (tfbneck_plugin/causes.py), shown as is.
+    assert report["cause_text"] and tab.fl.locator(".tfb-verdict .tfb-cause").inner_text() == report["cause_text"]
     shown = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-evidence li')).map(li => li.textContent)")
     assert shown == [e.replace("`", "") for e in report["evidence"]]
     assert shown, "a verdict without evidence"
@@ -230,6 +235,7 @@ def ctx():
         yield context
 
 
+@pytest.mark.tf
 def test_tab_lists_every_session_newest_first_and_shows_each(ctx, fixture_tb):
     tb, runs = fixture_tb
     tab = Tab(ctx, tb, "fixture")
@@ -250,33 +256,40 @@ def test_tab_lists_every_session_newest_first_and_shows_each(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_errors_are_explained_inline(ctx, fixture_tb):
     tb, runs = fixture_tb
     tab = Tab(ctx, tb, "fixture")
+    # The explanation the tab gives for each error_kind (frontend/src/errors.js).
     headlines = {
         "corrupt": "The trace file is damaged (truncated or corrupt) and cannot be read.",
-        "empty": "The trace file is empty.",
+        "empty_file": "The trace file is empty.",
+        "not_xspace": "This file is not a profiler trace.",
         "skipped": "The profiler did not record this window.",
-        "legacy": "This session only holds files written by TensorFlow 2.10 or older, which tfbneck cannot read.",
+        "legacy_only": "This session only holds files written by TensorFlow 2.10 or older, which tfbneck cannot read.",
         "incomplete": "The training process stopped inside this profiling window, before its trace was saved.",
     }
     sessions = {r["run"]: r["session"] for r in api_sessions(tb)}
-    for case, headline in headlines.items():
-        if case not in runs:
-            continue
+    assert set(BROKEN_KINDS) <= set(runs), "every broken case is in the fixture logdir"
+    for case, kind in BROKEN_KINDS.items():
         run = runs[case]
-        tab.select(run, sessions[run])
-        assert tab.fl.locator(".tfb-error-headline").inner_text() == headline
-        assert tab.fl.locator(".tfb-error-hint").inner_text().strip()
         report = api_report(tb, run, sessions[run])
+        assert report["error_kind"] == kind, report["error"]
+        tab.select(run, sessions[run])
+        assert tab.fl.locator(".tfb-verdict").get_attribute("data-error-kind") == kind
+        assert tab.fl.locator(".tfb-error-headline").inner_text() == headlines[kind]
+        assert tab.fl.locator(".tfb-error-hint").inner_text().strip()
         assert tab.fl.locator(".tfb-error-message").text_content() == report["error"]
         assert tab.fl.locator(".tfb-steps-canvas").count() == 0
-        if case == "skipped":
-            assert "training ended at step 3" in tab.fl.locator(".tfb-error-hint").inner_text()
+        if kind == "skipped":
+            assert tab.fl.locator(".tfb-error-hint").inner_text() == f"Reason given when it was skipped: {report['skipped']}"
+        if kind == "incomplete":  # the recorded reason, less the words that repeat the headline
+            assert tab.fl.locator(".tfb-error-hint").inner_text() == "Files left in this folder are partial. Delete the folder to dismiss this entry."
         tab.shot(f"error-{case}")
     tab.close()
 
 
+@pytest.mark.tf
 def test_html_in_run_names_is_shown_as_text(ctx, fixture_tb):
     tb, runs = fixture_tb
     tab = Tab(ctx, tb, "fixture")
@@ -295,6 +308,7 @@ def test_html_in_run_names_is_shown_as_text(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_system_metrics_and_copyable_code(ctx, fixture_tb):
     tb, runs = fixture_tb
     ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=tb.url.split("/tb/")[0])
@@ -326,6 +340,7 @@ def test_system_metrics_and_copyable_code(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_compare_two_sessions(ctx, fixture_tb):
     tb, runs = fixture_tb
     tab = Tab(ctx, tb, "fixture")
@@ -354,6 +369,7 @@ def test_compare_two_sessions(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_open_in_trace_viewer_keeps_the_path_prefix(ctx, fixture_tb):
     tb, runs = fixture_tb
     tab = Tab(ctx, tb, "fixture")
@@ -365,20 +381,22 @@ def test_open_in_trace_viewer_keeps_the_path_prefix(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_report_cache_over_http(fixture_tb):
     """On the real server: the second request for a session is a cache hit, and fast."""
     tb, runs = fixture_tb
     run = runs["keras3_after"]
     session = next(r["session"] for r in api_sessions(tb) if r["run"] == run)
     api_report(tb, run, session)
-    t0 = time.perf_counter()
+    before = json.loads(tb.get("sessions")[2])["cache"]
     status, headers, body = tb.get(f"report?run={quote(run, safe='')}&session={quote(session, safe='')}")
-    took = time.perf_counter() - t0
-    assert status == 200 and headers["X-Tfbneck-Cache"] == "hit" and took < 0.5
+    assert status == 200 and headers["X-Tfbneck-Cache"] == "hit"
     stats = json.loads(tb.get("sessions")[2])["cache"]
-    assert stats["hits"] >= 1 and stats["analyses"] == stats["misses"]
+    # Served from the cache: one more hit, no new analysis (its speed: test_plugin_speed.py).
+    assert stats["hits"] == before["hits"] + 1 and stats["analyses"] == before["analyses"] == stats["misses"]
 
 
+@pytest.mark.tf
 def test_new_sessions_appear_without_restart(ctx, fixture_tb):
     """A session written while TensorBoard runs shows up (TensorBoard's reload button, or
     the tab's own polling), newest first. Runs last in this module: it changes the logdir."""
@@ -389,7 +407,7 @@ def test_new_sessions_appear_without_restart(ctx, fixture_tb):
     dest = logdir / "late" / "train" / "plugins" / "profile" / "2030_01_01_00_00_00"
     dest.mkdir(parents=True)
     shutil.copy(src, dest / "vm.xplane.pb")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a rescan every RESCAN_INTERVAL_S; slower on a loaded machine
     while tab.listed()[0][:2] != ["late/train", "2030_01_01_00_00_00"]:
         assert time.monotonic() < deadline, "the new session did not appear without a restart"
         tab.page.locator("button.reload-button").click()
@@ -399,31 +417,32 @@ def test_new_sessions_appear_without_restart(ctx, fixture_tb):
     tab.close()
 
 
+@pytest.mark.tf
 def test_a_slow_analysis_does_not_hold_up_the_tab(ctx, tmp_path):
-    """A TensorBoard whose plugin analyses one run slowly (``plugin_slow_tensorboard.py``):
-    the tab says it is analysing, another session opens meanwhile, the slow one arrives."""
+    """A TensorBoard whose plugin holds one run's analysis until the test releases it
+    (``plugin_slow_tensorboard.py``): the tab says it is analysing, another session opens
+    meanwhile (so it did not wait for the held one), the held one arrives once released."""
     logdir = tmp_path / "logs"
     runs = build_plugin_logdir(logdir, make_tf_traces())
     slow_run, other_run = runs["keras3_before"], runs["keras3_after"]
+    release = tmp_path / "release"
     with TensorBoard(str(logdir), launcher=[sys.executable, str(SLOW_TENSORBOARD)],
-                     env={"TFBNECK_TEST_SLOW_RUN": slow_run, "TFBNECK_TEST_SLOW_S": "8"}) as tb:
+                     env={"TFBNECK_TEST_SLOW_RUN": slow_run, "TFBNECK_TEST_RELEASE_FILE": str(release)}) as tb:
         tab = Tab(ctx, tb, "slow")
         sessions = {r["run"]: r["session"] for r in api_sessions(tb)}
         index = tab.frame.evaluate("(run) => Array.from(document.querySelectorAll('.tfb-item')).findIndex(li => li.dataset.run === run)", slow_run)
-        started = time.monotonic()
         tab.fl.locator(".tfb-item").nth(index).click()
-        tab.fl.locator(".tfb-message", has_text="Analysing").wait_for(timeout=10_000)
+        tab.fl.locator(".tfb-message", has_text="Analysing").wait_for(timeout=60_000)
         screenshot(tab.page, "slow-analysing")
-        # Meanwhile another session opens, and the list answers.
+        # Meanwhile another session opens, and the list answers; the held one cannot have ended.
         tab.select(other_run, sessions[other_run])
-        assert time.monotonic() - started < 6, "another session waited for the slow analysis"
         check_verdict(tab, api_report(tb, other_run, sessions[other_run]))
-        status, _, body = tb.get("sessions", timeout=5)
+        status, _, body = tb.get("sessions", timeout=30)
         assert status == 200
         assert {r["run"]: r["state"] for r in json.loads(body)["sessions"]}[slow_run] == "analysing"
-        # The slow one arrives when its analysis ends.
+        # The held one arrives when its analysis is released.
+        release.write_text("go")
         tab.select(slow_run, sessions[slow_run])
-        assert time.monotonic() - started >= 7.5
         check_verdict(tab, api_report(tb, slow_run, sessions[slow_run]))
         tab.close()
 
