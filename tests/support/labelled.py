@@ -7,8 +7,9 @@ import re
 LABELLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_artifacts", "labelled")
 
 
-def record(name: str, report: dict, bottleneck: str, cause: str, why: str) -> None:
-    """Keep ``report`` with the answer the calling test asserts (``name``: the test's name)."""
+def record(name: str, report: dict, bottleneck: str, cause, why: str) -> None:
+    """Keep ``report`` with the answer the calling test asserts (``name``: the test's name;
+    ``cause`` None: the test knows the bottleneck only)."""
     os.makedirs(LABELLED, exist_ok=True)
     label = {"path": f"test:{name}", "bottleneck": bottleneck, "cause": cause, "why": why}
     with open(os.path.join(LABELLED, re.sub(r"[^\w.-]", "_", name) + ".json"), "w", encoding="utf-8") as f:

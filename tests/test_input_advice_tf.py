@@ -1,0 +1,42 @@
+"""Advice that fits the input the user wrote (issue 11, kind 5), on a real Keras 3 fit: a
+PyDataset gets its own knobs (workers, use_multiprocessing, max_queue_size) or the move to
+tf.data, never "add prefetch at the end of the pipeline", which a PyDataset cannot take."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support import labelled
+from tfbneck_plugin.analysis.session import analyze_session
+from tfbneck_plugin.logdir import find_sessions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+@pytest.mark.tf
+def test_pydataset_input_gets_pydataset_advice(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "tf_jobs", "pydataset_fit.py"), str(tmp_path)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (session,) = find_sessions(str(tmp_path)).sessions
+    report = analyze_session(session)
+    stages = {s["kind"] for s in report["input_pipeline"]["stages"]}
+    assert "Generator" in stages, stages  # Keras reads a PyDataset through Dataset.from_generator
+    assert report["breakdown_pct"]["input"] >= 20.0, report["evidence"]
+    # Computing in Python: the process is busy, unless other processes take the cores (then it
+    # is contention); either way a CPU-side verdict, never storage.
+    assert report["bottleneck"] == "cpu" and report["cause"] in ("input_preprocessing", "cpu_contention"), \
+        report["evidence"]
+    fixes = [rec["fix"] for rec in report["recommendations"]]
+    assert "pydataset_workers" in fixes and "tfdata_ops" in fixes, fixes
+    assert "prefetch" not in fixes and "parallel_reads" not in fixes, fixes
+    first_input_fix = next(f for f in fixes if f != "free_cores")
+    assert first_input_fix == "pydataset_workers"
+    # Label the bottleneck only: whether the cause is the input's own work or contention depends
+    # on the other processes of the moment.
+    labelled.record("test_pydataset_input_gets_pydataset_advice", report, "cpu", None,
+                    "a PyDataset computing numpy on one thread")
