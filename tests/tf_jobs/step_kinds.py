@@ -9,7 +9,8 @@ KIND:
                        without ``_r``, calling the gradient tf.function three times per step.
   graph_mode           tf-keras ``fit`` after ``disable_eager_execution()`` (LOGDIR/fit) and a
                        ``tf.compat.v1.Session`` loop (LOGDIR/session), each profiled with
-                       ``tf.profiler.experimental.start``/``stop``. Needs TF_USE_LEGACY_KERAS=1.
+                       ``tf.profiler.experimental.start``/``stop`` (the test sets
+                       TF_USE_LEGACY_KERAS=1, as tf-keras users do).
   retrace              custom loop with ``_r`` markers whose tf.function takes the step index as a
                        Python int (LOGDIR/python_int: a new graph each step) and, in the same
                        process, as a tensor (LOGDIR/tensor: one graph).
