@@ -36,6 +36,8 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
                   "tree_disk_read_Bps": float,      # bytes the tree read from storage (/proc/PID/io read_bytes)
                   "tree_remote_conns": int,         # the tree's TCP connections to non-loopback peers
                   "tree_loopback_conns": int,       # ... and to loopback peers (127.0.0.0/8, ::1)
+                  "tree_runq_wait_pct": float | null,  # the tree's threads runnable but waiting
+                                                    # for a CPU, 100 = one thread (Linux schedstat)
                   "net_recv_external_Bps": float,   # machine-wide, loopback interfaces excluded
                   "net_sent_external_Bps": float}]}
 

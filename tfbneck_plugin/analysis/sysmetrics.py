@@ -53,7 +53,9 @@ def summarize(data: Dict) -> Optional[Dict]:
         storage), ``net_recv_external_MBps`` (MB/s received on non-loopback interfaces,
         machine-wide), ``remote_connections`` (int, most TCP connections of the tree to
         non-loopback peers at once), ``loopback_connections`` (int, the same to loopback
-        peers) and ``scope`` (``"process_tree"`` when the per-process figures exist, else
+        peers), ``tree_runq_wait_cores`` (mean number of the tree's threads runnable but
+        waiting for a CPU: CPU contention measured on the training's own threads; None
+        where the kernel does not report it) and ``scope`` (``"process_tree"`` when the per-process figures exist, else
         ``"machine"``).
     """
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]
@@ -88,7 +90,7 @@ def summarize(data: Dict) -> Optional[Dict]:
 
 #: Keys of the process-tree figures in :func:`summarize` (None for sidecars without them).
 TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "tree_disk_read_MBps",
-             "net_recv_external_MBps", "remote_connections", "loopback_connections")
+             "net_recv_external_MBps", "remote_connections", "loopback_connections", "tree_runq_wait_cores")
 
 
 def _tree_summary(samples, mean) -> Dict:
@@ -100,12 +102,14 @@ def _tree_summary(samples, mean) -> Dict:
         value = mean(s.get(key) for s in samples)
         return round(value / 1e6, 3) if value is not None else None
 
+    runq = mean(s.get("tree_runq_wait_pct") for s in samples)
     tree = mean(s["tree_cpu_pct"] for s in samples)
     others = mean(max(sum(s["cpu_pct"]) - s["tree_cpu_pct"], 0.0) for s in samples)
     return {"tree_cpu_cores": round(tree / 100.0, 2), "others_cpu_cores": round(others / 100.0, 2),
             "tree_children": most("tree_children"), "tree_disk_read_MBps": mbps("tree_disk_read_Bps"),
             "net_recv_external_MBps": mbps("net_recv_external_Bps"),
-            "remote_connections": most("tree_remote_conns"), "loopback_connections": most("tree_loopback_conns")}
+            "remote_connections": most("tree_remote_conns"), "loopback_connections": most("tree_loopback_conns"),
+            "tree_runq_wait_cores": round(runq / 100.0, 2) if runq is not None else None}
 
 
 def _series(samples) -> Dict:

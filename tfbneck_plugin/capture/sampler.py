@@ -42,6 +42,7 @@ class _Reading(NamedTuple):
     tree: Dict[int, Tuple[float, int]]  # pid -> (user + system s, read_bytes)
     children: int                      # descendants alive
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
+    runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
 
 
 class SystemSampler:
@@ -65,9 +66,14 @@ class SystemSampler:
     from ``Process.cpu_times()`` deltas (100 = one core, as ``Process.cpu_percent``). The
     tree (this process and its descendants, rescanned every ``TREE_REFRESH_S`` s) gives
     ``tree_cpu_pct``, ``tree_disk_read_Bps`` (``/proc/<pid>/io`` ``read_bytes``: bytes
-    fetched from storage, page-cache hits excluded), ``tree_children`` and its TCP
-    connections to loopback and to other peers. A descendant born during the window counts
-    from its start; one that exits between two readings counts up to its last reading.
+    fetched from storage, page-cache hits excluded), ``tree_children``, its TCP
+    connections to loopback and to other peers, and ``tree_runq_wait_pct``: the time its
+    threads were runnable but waiting for a CPU (``/proc/<pid>/task/<tid>/schedstat``; 100 =
+    one thread waiting all the time), the direct sign of CPU contention. The connections
+    and the run-queue wait are read at the scans only: a sample between two scans shows
+    0 run-queue wait and the next one the whole amount; their sum over the window is
+    exact. A descendant born during the window counts from its start; one that exits
+    between two readings counts up to its last reading.
     NVIDIA GPUs are read through NVML (package ``nvidia-ml-py``) when installed and a driver
     is present; otherwise ``gpus`` is an empty list.
 
@@ -89,6 +95,7 @@ class SystemSampler:
         self._baseline: Dict[int, Tuple[float, int]] = {}  # pid -> counters when first seen
         self._children = 0
         self._conns = (0, 0)
+        self._runq_wait_s: Optional[float] = None
         self._scanned = -1e9
         self._prev: Optional[_Reading] = None   # the last reading
         self._last_base: Optional[_Reading] = None  # the reading the last sample started from
@@ -178,9 +185,8 @@ class SystemSampler:
 
     # -- readings -----------------------------------------------------------------------
     def _read(self, psutil, first: bool = False) -> _Reading:
-        mono = time.monotonic()
-        if first or mono - self._scanned >= TREE_REFRESH_S:
-            self._scan_tree(psutil, mono, first_reading=first and self._prev is None)
+        if first or time.monotonic() - self._scanned >= TREE_REFRESH_S:
+            self._scan_tree(psutil, time.monotonic(), first_reading=first and self._prev is None)
         tree = {}
         for pid, p in list(self._tree_procs.items()):
             try:
@@ -191,9 +197,12 @@ class SystemSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 self._tree_procs.pop(pid, None)  # exited: counted up to its last reading
         own = tree.get(self._proc.pid)
-        return _Reading(mono, time.time_ns(), psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
+        # Both clocks together, next to the machine-wide counters (a preempted thread could
+        # otherwise put milliseconds between them).
+        mono, wall = time.monotonic(), time.time_ns()
+        return _Reading(mono, wall, psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
                         psutil.net_io_counters(), _external_net(psutil), own[0] if own else 0.0, tree,
-                        self._children, self._conns)
+                        self._children, self._conns, self._runq_wait_s)
 
     def _scan_tree(self, psutil, mono: float, first_reading: bool) -> None:
         """Find the tree's processes and connections; a process first seen after the
@@ -210,6 +219,7 @@ class SystemSampler:
                 self._baseline[pid] = None if first_reading else (0.0, 0)
         self._tree_procs, self._children = procs, len(kids)
         self._conns = _count_connections(psutil, procs.values())
+        self._runq_wait_s = _runq_wait_s(procs)
 
     def _diff(self, a: _Reading, b: _Reading, psutil) -> Dict:
         dt = max(b.mono - a.mono, 1e-6)
@@ -239,6 +249,8 @@ class SystemSampler:
             "tree_disk_read_Bps": round(tree_read / dt, 1),
             "tree_remote_conns": b.conns[0],
             "tree_loopback_conns": b.conns[1],
+            "tree_runq_wait_pct": (round(100.0 * max(b.runq_wait_s - a.runq_wait_s, 0.0) / dt, 1)
+                                   if a.runq_wait_s is not None and b.runq_wait_s is not None else None),
             "gpus": [self._gpu_sample(i, h) for i, h in enumerate(self._gpus)],
         }
 
@@ -318,6 +330,27 @@ def _external_net(psutil) -> Tuple[int, int]:
             recv += c.bytes_recv
             sent += c.bytes_sent
     return recv, sent
+
+
+def _runq_wait_s(procs) -> Optional[float]:
+    """Seconds the processes' threads spent runnable but waiting for a CPU, since they
+    started: the second field of ``/proc/<pid>/task/<tid>/schedstat`` (ns; Linux with
+    CONFIG_SCHED_INFO, see the kernel's Documentation/scheduler/sched-stats.rst). None
+    where the files do not exist."""
+    total, found = 0, False
+    for pid in procs:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    total += int(f.read().split()[1])
+                found = True
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+    return total / 1e9 if found else None
 
 
 def _is_loopback(ip: str) -> bool:
