@@ -210,7 +210,7 @@ function stagesSection(report) {
   const blocking = stages.find((s) => s.blocking);
   section.append(h("p", { class: "tfb-muted" },
     blocking ? ["The stage marked ", h("span", { class: "tfb-badge", text: "blocking" }),
-      " is the one the training step waits on (most self time among stages that do work)."]
+      " is the one the training step waits on: the most work (self time plus function time) among stages that do work, not buffers."]
       : "No stage blocks the consumer noticeably."));
   const head = h("tr", {}, ["Stage", "Kind", "Calls", "Self time", "Function time", "Parallelism", "Autotune"]
     .map((t, i) => h("th", { class: i >= 2 && i <= 4 ? "num" : "", text: t })));
