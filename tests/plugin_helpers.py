@@ -1,5 +1,6 @@
-"""Helpers for the TensorBoard plugin's tests: logdirs made of real traces, a real
-``tensorboard`` server process on a free port, headless Chromium.
+"""Helpers for the TensorBoard plugin's tests: logdirs made of real traces (and of broken
+files), a real ``tensorboard`` server process on a free port, headless Chromium, and for
+the in-process tests an analyzer that records its calls plus request helpers with deadlines.
 
 Nothing here imports TensorFlow: real traces are made by ``plugin_trace_job.py`` in a
 subprocess (and cached under ``tests/_artifacts/`` between runs).

@@ -38,7 +38,7 @@ def analyzer():
 # The logdir cannot be searched
 # ----------------------------------------------------------------------------------------
 
-def test_missing_logdir_says_so(tmp_path, analyzer):
+def test_a_logdir_that_cannot_be_searched_says_why_by_kind(tmp_path, analyzer):
     p = BottleneckPlugin(base_plugin.TBContext(logdir=str(tmp_path / "nope")), analyze=analyzer)
     assert p.is_active() is False
     body = scanned_listing(p)

@@ -37,7 +37,8 @@ from tfbneck_plugin.plugin import routes as plugin_mod
 
 from plugin_helpers import (BROKEN_KINDS, LOADED_MARGIN_S, PREFIX, REPO, SCRIPT_RUN, RecordingAnalyzer,
                             build_plugin_logdir, get_json, get_until_ready, make_fake_logdir, make_tf_traces,
-                            put_session, report_url, snapshot_tree, wait_active, wait_report, wsgi_client)
+                            put_session, report_url, scanned_listing, snapshot_tree, wait_active, wait_report,
+                            wsgi_client)
 
 _put = put_session
 
@@ -154,10 +155,7 @@ def test_empty_logdir_is_inactive_until_a_session_appears(tmp_path, analyzer):
     root.mkdir()
     p = BottleneckPlugin(base_plugin.TBContext(logdir=str(root)), analyze=analyzer, rescan_interval_s=0.2)
     assert p.is_active() is False
-    deadline = time.monotonic() + 60
-    while not p.sessions_impl()[1]["scanned"]:
-        assert time.monotonic() < deadline
-    code, body = p.sessions_impl()
+    body = scanned_listing(p)
     assert body["sessions"] == [] and body["error"] is None and body["error_kind"] is None
     _put(root, "late/train", "2024_05_05_00_00_00")  # written while TensorBoard runs
     wait_active(p)
@@ -276,6 +274,9 @@ def test_parse_query_is_strict():
     for bad in ("run=%ff", "run=\xff", "a=1&a=2", "run=%0a"):
         with pytest.raises(RouteError):
             parse_query(bad)
+    with pytest.raises(RouteError, match="name 'aaa.*longer than 64 characters"):
+        parse_query("a" * 65 + "=1")
+    assert parse_query("a" * 64 + "=" + "v" * 1024) == {"a" * 64: "v" * 1024}
 
 
 def test_other_methods_are_refused(plugin):

@@ -77,7 +77,9 @@ def parse_query(query_string: str) -> Dict[str, str]:
             raise RouteError(400, "query parameters must be UTF-8 text (percent-encoded in the URL)") from None
         if any(ord(c) < 32 or ord(c) == 127 for c in name + value):
             raise RouteError(400, f"query parameter {name[:40]!r} holds control characters")
-        if len(value) > MAX_PARAM_CHARS or len(name) > MAX_NAME_CHARS:
+        if len(name) > MAX_NAME_CHARS:
+            raise RouteError(400, f"query parameter name {name[:40]!r}... is longer than {MAX_NAME_CHARS} characters")
+        if len(value) > MAX_PARAM_CHARS:
             raise RouteError(400, f"query parameter {name[:40]!r} is longer than {MAX_PARAM_CHARS} characters")
         if name in out:
             raise RouteError(400, f"query parameter {name!r} is given more than once")
