@@ -459,7 +459,9 @@ class Worker:
         line = self.proc.stdout.readline()
         return json.loads(line) if line else {"eof": True}
 
-    def analyze(self, path: str) -> dict:
+    def analyze(self, path: str, timeout_s: Optional[float] = None) -> dict:
+        """The worker's answer for ``path``; ``timeout_s`` (default: the worker's) bounds the wait."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         try:
@@ -467,10 +469,10 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
-        ans = self._answer(self.timeout_s)
+        ans = self._answer(timeout_s)
         if ans is None:
             self.stop()
-            return {"outcome": "timeout", "seconds": self.timeout_s, "decoder": self.decoder}
+            return {"outcome": "timeout", "seconds": timeout_s, "decoder": self.decoder}
         if ans.get("eof"):
             rc = self.proc.wait()
             tail = self._stderr_tail()
