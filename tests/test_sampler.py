@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tfbneck_plugin.analysis.sysmetrics import TREE_KEYS, summarize
-from tfbneck_plugin.capture.sampler import SystemSampler
+from tfbneck_plugin.capture.sampler import NOT_TRAINING_PIDS, SystemSampler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -143,6 +143,24 @@ def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
         results[kind] = summarize(side)["tree_runq_wait_cores"]
     assert results["spin"] >= 0.8 * (n - (os.cpu_count() or 1)), results
     assert results["sleep"] < 0.2, results
+
+
+@linux
+def test_the_profilers_own_analysis_process_is_not_training_work():
+    ctx = multiprocessing.get_context("fork")
+    deadline = time.monotonic() + 1.5
+    kid = ctx.Process(target=_spin_until, args=(deadline,))
+    kid.start()
+    NOT_TRAINING_PIDS.add(kid.pid)  # as background.analyze_in_child registers its child
+    try:
+        side = SystemSampler(interval_s=0.1).start()
+        time.sleep(1.0)
+        side = side.stop()
+    finally:
+        NOT_TRAINING_PIDS.discard(kid.pid)
+        kid.join(30)
+    summary = summarize(side)
+    assert summary["tree_children"] == 0 and summary["tree_cpu_cores"] < 0.3, summary
 
 
 def _proc_stat_cpu_s(pid):

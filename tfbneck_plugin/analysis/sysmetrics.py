@@ -48,7 +48,7 @@ def summarize(data: Dict) -> Optional[Dict]:
         old sidecars do):
         ``tree_cpu_cores`` (mean cores used by the training process and its descendants),
         ``others_cpu_cores`` (mean cores busy with processes outside the tree: the machine's
-        busy cores minus the tree's, floored at 0), ``tree_children`` (int, most
+        mean busy cores minus the tree's mean, floored at 0), ``tree_children`` (int, most
         descendants seen at once), ``tree_disk_read_MBps`` (MB/s the tree read from
         storage), ``net_recv_external_MBps`` (MB/s received on non-loopback interfaces,
         machine-wide), ``remote_connections`` (int, most TCP connections of the tree to
@@ -104,7 +104,9 @@ def _tree_summary(samples, mean) -> Dict:
 
     runq = mean(s.get("tree_runq_wait_pct") for s in samples)
     tree = mean(s["tree_cpu_pct"] for s in samples)
-    others = mean(max(sum(s["cpu_pct"]) - s["tree_cpu_pct"], 0.0) for s in samples)
+    # Over the whole window, not per sample: a descendant's CPU lands in the sample where a
+    # scan first finds it, so one sample's tree figure can exceed that sample's busy cores.
+    others = max(mean(sum(s["cpu_pct"]) for s in samples) - tree, 0.0)
     return {"tree_cpu_cores": round(tree / 100.0, 2), "others_cpu_cores": round(others / 100.0, 2),
             "tree_children": most("tree_children"), "tree_disk_read_MBps": mbps("tree_disk_read_Bps"),
             "net_recv_external_MBps": mbps("net_recv_external_Bps"),

@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
+from .sampler import NOT_TRAINING_PIDS
 from .window import WindowRecord
 
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
@@ -59,6 +60,7 @@ def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
     env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen(analysis_command(session_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
+    NOT_TRAINING_PIDS.add(proc.pid)  # a later window's sampler must not count it as training work
     try:
         os.setpriority(os.PRIO_PROCESS, proc.pid, CHILD_NICE)
     except (AttributeError, OSError):  # not POSIX, or the child already exited
@@ -69,6 +71,8 @@ def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
         proc.kill()
         proc.communicate()
         raise RuntimeError(f"the analysis took longer than {timeout_s:g} s (analysis_timeout_s)") from None
+    finally:
+        NOT_TRAINING_PIDS.discard(proc.pid)
     # The CLI exits 1 when the session's analysis failed: its report says why.
     try:
         sessions = json.loads(out.decode("utf-8"))["sessions"] if proc.returncode in (0, 1) else []

@@ -23,6 +23,10 @@ from ..records import FORMAT, VERSION, write_sidecar
 
 _NVML_MISSING = False
 _LOOPBACK_NICS: Optional[frozenset] = None
+#: Child processes of the profiler itself (the background analysis of an earlier window):
+#: not the training's work, so never counted in its tree. Added and removed by
+#: :mod:`.background`.
+NOT_TRAINING_PIDS: set = set()
 #: Seconds between two scans for the tree's descendants and TCP connections (also done at
 #: the window's first and last readings). A scan reads every ``/proc/<pid>/stat`` of the
 #: machine (psutil's ``children``): ~1.3 ms for 90 processes measured here, too much for
@@ -67,7 +71,8 @@ class SystemSampler:
     tree (this process and its descendants, rescanned every ``TREE_REFRESH_S`` s) gives
     ``tree_cpu_pct``, ``tree_disk_read_Bps`` (``/proc/<pid>/io`` ``read_bytes``: bytes
     fetched from storage, page-cache hits excluded), ``tree_children``, its TCP
-    connections to loopback and to other peers, and ``tree_runq_wait_pct``: the time its
+    connections to loopback and to other peers (the profiler's own analysis processes,
+    ``NOT_TRAINING_PIDS``, excluded), and ``tree_runq_wait_pct``: the time its
     threads were runnable but waiting for a CPU (``/proc/<pid>/task/<tid>/schedstat``; 100 =
     one thread waiting all the time), the direct sign of CPU contention. The connections
     and the run-queue wait are read at the scans only: a sample between two scans shows
@@ -212,6 +217,15 @@ class SystemSampler:
             kids = self._proc.children(recursive=True)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             kids = []
+        skip = set(NOT_TRAINING_PIDS)
+        if skip:  # the profiler's own children, and theirs
+            for k in kids:
+                try:
+                    if k.pid not in skip and any(p.pid in skip for p in k.parents()):
+                        skip.add(k.pid)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    skip.add(k.pid)
+            kids = [k for k in kids if k.pid not in skip]
         procs = {self._proc.pid: self._proc}
         procs.update((k.pid, k) for k in kids)
         for pid in procs:
