@@ -1,9 +1,14 @@
-"""Remote logdirs: a real S3-compatible server (moto) on 127.0.0.1, read through s3:// URLs."""
+"""Remote logdirs: a real S3-compatible server (moto) on 127.0.0.1, read through s3:// URLs;
+unreachable, silent and refusing stores answered fast with one line (issue 12.2)."""
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 import pytest
@@ -11,8 +16,9 @@ import pytest
 from conftest import DEMO_LOGS, tfbneck_cmd
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tfbneck-plugin[remote]')")
-boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
 BUCKET = "fleet-logs"
+#: The bound issue 12 sets for a store that cannot be reached (the default limit is 10 s).
+FAIL_FAST_S = 20.0
 
 
 def free_port() -> int:
@@ -21,14 +27,66 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound once, then released)."""
+    return free_port()
+
+
 def s3_env(endpoint, creds=True):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "TFBNECK_REMOTE_TIMEOUT"}
     env.update(AWS_ENDPOINT_URL_S3=endpoint, AWS_DEFAULT_REGION="us-east-1",
                AWS_EC2_METADATA_DISABLED="true",  # never look for credentials off this machine
                AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
     if creds:
         env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     return env
+
+
+def run_cli(args, env=None, timeout=120, prefix=()):
+    """``tfbneck`` in a subprocess: (exit status, stdout, stderr lines, seconds taken)."""
+    t0 = time.monotonic()
+    r = subprocess.run(list(prefix) + tfbneck_cmd() + list(args), capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    return r.returncode, r.stdout, [line for line in r.stderr.splitlines() if line.strip()], time.monotonic() - t0
+
+
+def assert_one_line_error(status, stdout, lines, elapsed, url, cause, limit=FAIL_FAST_S):
+    """Exit 2 within ``limit`` seconds, nothing on stdout, at most three lines on stderr,
+    no traceback, and the error line names the URL and the cause (a regex)."""
+    assert status == 2 and not stdout, lines
+    assert elapsed < limit, (elapsed, lines)
+    assert 1 <= len(lines) <= 3 and not any("Traceback" in line for line in lines), lines
+    errors = [line for line in lines if line.startswith(f"tfbneck: {url}: ")]
+    assert len(errors) == 1, lines
+    assert re.search(cause, errors[0]), (cause, errors[0])
+    return errors[0]
+
+
+class SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a store that hangs)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.stop = True
+        for c in self.conns:
+            c.close()
+        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +97,7 @@ def s3(tmp_path_factory):
         pytest.skip("moto_server is not installed (pip install 'moto[server]')")
     if not os.path.exists(os.path.join(DEMO_LOGS, "EXPECTED.json")):
         pytest.skip("demo_logs/ has not been generated")
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
@@ -84,17 +143,113 @@ def test_cli_reads_an_s3_logdir(s3):
             assert s[key] == local[run][key], (run, key)
 
 
-def test_s3_errors_are_one_line(s3):
-    r = subprocess.run(tfbneck_cmd() + ["analyze", f"s3://{BUCKET}/nothing-here"], capture_output=True, text=True,
-                       timeout=120, env=s3_env(s3))
-    assert r.returncode == 2 and "no such file or directory" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run(tfbneck_cmd() + ["analyze", f"s3://{BUCKET}/logs"], capture_output=True, text=True,
-                       timeout=120, env=s3_env(s3, creds=False))
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "cannot list" in r.stderr and "Credentials" in r.stderr
-    r = subprocess.run(tfbneck_cmd() + ["analyze", "nosuchscheme://bucket/logs"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 2 and "unknown URL scheme" in r.stderr
+def test_s3_errors_name_the_cause(s3):
+    """A store that answers: each refusal is one line with its cause, well within the bound."""
+    url = f"s3://{BUCKET}/nothing-here"
+    assert_one_line_error(*run_cli(["analyze", url], env=s3_env(s3)), url, "no such file or directory")
+    url = "s3://no-such-bucket/logs"
+    assert_one_line_error(*run_cli(["analyze", url], env=s3_env(s3)), url, r"bucket missing \(The specified bucket")
+    url = f"s3://{BUCKET}/logs"
+    line = assert_one_line_error(*run_cli(["analyze", url], env=s3_env(s3, creds=False)), url, "no credentials")
+    assert "Unable to locate credentials" in line
+    url = "nosuchscheme://bucket/logs"
+    assert_one_line_error(*run_cli(["analyze", url]), url, "unknown URL scheme")
+
+
+def test_s3_permission_denied():
+    """moto with its IAM checks on (INITIAL_NO_AUTH_ACTION_COUNT=0) refuses unknown keys."""
+    moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    if not os.path.exists(moto):
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        url = "s3://any-bucket/logs"
+        line = assert_one_line_error(*run_cli(["analyze", url], env=s3_env(f"http://127.0.0.1:{port}")), url,
+                                     "permission denied")
+        assert "Access Key Id you provided does not exist" in line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_unreachable_s3_fails_fast():
+    """Nobody listens at the endpoint: exit 2 at once, one line naming URL and cause."""
+    port = closed_port()
+    url = "s3://fleet-logs/logs"
+    line = assert_one_line_error(*run_cli(["analyze", url], env=s3_env(f"http://127.0.0.1:{port}")), url,
+                                 "host unreachable")
+    assert f"127.0.0.1:{port}: connection refused" in line
+
+
+def test_silent_s3_is_bounded_by_the_default_timeout():
+    """The endpoint accepts connections and never answers: the default limit (10 s) ends
+    the wait, with a line that says so and how to wait longer."""
+    server = SilentServer()
+    try:
+        url = "s3://fleet-logs/logs"
+        result = run_cli(["analyze", url], env=s3_env(f"http://127.0.0.1:{server.port}"))
+        line = assert_one_line_error(*result, url, "no answer")
+        elapsed = result[-1]
+        assert "within 10 s" in line and "--remote-timeout" in line and "TFBNECK_REMOTE_TIMEOUT" in line
+        assert elapsed >= 10.0
+        # The limit is configurable: the flag and the environment variable.
+        result = run_cli(["analyze", url, "--remote-timeout", "2"], env=s3_env(f"http://127.0.0.1:{server.port}"))
+        assert "within 2 s" in assert_one_line_error(*result, url, "no answer")
+        env = dict(s3_env(f"http://127.0.0.1:{server.port}"), TFBNECK_REMOTE_TIMEOUT="3")
+        result3 = run_cli(["analyze", url], env=env)
+        assert "within 3 s" in assert_one_line_error(*result3, url, "no answer")
+        assert result[-1] < elapsed and result3[-1] < elapsed
+    finally:
+        server.close()
+
+
+def _no_network_prefix():
+    """``unshare`` into a network namespace with no interface up (root, or an
+    unprivileged user namespace); () where neither is allowed (the test then relies on
+    the machine having no route to the store)."""
+    exe = shutil.which("unshare")
+    for args in (["-n"], ["-r", "-n"]):
+        if exe and subprocess.run([exe, *args, "true"], capture_output=True).returncode == 0:
+            return [exe, *args]
+    return []
+
+
+def test_gs_without_network_or_credentials_fails_fast():
+    """``tfbneck analyze gs://no-such-bucket/x`` with no network and no credentials."""
+    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install 'tfbneck-plugin[remote]')")
+    empty = tempfile.mkdtemp(prefix="tfbneck-nocreds-")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR")) and k != "TFBNECK_REMOTE_TIMEOUT"}
+    env.update(CLOUDSDK_CONFIG=empty, HOME=empty)  # no gcloud application-default credentials
+    prefix = _no_network_prefix()
+    url = "gs://no-such-bucket/x"
+    line = assert_one_line_error(*run_cli(["analyze", url], env=env, prefix=prefix), url,
+                                 "host unreachable|no credentials|no answer|bucket missing|permission denied")
+    if prefix:  # truly no network: the name of the store cannot be resolved
+        assert "host unreachable (cannot resolve storage.googleapis.com" in line
+
+
+def test_silent_gs_is_bounded():
+    """A GCS endpoint (``STORAGE_EMULATOR_HOST``) that never answers: bounded by --remote-timeout."""
+    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install 'tfbneck-plugin[remote]')")
+    server = SilentServer()
+    try:
+        env = dict(os.environ, STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{server.port}")
+        env.pop("TFBNECK_REMOTE_TIMEOUT", None)
+        url = "gs://fleet-logs/logs"
+        line = assert_one_line_error(*run_cli(["analyze", url, "--remote-timeout", "2"], env=env), url, "no answer")
+        assert f"within 2 s while listing on 127.0.0.1:{server.port}" in line
+    finally:
+        server.close()
 
 
 def test_tensorboard_plugin_reads_an_s3_logdir(s3):
@@ -132,3 +287,40 @@ def test_tensorboard_plugin_reads_an_s3_logdir(s3):
             report = json.loads(body)["sessions"][0]  # the CLI's JSON contract
             assert report["bottleneck"] == local[s["run"]]["bottleneck"]
             assert report["breakdown_pct"] == local[s["run"]]["breakdown_pct"]
+
+
+@pytest.mark.parametrize("store", ["closed", "silent"])
+def test_tensorboard_tab_reports_an_unreachable_store_fast(store):
+    """``--bottleneck_logdir`` on a store nobody answers: the sessions route answers at once
+    and, within the bound, carries the one-line cause; no request hangs and the server's
+    log holds no library traceback."""
+    from plugin_helpers import TensorBoard, tensorboard_command
+    server = SilentServer() if store == "silent" else None
+    port = server.port if server else closed_port()
+    url = "s3://fleet-logs/logs"
+    env = {k: v for k, v in s3_env(f"http://127.0.0.1:{port}").items() if k.startswith("AWS_")}
+    env["TFBNECK_REMOTE_TIMEOUT"] = "3"
+    empty = tempfile.mkdtemp(prefix="tfbneck-empty-")
+    launcher = tensorboard_command() + ["--bottleneck_logdir", url]
+    try:
+        with TensorBoard(empty, env=env, launcher=launcher) as tb:
+            t0 = time.monotonic()
+            listing = {}
+            while time.monotonic() - t0 < FAIL_FAST_S:
+                r0 = time.monotonic()
+                status, _, body = tb.get("sessions", timeout=FAIL_FAST_S)
+                assert status == 200 and time.monotonic() - r0 < 10.0, body  # the route never hangs
+                listing = json.loads(body)
+                if listing.get("error"):
+                    break
+                time.sleep(0.2)
+            error = listing.get("error") or ""
+            assert error.startswith(f"{url}: ") and "\n" not in error, listing
+            cause = "no answer (within 3 s while listing" if server else f"host unreachable (127.0.0.1:{port}"
+            assert cause in error, error
+            assert listing.get("error_kind") == "unreachable" and listing.get("sessions") == [], listing
+            log = tb.log_path.read_text(errors="replace")
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        if server:
+            server.close()

@@ -27,11 +27,17 @@ from .report import COLUMNS, row
 CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
 
-def discover(indexed_path: Tuple[int, str]) -> Iterable[Tuple[Tuple[int, str, str], object]]:
+def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None
+             ) -> Iterable[Tuple[Tuple[int, str, str], object]]:
     """(path index, path) -> ((index, run, session), Session) for each session found.
 
-    A path that cannot be searched yields one error record instead of failing the job."""
+    A path that cannot be searched yields one error record instead of failing the job.
+    ``remote_timeout_s``: the launcher's ``remote.timeout_s()``, carried to workers that do
+    not share its environment (Dataflow), for s3:// and gs:// paths."""
     index, path = indexed_path
+    if remote_timeout_s is not None:
+        from . import remote
+        remote.set_timeout(remote_timeout_s)
     try:
         found = find_sessions(path)
     except DiscoveryError as err:
@@ -68,12 +74,13 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:
         raise ImportError("--runner beam needs Apache Beam: pip install 'tfbneck-plugin[beam]'") from None
+    from . import remote
     header = ",".join(CSV_COLUMNS)
     options = PipelineOptions(shlex.split(beam_options or "--runner=DirectRunner"))
     with beam.Pipeline(options=options) as p:
         results = (p
                    | "Paths" >> beam.Create(list(enumerate(paths)))
-                   | "FindSessions" >> beam.FlatMap(discover)
+                   | "FindSessions" >> beam.FlatMap(discover, remote.timeout_s())
                    | "Spread" >> beam.Reshuffle()
                    | "Analyze" >> beam.Map(analyze_keyed))
         (results

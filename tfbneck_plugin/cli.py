@@ -41,7 +41,33 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--beam-options", metavar="OPTS", default="--runner=DirectRunner",
                    help="with --runner beam: Beam pipeline options, e.g. "
                         "'--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp'")
+    a.add_argument("--remote-timeout", type=_seconds, metavar="S",
+                   help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
+                        "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return value
+
+
+def _prepare_remote(args) -> None:
+    """Remote PATHs: the time limit, and storage libraries kept from printing their retry
+    tracebacks (the error that matters is printed as one line)."""
+    from .logdir import is_remote
+    if not any(is_remote(p) for p in args.paths):
+        return
+    from . import remote
+    if args.remote_timeout is not None:
+        remote.set_timeout(args.remote_timeout)
+        os.environ[remote.TIMEOUT_ENV] = repr(args.remote_timeout)  # for --jobs and Beam workers
+    remote.quiet_library_loggers(extra=("asyncio",))
 
 
 def _discover(paths: List[str]):
@@ -95,6 +121,7 @@ def _analyze_beam(args) -> Optional[List[dict]]:
 
 def cmd_analyze(args) -> int:
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    _prepare_remote(args)
     if args.runner == "beam":
         results = _analyze_beam(args)
         if results is None:

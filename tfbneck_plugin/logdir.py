@@ -39,7 +39,18 @@ LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
 
 
 class DiscoveryError(Exception):
-    """The given path cannot be searched for sessions; the message is one line."""
+    """The given path cannot be searched for sessions; the message is one line.
+
+    ``cause``: for remote storage, a key of :data:`tfbneck_plugin.remote.CAUSES`
+    (``no_credentials``, ``host_unreachable``, ``bucket_missing``, ``permission_denied``,
+    ``timeout``...); None for local paths. ``kind``: the ``error_kind`` for reports and the
+    TensorBoard tab (``not_found`` or ``unreachable``; None for local paths)."""
+
+    def __init__(self, message: str, cause: Optional[str] = None):
+        super().__init__(message)
+        self.cause = cause
+        self.kind = None if cause is None else "not_found" if cause in ("not_found", "bucket_missing") \
+            else "unreachable"
 
 
 @dataclass
@@ -153,7 +164,9 @@ def find_sessions(path: str) -> Discovery:
     gcsfs / s3fs provide the cloud ones). Sessions are sorted by (run, session name).
     Symlinked folders are not followed (a link loop cannot hang the search); unreadable
     folders are listed in ``problems``. Raises DiscoveryError when ``path`` does not exist
-    or cannot be listed (unknown URL scheme, missing credentials...).
+    or cannot be listed (unknown URL scheme, no credentials, host unreachable, bucket
+    missing, permission denied); for a URL, within ``remote.timeout_s()`` seconds (default
+    10, ``TFBNECK_REMOTE_TIMEOUT``) even when the store does not answer.
     """
     if is_remote(path):
         return _find_remote(path)
@@ -264,42 +277,65 @@ def is_remote(path: str) -> bool:
 
 
 def open_any(path: str, mode: str = "rb"):
-    """Open a local path or an fsspec URL for reading.
+    """Open a local path or an fsspec URL for reading (a URL with the per-request limits
+    of :mod:`tfbneck_plugin.remote`).
 
     Raises OSError for a local path that is not a regular file: a FIFO would block the
     read forever and a device such as /dev/zero would never end."""
     if is_remote(path):
-        import fsspec
-        return fsspec.open(path, mode).open()
+        from . import remote
+        try:
+            fs, p = remote.filesystem(path)
+        except remote.RemoteError as err:
+            raise OSError(errno.EIO, str(err), path) from None
+        return fs.open(p, mode)
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise OSError(errno.EINVAL, "not a regular file", path)
     return open(path, mode)
 
 
-def _remote_fs(url: str):
+def _list_remote(url: str):
+    """``(fs, root, files)``: every file under ``url`` (or ``[root]`` for one file).
+
+    Reaching the store, finding credentials and the first listing request share one time
+    limit (``remote.timeout_s()``); the full listing that follows has per-request limits.
+    Raises DiscoveryError with the cause."""
+    from . import remote
+    remote.quiet_library_loggers()
+    limit = remote.timeout_s()
+    host = remote.endpoint(url)
+    at = f" {host[0]}:{host[1]}" if host else ""
+    stage = [f"connecting to{at or ' the store'}"]
+    state: Dict = {}
+
+    def first_contact():
+        remote.check_reachable(url, min(limit, 5.0))
+        stage[0] = "looking for credentials"
+        state["fs"], root = remote.filesystem(url)
+        state["root"] = root = root.rstrip("/")
+        stage[0] = f"listing{at and ' on' + at}"
+        return state["fs"].ls(root, detail=False)
+
     try:
-        import fsspec
-        return fsspec.core.url_to_fs(url)
-    except ImportError as err:  # e.g. s3fs / gcsfs not installed for this scheme
-        raise DiscoveryError(f"{url}: cannot read this URL scheme: {err} "
-                             "(pip install 'tfbneck-plugin[remote]')") from None
-    except ValueError as err:
-        raise DiscoveryError(f"{url}: unknown URL scheme ({err})") from None
+        try:
+            remote.within(limit, url, stage, first_contact)
+        except FileNotFoundError as err:  # a missing bucket is final; a missing key may be a file
+            if remote.classify(url, err).cause == "bucket_missing":
+                raise
+        fs, root = state["fs"], state["root"]
+        files = [root] if fs.isfile(root) else fs.find(root)
+    except Exception as err:  # credentials, permissions, network: say which, in one line
+        fs = state.get("fs")
+        e = remote.classify(url, err, anonymous=fs is not None and remote.is_anonymous(fs))
+        raise DiscoveryError(str(e), e.cause) from None
+    if not files:
+        raise DiscoveryError(f"{url}: no such file or directory", "not_found")
+    return fs, root, files
 
 
 def _find_remote(url: str) -> Discovery:
-    fs, root = _remote_fs(url)
+    fs, root, files = _list_remote(url)
     scheme = url.split("://", 1)[0]
-    root = root.rstrip("/")
-    try:
-        files = [root] if fs.isfile(root) else fs.find(root)
-    except FileNotFoundError:
-        raise DiscoveryError(f"{url}: no such file or directory") from None
-    except Exception as err:  # credentials, permissions, network: say which, in one line
-        msg = str(err).splitlines()[0] if str(err) else ""
-        raise DiscoveryError(f"{url}: cannot list ({type(err).__name__}: {msg})") from None
-    if not files:
-        raise DiscoveryError(f"{url}: no such file or directory")
     # The URL may name a logdir, a session folder or one file: anchor run names on the
     # folder that holds plugins/, as for local paths.
     base = root

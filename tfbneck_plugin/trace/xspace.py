@@ -101,8 +101,7 @@ def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
     """Message classes for the schema. ``lazy_lines`` declares ``XPlane.lines`` as
     ``repeated bytes`` (same field number and wire type): the C parser then keeps each line
     as raw bytes, which ``wire`` decodes in bulk."""
-    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package,
-                                             syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
     for msg_name, fields in _SCHEMA.items():
         msg = fdp.message_type.add(name=msg_name)
         oneof = _ONEOFS.get(msg_name)
@@ -117,8 +116,7 @@ def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
             if oneof and name in oneof[1]:
                 f.oneof_index = 0
         if msg_name == "XPlane":  # map<int64, XEventMetadata> / map<int64, XStatMetadata>
-            for entry, value_type in (("EventMetadataEntry", "XEventMetadata"),
-                                      ("StatMetadataEntry", "XStatMetadata")):
+            for entry, value_type in (("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata")):
                 e = msg.nested_type.add(name=entry)
                 e.options.map_entry = True
                 e.field.add(name="key", number=1, type=_T.TYPE_INT64, label=_OPT)
@@ -126,8 +124,9 @@ def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
                             type_name=f".{package}.{value_type}")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-            for name in _SCHEMA}
+    # GetMessageClass: protobuf >= 4.22; 4.21 (TF 2.12/2.13 pins) has only GetPrototype (gone in 5).
+    get_class = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
+    return {name: get_class(pool.FindMessageTypeByName(f"{package}.{name}")) for name in _SCHEMA}
 
 
 _CLASSES = _build_classes()
