@@ -5,7 +5,8 @@ run. ``tfbneck analyze LOGDIR --format json`` runs in a subprocess (time limit, 
 space capped at 1.5 GiB), and the test checks that the bad session gets a clear one-line
 status or warning, that the good sessions beside it are still analysed, that the exit
 status says what happened, and that nothing in the logdir changed (names, types, sizes,
-mtimes, link targets, file contents). Results go to docs/faults.md (tests/faults_table.py).
+mtimes, link targets, file contents; tests/logdir_cli.py runs the CLI and takes the snapshots).
+Results go to docs/faults.md (tests/faults_table.py).
 
 Permission cases need a process that file permissions apply to: as root, the command runs
 under ``setpriv`` without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (still uid 0, but
@@ -14,12 +15,7 @@ under ``setpriv`` without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (still uid 0, b
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
 import os
-import resource
-import shutil
-import signal
 import stat
 import subprocess
 import threading
@@ -30,15 +26,13 @@ import pytest
 
 from conftest import tfbneck_cmd
 from faults_table import Section
+from logdir_cli import CLI_TIMEOUT_S, Result, _unprivileged_prefix, run_cli, snapshot
 from test_breakdown import cpu_input_bound
 from xspace_builder import SpaceBuilder
 
 RUN = "run"
 GOOD = ("a_good", "z_good")
 BAD = "m_bad"
-CLI_TIMEOUT_S = 120
-CLI_MEM_BYTES = 1536 * 2 ** 20
-SETPRIV = shutil.which("setpriv")
 #: The limit given to the gzip-bomb case (TFBNECK_MAX_TRACE_BYTES), and the bomb's size.
 BOMB_LIMIT = 64 * 2 ** 20
 BOMB_SIZE = 256 * 2 ** 20
@@ -78,100 +72,6 @@ def write(path, data: bytes) -> str:
     with open(path, "wb") as f:
         f.write(data)
     return path
-
-
-# ----------------------------------------------------------------------------------------
-# Snapshot: everything a user could lose
-# ----------------------------------------------------------------------------------------
-
-def snapshot(root, skip=()) -> dict:
-    """Every entry under ``root`` (bytes paths, links not followed): type, size, mtime, link
-    target, and a hash of each readable regular file's content."""
-    root_b = os.fsencode(str(root))
-    skip = {os.fsencode(str(s)) for s in skip}
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root_b, followlinks=False):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            if full in skip:
-                continue
-            st = os.lstat(full)
-            entry = {"mode": st.st_mode, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            if stat.S_ISLNK(st.st_mode):
-                entry["target"] = os.readlink(full)
-            elif stat.S_ISREG(st.st_mode):
-                entry["sha1"] = _hash(full, st)
-            out[os.path.relpath(full, root_b)] = entry
-    return out
-
-
-def _hash(path: bytes, st) -> str:
-    if st.st_blocks == 0 and st.st_size:  # a sparse file of zeros: nothing stored to hash
-        return "sparse"
-    h = hashlib.sha1()
-    try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except PermissionError:
-        return "unreadable by the test"
-    return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------------------
-# Running the CLI
-# ----------------------------------------------------------------------------------------
-
-def _unprivileged_prefix():
-    if os.geteuid() != 0:
-        return []
-    if SETPRIV is None:
-        pytest.skip("running as root and setpriv (util-linux) is absent: file permissions cannot be made "
-                    "to apply to the analyzer")
-    return [SETPRIV, "--bounding-set=-dac_override,-dac_read_search"]
-
-
-def _limit_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (CLI_MEM_BYTES, CLI_MEM_BYTES))
-
-
-class Result:
-    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr.decode("utf-8", "surrogateescape")
-        self.seconds = seconds
-        self.report = None
-        if proc.stdout.strip().startswith(b"{"):
-            self.report = json.loads(proc.stdout.decode("utf-8", "surrogateescape"))
-
-    @property
-    def sessions(self) -> dict:
-        return {s["session"]: s for s in (self.report or {}).get("sessions", [])}
-
-    @property
-    def warnings(self):
-        return [l.split("warning: ", 1)[1] for l in self.stderr.splitlines() if l.startswith("tfbneck: warning: ")]
-
-
-def run_cli(paths, *extra, unprivileged=False, env=None, timeout=CLI_TIMEOUT_S) -> Result:
-    cmd = (_unprivileged_prefix() if unprivileged else []) + tfbneck_cmd() + ["analyze"] + \
-        [os.fsdecode(p) for p in ([paths] if isinstance(paths, (str, bytes, os.PathLike)) else paths)] + \
-        ["--format", "json"] + list(extra)
-    full_env = dict(os.environ)
-    full_env.pop("TFBNECK_MAX_TRACE_BYTES", None)
-    full_env.update(env or {})
-    t0 = time.monotonic()
-    # Its own process group: on a hang, the CLI and its --jobs workers are all stopped.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env,
-                            preexec_fn=_limit_memory, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group of the process started here, nothing else
-        proc.communicate()
-        raise AssertionError(f"tfbneck analyze did not finish in {timeout} s: {cmd}") from None
-    return Result(subprocess.CompletedProcess(cmd, proc.returncode, out, err), time.monotonic() - t0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -521,7 +421,7 @@ def test_something_else_in_place_of_the_trace(tmp_path, key, make, needle):
     res = run_cli(root, timeout=60)
     check_run(res, root, before, 1)
     assert needle in bad_session(res)["error"], bad_session(res)["error"]
-    assert res.seconds < 30
+    assert res.seconds < 30  # no blocking read: a run takes ~1 s (3 s under tools/under-load)
     record(key, res, root)
 
 
