@@ -54,3 +54,34 @@ def test_beam_matches_local(fleet, tmp_path):
     lines = [l for f in os.listdir(tmp_path / "out") if f.endswith(".jsonl")
              for l in open(tmp_path / "out" / f) if l.strip()]
     assert len(lines) == n
+
+
+def test_beam_unreachable_store_fails_fast(tmp_path):
+    """An s3:// PATH whose endpoint refuses connections: the pipeline still finishes quickly
+    (the same bounded discovery as the local run), the PATH becomes one error row naming
+    the URL and the cause, and no library traceback reaches the terminal."""
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tfbneck-plugin[remote]')")
+    import socket
+    import time
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}", AWS_DEFAULT_REGION="us-east-1",
+               AWS_EC2_METADATA_DISABLED="true", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    url = "s3://fleet-logs/logs"
+    t0 = time.monotonic()
+    local = subprocess.run(tfbneck_cmd() + ["analyze", url], capture_output=True, text=True, timeout=120, env=env)
+    local_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    r = subprocess.run(tfbneck_cmd() + ["analyze", url, "--runner", "beam", "--format", "json",
+                                        "--beam-output", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    beam_s = time.monotonic() - t0
+    assert local.returncode == 2 and r.returncode == 1, r.stderr[-3000:]
+    cause = f"{url}: host unreachable (127.0.0.1:{port}: connection refused)"
+    assert local.stderr.strip() == f"tfbneck: {cause}"
+    (row,) = json.loads(r.stdout)["sessions"]
+    assert row["status"] == "error" and row["error"] == cause
+    assert f"tfbneck: error: {cause}" in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert beam_s < 20.0 and local_s < 20.0, (beam_s, local_s)  # issue 12's bound, start-up included
