@@ -24,7 +24,8 @@ VERDICTS = {
     "tpu-jax/matmul": ("unknown", "not_tensorflow", "none", 0),
     # tf.data MapAndBatch dominates the host (its input_pipeline.pb says so).
     "homl-macos/20221130_2021": ("cpu", "input_preprocessing", "train_function_calls", 1),
-    # The Apple GPU (a PluggableDevice) computes the whole step.
+    # Host plane only, but the tensors were allocated by the Apple GPU's PluggableDevice: its step
+    # is the device's work.
     "homl-macos/chapter_14/mnist/run_20221222_110330": ("device", "model_compute", "train_function_calls", 1),
     # Eager inference on a CPU laptop: the model's math on the host is the work; no steps.
     "laptop-cpu/eager_inference/train": ("device", "model_compute", "none", 0),
