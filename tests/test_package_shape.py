@@ -6,8 +6,7 @@ import re
 import subprocess
 import sys
 
-import pytest
-
+from conftest import need_shared
 from tfbneck_plugin.causes import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,11 +92,11 @@ def test_readme_cause_table_is_the_code_table():
 def test_readme_calibration_table_is_current_and_no_confident_verdict_is_wrong():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import calibration
-    if not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "realtraces")):
-        pytest.skip("../shared is absent: the README's table covers its labelled traces too")
+    need_shared(os.path.join(os.path.dirname(ROOT), "shared", "realtraces"),
+                "../shared (the README's calibration table covers its labelled traces)")
     pairs = calibration.labelled_reports()
     assert generated(open(README, encoding="utf-8").read(), "calibration.py") == calibration.table(pairs)
-    confident_wrong = [w for (lab, rep), w in zip(pairs, [None] * len(pairs))
+    confident_wrong = [(lab, rep) for lab, rep in pairs
                        if not calibration.is_right(lab, rep) and rep["confidence"] >= calibration.TRUSTED]
     assert not confident_wrong, calibration.wrong(pairs)
 
