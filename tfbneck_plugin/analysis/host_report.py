@@ -8,6 +8,7 @@ import numpy as np
 
 from ..causes import cause_text
 from . import breakdown, evidence, tfdata
+from .sync import sync_section
 
 
 def _ms(ps) -> float:
@@ -81,4 +82,7 @@ def host_report(a) -> Dict:
         "recommendations": v.recommendations,
         "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
     }
+    sync = sync_section(a)  # steps with collectives: what a multi-worker job's root cause needs
+    if sync is not None:
+        out["sync"] = sync
     return out

@@ -59,3 +59,36 @@ def straggler_evidence(hosts: List[Dict]) -> List[str]:
     med = float(np.median(times)) if times else 0.0
     return [f"Host {hosts[i]['host']} is a straggler: {times[i]:.1f} ms per step against a median of {med:.1f} ms."
             for i in stragglers(times)]
+
+
+def merge(report: Dict, hosts: List[Dict]) -> None:
+    """Several hosts in one session report: ``per_host`` rows, and the verdict across them.
+
+    When every host's steps hold collectives (a synchronous job traced in one session),
+    lateness at the collectives names the straggler and sets the verdict (:mod:`.job`): the
+    report then takes that host's view, ``job`` holds the root cause, and each ``per_host``
+    row its part in it. Otherwise the step-time rule (:func:`stragglers`) adds evidence.
+
+    Args:
+      report: the session report, filled from the slowest host (modified in place).
+      hosts: the host reports (each with ``host``, and ``sync`` when its steps held collectives).
+    """
+    from . import job  # job reads this module's thresholds' neighbours; imported here to keep one direction
+    report["per_host"] = per_host_rows(hosts)
+    report.pop("sync", None)  # one host's: the job section below speaks for all of them
+    names = [(h.get("sync") or {}).get("task") or h["host"] for h in hosts]
+    if len(set(names)) != len(names):
+        names = [h["host"] for h in hosts]
+    d = job.diagnose([job.Worker(n, h) for n, h in zip(names, hosts)])
+    if d is None:
+        report["evidence"] = list(report["evidence"]) + straggler_evidence(hosts)
+        return
+    primary, per_worker, section = d.pop("primary"), d.pop("per_worker"), d.pop("job")
+    report.update({k: v for k, v in hosts[primary].items() if k not in ("host", "sync")})
+    report.update(d)
+    section.update({"grouped_by": "one_session", "root_cause": "lateness_at_collectives", "workers": names})
+    report["job"] = section
+    for row, name, extra in zip(report["per_host"], names, per_worker):
+        row.update(extra, task=name)
+    if isinstance(report.get("trace_viewer"), dict):
+        report["trace_viewer"]["host"] = hosts[primary]["host"]

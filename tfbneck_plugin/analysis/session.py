@@ -16,6 +16,7 @@ from ..errors import error_report
 from ..logdir import Session, open_any
 from ..trace.xspace import TraceReadError, host_name_from_file, read_space
 from . import multihost, sysmetrics
+from .grouping import recorded_job
 from .host_analysis import HostAnalysis
 
 
@@ -40,7 +41,7 @@ def analyze_session(session: Session, opener=None) -> Dict:
     problem = _record_problem(session, opener)
     if problem is not None:
         return problem
-    system, sidecar_problem = _system_metrics(session, opener)
+    system, sidecar_problem, job_info = _system_metrics(session, opener)
     hosts, failures = _analyze_hosts(session, system, opener)
     if not hosts:
         kind, message = failures[0]
@@ -56,11 +57,12 @@ def analyze_session(session: Session, opener=None) -> Dict:
         report["system_metrics"] = system
     if sidecar_problem:
         report.setdefault("warnings", []).append(sidecar_problem)
-    if len(hosts) > 1:
-        report["per_host"] = multihost.per_host_rows(hosts)
-        report["evidence"] = list(report["evidence"]) + multihost.straggler_evidence(hosts)
+    if job_info:
+        report["job"] = job_info  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
                               "host": primary.get("host")}
+    if len(hosts) > 1:
+        multihost.merge(report, hosts)
     return report
 
 
@@ -84,19 +86,19 @@ def _record_problem(session: Session, opener) -> Optional[Dict]:
     return None
 
 
-def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str]]:
-    """(sidecar summary or None, a warning about the sidecar or None)."""
+def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict]]:
+    """(sidecar summary or None, a warning about the sidecar or None, the job it records or None)."""
     if not session.sidecar:
-        return None, None
+        return None, None, None
     try:
         raw = records.read_sidecar(session.sidecar, opener)
     except records.SidecarError as err:
-        return None, str(err)
+        return None, str(err), None
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({str(raw['sampler_error']).splitlines()[0]})")
-    return sysmetrics.summarize(raw), problem
+    return sysmetrics.summarize(raw), problem, recorded_job(raw)
 
 
 def _analyze_hosts(session: Session, system, opener) -> Tuple[List[Dict], List[Tuple[str, str]]]:
