@@ -567,6 +567,25 @@ def test_window_left_open_is_saved_at_interpreter_exit(job):
 
 
 # ----------------------------------------------------------------------------------------
+# The background analysis: the package's own command line in a child process
+# ----------------------------------------------------------------------------------------
+
+def test_background_analysis_child_runs_the_cli_and_gives_the_session_report():
+    from tfbneck_plugin.capture import background
+    demo = os.path.join(ROOT, "demo_logs")
+    found = [s for r in sorted(os.listdir(demo)) if os.path.isdir(os.path.join(demo, r))
+             for s in find_sessions(os.path.join(demo, r)).sessions]
+    assert found, "demo_logs holds real sessions"
+    path = found[0].path
+    cmd = background.analysis_command(path)
+    assert cmd[1:] == ["-m", "tfbneck_plugin.cli", "analyze", path, "--format", "json"]
+    child = background.analyze_in_child(path, timeout_s=300)
+    assert child["status"] == "ok" and child == json.loads(json.dumps(background.analyze_here(path)))
+    with pytest.raises(RuntimeError, match="analyzer exited with status 2: tfbneck: .*no-such-session"):
+        background.analyze_in_child(os.path.join(ROOT, "no-such-session"), timeout_s=300)
+
+
+# ----------------------------------------------------------------------------------------
 # Issue 12: short windows, scalars at exit, a profiler that saw no step
 # ----------------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ command line, ``python -m tfbneck_plugin.cli analyze <session_dir> --format json
 priority (``nice`` 10, set right after it starts), so the training process neither
 competes for the GIL nor grows in memory.
 
-Scalars are written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
+Only the scalars need TensorFlow (imported when the first writer is made). Scalars are
+written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
 summary API, which imports ``concurrent.futures.thread``, which registers an exit hook):
 done on a thread while the interpreter shuts down, that import fails with "can't register
 atexit after shutdown" and the last window's scalars were lost (issue 12, point 4). So the
@@ -23,12 +24,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional
-
-import tensorflow as tf
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from .sampler import NOT_TRAINING_PIDS
-from .window import WindowRecord
+
+if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
+    from .window import WindowRecord
 
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
 #: own priority (the analysis may take seconds of CPU on a large trace).
@@ -151,6 +152,7 @@ class BackgroundAnalysis:
             if self._writer is not None:
                 return
             try:
+                import tensorflow as tf
                 writer = tf.summary.create_file_writer(self.log_dir)
                 with writer.as_default(), tf.summary.record_if(False):
                     tf.summary.scalar("bottleneck/step_time_ms", 0.0, step=0)
@@ -181,6 +183,7 @@ class BackgroundAnalysis:
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
 
     def _write_scalars(self, rec: WindowRecord, report: Dict) -> None:
+        import tensorflow as tf  # imported by _prepare_writer already: no import happens here
         values = scalars_from_report(report)
         with self._writer_lock:
             with self._writer.as_default():
