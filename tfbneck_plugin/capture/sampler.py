@@ -97,7 +97,7 @@ class SystemSampler:
         self._gpus: List = []
         self._proc = None
         self._tree_procs: Dict = {}      # pid -> psutil.Process, the tree at the last scan
-        self._baseline: Dict[int, Tuple[float, int]] = {}  # pid -> counters when first seen
+        self._baseline: Dict[int, Optional[Tuple[float, int]]] = {}  # pid -> (0, 0) when born in the window
         self._children = 0
         self._conns = (0, 0)
         self._runq_wait_s: Optional[float] = None
