@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-
 #: A core counts as saturated above this utilisation (%). htop/psutil report 100 for a
 #: core busy the whole interval; 85 leaves room for sampling jitter at 100 ms intervals
 #: (measured here: a pure-Python busy loop reads 88-100 % per 100 ms sample).
