@@ -118,6 +118,16 @@ def test_contention_counts_other_processes_only():
     assert v.cause == "cpu_contention"
 
 
+def test_contention_needs_the_tree_to_wait_for_cpu():
+    edge = rules.CONTENTION_RUNQ_CORES
+    p = pipeline(stage("ParallelMapV2", parallelism=8))
+    busy = dict(tree=0.3, others=1.8)
+    waiting = verdict(findings(pct=pct(input=60), pipeline=p, system=system(**busy, tree_runq_wait_cores=edge + EPS)))
+    sleeping = verdict(findings(pct=pct(input=60), pipeline=p, system=system(**busy, tree_runq_wait_cores=edge - EPS)))
+    assert waiting.cause == "cpu_contention"
+    assert (sleeping.bottleneck, sleeping.cause) == ("io", "file_read")
+
+
 def test_loopback_or_other_traffic_is_not_remote_read():
     p = pipeline(stage("TFRecord"))
     # 20 MB/s on loopback and another process's downloads: no remote connection of ours.

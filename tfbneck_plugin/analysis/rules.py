@@ -39,6 +39,10 @@ PYTHON_STAGE_PENALTY = 0.25
 #: which a waiting input pipeline is called contended (the same 65 % as "mostly busy" in
 #: :data:`.sysmetrics.IDLE_HOST_PCT`: 100 - 35).
 CONTENTION_OTHERS_PCT = 100.0 - sysmetrics.IDLE_HOST_PCT
+#: Run-queue wait of the training tree (cores: time its threads were ready to run but had no
+#: CPU, per second) from which a busy machine is taking cores from it. Measured here under
+#: ../shared/tools/under-load: computing pipelines 0.99-1.75, a pipeline sleeping on reads 0.05.
+CONTENTION_RUNQ_CORES = 0.25
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
 #: order of magnitude, so that disk caches and metadata traffic do not tip it).
 REMOTE_READ_RATIO = 10.0
@@ -166,7 +170,10 @@ def _input_from_system(system: dict):
             f"The {who} kept {own:.2f} cores busy while the step waited: the input pipeline is computing, and "
             "the host cannot prepare data fast enough."))
     others = _others_busy_pct(system, own)
-    if others >= CONTENTION_OTHERS_PCT:
+    runq = system.get("tree_runq_wait_cores")
+    # Busy neighbours take cores only from threads that want one: a pipeline that sleeps on
+    # storage does not wait in the run queue, one that computes does.
+    if others >= CONTENTION_OTHERS_PCT and (runq is None or runq >= CONTENTION_RUNQ_CORES):
         return ("cpu", "cpu_contention", penalty, Sampled(
             f"The {who} used only {own:.2f} cores while other processes kept {others:.0f}% of the machine's CPU "
             "busy: they take the cores the input pipeline needs."))
