@@ -34,6 +34,7 @@ setup(
         "tensorboard>=2.12",
         "tensorboard-plugin-profile>=2.13",
         "fsspec>=2023.1",
+        "scipy>=1.9.2",  # compare: Mann-Whitney U; 1.9.2: the first with Python 3.11 wheels
     ],
     extras_require={
         "tensorflow": ["tensorflow>=2.12", "tf-keras"],

@@ -1,6 +1,7 @@
 """``tfbneck``: the command line.
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+    tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -44,7 +45,53 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--remote-timeout", type=_seconds, metavar="S",
                    help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
                         "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
+    _add_compare_parser(sub)
     return p
+
+
+def _add_compare_parser(sub) -> None:
+    from .compare import RENDERERS as COMPARE_RENDERERS
+    c = sub.add_parser("compare", help="compare two sessions: faster, slower or no change, and why",
+                       description="Compare the step times of BASELINE and CANDIDATE (one session each, or the runs "
+                                   "of the same name): mean, p50 and p90 time per batch, the change with a Mann-Whitney "
+                                   "U test, the breakdown per category, the verdicts, and the baseline's predicted "
+                                   "gain of the change against the measured one.")
+    c.add_argument("baseline", metavar="BASELINE", help="a logdir, run folder, session folder or .xplane.pb file")
+    c.add_argument("candidate", metavar="CANDIDATE", help="the same for the run after the change")
+    c.add_argument("--format", choices=sorted(COMPARE_RENDERERS), default="table", help="output format (default: table)")
+    c.add_argument("--output", "-o", metavar="FILE", help="write the comparison to FILE instead of standard output")
+    c.add_argument("--change", metavar="FIX", help="the change made, as a recommendation's fix id (parallel_map, "
+                   "prefetch, steps_per_execution, tf_function...); default: detected from the two reports")
+    c.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit 1 when the candidate is slower by more than PCT %% with significance (a CI gate)")
+
+
+def cmd_compare(args) -> int:
+    """``tfbneck compare``: 0, or 1 with ``--fail-if-slower`` when a candidate is slower
+    beyond it; 2 when the sides cannot be compared."""
+    from . import compare as comparemod
+    try:
+        result = comparemod.compare(args.baseline, args.candidate, change=args.change)
+    except comparemod.CompareError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
+    text = comparemod.RENDERERS[args.format](result)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+        except OSError as err:
+            print(f"tfbneck: {args.output}: cannot write the comparison ({err.strerror})", file=sys.stderr)
+            return 2
+    else:
+        _write_stdout(text)
+    if args.fail_if_slower is not None:
+        slow = comparemod.slower_than(result, args.fail_if_slower)
+        for c in slow:
+            print(f"tfbneck: {c['candidate']['run']} is {c['change_pct']:.1f} % slower than {c['baseline']['run']} "
+                  f"(p = {c['p_value']:.4g}), beyond --fail-if-slower {args.fail_if_slower:g}", file=sys.stderr)
+        return 1 if slow else 0
+    return 0
 
 
 def _seconds(text: str) -> float:
@@ -182,6 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "analyze":
         return cmd_analyze(args)
+    if args.command == "compare":
+        return cmd_compare(args)
     return 2
 
 

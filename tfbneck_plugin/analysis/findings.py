@@ -44,6 +44,25 @@ class StepFacts:
 
 
 @dataclass
+class StepTiming:
+    """Mean time per steady step (ms) by what the step did: the inputs of the what-if
+    models (:mod:`.whatif`), built by :func:`.whatif.step_timing`."""
+    step_ms: float                    # mean steady step time
+    batches_per_step: int
+    breakdown_ms: Dict[str, float]    # breakdown category -> mean ms per step
+    durations_ms: List[float]         # each steady step
+    function_ms: Optional[float] = None   # inside the training tf.function's execution; None: no tf.function ran
+    op_span_ms: Optional[float] = None    # from the first to the last op the training function ran in the step
+    eager_ops: float = 0.0            # eager op kernels run per step (outside input waits)
+    eager_kernel_ms: float = 0.0      # their time per step
+    eager_op_floor_us: float = 0.0    # the fixed cost of one eager kernel run (low percentile of their durations)
+
+    @property
+    def time_per_batch_ms(self) -> float:
+        return self.step_ms / max(self.batches_per_step, 1)
+
+
+@dataclass
 class KernelFacts:
     """Device kernels over the window."""
     count: int
@@ -79,6 +98,7 @@ class Findings:
     devices: List[Dict] = field(default_factory=list)   # devices.summarize() rows
     gaps: List[GapFact] = field(default_factory=list)
     shared_clock_only: bool = False   # steps from one device's own Steps line
+    timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
 
     def share(self, category: str) -> float:
         return float(self.pct.get(category, 0.0))

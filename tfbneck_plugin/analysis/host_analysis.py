@@ -19,7 +19,7 @@ import numpy as np
 from ..trace import timeline
 from ..trace.xspace import Space
 from . import activity as activitymod
-from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata
+from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
 from .verdict import Verdict, decide
@@ -150,7 +150,8 @@ class HostAnalysis:
             pct=self.breakdown_pct, steps=self._step_facts(), pipeline=pipeline, system=self.system,
             eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
-            shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")))
+            shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
+            timing=whatif.step_timing(self))
 
     @cached_property
     def device_kind(self) -> str:

@@ -59,7 +59,8 @@ def decide(f: Findings) -> Verdict:
     assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
     if v.cause == "not_tensorflow":
         return v
-    v.recommendations = advice_for(v.cause, f)
+    from .whatif import rank  # the what-if models read the findings only
+    v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:

@@ -1,0 +1,155 @@
+"""``tfbneck compare`` (issue 14, part 3): faster / slower / no change with a significance
+test, the breakdown's change, the verdicts, and the baseline's prediction against the
+measured time, on the committed before/after runs of ``demo_logs`` (real TensorFlow runs;
+``demo_logs/make_demo_logs.py``) and on fresh ones."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DEMO_LOGS, ROOT, tfbneck_cmd
+
+SEQUENTIAL = os.path.join(DEMO_LOGS, "pair_map_sequential")
+PARALLEL = os.path.join(DEMO_LOGS, "pair_map_parallel")
+
+
+def compare(*args, timeout=180):
+    return subprocess.run(tfbneck_cmd() + ["compare", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def analyze(path):
+    r = subprocess.run(tfbneck_cmd() + ["analyze", path, "--format", "json"], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["sessions"][0]
+
+
+def per_batch(report):
+    bps = report["steps"]["batches_per_step"]
+    return np.array([i["duration_ms"] / bps for i in report["steps"]["items"]])
+
+
+@pytest.fixture(scope="module")
+def demo_pair():
+    if not os.path.isdir(SEQUENTIAL) or not os.path.isdir(PARALLEL):
+        pytest.skip("demo_logs/ has no before/after pairs (python demo_logs/make_demo_logs.py)")
+    return analyze(SEQUENTIAL), analyze(PARALLEL)
+
+
+def test_parallel_map_pair_is_faster_with_the_change_and_its_p_value(demo_pair):
+    """Acceptance 2: the parallel-map pair (before, after) is reported faster."""
+    before, after = demo_pair
+    r = compare(SEQUENTIAL, PARALLEL, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    b, a = per_batch(before), per_batch(after)
+    assert out["verdict"] == "faster"
+    assert out["change_pct"] == pytest.approx(100 * (a.mean() - b.mean()) / b.mean(), abs=0.01)
+    assert out["change_pct"] < 0 and 0 < out["p_value"] < 0.05
+    # Independent of scipy: when every step after is faster than every step before, the exact
+    # two-sided Mann-Whitney p is 2 / C(n1 + n2, n1) (one arrangement of ranks each way).
+    if a.max() < b.min():
+        assert out["p_value"] == pytest.approx(2 / math.comb(len(a) + len(b), len(a)), rel=1e-4)
+    (c,) = out["comparisons"]
+    assert c["baseline"]["run"] == "pair_map_sequential" and c["candidate"]["run"] == "pair_map_parallel"
+    assert c["baseline"]["time_per_batch_ms"]["mean"] == pytest.approx(b.mean(), abs=1e-3)
+    assert c["candidate"]["time_per_batch_ms"]["p90"] == pytest.approx(np.percentile(a, 90), abs=1e-3)
+    wait_before = np.mean([i["breakdown_ms"]["input"] for i in before["steps"]["items"]])
+    assert c["breakdown_ms"]["input"]["baseline"] == pytest.approx(wait_before, abs=1e-3)
+    assert c["breakdown_ms"]["input"]["change"] < 0  # the input wait is what went away
+    assert (c["baseline"]["cause"], c["candidate"]["cause"]) == (before["cause"], after["cause"])
+    (p,) = c["predictions"]  # the change is detected from the two reports
+    assert p["fix"] == "parallel_map" and p["measured_ms"] == pytest.approx(a.mean(), abs=1e-3)
+    rec = next(x for x in before["recommendations"] if x["fix"] == "parallel_map")
+    assert p["predicted_ms"] == rec["predicted"]["time_per_batch_ms"]
+    assert abs(p["error_pct"]) <= 25
+
+
+def test_swapped_pair_fails_the_gate(demo_pair):
+    """Acceptance 2: swapped, with --fail-if-slower 5, the exit status is 1."""
+    r = compare(PARALLEL, SEQUENTIAL, "--fail-if-slower", "5", "--format", "json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "slower" and out["change_pct"] > 5 and out["p_value"] < 0.05
+    assert "slower than pair_map_parallel" in r.stderr and "Traceback" not in r.stderr
+    # A gate wider than the change lets it pass; so does the right order.
+    wide = compare(PARALLEL, SEQUENTIAL, "--fail-if-slower", str(out["change_pct"] + 1))
+    assert wide.returncode == 0, wide.stderr
+    assert compare(SEQUENTIAL, PARALLEL, "--fail-if-slower", "5").returncode == 0
+
+
+def test_a_session_against_itself_is_no_change():
+    if not os.path.isdir(SEQUENTIAL):
+        pytest.skip("demo_logs/ has no before/after pairs")
+    r = compare(SEQUENTIAL, SEQUENTIAL, "--format", "json", "--fail-if-slower", "0")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["verdict"], out["change_pct"], out["p_value"]) == ("no_change", 0.0, 1.0)
+    assert out["comparisons"][0]["predictions"] == []  # nothing changed, nothing detected
+
+
+def test_table_and_markdown_show_the_numbers(demo_pair):
+    j = json.loads(compare(SEQUENTIAL, PARALLEL, "--format", "json").stdout)
+    c = j["comparisons"][0]
+    table = compare(SEQUENTIAL, PARALLEL).stdout
+    assert "pair_map_sequential -> pair_map_parallel: FASTER" in table
+    assert f"{c['change_pct']:+.1f} %" in table and f"p = {j['p_value']:.4g}" in table
+    assert f"{c['baseline']['time_per_batch_ms']['p50']:.3f}" in table
+    assert f"predicted {c['predictions'][0]['predicted_ms']:.2f} ms" in table
+    md = compare(SEQUENTIAL, PARALLEL, "--format", "markdown").stdout
+    assert md.startswith("# tfbneck compare: **faster**")
+    assert f"| time per batch, mean (ms) | {c['baseline']['time_per_batch_ms']['mean']:.3f} |" in md
+
+
+def test_runs_are_matched_by_name(tmp_path):
+    """Two logdirs: the runs of the same name are compared; the summary is the slowest."""
+    pairs = json.load(open(os.path.join(DEMO_LOGS, "PAIRS.json"))) if os.path.exists(
+        os.path.join(DEMO_LOGS, "PAIRS.json")) else pytest.skip("demo_logs/ has no before/after pairs")
+    spe = pairs["steps_per_execution"]
+    for side, runs in (("a", {"map": SEQUENTIAL, "tiny": spe["after"]}),
+                       ("b", {"map": PARALLEL, "tiny": spe["before"], "only_here": spe["before"]})):
+        for name, src in runs.items():
+            shutil.copytree(os.path.join(DEMO_LOGS, src), tmp_path / side / name)
+    r = compare(str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json", "--fail-if-slower", "5")
+    out = json.loads(r.stdout)
+    got = {c["baseline"]["run"]: c for c in out["comparisons"]}
+    assert set(got) == {"map", "tiny"} and any("only_here" in n for n in out["notes"])
+    assert got["map"]["verdict"] == "faster" and got["tiny"]["verdict"] == "slower"  # one batch per call again
+    assert (out["verdict"], out["change_pct"]) == ("slower", got["tiny"]["change_pct"])
+    assert r.returncode == 1
+    assert got["tiny"]["predictions"] == []  # fewer batches per step: no fix of the advice
+
+
+def test_bad_input_is_one_line(tmp_path):
+    demo = os.path.join(DEMO_LOGS, "cpu_bound_input")
+    r = compare(str(tmp_path / "missing"), demo)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("tfbneck: ") and len(r.stderr.strip().splitlines()) == 1
+    assert str(tmp_path / "missing") in r.stderr and "Traceback" not in r.stderr
+    for side in ("a", "b"):
+        for name in ("x", "y"):
+            shutil.copytree(demo, tmp_path / side / f"{side}{name}")
+    r = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.returncode == 2 and "no run name in common" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.tf
+def test_fresh_runs_steps_per_execution(tmp_path):
+    """Real runs made here and now: one batch per call, then several; compare sees it faster
+    and checks the baseline's prediction."""
+    script = os.path.join(ROOT, "demo_logs", "make_demo_logs.py")
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--only", "pair_spe1,pair_spe32"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = compare(str(tmp_path / "pair_spe1"), str(tmp_path / "pair_spe32"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "faster" and out["p_value"] < 0.05
+    (p,) = out["comparisons"][0]["predictions"]
+    assert p["fix"] == "steps_per_execution" and p["predicted_ms"] < out["comparisons"][0]["baseline"][
+        "time_per_batch_ms"]["mean"]
