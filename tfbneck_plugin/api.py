@@ -219,4 +219,5 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     if not sessions:
         raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
                              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
-    return Report(_analyze_all(sessions, jobs or (os.cpu_count() or 1)), problems)
+    from .analysis.grouping import group_jobs  # the sessions of a multi-worker job become one entry, as in the CLI
+    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1))), problems)

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
 from . import __version__
+from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
 from .report import RENDERERS, build_report
@@ -193,6 +194,7 @@ def cmd_analyze(args) -> int:
 
 def _emit(args, results: List[dict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
+    results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
     if args.output:
         try:

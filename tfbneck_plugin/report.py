@@ -78,11 +78,37 @@ def to_table(report: Dict) -> str:
         lines.append(f"{title}: {s.get('bottleneck')} ({s.get('cause')}, confidence {s.get('confidence')})")
         for e in s.get("evidence", []):
             lines.append(f"  - {e}")
+        lines.extend(worker_lines(s))
         recs = s.get("recommendations") or []
         if recs:
             lines.append(f"  fix first: {recs[0]['title']}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _share(v) -> str:
+    return f"{v:.1f}%" if isinstance(v, (int, float)) else ""
+
+
+def worker_lines(s: Dict) -> List[str]:
+    """The table's lines for a report with several hosts or workers (``per_host``): one per
+    worker with its step time, its own report's verdict, its limit outside collectives and
+    how long it kept the others waiting; the straggler marked ``*``. [] for one host."""
+    rows = s.get("per_host") or []
+    if not rows:
+        return []
+    out = ["  workers (* = the straggler the others wait for):"]
+    width = max(len(str(r.get("host"))) for r in rows)
+    for r in rows:
+        own = r.get("own_limit") or {}
+        own_text = f"  own limit {own['bottleneck']}/{own['cause']}" if own else ""
+        waits = (f"  kept others waiting {_share(r['kept_others_waiting_pct'])} (last in {r.get('last_in_steps')} "
+                 f"of {r.get('matched_steps')} steps)" if r.get("kept_others_waiting_pct") is not None else "")
+        step = r.get("step_time_ms")
+        out.append(f"  {'*' if r.get('straggler') else ' '} {str(r.get('host')).ljust(width)}  "
+                   f"{(f'{step:.1f} ms' if isinstance(step, (int, float)) else '?').rjust(9)}  "
+                   f"{r.get('bottleneck')}/{r.get('cause') or ''}{own_text}{waits}".rstrip())
+    return out
 
 
 def to_markdown(report: Dict) -> str:
@@ -100,12 +126,27 @@ def to_markdown(report: Dict) -> str:
             continue
         out.append(f"**{s.get('bottleneck')}** ({s.get('cause')}, confidence {s.get('confidence')})\n")
         out.extend(f"- {e}" for e in s.get("evidence", []))
+        out.extend(_worker_table(s))
         for r in s.get("recommendations") or []:
             out.append(f"\n**{r['title']}**: {r['detail']}")
             if r.get("code"):
                 out.append(f"\n```python\n{r['code']}\n```")
         out.append("")
     return "\n".join(out)
+
+
+def _worker_table(s: Dict) -> List[str]:
+    rows = s.get("per_host") or []
+    if not rows:
+        return []
+    out = ["", "| worker | step_ms | verdict | own limit | kept others waiting | straggler |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        own = r.get("own_limit") or {}
+        cells = [r.get("host"), r.get("step_time_ms"), f"{r.get('bottleneck')} / {r.get('cause') or ''}",
+                 f"{own['bottleneck']} / {own['cause']}" if own else "", _share(r.get("kept_others_waiting_pct")),
+                 "yes" if r.get("straggler") else ""]
+        out.append("| " + " | ".join(_cell(c).replace("|", "\\|") for c in cells) + " |")
+    return out
 
 
 RENDERERS = {"json": to_json, "csv": to_csv, "table": to_table, "markdown": to_markdown}

@@ -158,8 +158,8 @@ def diagnose(workers: List[Worker]) -> Optional[Dict]:
       ``{"bottleneck", "cause", "cause_text", "confidence", "evidence", "evidence_detail",
       "recommendations", "primary": index of the worker whose report stands for the job,
       "job": {"straggler", "lateness_pct", "network_pct", "matched_steps", "steps", ...},
-      "per_worker": [{"kept_others_waiting_pct", "last_in_steps", "collective_ms",
-      "own_limit"}]}``. Percentages are of the median step time over the matched steps.
+      "per_worker": [{"kept_others_waiting_pct", "last_in_steps", "matched_steps",
+      "collective_ms", "own_limit", "straggler"}]}``. Percentages are of the median step time over the matched steps.
     """
     lat = match_steps(workers)
     if lat is None:
@@ -184,6 +184,7 @@ def diagnose(workers: List[Worker]) -> Optional[Dict]:
                   "matched_steps": lat.numbers, "steps": step_rows(workers, lat),
                   "thresholds": {"straggler_wait_pct": STRAGGLER_WAIT_PCT, "network_pct": COLLECTIVE_BOUND_PCT}}
     out["per_worker"] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": last_in[i],
+                          "matched_steps": len(lat.numbers),
                           "collective_ms": round(float(lat.collective[i].mean()), 3),
                           "own_limit": _own_limit(w), "straggler": w.name == straggler}
                          for i, w in enumerate(workers)]

@@ -21,7 +21,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..records import SIDECAR_NAME, STAGING_DIR, write_sidecar, write_skip_record
+from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
+from .job import job_info, session_suffix, with_job
 from .sampler import SystemSampler
 from .tracker import ClosedWindow
 
@@ -268,13 +269,16 @@ class WindowCapture:
         if exported is None:
             self._discard_staging()
             return "the profiler wrote no trace file"
+        job = current_job()  # a multi-worker job: recorded in the sidecar, named in the folder
+        sysdata = with_job(sysdata, job, FORMAT, VERSION)
         if sysdata is not None:
             self._write_sidecar(exported, closed, spe, closed_by, sysdata)
         parent = os.path.join(self.log_dir, "plugins", "profile")
         p0, p1 = closed.steps
         try:
             os.makedirs(parent, exist_ok=True)
-            final = unique_dir(parent, f"{os.path.basename(exported)}_steps{p0}-{p1}", create=False)
+            final = unique_dir(parent, f"{os.path.basename(exported)}_steps{p0}-{p1}{session_suffix(job)}",
+                               create=False)
             os.rename(exported, final)
         except OSError as err:
             self._discard_staging()
@@ -315,6 +319,16 @@ class WindowCapture:
             except Exception:  # noqa: BLE001, S110 - best effort: profiling is off from here on
                 pass
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def current_job() -> Optional[Dict]:
+    """The multi-worker job of this process (:func:`.job.job_info`: ``TF_CONFIG``, else the
+    strategy in scope), or None. Never raises."""
+    try:
+        strategy = tf.distribute.get_strategy()
+    except Exception:  # noqa: BLE001 - no strategy to ask: TF_CONFIG alone decides
+        strategy = None
+    return job_info(strategy)
 
 
 def record_skip(log_dir: str, record: WindowRecord, window: Range, reason: str,
