@@ -3,6 +3,7 @@ profiled by BottleneckProfiler (steps 6-12 by default).
 
     multiworker_fit.py --job LOG_DIR SLOW_WORKER MODEL_UNITS [FIRST LAST]   # both workers
     multiworker_fit.py LOG_DIR INDEX PORT0 PORT1 SLOW_WORKER MODEL_UNITS [FIRST LAST]   # one
+    multiworker_fit.py --data tests/data/multiworker   # remake the committed real jobs
 
 Worker ``i`` writes ``LOG_DIR/worker<i>``. SLOW_WORKER: index of the worker whose tf.data
 map is sequential and heavy (``MAP_PASSES`` passes of sin/cos per element: about 1.5 ms each
@@ -71,6 +72,37 @@ def run_job(log_dir, slow_worker, units, steps=(6, 12), timeout_s=240):
         _remove(log_dir)  # a crashed worker leaves a partial staging window: start clean
 
 
+#: The real jobs committed under tests/data/multiworker (made by ``--data``): name ->
+#: (slow worker, model units, profiled steps).
+DATA_JOBS = {"straggler": (1, 64, (6, 12)), "balanced": (-1, 1024, (6, 12))}
+
+
+def make_data(dest):
+    """Run the :data:`DATA_JOBS` and copy their sessions into ``dest/<name>/`` (traces
+    gzipped, sidecars as written)."""
+    import glob
+    import gzip
+    import shutil
+    import tempfile
+    for name, (slow, units, steps) in DATA_JOBS.items():
+        tmp = tempfile.mkdtemp(prefix="tfbneck-mw-")
+        try:
+            run_job(os.path.join(tmp, "logs"), slow, units, steps=steps)
+            _remove(os.path.join(dest, name))
+            for folder in glob.glob(os.path.join(tmp, "logs", "worker*", "plugins", "profile", "*")):
+                rel = os.path.relpath(folder, os.path.join(tmp, "logs"))
+                os.makedirs(os.path.join(dest, name, rel))
+                for f in os.listdir(folder):
+                    src, out = os.path.join(folder, f), os.path.join(dest, name, rel, f)
+                    if f.endswith(".xplane.pb"):
+                        with open(src, "rb") as fi, gzip.open(out + ".gz", "wb", compresslevel=9) as fo:
+                            shutil.copyfileobj(fi, fo)
+                    else:
+                        shutil.copy(src, out)
+        finally:
+            _remove(tmp)
+
+
 def _remove(path):
     import shutil
     shutil.rmtree(path, ignore_errors=True)
@@ -114,7 +146,9 @@ def worker(log_dir, index, port0, port1, slow, units, first, last):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args and args[0] == "--job":
+    if args and args[0] == "--data":
+        make_data(args[1])
+    elif args and args[0] == "--job":
         window = tuple(int(a) for a in args[4:6]) or (6, 12)
         run_job(args[1], int(args[2]), int(args[3]), steps=window)
     else:
