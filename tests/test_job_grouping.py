@@ -72,6 +72,7 @@ def test_recorded_jobs_are_grouped_by_the_job():
     assert (balanced["cause"], balanced["job"]["straggler"]) == ("gradient_sync", None)
     assert (straggler["cause"], straggler["job"]["straggler"]) == ("input_preprocessing", "worker:1")
     assert straggler["evidence"][0].startswith("Grouped by the job BottleneckProfiler recorded in each session (job id ")
+    assert straggler["evidence"][0].endswith("tasks worker:0, worker:1) and their overlapping wall-clock windows.")
     assert [h["session"].rsplit("_", 1)[1] for h in straggler["per_host"]] == ["worker0", "worker1"]
     assert straggler["job"]["id"] == straggler["session"].split(":", 1)[1]
 
@@ -172,7 +173,8 @@ def grouped(reports):
 
 def test_evidence_rule_edges():
     assert grouped([report("worker:0"), report("worker:1")]) == ["job"]
-    assert grouped([report("worker:0"), report("worker:1", steps=(7, 8, 9))]) == [None, None]  # other steps
+    assert grouped([report("worker:0"), report("worker:1", steps=(8, 9, 10))]) == [None, None]  # other steps
+    assert grouped([report("worker:0"), report("worker:1", steps=(7, 8))]) == ["job"]  # step 6 dropped on one
     assert grouped([report("localhost:0"), report("localhost:1")]) == [None, None]  # not a multi-worker job
     assert grouped([report("worker:0", group_size=1), report("worker:1", group_size=1)]) == [None, None]
     assert grouped([report(f"worker:{i}", group_size=3) for i in range(3)]) == ["job"]

@@ -6,14 +6,15 @@ by one report (``"kind": "job"``) whose verdict comes from all of them (:mod:`.j
 rules group sessions, and the report says which one did (``job.grouped_by``):
 
 ``job_info``  the sessions carry the job BottleneckProfiler recorded (``job`` in the
-              sidecar, :mod:`tfbneck_plugin.capture.job`): the same job id, the same
-              profiled steps, overlapping wall-clock windows and different tasks.
+              sidecar, :mod:`tfbneck_plugin.capture.job`): the same job id, overlapping
+              wall-clock windows and different tasks.
 ``evidence``  sessions without it (older callbacks, other tools) are grouped only when all
               of this holds: each trace names its task in TensorFlow's device names
               (``/job:worker/replica:0/task:1``) and the tasks differ and belong to a
               multi-worker job (not ``localhost``); every one holds collectives in its
-              steps; they cover the same step numbers; their wall-clock windows overlap;
-              and there are no more of them than the collective group's size.
+              steps; they cover the same step numbers (:data:`SHARED_STEPS_FRACTION`); their
+              wall-clock windows overlap; and there are no more of them than the
+              collective group's size.
 
 Sessions that cannot be told apart (two sessions of the same task in one window) are left
 alone rather than guessed at. Wall-clock windows come from the trace's ``Task
@@ -39,6 +40,10 @@ CLOCK_TOLERANCE_S = 2.0
 #: Session folders named by the profiler's clock: ``%Y_%m_%d_%H_%M_%S``
 #: (tensorflow/python/profiler/profiler_v2.py).
 SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
+#: The sessions of one job cover the same steps, but a step may differ (a partial step dropped
+#: at a window's edge, a warm-up step excluded on one worker only): the steps common to all of
+#: them must make at least this fraction of each session's steps (our choice).
+SHARED_STEPS_FRACTION = 0.5
 #: A task as the job records it: ``<type>:<index>``, e.g. ``worker:1``, ``chief:0``.
 TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}:\d{1,6}$")
 #: Top-level keys of a worker's report that do not describe the job as a whole.
@@ -129,19 +134,25 @@ def _distinct_tasks(members: List[Candidate]) -> bool:
     return all(tasks) and len(set(tasks)) == len(tasks)
 
 
+def _shared_steps(g: List[Candidate]) -> List[int]:
+    """The step numbers common to every session of ``g``, when they make at least
+    :data:`SHARED_STEPS_FRACTION` of each session's steps; else []."""
+    common = set.intersection(*(set(c.steps) for c in g))
+    return sorted(common) if common and all(len(common) >= SHARED_STEPS_FRACTION * len(c.steps) for c in g) else []
+
+
 def _by_job_info(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
-    keyed: Dict[tuple, List[Candidate]] = {}
+    keyed: Dict[str, List[Candidate]] = {}
     for c in cands:
         if c.job_id:
-            keyed.setdefault((c.job_id, c.steps), []).append(c)
+            keyed.setdefault(c.job_id, []).append(c)
     out = []
-    for (job_id, steps), members in keyed.items():
-        for g in _overlapping(members):
+    for job_id, members in keyed.items():
+        for g in _overlapping(members):  # runs of one cluster (and windows of one run) apart
             g = sorted(g, key=lambda c: _task_key(c.task))
             if len(g) >= 2 and _distinct_tasks(g):
                 out.append((g, f"Grouped by the job BottleneckProfiler recorded in each session (job id {job_id}, "
-                               f"tasks {', '.join(c.task for c in g)}), the same profiled steps and overlapping "
-                               f"wall-clock windows."))
+                               f"tasks {', '.join(c.task for c in g)}) and their overlapping wall-clock windows."))
     return out
 
 
@@ -150,23 +161,20 @@ def _multi_worker_task(task: Optional[str]) -> bool:
 
 
 def _by_evidence(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
-    keyed: Dict[tuple, List[Candidate]] = {}
-    for c in cands:
-        if c.job_id is None and c.report.get("sync") and c.steps and _multi_worker_task(c.task):
-            keyed.setdefault(c.steps, []).append(c)
+    members = [c for c in cands if c.job_id is None and c.report.get("sync") and c.steps and _multi_worker_task(c.task)]
     out = []
-    for steps, members in keyed.items():
-        for g in _overlapping(members):
-            g = sorted(g, key=lambda c: _task_key(c.task))
-            sizes = {c.group_size for c in g if c.group_size}
-            if len(g) < 2 or not _distinct_tasks(g) or (sizes and len(g) > min(sizes)):
-                continue
-            span = min(c.window[1] for c in g) - max(c.window[0] for c in g)
-            out.append((g, f"Grouped on evidence (no job was recorded): tasks {', '.join(c.task for c in g)} "
-                           f"named in the traces' device names, the same steps ({steps[0]}-{steps[-1]}), collectives "
-                           f"in every worker's steps" + (f" (group size {min(sizes)})" if sizes else "")
-                           + (f", wall-clock windows overlapping for {span * 1e3:.0f} ms." if span > 0 else
-                              f", wall-clock windows within {CLOCK_TOLERANCE_S:.0f} s of each other.")))
+    for g in _overlapping(members):
+        g = sorted(g, key=lambda c: _task_key(c.task))
+        sizes = {c.group_size for c in g if c.group_size}
+        steps = _shared_steps(g) if len(g) >= 2 else []
+        if not steps or not _distinct_tasks(g) or (sizes and len(g) > min(sizes)):
+            continue  # not enough evidence, or sessions that cannot be told apart: leave them alone
+        span = min(c.window[1] for c in g) - max(c.window[0] for c in g)
+        out.append((g, f"Grouped on evidence (no job was recorded): tasks {', '.join(c.task for c in g)} "
+                       f"named in the traces' device names, the same steps ({steps[0]}-{steps[-1]}), collectives "
+                       f"in every worker's steps" + (f" (group size {min(sizes)})" if sizes else "")
+                       + (f", wall-clock windows overlapping for {span * 1e3:.0f} ms." if span > 0 else
+                          f", wall-clock windows within {CLOCK_TOLERANCE_S:.0f} s of each other.")))
     return out
 
 
