@@ -11,7 +11,7 @@ does, lazily. The public names below are imported on first use.
 __version__ = "0.1.0"
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
-_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "analyze", "profile_steps")
+_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "analyze", "profile_steps")
 
 
 def __getattr__(name):
@@ -22,6 +22,9 @@ def __getattr__(name):
     if name == "profile_steps":  # building a schedule needs no TensorFlow
         from .capture.schedule import profile_steps
         return profile_steps
+    if name == "SlowdownTrigger":  # nor do the slowdown thresholds
+        from .capture.steptime import SlowdownTrigger
+        return SlowdownTrigger
     if name in ("analyze", "Report", "SessionReport"):  # no TensorFlow either
         from . import api
         return getattr(api, name)

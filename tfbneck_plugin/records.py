@@ -54,7 +54,52 @@ top-level keys; readers ignore the ones they do not know. ``BottleneckProfiler``
                "profiled_steps": [int, int],      # first and last batch (1-based) recorded
                "markers": [[int, int]],           # per step marker: first and last batch it covers
                "steps_per_execution": int,
-               "closed_by": str}                  # "completed", "training_ended", "closed", ...
+               "closed_by": str,                  # "completed", "training_ended", "closed", ...
+               # Added later (absent from older sidecars):
+               "kind": "scheduled" | "triggered", # triggered: opened by on_slowdown
+               "trigger": null | {...}}           # why a triggered window opened (below)
+
+``trigger`` (``capture/steptime.py``; step times are between consecutive step beginnings,
+ms per step, per execution when ``steps_per_execution`` > 1)::
+
+    {"kind": "slowdown", "detected_at_step": int, "detected_unix_ns": int,
+     "slow_steps": [int, int],          # first and last batch of the slow run
+     "slow_step_count": int, "slow_for_s": float,
+     "observed_p50_ms": float,          # median step time of the slow run
+     "baseline_p50_ms": float, "baseline_p90_ms": float, "baseline_steps": int,
+     "threshold_ms": float,             # max(factor * baseline p50, baseline p90)
+     "slower_by": float,                # observed_p50_ms / baseline_p50_ms
+     "capture": int,                    # 1 for the trigger's first window, ...
+     "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "cooldown_steps",
+                    "max_captures", "horizon_steps", "warmup_steps"},
+     "outcome": "captured" | "partial" | "too_late",  # partial: training ended inside the
+                                        # window; too_late: it ended before a step was recorded
+     "note": str | null}
+
+A skip record of a triggered window carries the same ``trigger`` object.
+
+The step-time trend file ``<log_dir>/plugins/bottleneck/steptimes_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``
+(``STEP_TIMES_DIR``; one per ``BottleneckProfiler``, rewritten atomically as training goes),
+read by the TensorBoard tab's ``/trend`` route::
+
+    {"format": "tfbneck.step_times", "version": 1, "source": "BottleneckProfiler",
+     "host": str, "pid": int, "start_unix_ns": int, "updated_unix_ns": int,
+     "ended": bool,                     # close() or the end of the last fit was seen
+     "steps_per_execution": int,        # step times are per execution when > 1
+     "trigger": null | {thresholds as above},
+     "baseline": null | {"p50_ms", "p90_ms", "steps", "threshold_ms"},
+     "points": [{"step": int,           # last batch of the period (x of the scalars)
+                 "first_step": int, "epoch": int | null, "n": int,   # steps timed
+                 "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int}],
+     "windows": [{"index": int, "kind": "scheduled" | "triggered",
+                  "requested": [[int, int]], "steps": [int, int] | null,
+                  "status": "open" | "profiled" | "skipped", "reason": str | null,
+                  "closed_by": str | null, "session": str | null,   # folder name in plugins/profile
+                  "trigger": null | {...},
+                  "verdict": null | {"bottleneck", "cause", "confidence", "step_time_ms"},
+                  "analysis_error": str | null,
+                  "change": null | {"from_window": int, "from": {"bottleneck", "cause"},
+                                    "to": {"bottleneck", "cause"}, "text": str, ...}}]}
 
 The file is written atomically (temporary file + rename): a reader never sees torn JSON.
 """
@@ -78,6 +123,13 @@ FORMAT = "tfbneck.system_metrics"
 VERSION = 1
 #: ``format`` of the skip / staging record.
 SKIPPED_FORMAT = "tfbneck.skipped"
+#: Folder of the step-time trend files, under a run's folder (``plugins/<plugin name>``,
+#: the TensorBoard convention for a plugin's own data; the plugin is named ``bottleneck``).
+STEP_TIMES_DIR = os.path.join("plugins", "bottleneck")
+#: ``format`` of a step-time trend file.
+STEP_TIMES_FORMAT = "tfbneck.step_times"
+#: Trend files larger than this (bytes) are not read (a long job's file is ~100 bytes per point).
+MAX_STEP_TIMES_BYTES = 8 * 1024 * 1024
 
 
 class SidecarError(Exception):
@@ -166,7 +218,8 @@ def incomplete_reason(requested_steps, pid: int, host: str) -> str:
             f"are partial. Delete the folder to dismiss this entry")
 
 
-def write_skip_record(folder: str, reason: Optional[str], requested_steps, *, incomplete: bool = False) -> str:
+def write_skip_record(folder: str, reason: Optional[str], requested_steps, *, incomplete: bool = False,
+                      trigger: Optional[Dict] = None) -> str:
     """Write the skip record of a window into ``folder`` atomically; returns its path.
 
     Args:
@@ -176,6 +229,7 @@ def write_skip_record(folder: str, reason: Optional[str], requested_steps, *, in
         :func:`incomplete_reason` for this process.
       requested_steps: the windows asked for, ``[(start, stop)]`` 1-based batches.
       incomplete: mark the window as being written (staging record).
+      trigger: for a window the slowdown trigger asked for, why (format above).
 
     Raises:
       OSError: the folder cannot be written (disk full, read-only, file-size limit).
@@ -188,6 +242,8 @@ def write_skip_record(folder: str, reason: Optional[str], requested_steps, *, in
             "source": "BottleneckProfiler"}
     if incomplete:
         data["incomplete"] = True
+    if trigger is not None:
+        data["trigger"] = trigger
     return write_sidecar(folder, data, name=SKIPPED_NAME)
 
 
@@ -222,3 +278,46 @@ def read_skip_record(path: str, opener=open) -> SkipRecord:
 def read_skipped_reason(path: str, opener=open) -> str:
     """The ``reason`` of a skip record; a readable sentence even when the record is not."""
     return read_skip_record(path, opener).reason
+
+
+def step_times_name(start_unix_ns: int, host: str, pid: int) -> str:
+    """The trend file's name: ``steptimes_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json`` (local
+    time, as the profiler names sessions); characters other than letters, digits, ``-``,
+    ``.`` and ``_`` in the host name become ``_``."""
+    stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(start_unix_ns / 1e9))
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in host) or "host"
+    return f"steptimes_{stamp}_{safe}_{int(pid)}.json"
+
+
+def read_step_times(path: str, opener=open) -> Dict:
+    """Read a step-time trend file (format above).
+
+    Args:
+      path: the file (local path or URL ``opener`` understands).
+      opener: ``open``-like callable (``logdir.open_any`` for URLs).
+
+    Returns:
+      The file's dict, with ``points`` and ``windows`` lists of dicts.
+
+    Raises:
+      SidecarError: unreadable, larger than ``MAX_STEP_TIMES_BYTES``, not JSON, or not a
+        tfbneck step-time file (the message is one line naming the file).
+    """
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read(MAX_STEP_TIMES_BYTES + 1)
+    except OSError as err:
+        raise SidecarError(f"{path}: unreadable step-time file ({type(err).__name__})") from None
+    if len(raw) > MAX_STEP_TIMES_BYTES:
+        raise SidecarError(f"{path}: step-time file larger than {MAX_STEP_TIMES_BYTES // 2**20} MiB; not read")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise SidecarError(f"{path}: step-time file is not JSON ({type(err).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != STEP_TIMES_FORMAT:
+        raise SidecarError(f"{path}: not a tfbneck step-time file")
+    for key in ("points", "windows"):
+        items = data.get(key)
+        if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+            raise SidecarError(f"{path}: step-time file without a valid '{key}' list")
+    return data

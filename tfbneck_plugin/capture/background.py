@@ -26,11 +26,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
+from ..api import SessionReport
 from .sampler import NOT_TRAINING_PIDS
 
 if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
     from .window import WindowRecord
 
+#: ``bottleneck/verdict`` scalar: the verdict as a category index (the scalar chart shows a
+#: change of bottleneck as a step).
+VERDICT_INDEX = {"cpu": 0, "device": 1, "io": 2, "network": 3, "unknown": 4}
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
 #: own priority (the analysis may take seconds of CPU on a large trace).
 CHILD_NICE = 10
@@ -107,16 +111,24 @@ class BackgroundAnalysis:
       verbose: log one INFO line per window.
       warn: the callback's ``warn(key, message)``.
       info: logs an INFO line.
+      on_report: called on the analysis thread with the record once its report is set,
+        before the verdict is logged (the callback computes what changed since the last
+        window there); must not raise.
+      on_done: called on the analysis thread when the window's analysis ended, whatever
+        happened; must not raise.
     """
 
     def __init__(self, log_dir: str, mode: str, timeout_s: float, write_scalars: bool, verbose: bool,
-                 warn: Callable[[str, str], None], info: Callable[[str], None]):
+                 warn: Callable[[str, str], None], info: Callable[[str], None],
+                 on_report: Optional[Callable] = None, on_done: Optional[Callable] = None):
         self.log_dir, self.mode, self.timeout_s = log_dir, mode, timeout_s
         self.write_scalars, self.verbose, self._warn, self._info = write_scalars, verbose, warn, info
+        self._on_report, self._on_done = on_report, on_done
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
         self._writer = None
         self._writer_lock = threading.Lock()
+        self._failed: set = set()
 
     def start(self, rec: WindowRecord) -> None:
         """Analyse the published window ``rec`` in the background (call on the training thread)."""
@@ -145,11 +157,27 @@ class BackgroundAnalysis:
                 except Exception:  # noqa: BLE001, S110 - a full disk: the next flush tries again
                     pass
 
+    def write_values(self, values: Dict[str, float], step: int) -> None:
+        """Write scalars ``tag -> value`` at ``step`` now (on the training thread: the
+        step-time statistics at a period's end), creating the writer if need be."""
+        self._prepare_writer()
+        if self._writer is None:
+            return
+        import tensorflow as tf  # imported by _prepare_writer already
+        try:
+            with self._writer_lock:
+                with self._writer.as_default():
+                    for tag, value in values.items():
+                        tf.summary.scalar(tag, value, step=step)
+                self._writer.flush()
+        except Exception as err:  # noqa: BLE001 - scalars are optional; training goes on
+            self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+
     def _prepare_writer(self) -> None:
         """Create the event-file writer and run the summary API once without recording,
         so that its lazy imports happen here and never on the analysis thread."""
         with self._writer_lock:
-            if self._writer is not None:
+            if self._writer is not None or "scalars" in self._failed:
                 return
             try:
                 import tensorflow as tf
@@ -158,9 +186,17 @@ class BackgroundAnalysis:
                     tf.summary.scalar("bottleneck/step_time_ms", 0.0, step=0)
                 self._writer = writer
             except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
+                self._failed.add("scalars")  # not retried at every epoch
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
 
     def _worker(self, rec: WindowRecord) -> None:
+        try:
+            self._analyse(rec)
+        finally:
+            if self._on_done is not None:
+                self._on_done(rec)
+
+    def _analyse(self, rec: WindowRecord) -> None:
         try:
             report = (analyze_in_child(rec.session_dir, self.timeout_s) if self.mode == "process"
                       else analyze_here(rec.session_dir))
@@ -169,7 +205,11 @@ class BackgroundAnalysis:
             self._warn("analysis", f"analysis of {rec.session_dir} failed ({rec.analysis_error}); the trace is "
                                    f"kept: run `tfbneck analyze {rec.session_dir}`")
             return
-        rec.report = report
+        rec.report = SessionReport.from_dict(report)  # a dict that displays as the verdict card
+        if rec.display is not None:
+            rec.display.show(rec.report)
+        if self._on_report is not None:
+            self._on_report(rec)
         if report.get("status") != "ok":
             rec.analysis_error = report.get("error") or "analysis failed"
             self._warn("analysis", f"steps {rec.steps[0]}-{rec.steps[1]}: {rec.analysis_error}")
@@ -185,6 +225,7 @@ class BackgroundAnalysis:
     def _write_scalars(self, rec: WindowRecord, report: Dict) -> None:
         import tensorflow as tf  # imported by _prepare_writer already: no import happens here
         values = scalars_from_report(report)
+        values["bottleneck/triggered"] = 1.0 if rec.kind == "triggered" else 0.0
         with self._writer_lock:
             with self._writer.as_default():
                 for tag, value in values.items():
@@ -202,7 +243,8 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
       tag -> value: ``bottleneck/step_time_ms`` (mean step, ms); ``bottleneck/<category>_pct``
       for input, device_compute, host_compute, kernel_launch, collective, idle and
       ``transfer_pct`` (H2D + D2H), in % of the step; ``bottleneck/confidence`` (0-1);
-      ``bottleneck/is_<kind>`` (1 for the verdict's kind, else 0); and from the sidecar
+      ``bottleneck/is_<kind>`` (1 for the verdict's kind, else 0); ``bottleneck/verdict``
+      (the verdict as a category index: :data:`VERDICT_INDEX`); and from the sidecar
       ``system_cpu_pct``, ``system_busiest_core_pct`` (%), ``system_proc_cpu_cores``,
       ``system_tree_cpu_cores``, ``system_others_cpu_cores`` (cores) and
       ``system_gpu_util_pct`` (%), when known.
@@ -220,8 +262,9 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
     if report.get("confidence") is not None:
         out["bottleneck/confidence"] = float(report["confidence"])
     verdict = report.get("bottleneck", "unknown")
-    for kind in ("cpu", "device", "io", "network", "unknown"):
+    for kind in VERDICT_INDEX:
         out[f"bottleneck/is_{kind}"] = 1.0 if verdict == kind else 0.0
+    out["bottleneck/verdict"] = float(VERDICT_INDEX.get(verdict, VERDICT_INDEX["unknown"]))
     system = report.get("system_metrics") or {}
     for src, tag in (("cpu_mean_pct", "system_cpu_pct"), ("busiest_core_mean_pct", "system_busiest_core_pct"),
                      ("proc_cpu_cores", "system_proc_cpu_cores"), ("tree_cpu_cores", "system_tree_cpu_cores"),
@@ -244,4 +287,10 @@ def verdict_line(rec: WindowRecord, report: Dict) -> str:
         parts.append(f"{st:.1f} ms/step, {float(pct.get('input', 0.0)):.0f}% waiting for input")
     if recs:
         parts.append(f"fix first: {recs[0].get('title')}")
+    if rec.kind == "triggered" and rec.trigger:
+        t = rec.trigger
+        parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} ms/step against a baseline of "
+                     f"{t['baseline_p50_ms']:.3g} ms from step {t['slow_steps'][0]}")
+    if rec.change:
+        parts.append(f"changed: {rec.change['text']}")
     return "; ".join(parts) + f" [{rec.session_dir}]"

@@ -20,35 +20,47 @@ in its session folder instead, which ``tfbneck analyze`` reports with the reason
 killed inside a window leaves the window's folder in ``<log_dir>/.tfbneck-staging/``, which
 ``tfbneck analyze`` reports as an incomplete window (its partial files are never read).
 
+Every step is also timed (a monotonic clock read in the batch hook, no profiler): the
+median and 90th percentile per epoch go to the scalars ``bottleneck/step_time_ms/p50`` and
+``/p90`` and to ``<log_dir>/plugins/bottleneck/steptimes_*.json``, the trend the
+TensorBoard tab draws with the windows marked. With ``on_slowdown=True`` a window opens by
+itself when the step time departs from its recent baseline.
+
 The work is split by concern: this module holds the public callback (Keras hooks,
 ``step()``, ``close()``); :mod:`.tracker` counts steps and decides when windows open and
-close (no TensorFlow); :mod:`.window` captures one window (profiler, staging, sidecar,
-publishing); :mod:`.background` analyses it afterwards; :mod:`.sampler` samples the system.
+close, :mod:`.steptime` times steps and watches for a slowdown (both without TensorFlow);
+:mod:`.window` captures one window (profiler, staging, sidecar, publishing);
+:mod:`.background` analyses it afterwards; :mod:`.trend` keeps the trend file;
+:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments.
 This subpackage imports TensorFlow; the rest of the package does not.
 """
 from __future__ import annotations
 
 import atexit
-import logging
-import os
-import sys
+import threading
 import weakref
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
+from ..notebook import WindowDisplay, in_notebook
+from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_step_time_every,
+                        ensure_handler, is_tf_keras_model, logger, steps_per_execution)
+from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
+from .steptime import SlowdownTrigger, as_trigger
 from .tracker import NEVER, StepTracker
+from .longjob import LongJobMixin, trigger_outcome
+from .trend import JobTrend
 from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
 
-__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "scalars_from_report"]
-
-#: Messages go to this logger: problems at WARNING, the per-window verdict at INFO.
-logger = logging.getLogger("tfbneck")
+__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger",
+           "scalars_from_report"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
-_PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
+#: Custom loops have no epochs: the step-time statistics are written every this many steps.
+LOOP_STEP_TIME_EVERY = 1000
 
 
 class _StepContext:
@@ -59,9 +71,14 @@ class _StepContext:
         self._p, self._num, self._batches = profiler, step_num, batches
 
     def __enter__(self):
-        step = self._p.tracker.loop_step(self._num, self._batches)
+        p = self._p
+        if p.tracker.flush_every is None and not p._in_fit:  # first custom-loop step: no epochs
+            p.tracker.set_flush_every(LOOP_STEP_TIME_EVERY)
+        step = p.tracker.loop_step(self._num, self._batches)
         if step is not None:
-            self._p._guard(self._p._step_begin, *step)
+            if p.tracker.flush_due:
+                p._guard(p._flush_step_times, step[0] - 1, None)
+            p._guard(p._step_begin, *step)
         return self
 
     def __exit__(self, *exc):
@@ -81,7 +98,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(_keras.callbacks.Callback):
+class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -132,6 +149,24 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         ``host_tracer_level`` (default 2), ``python_tracer_level`` (0),
         ``device_tracer_level`` (1), ``delay_ms``.
       verbose: 1 (default) logs the verdict of each window; 0 logs only problems.
+      on_slowdown: ``True`` (default thresholds), a :class:`SlowdownTrigger` (how much
+        slower than the baseline, for how many consecutive steps and seconds, window
+        length, cooldown, at most how many captures), or ``False`` (default). When the step
+        time departs from its recent baseline a window of ``window_steps`` steps opens by
+        itself (no step named for it); its sidecar says why (``window.trigger``: baseline
+        and observed step times, the slow steps, when), its folder name ends in
+        ``_slowdown``, and ``windows[i].kind`` is ``"triggered"``. Scheduled windows keep
+        working; one beginning inside a triggered window is merged into it.
+      step_time_every: write the step-time statistics every this many steps; default None:
+        at each epoch's end (every 1000 steps in custom loops). Tags
+        ``bottleneck/step_time_ms/p50`` and ``/p90`` (ms per step: the time between two
+        consecutive step beginnings, per execution when ``steps_per_execution`` > 1; steps
+        inside windows and the first 20 of the job are not counted), x axis the last step
+        of the period; also in the trend file ``<log_dir>/plugins/bottleneck/steptimes_*.json``
+        (format in :mod:`tfbneck_plugin.records`) that the Bottleneck tab draws.
+      display: show each window's verdict in the notebook cell that runs ``fit``, once its
+        background analysis finished (default: True inside a Jupyter kernel, else False);
+        ``windows[i].report`` is a :class:`tfbneck_plugin.api.SessionReport` either way.
 
     Example::
 
@@ -161,6 +196,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
     comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
     dispatching batch-end hooks asynchronously where its backend allows it) and accepts
     tensor logs (tf-keras does not convert the logs to numpy, a device sync, for it).
+    Timing every step costs one clock read and a few comparisons per step
+    (``benchmarks/bench_steptime.py``: the README's callback-cost table has the figure).
 
     Caveats:
       * TensorFlow's profiler is one per process: a window overlapping a stock
@@ -176,29 +213,40 @@ class BottleneckProfiler(_keras.callbacks.Callback):
     Raises:
       ValueError: invalid ``log_dir``, ``profile_steps`` (e.g. ``(0, 3)``: steps start at
         1), ``max_window_steps``, ``sample_interval_s``, ``analyze``,
-        ``profiler_options``, or Keras running on a backend other than TensorFlow.
+        ``profiler_options``, ``on_slowdown``, ``step_time_every``, or Keras running on a
+        backend other than TensorFlow.
     """
 
     def __init__(self, log_dir, profile_steps=DEFAULT_WINDOW, *, max_window_steps: int = MAX_WINDOW_STEPS,
                  system_metrics: bool = True, sample_interval_s: float = 0.1, analyze=True,
                  write_scalars: bool = True, analysis_timeout_s: float = 600.0, profiler_options=None,
-                 verbose: int = 1):
+                 verbose: int = 1, on_slowdown=False, step_time_every: Optional[int] = None, display=None):
         super().__init__()
         self._supports_tf_logs = True  # tf-keras' __init__ sets False: logs would be synced to numpy per batch
-        self.log_dir = _check_log_dir(log_dir)
-        self.schedule: StepSchedule = as_schedule(profile_steps, _check_max_window_steps(max_window_steps))
-        _check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose)
+        self.log_dir = check_log_dir(log_dir)
+        self.schedule: StepSchedule = as_schedule(profile_steps, check_max_window_steps(max_window_steps))
+        check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose)
+        self.trigger: Optional[SlowdownTrigger] = as_trigger(on_slowdown)
+        self.step_time_every = check_step_time_every(step_time_every)
         self.system_metrics = bool(system_metrics)
         self.sample_interval_s = float(sample_interval_s)
         self.analyze = "process" if analyze is True else analyze
+        self.write_step_times = bool(write_scalars)
         self.write_scalars = bool(write_scalars) and bool(self.analyze)
         self.analysis_timeout_s = float(analysis_timeout_s)
         self.verbose = int(verbose)
-        self._options = _profiler_options(profiler_options)
+        self.display = in_notebook() if display is None else bool(display)
+        self._options = _options_of(profiler_options)
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
-        #: Step counting and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
-        self.tracker = StepTracker(self.schedule)
+        #: Step counting, step timing and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
+        self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every)
+        #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
+        self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
+                              self._warn)
+        self._period_first = 1  # first step of the current step-time period
+        self._epoch: Optional[int] = None
+        self._hold_lock = threading.Lock()
         self._capture: Optional[WindowCapture] = None  # the open window
         self._trace = None                              # the open step marker
         self._in_fit = False
@@ -208,8 +256,9 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         self._warned = set()
         self._exiting = False
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
-                                            self.write_scalars, bool(self.verbose), self._warn, logger.info)
-        _ensure_handler()
+                                            self.write_scalars, bool(self.verbose), self._warn, logger.info,
+                                            on_report=self._on_report, on_done=self._on_analysis_done)
+        ensure_handler()
         for message in warnings_for(self.schedule):
             self._warn("schedule:" + message[:40], message)
 
@@ -239,9 +288,11 @@ class BottleneckProfiler(_keras.callbacks.Callback):
                                       "finishing (an exception?); saving the steps it completed")
             self._close_window("interrupted")
         self._in_fit = True
-        self._fit_legacy = _is_tf_keras_model(self.model)
-        self.tracker.spe = _steps_per_execution(self.model)
-        if self._disabled is None and self.tracker.next_start != NEVER:
+        self._fit_legacy = is_tf_keras_model(self.model)
+        self.tracker.spe = steps_per_execution(self.model)
+        self.tracker.timer.restart()
+        self.trend.ended = False
+        if self._disabled is None:  # step times are written by every fit, windows or not
             self._log_dir_problem = writable_problem(self.log_dir)
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
@@ -249,10 +300,11 @@ class BottleneckProfiler(_keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""
+        self._epoch = epoch
         steps = (self.params or {}).get("steps")
         self.tracker.begin_epoch(steps if isinstance(steps, int) else None)
         if self.tracker.spe != 1 or self._fit_legacy:
-            self.tracker.spe = _steps_per_execution(self.model)  # tf-keras may autotune it
+            self.tracker.spe = steps_per_execution(self.model)  # tf-keras may autotune it
 
     def on_train_batch_begin(self, batch, logs=None):
         """Keras hook: a step begins. Outside windows: a few integer operations."""
@@ -262,6 +314,8 @@ class BottleneckProfiler(_keras.callbacks.Callback):
 
     def _fit_step(self, first, last):
         self._step_end()
+        if self.tracker.flush_due:
+            self._flush_step_times(first - 1, self._epoch)
         self._step_begin(first, last)
 
     def on_test_begin(self, logs=None):
@@ -270,9 +324,12 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             self._guard(self._step_end)
 
     def on_epoch_end(self, epoch, logs=None):
-        """Keras hook: an epoch ended; end the step marker."""
+        """Keras hook: an epoch ended; end the step marker; the epoch's step times go to
+        the scalars and the trend file (unless ``step_time_every`` is set)."""
         if self._trace is not None:
             self._guard(self._step_end)
+        if self.tracker.flush_every is None:
+            self._guard(self._flush_step_times, self.tracker.seen, epoch)
 
     def on_train_end(self, logs=None):
         """Keras hook: ``fit`` ended; a window still open is saved with the steps it recorded."""
@@ -288,6 +345,12 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             self._warn("ended_inside", f"training ended inside the window of steps {win[0]}-{win[1]} "
                                        f"after step {upto}: the session holds the steps recorded so far")
             self._close_window("training_ended")
+        if self.tracker.flush_every is not None:
+            self._flush_step_times(self.tracker.seen, self._epoch)
+        self._slowdown_too_late("training ended")
+        self.trend.ended = True
+        if self._log_dir_problem is None and self.tracker.seen:
+            self.trend.write()
         seen = self.tracker.seen
         if not self.windows and self._disabled is None and self.tracker.next_start != NEVER and seen:
             first = self.tracker.first_window()
@@ -337,6 +400,12 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             self._guard(self._step_end, False)
         if self._capture is not None:
             self._guard(self._close_window, "closed")
+        if self.tracker.flush_every is not None and not self._in_fit:
+            self._guard(self._flush_step_times, self.tracker.seen, None)
+        self._guard(self._slowdown_too_late, "the profiler was closed")
+        if self._log_dir_problem is None and self.tracker.seen:
+            self.trend.ended = True
+            self._guard(self.trend.write)
         if self.tracker.seen == 0 and self._disabled is None:
             self._warn("no_step", "BottleneckProfiler was closed without seeing a training step, so nothing was "
                                   "profiled: pass it to model.fit(..., callbacks=[profiler]), or wrap each step of "
@@ -414,7 +483,9 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             self._close_window("completed")
 
     def _open_window(self, win: Tuple[int, int]) -> bool:
-        rec = WindowRecord(index=len(self.windows), requested=[win])
+        trigger = self.tracker.opening
+        rec = WindowRecord(index=len(self.windows), requested=[win], kind="triggered" if trigger else "scheduled",
+                           trigger=dict(trigger, outcome=None, note=None) if trigger else None)
         self.windows.append(rec)
         problem = precheck(self._log_dir_problem)
         cap = None
@@ -430,15 +501,24 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         self.tracker.opened(win)
         rec.markers = self.tracker.markers  # the same list: it grows while the window is open
         _OPEN_AT_EXIT.add(self)
+        if trigger:
+            self._warn(f"slowdown:{rec.index}", f"step time rose from {trigger['baseline_p50_ms']:.3g} to "
+                                                f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
+                                                f"steps from step {trigger['slow_steps'][0]}: profiling steps "
+                                                f"{win[0]}-{win[1]}")
+        self._write_trend()
         return True
 
     def _skip(self, rec: WindowRecord, win: Tuple[int, int], kind: str, reason: str) -> None:
         rec.status, rec.reason, rec.closed_by = "skipped", reason, rec.closed_by or "skipped"
+        if rec.trigger is not None:
+            rec.trigger["outcome"] = "skipped"
         self.tracker.skip(win)
         where = "" if kind == "log_dir" else record_skip(self.log_dir, rec, win, reason)
         self._warn(kind if kind == "log_dir" else "skip:" + kind,
                    f"steps {win[0]}-{win[1]} were not profiled: {reason}. Training continues{where}",
                    repeat=f"steps {win[0]}-{win[1]} were not profiled: {reason}{where}")
+        self._write_trend()
 
     def _close_window(self, closed_by: str) -> None:
         cap = self._capture
@@ -461,14 +541,21 @@ class BottleneckProfiler(_keras.callbacks.Callback):
         closed = self.tracker.close()
         rec.steps, rec.markers = closed.steps, closed.markers
         rec.requested.extend(closed.also_covered)
+        if rec.trigger is not None:
+            trigger_outcome(rec.trigger, closed_by, closed.window, closed.markers)
         if problem is not None:
             cap.discard()
         else:
             problem = cap.publish(closed, self.tracker.spe, closed_by, sysdata)
         if problem is not None:
             self._skip(rec, closed.window, "save_failed", problem)
-        elif self.analyze and not self._exiting:
+            return
+        if self.analyze and not self._exiting:
+            if self.display:
+                rec.display = WindowDisplay(f"steps {rec.steps[0]}-{rec.steps[1]}")
+            self._hold(+1)
             self._analysis.start(rec)
+        self._write_trend()
 
     # ------------------------------------------------------------------------------------
     def _warn(self, key: str, message: str, repeat: Optional[str] = None) -> None:
@@ -479,91 +566,3 @@ class BottleneckProfiler(_keras.callbacks.Callback):
             return
         self._warned.add(key)
         logger.warning(message)
-
-
-# ----------------------------------------------------------------------------------------
-# Arguments and Keras introspection
-# ----------------------------------------------------------------------------------------
-
-def _check_log_dir(log_dir) -> str:
-    if isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)):
-        raise ValueError(f"log_dir={log_dir!r}: pass a folder path (str or pathlib.Path), e.g. 'logs/run1'")
-    path = os.fspath(log_dir)
-    if not path:
-        raise ValueError("log_dir='': pass a folder path, e.g. 'logs/run1'")
-    if "://" in path:
-        raise ValueError(f"log_dir={path!r}: BottleneckProfiler writes a local (or mounted) folder: the session "
-                         f"folders are moved into place atomically and the sidecar is written beside the trace. "
-                         f"Profile to a local path and copy it, or mount the bucket (e.g. gcsfuse)")
-    path = os.path.abspath(os.path.expanduser(path))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"log_dir={path!r} is a file; pass a folder path")
-    return path
-
-
-def _check_max_window_steps(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_window_steps={value!r}: pass a positive int number of steps, e.g. {MAX_WINDOW_STEPS}")
-    return value
-
-
-def _check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> None:
-    if isinstance(sample_interval_s, bool) or not isinstance(sample_interval_s, (int, float)) \
-            or not 0.01 <= sample_interval_s <= 10:
-        raise ValueError(f"sample_interval_s={sample_interval_s!r}: pass seconds between 0.01 and 10, e.g. 0.1")
-    if analyze not in (True, False, "process", "thread"):
-        raise ValueError(f"analyze={analyze!r}: pass True or 'process' (analyse in a child process), "
-                         f"'thread' (in this process), or False")
-    if isinstance(analysis_timeout_s, bool) or not isinstance(analysis_timeout_s, (int, float)) \
-            or analysis_timeout_s <= 0:
-        raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
-    if verbose not in (0, 1, True, False):
-        raise ValueError(f"verbose={verbose!r}: pass 1 (log each window's verdict) or 0 (problems only)")
-    backend = getattr(_keras.backend, "backend", None)
-    if callable(backend) and backend() != "tensorflow":
-        raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "
-                         f"'{backend()}' backend; set KERAS_BACKEND=tensorflow before importing Keras")
-
-
-def _profiler_options(options):
-    if options is None:
-        return None
-    if isinstance(options, tf.profiler.experimental.ProfilerOptions):
-        return options
-    if not isinstance(options, dict):
-        raise ValueError(f"profiler_options={options!r}: pass a dict such as {{'host_tracer_level': 2}} or a "
-                         f"tf.profiler.experimental.ProfilerOptions")
-    unknown = sorted(set(options) - set(_PROFILER_OPTION_KEYS))
-    if unknown:
-        raise ValueError(f"profiler_options: unknown key(s) {unknown}; known: {list(_PROFILER_OPTION_KEYS)}")
-    return tf.profiler.experimental.ProfilerOptions(**options)
-
-
-def _is_tf_keras_model(model) -> bool:
-    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__) if model is not None else False
-
-
-def _steps_per_execution(model) -> int:
-    for name in ("steps_per_execution", "_steps_per_execution"):
-        v = getattr(model, name, None)
-        if v is None:
-            continue
-        try:
-            n = int(v.numpy()) if hasattr(v, "numpy") else int(v)
-            return max(n, 1)
-        except (TypeError, ValueError):
-            continue
-    return 1
-
-
-def _ensure_handler() -> None:
-    """Make the verdict lines visible: a stderr handler on the 'tfbneck' logger, unless the
-    user configured one (then their configuration decides)."""
-    if logger.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("tfbneck: %(message)s"))
-    logger.addHandler(handler)
-    logger.propagate = False
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)

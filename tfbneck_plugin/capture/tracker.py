@@ -11,16 +11,19 @@ marker) and reports back with :meth:`StepTracker.opened`, :meth:`StepTracker.ste
 :meth:`StepTracker.step_ended`, :meth:`StepTracker.close` or :meth:`StepTracker.skip`.
 
 Every training step, profiled or not, enters through :meth:`StepTracker.fit_batch` (Keras
-hooks) or :meth:`StepTracker.loop_step` (custom loops): the one place where per-step
-timing (issue 15, slowdown capture) can be added. Outside windows both cost a few
-integer operations and return None.
+hooks) or :meth:`StepTracker.loop_step` (custom loops), which tick the step clock
+(:class:`~tfbneck_plugin.capture.steptime.StepTimer`, issue 15). When the clock sees a
+slowdown, the tracker opens a *triggered* window at the step beginning now (merged with a
+scheduled window that would begin inside it, so windows never overlap). Outside windows
+both cost a clock read and a few comparisons, and return None.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .schedule import StepSchedule
+from .steptime import FIRED, SlowdownTrigger, StepTimer
 
 #: "No window left": compares greater than any step number.
 NEVER = float("inf")
@@ -42,11 +45,14 @@ class ClosedWindow:
         the tracker filled while the window was open).
       also_covered: later requested windows that lie entirely inside ``steps`` (whole
         executions recorded them), in order; they will not open windows of their own.
+      trigger: for a window the slowdown trigger opened, what it saw
+        (:attr:`.steptime.StepTimer.fired`); None for a scheduled window.
     """
     window: Range
     steps: Range
     markers: List[Range] = field(default_factory=list)
     also_covered: List[Range] = field(default_factory=list)
+    trigger: Optional[Dict] = None
 
 
 class StepTracker:
@@ -59,13 +65,28 @@ class StepTracker:
       window: the open window ``(start, stop)``, or None.
       step: the open step ``(first, last)`` whose marker is being recorded, or None.
       markers: the complete steps recorded in the open window.
+      timer: the step clock (:class:`~tfbneck_plugin.capture.steptime.StepTimer`).
+      opening: after :meth:`window_to_open` returned a window the trigger asked for, what
+        the trigger saw (else None); ``trigger`` of the open window likewise.
+      flush_every: write the step-time statistics every this many batches (None: the
+        callback does it at each epoch's end); ``flush_due`` is True when it is time.
 
     Args:
       schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
+      trigger: slowdown thresholds (None: no triggered windows; steps are timed anyway).
+      flush_every: see the attribute.
     """
 
-    def __init__(self, schedule: StepSchedule):
+    def __init__(self, schedule: StepSchedule, trigger: Optional[SlowdownTrigger] = None,
+                 flush_every: Optional[int] = None):
         self.schedule = schedule
+        self.timer = StepTimer(trigger)
+        self.opening: Optional[Dict] = None
+        self.trigger: Optional[Dict] = None
+        self._pending: Optional[Range] = None  # the window the trigger asked for, not open yet
+        self.flush_every = flush_every
+        self.next_flush = flush_every if flush_every else NEVER
+        self.flush_due = False
         self.seen = 0
         self.spe = 1
         self.epoch_offset = 0                # batches before the current epoch
@@ -89,9 +110,11 @@ class StepTracker:
         if end is not None and last > end >= first:
             last = end  # the epoch's last execution is shorter
         self.seen = last
-        if self.step is None and self.window is None and last < self.next_start:
+        if self.timer.tick(first, last) == FIRED:
+            self._triggered(first)
+        if self.step is None and self.window is None and last < self.next_start and last < self.next_flush:
             return None
-        return first, last
+        return self._acting(first, last)
 
     def loop_step(self, step_num: Optional[int] = None, batches: int = 1) -> Optional[Range]:
         """A custom loop begins a step of ``batches`` batches, numbered ``step_num`` (None:
@@ -100,12 +123,42 @@ class StepTracker:
         last = first + batches - 1
         if last > self.seen:
             self.seen = last
-        if self.step is None and self.window is None and last < self.next_start:
+        if self.timer.tick(first, last) == FIRED:
+            self._triggered(first)
+        if self.step is None and self.window is None and last < self.next_start and last < self.next_flush:
             return None
+        return self._acting(first, last)
+
+    def _acting(self, first: int, last: int) -> Range:
+        """The callback acts at this step: it is not timed; a flush may be due."""
+        self.timer.not_timed()
+        if last >= self.next_flush:
+            self.flush_due = True
+            self.next_flush = (last // self.flush_every + 1) * self.flush_every
         return first, last
+
+    def _triggered(self, first: int) -> None:
+        """The step clock saw a slowdown: a window opens at step ``first`` (merged with a
+        scheduled window beginning inside it)."""
+        if self.window is not None or self._pending is not None:
+            return  # cannot happen: steps inside windows are not timed
+        length = self.timer.trigger.window_steps
+        lo = max(first, self.consumed + 1)
+        win = (lo, lo + length - 1)
+        sched = self.schedule.window_for(lo, win[1])
+        if sched is not None:
+            win = (lo, max(win[1], sched[1]))
+        self._pending = win
+        self.next_start = min(self.next_start, lo)
+
+    def set_flush_every(self, every: Optional[int]) -> None:
+        """Write the step-time statistics every ``every`` batches from now on (None: never)."""
+        self.flush_every = every
+        self.next_flush = (self.seen // every + 1) * every if every else NEVER
 
     def begin_epoch(self, steps: Optional[int]) -> None:
         """A Keras epoch begins; ``steps``: its number of batches when known."""
+        self.timer.restart()
         self.epoch_offset = self.seen
         self.epoch_end = self.epoch_offset + steps if isinstance(steps, int) and steps > 0 else None
 
@@ -119,8 +172,13 @@ class StepTracker:
         """With no window open: the window that step ``first..last`` opens, clipped to
         start at or after ``first`` (and after what earlier windows covered), or None;
         when None, ``next_start`` moves to the next window's first batch."""
+        self.opening = None
         if last < self.next_start:
             return None
+        if self._pending is not None:
+            win, self._pending = self._pending, None
+            self.opening = self.timer.fired
+            return (max(win[0], first), max(win[1], first))
         lo = max(first, self.consumed + 1)
         win = self.schedule.window_for(lo, last) if lo <= last else None
         if win is None:
@@ -131,9 +189,11 @@ class StepTracker:
     def opened(self, window: Range) -> None:
         """The callback opened ``window`` (the profiler runs)."""
         self.window, self.markers = window, []
+        self.trigger, self.opening = self.opening, None
 
     def skip(self, window: Range) -> None:
         """``window`` could not be captured: go on with the next one."""
+        self.opening = None
         self._advance_past(window[1])
 
     def step_began(self, first: int, last: int) -> None:
@@ -165,21 +225,26 @@ class StepTracker:
         win, markers = self.window, self.markers
         steps = (markers[0][0], markers[-1][1]) if markers else win
         covered = []
-        lo = win[1] + 1
-        while lo <= steps[1]:  # later windows recorded by the same executions
+        # Later windows recorded by the same executions; for a triggered window, also the
+        # scheduled windows it was merged with.
+        lo = win[0] if self.trigger is not None else win[1] + 1
+        while lo <= steps[1]:
             w = self.schedule.window_for(lo, steps[1])
             if w is None or w[1] > steps[1]:
                 break
             covered.append(w)
             lo = w[1] + 1
+        trigger, self.trigger = self.trigger, None
         self.window, self.step, self.markers = None, None, []
         self._advance_past(max(win[1], steps[1]))
-        return ClosedWindow(window=win, steps=steps, markers=markers, also_covered=covered)
+        return ClosedWindow(window=win, steps=steps, markers=markers, also_covered=covered, trigger=trigger)
 
     def stop(self) -> None:
         """No window will open any more (profiling turned off)."""
         self.next_start = NEVER
         self.window, self.step, self.markers = None, None, []
+        self._pending = self.trigger = self.opening = None
+        self.timer.trigger = None  # timing goes on (scalars); the trigger is off
 
     def first_window(self) -> Optional[Range]:
         """The schedule's first window, or None."""

@@ -57,9 +57,16 @@ class WindowRecord:
         the window is open).
       closed_by: ``"completed"``, ``"training_ended"``, ``"closed"``, ``"interrupted"``,
         ``"interpreter_exit"``, or ``"skipped"``.
-      report: the analyzer's session report (dict, see the README "Report") once the
-        background analysis finished; None before or without analysis.
+      report: the analyzer's session report once the background analysis finished: a
+        :class:`tfbneck_plugin.api.SessionReport` (a dict, see the README "Report", that
+        displays as the verdict card in a notebook); None before or without analysis.
       analysis_error: why the analysis failed, when it did.
+      kind: ``"scheduled"`` (``profile_steps``) or ``"triggered"`` (``on_slowdown``).
+      trigger: for a triggered window, why it opened (the sidecar's ``window.trigger``,
+        format in :mod:`tfbneck_plugin.records`); None for a scheduled one.
+      change: when this window's verdict differs from the previous analysed window's, what
+        changed (:func:`.trend.verdict_change`); else None.
+      display: the notebook output reserved for the verdict (``display=True``), or None.
     """
     index: int
     requested: List[Range]
@@ -71,6 +78,10 @@ class WindowRecord:
     closed_by: Optional[str] = None
     report: Optional[Dict] = None
     analysis_error: Optional[str] = None
+    kind: str = "scheduled"
+    trigger: Optional[Dict] = None
+    change: Optional[Dict] = None
+    display: Optional[object] = field(default=None, repr=False)
 
 
 class _NullTrace:
@@ -271,13 +282,16 @@ class WindowCapture:
             return "the profiler wrote no trace file"
         job = current_job()  # a multi-worker job: recorded in the sidecar, named in the folder
         sysdata = with_job(sysdata, job, FORMAT, VERSION)
+        if sysdata is None and self.record.trigger is not None:  # why it opened is kept without metrics too
+            sysdata = {"format": FORMAT, "version": VERSION, "samples": []}
         if sysdata is not None:
             self._write_sidecar(exported, closed, spe, closed_by, sysdata)
         parent = os.path.join(self.log_dir, "plugins", "profile")
         p0, p1 = closed.steps
         try:
             os.makedirs(parent, exist_ok=True)
-            final = unique_dir(parent, f"{os.path.basename(exported)}_steps{p0}-{p1}{session_suffix(job)}",
+            why = "_slowdown" if self.record.kind == "triggered" else ""  # the session list says why it exists
+            final = unique_dir(parent, f"{os.path.basename(exported)}_steps{p0}-{p1}{why}{session_suffix(job)}",
                                create=False)
             os.rename(exported, final)
         except OSError as err:
@@ -296,7 +310,8 @@ class WindowCapture:
         sysdata["source"] = "BottleneckProfiler"
         sysdata["window"] = {"index": rec.index, "requested_steps": [list(w) for w in rec.requested],
                              "profiled_steps": list(closed.steps), "markers": [list(m) for m in closed.markers],
-                             "steps_per_execution": spe, "closed_by": closed_by}
+                             "steps_per_execution": spe, "closed_by": closed_by,
+                             "kind": rec.kind, "trigger": rec.trigger}
         try:
             write_sidecar(folder, sysdata, name=SIDECAR_NAME)
         except OSError as err:
@@ -343,7 +358,7 @@ def record_skip(log_dir: str, record: WindowRecord, window: Range, reason: str,
     folder = None
     try:
         folder = unique_dir(os.path.join(log_dir, "plugins", "profile"), name)
-        write_skip_record(folder, reason, record.requested)
+        write_skip_record(folder, reason, record.requested, trigger=record.trigger)
     except OSError as err:
         if folder is not None:
             remove_empty(folder)  # no empty session folder when the record cannot be written

@@ -1,0 +1,265 @@
+"""Step timing and the slowdown trigger (``tfbneck_plugin.capture.steptime``) and how the
+step tracker opens the windows it asks for (``capture/tracker.py``), without TensorFlow.
+
+A clock the test advances stands in for ``time.perf_counter``: each step's duration is
+set exactly, so every threshold is checked at its edge. The real fits (a pipeline that
+turns slow, a steady run on a loaded machine) are in ``tests/test_slowdown.py``.
+"""
+import numpy as np
+import pytest
+
+from tfbneck_plugin.capture.schedule import profile_steps
+from tfbneck_plugin.capture.steptime import FIRED, MIN_BASELINE_STEPS, SlowdownTrigger, StepTimer, as_trigger
+from tfbneck_plugin.capture.tracker import StepTracker
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def run_steps(timer, clock, durations_s, start=1):
+    """Tick ``timer`` at the beginning of each step; step i lasts durations_s[i]. Returns the
+    step numbers at whose beginning the trigger fired."""
+    fired = []
+    for i, d in enumerate(durations_s):
+        step = start + i
+        if timer.tick(step, step) == FIRED:
+            fired.append(step)
+        clock.t += d
+    return fired
+
+
+def trig(**kw):
+    base = dict(factor=1.5, consecutive=20, min_seconds=1.0, window_steps=5, cooldown_steps=100,
+                max_captures=3, horizon_steps=64, warmup_steps=5)
+    base.update(kw)
+    return SlowdownTrigger(**base)
+
+
+def test_fires_when_a_run_is_long_enough_in_steps_and_in_seconds():
+    clock = Clock()
+    t = StepTimer(trig(), clock=clock)
+    # 5 warm-up steps, 200 steps of 10 ms, then 100 ms steps from step 206 on.
+    fired = run_steps(t, clock, [0.5] * 5 + [0.010] * 200 + [0.100] * 40)
+    # The run needs 20 steps and 1 s: steps 206..215 take 1.0 s, steps 206..225 are 20 steps;
+    # the 20th slow step (225) ends when step 226 begins.
+    assert fired == [226]
+    f = t.fired
+    assert f["slow_steps"] == [206, 225] and f["slow_step_count"] == 20 and f["detected_at_step"] == 226
+    assert f["baseline_p50_ms"] == pytest.approx(10.0) and f["observed_p50_ms"] == pytest.approx(100.0)
+    assert f["threshold_ms"] == pytest.approx(15.0) and f["slower_by"] == pytest.approx(10.0)
+    assert f["slow_for_s"] == pytest.approx(2.0) and f["capture"] == 1
+
+
+def test_min_seconds_holds_back_a_run_of_short_steps():
+    clock = Clock()
+    t = StepTimer(trig(min_seconds=1.0), clock=clock)
+    # 2 ms baseline, 4 ms slow steps: 20 steps are only 80 ms; 1 s needs 250 of them.
+    fired = run_steps(t, clock, [0.002] * 205 + [0.004] * 300)
+    assert fired == [206 + 250]
+
+
+def test_jitter_runs_do_not_fire_and_join_the_baseline():
+    clock = Clock()
+    t = StepTimer(trig(), clock=clock)
+    # Bursts of 19 slow steps (one short of the run) between calm stretches, for 3000 steps.
+    pattern = [0.010] * 40 + [0.200] * 19
+    durations = [0.5] * 5 + pattern * 50
+    assert run_steps(t, clock, durations) == []
+    # The bursts are in the baseline: 19 of every 59 steps are slow, so its p90 is slow.
+    assert t.baseline()["p90_ms"] == pytest.approx(200.0)
+
+
+def test_the_p90_term_keeps_a_noisy_job_from_firing():
+    clock = Clock()
+    rng = np.random.RandomState(0)
+    t = StepTimer(trig(horizon_steps=256), clock=clock)
+    # Bimodal steps, as measured under load (tests/test_slowdown.py): 70 % at 1 ms, 30 % at 3 ms.
+    noisy = list(np.where(rng.rand(20000) < 0.7, 0.001, 0.003))
+    assert run_steps(t, clock, [0.5] * 5 + noisy) == []
+    b = t.baseline()
+    assert b["threshold_ms"] == pytest.approx(b["p90_ms"]) and b["p90_ms"] > 1.5 * b["p50_ms"]
+
+
+def test_a_slow_run_does_not_teach_the_baseline_before_it_fires():
+    clock = Clock()
+    t = StepTimer(trig(horizon_steps=64, min_seconds=29.95, consecutive=20), clock=clock)
+    # 400 slow steps (40 s) after 100 fast ones: six horizons long, yet the baseline stays fast.
+    fired = run_steps(t, clock, [0.5] * 5 + [0.010] * 100 + [0.100] * 400)
+    assert fired == [106 + 300]
+    assert t.fired["baseline_p50_ms"] == pytest.approx(10.0)
+
+
+def test_steps_marked_not_timed_and_epoch_restarts_are_left_out():
+    clock = Clock()
+    t = StepTimer(None, warmup_steps=0, clock=clock)
+    for step, d in enumerate([0.010, 0.010, 5.0, 0.010, 0.010], start=1):
+        t.tick(step, step)
+        if step == 3:
+            t.not_timed()  # the callback opened a window at step 3: 5 s of profiler start
+        clock.t += d
+    t.restart()  # epoch end: validation and callbacks
+    clock.t += 60.0
+    t.tick(6, 6)
+    clock.t += 0.010
+    t.tick(7, 7)
+    p = t.take_period()
+    # Timed: steps 1, 2, 4 (step 5's end was never seen: the epoch restarted) and 6.
+    assert p["n"] == 4 and p["p50_ms"] == pytest.approx(10.0) and p["p90_ms"] == pytest.approx(10.0)
+    assert t.take_period() is None
+
+
+def test_period_percentiles_are_numpys():
+    clock = Clock()
+    t = StepTimer(None, warmup_steps=3, clock=clock)
+    rng = np.random.RandomState(3)
+    durations = list(rng.lognormal(-4, 0.5, 500))
+    run_steps(t, clock, durations)
+    p = t.take_period()
+    timed = np.array(durations[3:-1])  # warm-up left out; the last step never ends
+    assert p["n"] == len(timed)
+    assert p["p50_ms"] == pytest.approx(1e3 * np.percentile(timed, 50), abs=1e-3)
+    assert p["p90_ms"] == pytest.approx(1e3 * np.percentile(timed, 90), abs=1e-3)
+    assert p["mean_ms"] == pytest.approx(1e3 * timed.mean(), abs=1e-3)
+
+
+def test_an_analysis_running_holds_the_trigger_back():
+    clock = Clock()
+    t = StepTimer(trig(), clock=clock)
+    run_steps(t, clock, [0.5] * 5 + [0.010] * 100)
+    t.holds = 1
+    assert run_steps(t, clock, [0.100] * 50, start=106) == []  # qualified after 20 steps, held
+    t.holds = 0
+    # Step 155 (slow) ends when step 156 begins: the first slow step measured with no analysis.
+    assert run_steps(t, clock, [0.100] * 2, start=156) == [156]
+    # The same, but the steps are fast again when the analysis ends: no window.
+    clock2 = Clock()
+    t2 = StepTimer(trig(), clock=clock2)
+    run_steps(t2, clock2, [0.5] * 5 + [0.010] * 100)
+    t2.holds = 1
+    run_steps(t2, clock2, [0.100] * 45 + [0.010] * 5, start=106)  # fast again before it ended
+    t2.holds = 0
+    assert run_steps(t2, clock2, [0.010] * 200, start=156) == []
+
+
+def test_cooldown_and_max_captures():
+    clock = Clock()
+    t = StepTimer(trig(cooldown_steps=100, max_captures=2, min_seconds=0.0), clock=clock)
+    slow_and_back = [0.010] * 100 + [0.100] * 25 + [0.010] * 200
+    fired = run_steps(t, clock, [0.5] * 5 + slow_and_back * 3)
+    assert len(fired) == 2 and t.captures == 2
+    assert fired[1] - fired[0] >= 100 + 5  # cooldown after the window's 5 steps
+
+
+def test_a_slowdown_in_progress_at_the_end_is_reported_as_too_late():
+    clock = Clock()
+    t = StepTimer(trig(min_seconds=10.0), clock=clock)
+    run_steps(t, clock, [0.5] * 5 + [0.010] * 100 + [0.100] * 60)
+    late = t.unfinished_run()
+    assert late["slow_steps"] == [106, 164] and late["slow_step_count"] == 59
+    assert late["slow_for_s"] == pytest.approx(5.9) and "capture" not in late
+    assert t.unfinished_run() is None  # dropped
+    # Below half of min_seconds: jitter at the end, not a slowdown.
+    clock2 = Clock()
+    t2 = StepTimer(trig(min_seconds=10.0), clock=clock2)
+    run_steps(t2, clock2, [0.5] * 5 + [0.010] * 100 + [0.100] * 40)
+    assert t2.unfinished_run() is None
+
+
+@pytest.mark.parametrize("kwargs, phrase", [
+    ({"factor": 1.0}, "above 1"), ({"consecutive": 0}, "consecutive"), ({"min_seconds": -1}, "seconds >= 0"),
+    ({"horizon_steps": MIN_BASELINE_STEPS - 1}, "horizon_steps"), ({"max_captures": True}, "max_captures"),
+])
+def test_trigger_arguments_are_checked(kwargs, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        SlowdownTrigger(**kwargs)
+    with pytest.raises(ValueError, match="on_slowdown"):
+        as_trigger("yes")
+    assert as_trigger(True) == SlowdownTrigger() and as_trigger(False) is None
+
+
+# ----------------------------------------------------------------------------------------
+# The tracker: triggered windows
+# ----------------------------------------------------------------------------------------
+
+def drive(tracker, clock, durations, spe=1, refuse=False):
+    """BottleneckProfiler's side for a fit of one epoch, each execution lasting durations[i].
+    Returns the windows opened (with their trigger) and closed."""
+    opened, closed = [], []
+    tracker.spe = spe
+    tracker.begin_epoch(len(durations) * spe)
+    for i, d in enumerate(durations):
+        step = tracker.fit_batch(i * spe)
+        if step is not None:
+            if tracker.step is not None:
+                if tracker.step_ended():
+                    closed.append(tracker.close())
+            if tracker.window is None:
+                win = tracker.window_to_open(*step)
+                if win is not None:
+                    if refuse:
+                        tracker.skip(win)
+                    else:
+                        opened.append((win, tracker.opening))
+                        tracker.opened(win)
+            if tracker.window is not None:
+                tracker.step_began(*step)
+        clock.t += d
+    return opened, closed
+
+
+def test_a_triggered_window_opens_at_the_step_the_slowdown_is_seen():
+    clock = Clock()
+    tr = StepTracker(profile_steps((10, 12)), trig(min_seconds=0.0))
+    tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+    opened, closed = drive(tr, clock, [0.5] * 5 + [0.010] * 200 + [0.100] * 40)
+    (w0, t0), (w1, t1) = opened
+    assert w0 == (10, 12) and t0 is None
+    assert w1 == (226, 230) and t1["slow_steps"] == [206, 225]
+    assert [c.window for c in closed] == [(10, 12), (226, 230)]
+    assert closed[1].trigger is t1 and closed[0].trigger is None
+
+
+def test_a_scheduled_window_beginning_inside_a_triggered_one_is_merged():
+    clock = Clock()
+    tr = StepTracker(profile_steps((228, 232), (400, 401)), trig(min_seconds=0.0))
+    tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+    opened, closed = drive(tr, clock, [0.5] * 5 + [0.010] * 200 + [0.100] * 40 + [0.010] * 200)
+    assert [w for w, _ in opened] == [(226, 232), (400, 401)]
+    assert closed[0].also_covered == [(228, 232)] and closed[0].steps == (226, 232)
+
+
+def test_triggered_windows_cover_whole_executions():
+    clock = Clock()
+    tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), trig(min_seconds=0.0, window_steps=5))
+    tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+    # steps_per_execution=4: each execution is one step of the clock (4 batches).
+    opened, closed = drive(tr, clock, [0.5] * 5 + [0.040] * 100 + [0.400] * 25, spe=4)
+    (win, why), = opened
+    assert why["slow_steps"] == [4 * 105 + 1, 4 * 125] and win[0] == 4 * 125 + 1
+    assert closed[0].steps == (501, 508)  # two whole executions hold the 5 batches asked for
+
+
+def test_a_triggered_window_that_cannot_open_is_skipped_and_later_ones_still_come():
+    clock = Clock()
+    tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), trig(min_seconds=0.0, cooldown_steps=10))
+    tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+    opened, _ = drive(tr, clock, [0.5] * 5 + [0.010] * 100 + [0.100] * 25, refuse=True)
+    assert opened == [] and tr.timer.captures == 1
+    opened, _ = drive(tr, clock, [0.010] * 200 + [0.100] * 25)
+    assert len(opened) == 1 and opened[0][1]["capture"] == 2
+
+
+def test_flush_every_n_steps():
+    tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), None, flush_every=100)
+    due = []
+    for n in range(1, 351):
+        step = tr.loop_step()
+        if step is not None and tr.flush_due:
+            tr.flush_due = False
+            due.append(step[0])
+    assert due == [100, 200, 300]

@@ -1,0 +1,136 @@
+"""``BottleneckProfiler``'s argument checks and the Keras facts it reads (which Keras,
+``steps_per_execution``), kept out of :mod:`.callback` so that it stays readable. Imports
+TensorFlow (``tf.keras``, the profiler's options class)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import tensorflow as tf
+
+from .schedule import MAX_WINDOW_STEPS
+
+#: Messages go to this logger: problems at WARNING, the per-window verdict at INFO.
+logger = logging.getLogger("tfbneck")
+
+keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
+PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
+
+
+def check_log_dir(log_dir) -> str:
+    """``log_dir`` as an absolute local path.
+
+    Raises:
+      ValueError: not a path, empty, a URL (sessions are moved into place atomically, which
+        object stores cannot do), or an existing file.
+    """
+    if isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)):
+        raise ValueError(f"log_dir={log_dir!r}: pass a folder path (str or pathlib.Path), e.g. 'logs/run1'")
+    path = os.fspath(log_dir)
+    if not path:
+        raise ValueError("log_dir='': pass a folder path, e.g. 'logs/run1'")
+    if "://" in path:
+        raise ValueError(f"log_dir={path!r}: BottleneckProfiler writes a local (or mounted) folder: the session "
+                         f"folders are moved into place atomically and the sidecar is written beside the trace. "
+                         f"Profile to a local path and copy it, or mount the bucket (e.g. gcsfuse)")
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"log_dir={path!r} is a file; pass a folder path")
+    return path
+
+
+def check_max_window_steps(value) -> int:
+    """``max_window_steps`` checked. Raises ValueError unless it is a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_window_steps={value!r}: pass a positive int number of steps, e.g. {MAX_WINDOW_STEPS}")
+    return value
+
+
+def check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> None:
+    """The constructor's other arguments.
+
+    Raises:
+      ValueError: a value out of range (the message says what to pass), or Keras running on
+        a backend other than TensorFlow.
+    """
+    if isinstance(sample_interval_s, bool) or not isinstance(sample_interval_s, (int, float)) \
+            or not 0.01 <= sample_interval_s <= 10:
+        raise ValueError(f"sample_interval_s={sample_interval_s!r}: pass seconds between 0.01 and 10, e.g. 0.1")
+    if analyze not in (True, False, "process", "thread"):
+        raise ValueError(f"analyze={analyze!r}: pass True or 'process' (analyse in a child process), "
+                         f"'thread' (in this process), or False")
+    if isinstance(analysis_timeout_s, bool) or not isinstance(analysis_timeout_s, (int, float)) \
+            or analysis_timeout_s <= 0:
+        raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
+    if verbose not in (0, 1, True, False):
+        raise ValueError(f"verbose={verbose!r}: pass 1 (log each window's verdict) or 0 (problems only)")
+    backend = getattr(keras.backend, "backend", None)
+    if callable(backend) and backend() != "tensorflow":
+        raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "
+                         f"'{backend()}' backend; set KERAS_BACKEND=tensorflow before importing Keras")
+
+
+def profiler_options(options):
+    """``profiler_options`` as ``tf.profiler.experimental.ProfilerOptions`` (or None).
+
+    Raises:
+      ValueError: not a dict nor ProfilerOptions, or a dict with unknown keys.
+    """
+    if options is None:
+        return None
+    if isinstance(options, tf.profiler.experimental.ProfilerOptions):
+        return options
+    if not isinstance(options, dict):
+        raise ValueError(f"profiler_options={options!r}: pass a dict such as {{'host_tracer_level': 2}} or a "
+                         f"tf.profiler.experimental.ProfilerOptions")
+    unknown = sorted(set(options) - set(PROFILER_OPTION_KEYS))
+    if unknown:
+        raise ValueError(f"profiler_options: unknown key(s) {unknown}; known: {list(PROFILER_OPTION_KEYS)}")
+    return tf.profiler.experimental.ProfilerOptions(**options)
+
+
+def is_tf_keras_model(model) -> bool:
+    """Whether ``model`` is a tf-keras (Keras 2) model rather than a Keras 3 one."""
+    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__) if model is not None else False
+
+
+def steps_per_execution(model) -> int:
+    """The model's ``steps_per_execution`` (batches per call of the train function), 1 when unknown."""
+    for name in ("steps_per_execution", "_steps_per_execution"):
+        v = getattr(model, name, None)
+        if v is None:
+            continue
+        try:
+            n = int(v.numpy()) if hasattr(v, "numpy") else int(v)
+            return max(n, 1)
+        except (TypeError, ValueError):
+            continue
+    return 1
+
+
+def check_step_time_every(value):
+    """``step_time_every``: None or a positive int number of batches.
+
+    Raises:
+      ValueError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"step_time_every={value!r}: pass a positive int number of steps (e.g. 1000), or None "
+                         f"for one value per epoch (every 1000 steps in custom loops)")
+    return value
+
+
+def ensure_handler() -> None:
+    """Make the verdict lines visible: a stderr handler on the 'tfbneck' logger, unless the
+    user configured one (then their configuration decides)."""
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tfbneck: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)

@@ -1,0 +1,92 @@
+"""The long-job half of ``BottleneckProfiler``: step-time statistics per period (scalars and
+the trend file), the trend file's updates, the slowdown that came too late, and holding the
+slowdown trigger while an analysis runs. A mixin of
+:class:`~tfbneck_plugin.capture.callback.BottleneckProfiler` (it uses the callback's
+``tracker``, ``trend``, ``windows``, ``_analysis``, ``_warn``...), kept apart so that each
+module stays readable. Imports no TensorFlow itself (the scalars go through
+:meth:`.background.BackgroundAnalysis.write_values`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, Optional, Tuple
+
+from .arguments import logger
+from .window import WindowRecord
+
+
+class LongJobMixin:
+    """Methods of ``BottleneckProfiler`` about step times and slowdowns (module docstring)."""
+
+    def _flush_step_times(self, upto: int, epoch: Optional[int]) -> None:
+        """The period ending at step ``upto`` is over: its p50/p90 go to the scalars and
+        the trend file (nothing when no step of it was timed)."""
+        tr = self.tracker
+        tr.flush_due = False
+        stats = tr.timer.take_period()
+        first, self._period_first = self._period_first, upto + 1
+        if stats is None or self._log_dir_problem is not None or upto < first:
+            return
+        point = {"step": upto, "first_step": first, "epoch": epoch, **stats, "t_unix_ns": time.time_ns()}
+        self.trend.spe, self.trend.baseline = tr.spe, tr.timer.baseline()
+        self.trend.add_point(point)
+        if self.write_step_times:
+            self._analysis.write_values({"bottleneck/step_time_ms/p50": stats["p50_ms"],
+                                         "bottleneck/step_time_ms/p90": stats["p90_ms"]}, step=upto)
+
+    def _slowdown_too_late(self, why: str) -> None:
+        """Training ends while the steps are slow, before the trigger's thresholds were all
+        met: recorded as a triggered window that came too late (``windows``, the trend file
+        and one warning), so the slowdown is not silently lost."""
+        run = self.tracker.timer.unfinished_run()
+        if run is None or self._disabled is not None:
+            return
+        span = tuple(run["slow_steps"])
+        note = (f"{why} while the steps were slow ({run['observed_p50_ms']:.3g} ms/step against a baseline of "
+                f"{run['baseline_p50_ms']:.3g} ms for {run['slow_step_count']} steps, {run['slow_for_s']:.3g} s, "
+                f"from step {span[0]}) before the slowdown trigger's thresholds were met: too late to profile it")
+        rec = WindowRecord(index=len(self.windows), requested=[span], status="skipped", reason=note,
+                           closed_by="too_late", steps=span, kind="triggered",
+                           trigger=dict(run, outcome="too_late", note=note))
+        self.windows.append(rec)
+        self._warn("too_late", note)
+        self._write_trend()
+
+    def _write_trend(self) -> None:
+        if self._log_dir_problem is None:
+            self.trend.write()
+
+    def _hold(self, delta: int) -> None:
+        """An analysis starts (+1) or ends (-1): while one runs, the slowdown trigger waits
+        (the analysis competes with training for the CPU)."""
+        with self._hold_lock:
+            self.tracker.timer.holds = max(0, self.tracker.timer.holds + delta)
+
+    def _on_report(self, rec: WindowRecord) -> None:
+        """Analysis thread: ``rec.report`` is set; what changed since the previous window."""
+        try:
+            self.trend.changes()
+        except Exception:  # noqa: BLE001 - the trend is a convenience: never disturb the analysis
+            logger.debug("tfbneck: computing the verdict change failed", exc_info=True)
+
+    def _on_analysis_done(self, rec: WindowRecord) -> None:
+        """Analysis thread: the window's analysis ended (however it ended)."""
+        self._hold(-1)
+        try:
+            self._write_trend()
+        except Exception:  # noqa: BLE001
+            logger.debug("tfbneck: writing the trend failed", exc_info=True)
+
+def trigger_outcome(trigger: Dict, closed_by: str, window: Tuple[int, int], markers) -> None:
+    """Say in a triggered window's ``trigger`` whether it captured what it was opened for:
+    ``captured``, ``partial`` (training ended inside it) or ``too_late`` (no step recorded)."""
+    want = window[1] - window[0] + 1
+    got = sum(b - a + 1 for a, b in markers)
+    if closed_by == "completed":
+        trigger["outcome"] = "captured"
+    elif markers:
+        trigger["outcome"] = "partial"
+        trigger["note"] = f"{closed_by.replace('_', ' ')} after {got} of the {want} steps of the window"
+    else:
+        trigger["outcome"] = "too_late"
+        trigger["note"] = f"{closed_by.replace('_', ' ')} before a step of the window was recorded: too late"

@@ -1,0 +1,157 @@
+"""A long job's trend: the step-time statistics per period, the windows (scheduled and
+triggered) with their verdicts, and what changed from one window's verdict to the next,
+kept in the step-time trend file (format in :mod:`tfbneck_plugin.records`) that the
+TensorBoard tab draws. No TensorFlow here.
+
+The file is rewritten atomically (temporary file + rename) when a period ends, a window
+opens or closes, or a window's analysis finishes: from the training thread and from the
+analysis threads, under one lock. It is small (about 100 bytes per point, 300 per window;
+:data:`MAX_POINTS` points at most), so a rewrite costs well under a millisecond per epoch.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Callable, Dict, List, Optional
+
+from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
+
+#: Points kept in the file; beyond, every other older point is dropped (the trend keeps
+#: its shape over a job of any length).
+MAX_POINTS = 4000
+#: Breakdown categories compared when a verdict changes (``breakdown_pct`` keys, % of the step).
+CHANGE_CATEGORIES = ("input", "device_compute", "host_compute", "kernel_launch", "collective",
+                     "host_to_device", "device_to_host", "idle")
+_KIND_WORDS = {"cpu": "CPU-bound", "device": "device-bound", "io": "I/O-bound", "network": "network-bound",
+               "unknown": "no verdict"}
+
+
+def verdict_of(report: Optional[Dict]) -> Optional[Dict]:
+    """The part of a session report the trend shows: ``{"bottleneck", "cause", "confidence",
+    "step_time_ms"}`` (mean step, ms), or None when there is no usable report."""
+    if not report or report.get("status") != "ok":
+        return None
+    st = ((report.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    return {"bottleneck": report.get("bottleneck", "unknown"), "cause": report.get("cause"),
+            "confidence": report.get("confidence"), "step_time_ms": st}
+
+
+def _label(v: Dict) -> str:
+    word = _KIND_WORDS.get(v.get("bottleneck"), str(v.get("bottleneck")))
+    return f"{word} ({v['cause']})" if v.get("cause") else word
+
+
+def verdict_change(prev_index: int, prev_steps, prev: Dict, cur: Dict) -> Optional[Dict]:
+    """What changed between two windows' reports, when their verdict (bottleneck or cause)
+    differs; None when it is the same.
+
+    Args:
+      prev_index, prev_steps: the earlier window's index and ``(first, last)`` steps.
+      prev, cur: the two session reports (``status`` ``ok``).
+
+    Returns:
+      ``{"from_window", "from": {"bottleneck", "cause"}, "to": {...}, "moved": {"category",
+      "from_pct", "to_pct"} | None, "step_time_ms": [before, after] | None, "text"}``: the
+      breakdown category whose share of the step moved most (percentage points), the mean
+      step times, and one sentence saying it all.
+    """
+    a, b = verdict_of(prev), verdict_of(cur)
+    if a is None or b is None or (a["bottleneck"], a["cause"]) == (b["bottleneck"], b["cause"]):
+        return None
+    pa, pb = prev.get("breakdown_pct") or {}, cur.get("breakdown_pct") or {}
+    moved = None
+    deltas = [(abs(float(pb.get(c, 0.0)) - float(pa.get(c, 0.0))), c) for c in CHANGE_CATEGORIES
+              if c in pa or c in pb]
+    if deltas:
+        _, cat = max(deltas)
+        moved = {"category": cat, "from_pct": round(float(pa.get(cat, 0.0)), 1),
+                 "to_pct": round(float(pb.get(cat, 0.0)), 1)}
+    times = [a["step_time_ms"], b["step_time_ms"]] if a["step_time_ms"] is not None \
+        and b["step_time_ms"] is not None else None
+    where = f"window {prev_index}" + (f" (steps {prev_steps[0]}-{prev_steps[1]})" if prev_steps else "")
+    text = f"{_label(b)}, was {_label(a)} in {where}"
+    if moved is not None:
+        text += (f"; {moved['category'].replace('_', ' ')} {moved['from_pct']:.0f}% -> {moved['to_pct']:.0f}% "
+                 f"of the step")
+    if times is not None:
+        text += f"; step time {times[0]:.3g} -> {times[1]:.3g} ms"
+    return {"from_window": prev_index, "from": {"bottleneck": a["bottleneck"], "cause": a["cause"]},
+            "to": {"bottleneck": b["bottleneck"], "cause": b["cause"]}, "moved": moved, "step_time_ms": times,
+            "text": text}
+
+
+def window_entry(rec) -> Dict:
+    """One window of the trend file, from a :class:`~.window.WindowRecord`."""
+    return {"index": rec.index, "kind": rec.kind, "requested": [list(w) for w in rec.requested],
+            "steps": list(rec.steps) if rec.steps else None, "status": rec.status, "reason": rec.reason,
+            "closed_by": rec.closed_by,
+            "session": os.path.basename(rec.session_dir) if rec.session_dir else None,
+            "trigger": rec.trigger, "verdict": verdict_of(rec.report), "analysis_error": rec.analysis_error,
+            "change": rec.change}
+
+
+class JobTrend:
+    """The trend file of one ``BottleneckProfiler`` (one training process).
+
+    Args:
+      log_dir: the profiler's ``log_dir``; the file goes to ``<log_dir>/plugins/bottleneck/``.
+      windows: the profiler's list of WindowRecord (read when the file is written).
+      trigger: the slowdown thresholds (a dict) or None.
+      warn: the callback's ``warn(key, message)``: a file that cannot be written is said
+        once, and training goes on.
+    """
+
+    def __init__(self, log_dir: str, windows: List, trigger: Optional[Dict], warn: Callable[[str, str], None]):
+        self.log_dir, self.windows, self._warn = log_dir, windows, warn
+        self.start_ns = time.time_ns()
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.folder = os.path.join(log_dir, STEP_TIMES_DIR)
+        self.path = os.path.join(self.folder, step_times_name(self.start_ns, self.host, self.pid))
+        self.points: List[Dict] = []
+        self.trigger = trigger
+        self.baseline: Optional[Dict] = None
+        self.spe = 1
+        self.ended = False
+        self._lock = threading.Lock()
+        self._started = False  # written at least once (a job with no step writes nothing)
+
+    def add_point(self, point: Dict) -> None:
+        """A period ended: ``point`` as in the file's ``points``; rewrites the file."""
+        with self._lock:
+            self.points.append(point)
+            if len(self.points) > MAX_POINTS:
+                del self.points[:-MAX_POINTS // 2:2]
+        self.write()
+
+    def changes(self) -> Optional[Dict]:
+        """Recompute ``change`` of every analysed window against the previous analysed one
+        (analyses may finish out of order); returns the change of the last window analysed
+        with a verdict, or None."""
+        prev = None
+        last = None
+        for rec in list(self.windows):
+            if verdict_of(rec.report) is None:
+                continue
+            rec.change = verdict_change(prev.index, prev.steps, prev.report, rec.report) if prev else None
+            prev, last = rec, rec.change
+        return last
+
+    def write(self, force: bool = False) -> None:
+        """Rewrite the file (after the first point or window; with ``force`` in any case)."""
+        with self._lock:
+            if not (force or self._started or self.points or self.windows):
+                return
+            data = {"format": STEP_TIMES_FORMAT, "version": 1, "source": "BottleneckProfiler",
+                    "host": self.host, "pid": self.pid, "start_unix_ns": self.start_ns,
+                    "updated_unix_ns": time.time_ns(), "ended": self.ended, "steps_per_execution": self.spe,
+                    "trigger": self.trigger, "baseline": self.baseline, "points": list(self.points),
+                    "windows": [window_entry(r) for r in list(self.windows)]}
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+                write_sidecar(self.folder, data, name=os.path.basename(self.path))
+                self._started = True
+            except OSError as err:
+                self._warn("trend", f"could not write the step-time trend {self.path} ({err.strerror or err}); "
+                                    f"training continues")
