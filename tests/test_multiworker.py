@@ -67,9 +67,23 @@ def test_the_worker_the_others_wait_for_sets_the_job_verdict():
 
 @pytest.mark.parametrize("wait_ms,straggler", [(3.1, "worker:1"), (2.9, None)])  # 10.3 % and 9.7 % of 30 ms
 def test_straggler_threshold_on_each_side(wait_ms, straggler):
-    d = job.diagnose(pair(wait_ms=wait_ms, network_ms=7.0))  # 23 % of the step in the all-reduce itself
+    d = job.diagnose(pair(wait_ms=wait_ms, network_ms=2.0))
     assert d["job"]["straggler"] == straggler
-    assert d["cause"] == ("input_preprocessing" if straggler else "gradient_sync")
+    assert d["cause"] == ("input_preprocessing" if straggler else "model_compute")
+
+
+@pytest.mark.parametrize("wait_ms,network_ms,cause,straggler", [
+    (3.6, 16.8, "gradient_sync", None),             # late 12 %, all-reduce 56 %: the network first
+    (9.0, 7.5, "input_preprocessing", "worker:1"),  # late 30 %, all-reduce 25 %: the straggler first
+    (3.6, 4.5, "input_preprocessing", "worker:1"),  # late 12 %, all-reduce 15 %: not network-bound
+])
+def test_the_larger_wait_sets_the_verdict(wait_ms, network_ms, cause, straggler):
+    d = job.diagnose(pair(wait_ms=wait_ms, network_ms=network_ms))
+    assert (d["cause"], d["job"]["straggler"]) == (cause, straggler)
+    second = [e for e in d["evidence"] if "also keeps the others waiting" in e]
+    assert second == ([] if straggler else [
+        "Worker 1 also keeps the others waiting, 12.0% of the step (last in 6 of 6 steps, waiting for its input "
+        "pipeline 3.6 ms longer than the others): less than the all-reduce's own cost, a second link after it."])
 
 
 def test_network_only_when_no_lateness_explains_the_collectives():

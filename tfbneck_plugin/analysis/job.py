@@ -15,9 +15,11 @@ all-reduce, so each of their traces says "collectives". This module reads the wo
    input wait measured before collectives) that exceeds the other workers' most.
 4. The job's verdict: a worker that keeps the others waiting for at least
    :data:`STRAGGLER_WAIT_PCT` of the step, and :data:`DOMINANCE` times longer than any other
-   worker does, is the straggler, and its own limit is the job's
-   (``cpu / input_preprocessing on worker 1``...). Otherwise, when the collectives' own cost
-   is at least the collective rule's 20 %, ``network / gradient_sync``. Otherwise the
+   worker does, stands out. When the others wait for it at least as long as the collectives'
+   own cost, it is the straggler and its own limit is the job's (``cpu / input_preprocessing
+   on worker 1``...). Otherwise, when the collectives' own cost is at least the collective
+   rule's 20 %, ``network / gradient_sync`` (a worker that stands out is named as a second
+   link). Otherwise the worker that stands out is the straggler; and when none does, the
    workers are limited by what each does itself: the slowest worker's own limit.
 """
 from __future__ import annotations
@@ -172,10 +174,13 @@ def diagnose(workers: List[Worker]) -> Optional[Dict]:
     s = int(np.argmax(late_pct))
     facts = {"late_pct": late_pct, "last_in": last_in, "network_pct": network_pct, "lat": lat}
     runner_up = max([p for i, p in enumerate(late_pct) if i != s], default=0.0)
-    if late_pct[s] >= STRAGGLER_WAIT_PCT and late_pct[s] >= DOMINANCE * runner_up:
+    stands_out = late_pct[s] >= STRAGGLER_WAIT_PCT and late_pct[s] >= DOMINANCE * runner_up
+    if stands_out and late_pct[s] >= network_pct:  # the others wait for it more than for the transfer
         out = _straggler_verdict(workers, s, facts)
     elif network_pct >= COLLECTIVE_BOUND_PCT:
-        out = _network_verdict(workers, facts)
+        out = _network_verdict(workers, facts, s if stands_out else None)
+    elif stands_out:
+        out = _straggler_verdict(workers, s, facts)
     else:
         out = _own_limit_verdict(workers, facts)
     straggler = workers[s].name if out.pop("straggler") else None
@@ -244,7 +249,8 @@ def _nobody(facts: Dict) -> str:
             f"worker does")
 
 
-def _network_verdict(workers: List[Worker], facts: Dict) -> Dict:
+def _network_verdict(workers: List[Worker], facts: Dict, late: Optional[int] = None) -> Dict:
+    """``late``: a worker that keeps the others waiting, but less than the all-reduce itself."""
     lat = facts["lat"]
     each = ", ".join(f"{_prose(w.name)} {float(lat.collective[i].mean()):.1f} ms"
                      for i, w in enumerate(workers))
@@ -254,6 +260,13 @@ def _network_verdict(workers: List[Worker], facts: Dict) -> Dict:
               f"network-bound from {COLLECTIVE_BOUND_PCT:.0f}%).", "trace"),
              (f"Collective time per step: {each}; the workers arrived together in {together} of {len(lat.numbers)} "
               f"matched steps.", "trace")]
+    if late is not None:
+        mine = [k for k, j in enumerate(lat.last) if j == late]
+        why = why_late(lat, late, mine)
+        basis.append((f"{_prose(workers[late].name, True)} also keeps the others waiting, {facts['late_pct'][late]:.1f}% "
+                      f"of the step (last in {len(mine)} of {len(lat.numbers)} steps"
+                      + (f", {WHY[why[0]]} {why[1] - why[2]:.1f} ms longer than the others" if why else "")
+                      + "): less than the all-reduce's own cost, a second link after it.", "trace"))
     primary = int(np.argmax([w.step_ms for w in workers]))
     recs = workers[primary].sync.get("network_recommendations") or []
     return {"bottleneck": "network", "cause": "gradient_sync",
