@@ -94,13 +94,10 @@ _ONEOFS = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
            "XStat": ("value", {"double_value", "uint64_value", "int64_value", "str_value",
                                "bytes_value", "ref_value"})}
 _PACKAGE = "tfbneck.xplane"  # our own package name: never clashes with TensorFlow's pool
-_LAZY_PACKAGE = "tfbneck.xplane_lazy"
 
 
-def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
-    """Message classes for the schema. ``lazy_lines`` declares ``XPlane.lines`` as
-    ``repeated bytes`` (same field number and wire type): the C parser then keeps each line
-    as raw bytes, which ``wire`` decodes in bulk."""
+def _build_classes(package: str = _PACKAGE):
+    """Message classes for the schema, in a descriptor pool of their own."""
     fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
     for msg_name, fields in _SCHEMA.items():
         msg = fdp.message_type.add(name=msg_name)
@@ -108,8 +105,6 @@ def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
         if oneof:
             msg.oneof_decl.add(name=oneof[0])
         for name, number, ftype, label, type_name in fields:
-            if lazy_lines and msg_name == "XPlane" and name == "lines":
-                ftype, type_name = _T.TYPE_BYTES, None
             f = msg.field.add(name=name, number=number, type=ftype, label=label)
             if type_name:
                 f.type_name = f".{package}.{type_name}"
@@ -130,7 +125,6 @@ def _build_classes(package: str = _PACKAGE, lazy_lines: bool = False):
 
 
 _CLASSES = _build_classes()
-_LAZY = _build_classes(_LAZY_PACKAGE, lazy_lines=True)
 XSpace = _CLASSES["XSpace"]
 XPlane = _CLASSES["XPlane"]
 XLine = _CLASSES["XLine"]
@@ -250,26 +244,6 @@ def _gunzip(data: bytes, limit: int) -> Optional[bytes]:
         if not data.strip(b"\0"):  # zero padding after the last member, as gzip.decompress allows
             break
     return b"".join(out)
-
-
-def parse_xspace(data: bytes, path: str = "<bytes>", lazy: bool = False):
-    """Parse serialized bytes into an ``XSpace`` message (lines kept as raw bytes when
-    ``lazy``: see :func:`to_space`).
-
-    Raises TraceReadError when the bytes are not a well-formed XSpace (truncated,
-    corrupt, or another kind of file).
-    """
-    space = _LAZY["XSpace"]() if lazy else XSpace()
-    try:
-        space.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as err:
-        raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt "
-                                   f"({len(data)} bytes; {str(err).splitlines()[0] if str(err) else 'decode error'})") from None
-    if not space.planes:
-        raise TraceReadError(path, "not an XSpace trace: it holds no planes", kind="not_xspace")
-    if not any(p.name for p in space.planes):
-        raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
-    return space
 
 
 # --------------------------------------------------------------------------------------
@@ -472,44 +446,6 @@ def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
                 ev_end=ev_end.astype(np.int32))
 
 
-def to_space(space_proto, path: str, plane_filter=None) -> Space:
-    """Convert a parsed XSpace (lazy or full) into columns. ``plane_filter(name) -> bool`` skips planes.
-
-    Raises TraceReadError when a line's bytes are corrupt.
-    """
-    planes = []
-    for p in space_proto.planes:
-        if plane_filter is not None and not plane_filter(p.name):
-            continue
-        event_names = {k: v.name or v.display_name for k, v in p.event_metadata.items()}
-        stat_names = {k: v.name for k, v in p.stat_metadata.items()}
-        lines = []
-        for k in range(len(p.lines)):  # one line's bytes at a time: bounded extra memory
-            raw = p.lines[k]
-            raw = raw if isinstance(raw, bytes) else raw.SerializeToString()
-            lines.append(_decode_line(raw, raw if wire.FAST else wire.padded(raw), path, p.name, k))
-            del raw
-        planes.append(Plane(id=p.id, name=p.name, lines=lines, event_names=event_names,
-                            stat_names=stat_names, proto=_without_lines(p)))
-    return Space(path=str(path), planes=planes, hostnames=list(space_proto.hostnames),
-                 errors=list(space_proto.errors), warnings=list(space_proto.warnings))
-
-
-def _without_lines(plane):
-    """A copy of an XPlane's metadata and stats only, so that the parsed file (whose lines
-    are already decoded into columns) can be freed."""
-    if not isinstance(plane, _LAZY["XPlane"]):
-        return plane
-    slim = _LAZY["XPlane"]()
-    slim.id, slim.name = plane.id, plane.name
-    for k, v in plane.event_metadata.items():
-        slim.event_metadata[k].CopyFrom(v)
-    for k, v in plane.stat_metadata.items():
-        slim.stat_metadata[k].CopyFrom(v)
-    slim.stats.extend(plane.stats)
-    return slim
-
-
 def _fields(data, start: int, end: int, path: str, what: str):
     """Top-level fields of the message in ``data[start:end]``: (field, wire type, value
     start, value end, field start). Used for the few fields of XSpace and XPlane; the
@@ -554,21 +490,21 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
     view = memoryview(data)
     padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
     hostnames, errors, warnings, plane_ranges = [], [], [], []
-    for field, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
+    for number, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
         if wt != 2:
             continue
-        if field == 1:
+        if number == 1:
             plane_ranges.append((vs, ve))
-        elif field in (2, 3, 4):
+        elif number in (2, 3, 4):
             text = bytes(view[vs:ve]).decode("utf-8", "replace")
-            (errors, warnings, hostnames)[field - 2].append(text)
+            (errors, warnings, hostnames)[number - 2].append(text)
     if not plane_ranges:
         raise TraceReadError(path, "not an XSpace trace: it holds no planes", kind="not_xspace")
     planes = []
     for k, (ps, pe) in enumerate(plane_ranges):
         meta, lines = [], []
-        for field, wt, vs, ve, fs in _fields(data, ps, pe, path, f"plane {k}"):
-            if field == 3 and wt == 2:
+        for number, wt, vs, ve, fs in _fields(data, ps, pe, path, f"plane {k}"):
+            if number == 3 and wt == 2:
                 lines.append((vs, ve))
             else:
                 meta.append(view[fs:ve])
