@@ -12,11 +12,9 @@ from typing import List, Optional
 from ..trace import timeline
 from . import breakdown
 from .devices import Device
-from .host import HostView
+from .host import STEP_MARKER_NAMES, HostView
 from .placement import Placement
 
-#: Marker events that span a whole step on the training thread: they are not host work.
-STEP_MARKER_NAMES = ("train", "test", "Profiled batch", "TraceContext")
 
 
 def step_marker_ids(view: HostView):

@@ -38,7 +38,7 @@ FUNCTION_RUN = "FunctionRun"
 #: concrete function ``__inference_<name>_<n>`` that eager execution runs.
 TRAIN_FUNCTION_NAMES = ("train_function", "multi_step_on_iterator", "one_step_on_iterator",
                         "one_step_on_data_distributed", "one_step_on_data")
-_INFERENCE_RE = re.compile(
+INFERENCE_FUNCTION_RE = re.compile(
     r"^(?:EagerLocalExecute: |EagerExecute: )?__inference_(train_function|train_step|"
     r"multi_step_on_iterator|one_step_on_iterator|one_step_on_data\w*|distributed_train_step|"
     r"train_fn)_\d+$")
@@ -48,6 +48,14 @@ _OP_RE = re.compile(r"^[^:\s][^:]*:[A-Z_][A-Za-z0-9_]*$")
 LAUNCH_API_RE = re.compile(r"^(cu|cuda|hip|hipExt|hipModule)(Launch\w*|GraphLaunch)")
 #: Collective op types (core/kernels/collective_ops.cc, core/kernels/nccl_ops.cc).
 COLLECTIVE_OP_RE = re.compile(r"^(Collective(Reduce|Gather|Bcast|AllToAll|Assign)\w*|Nccl\w+)$")
+#: Step markers, the one vocabulary of them: tf-keras' ``train``/``test`` TraceMe with ``_r``
+#: and ``step_num`` (keras/callbacks.py; also custom loops and BottleneckProfiler), Keras 3's
+#: ``Profiled batch`` (keras/src/backend/tensorflow/tensorboard.py) and TF 2.0-2.4's
+#: ``TraceContext``. They span whole steps on the training thread: they are not host work.
+TRAIN_MARKER = "train"
+KERAS3_MARKER = "Profiled batch"
+LEGACY_MARKER = "TraceContext"
+STEP_MARKER_NAMES = (TRAIN_MARKER, "test", KERAS3_MARKER, LEGACY_MARKER)
 #: Eager op dispatch on the Python thread (core/common_runtime/eager/execute.cc).
 EAGER_EVENTS = ("EagerKernelExecute", "EagerExecute", "EagerLocalExecute")
 #: Where an eager op or a function's kernel starts running (core/common_runtime/eager/
@@ -230,22 +238,6 @@ class HostView:
         ids = self.ids(("collective-ops",), lambda n: (is_op_name(n) and bool(COLLECTIVE_OP_RE.match(op_type(n))))
                        or bool(COLLECTIVE_OP_RE.match(n)))
         return self.intervals(self.select(ids, self.non_data_lines))
-
-    def untraced_device(self) -> Optional[str]:
-        """A sentence when the model's ops went to an accelerator that left no plane.
-
-        TensorFlow PluggableDevices (e.g. tensorflow-metal on Apple GPUs) allocate host
-        memory through ``pluggable_device_host_bfc`` and exchange tensors through
-        ``_Send``/``_Recv`` ops, but their kernels are not traced.
-        """
-        ids = self.ids_named(["MemoryAllocation", "MemoryDeallocation"])
-        for li, idx in self.select(ids):
-            for name in self.stat_column(li, idx[:5], "allocator_name"):
-                if isinstance(name, str) and ("pluggable" in name or "gpu" in name.lower()):
-                    return (f"Tensors were allocated by `{name}`: the ops ran on an accelerator (a "
-                            "PluggableDevice such as Apple Metal) whose activity the profiler did not record; "
-                            "time the training function waited on it is counted as device compute.")
-        return None
 
     def graph_builds(self) -> GraphBuilds:
         """Tracing, instantiation and compilation on the host's non-tf.data threads.

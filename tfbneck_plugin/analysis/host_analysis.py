@@ -28,7 +28,7 @@ _PS_PER_MS = 1e9
 
 #: Events only TensorFlow writes on the host plane (core/common_runtime/executor.cc,
 #: process_function_library_runtime.cc, eager/execute.cc, core/kernels/data/iterator_ops.cc).
-TF_HOST_EVENTS = ("ExecutorState::Process", "FunctionRun", "EagerExecute", "EagerKernelExecute", "TraceContext",
+TF_HOST_EVENTS = (hostmod.EXECUTOR_EVENT, hostmod.FUNCTION_RUN, "EagerExecute", "EagerKernelExecute", hostmod.LEGACY_MARKER,
                   "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
 #: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
 JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")

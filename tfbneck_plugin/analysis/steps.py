@@ -92,9 +92,9 @@ class StepSearch:
 
 
 # Marker names preferred when several kinds of root events carry step numbers.
-_PREFERRED_MARKERS = ("train", "Profiled batch")
+_PREFERRED_MARKERS = (hostmod.TRAIN_MARKER, hostmod.KERAS3_MARKER)
 # Markers read by their own finders, never taken for a user's annotation.
-_FRAMEWORK_MARKERS = ("Profiled batch", "TraceContext")
+_FRAMEWORK_MARKERS = (hostmod.KERAS3_MARKER, hostmod.LEGACY_MARKER)
 _NO_EVENTS = "no such events in the trace"
 
 
@@ -127,7 +127,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
             if hostmod.is_op_name(name) or name.startswith("Iterator::"):
                 continue
             stats = plane.event_stats(line, i)
-            if "step_num" not in stats and not (names and "TraceContext" in names):
+            if "step_num" not in stats and not (names and hostmod.LEGACY_MARKER in names):
                 continue
             if require_r and "_r" not in stats:
                 continue
@@ -232,7 +232,7 @@ def _session_runs(view: HostView) -> Optional[Steps]:
 def _train_function_calls(view: HostView) -> Optional[Steps]:
     plane = view.plane
     ids = view.ids(("trainfn",), lambda n: n in hostmod.TRAIN_FUNCTION_NAMES or
-                   bool(hostmod._INFERENCE_RE.match(n)))
+                   bool(hostmod.INFERENCE_FUNCTION_RE.match(n)))
     best = None
     for li, idx in view.select(ids, view.non_data_lines):
         line = plane.lines[li]
@@ -314,9 +314,9 @@ def _candidates(space: Space, view: Optional[HostView]):
         out = [
             ("step_markers", lambda: _from_markers(view, _marker_events(view, True), "step_markers")),
             ("trace_context", lambda: _from_markers(
-                view, _marker_events(view, False, names={"TraceContext"}), "trace_context")),
+                view, _marker_events(view, False, names={hostmod.LEGACY_MARKER}), "trace_context")),
             ("keras_profiled_batch", lambda: _from_markers(
-                view, {k: v for k, v in unrooted_markers().items() if k == "Profiled batch"},
+                view, {k: v for k, v in unrooted_markers().items() if k == hostmod.KERAS3_MARKER},
                 "keras_profiled_batch")),
             ("user_step_annotations", lambda: _user_annotations(view, unrooted_markers())),
             ("session_run", lambda: _session_runs(view)),
