@@ -1,6 +1,6 @@
 """The report: the JSON contract and its renderings (table, CSV, Markdown).
 
-``build_report(sessions)`` wraps per-session dicts (``analyze.analyze_session``) into the
+``build_report(sessions)`` wraps per-session dicts (``analysis.session.analyze_session``) into the
 contract's top level ``{"version", "sessions"}``. The renderers only format that dict.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import io
 import json
 from typing import Dict, List
 
-from . import __version__
+from . import __version__, schema
 from .analysis.breakdown import CATEGORIES
 
 #: Columns of the CSV and table renderings (one row per session).
@@ -19,20 +19,20 @@ COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "s
 
 
 def build_report(sessions: List[Dict]) -> Dict:
+    """The contract's top level: ``{"version", "sessions"}``."""
     return {"version": __version__, "sessions": sessions}
 
 
-def row(s: Dict) -> Dict:
-    steps = s.get("steps") or {}
-    st = steps.get("step_time_ms") or {}
-    pipe = s.get("input_pipeline") or {}
+def row(s: schema.SessionReport) -> Dict:
+    """One session as a flat row of ``COLUMNS``."""
+    step_ms, input_pct = schema.step_time_ms(s), schema.share_pct(s, "input")
     return {
         "run": s.get("run"), "session": s.get("session"), "hosts": ",".join(s.get("hosts") or []),
         "status": s.get("status"), "device_kind": s.get("device_kind", ""),
-        "step_source": s.get("step_source", "none"), "steps": steps.get("count", 0),
-        "step_ms": st.get("mean", ""), "bottleneck": s.get("bottleneck", "unknown"), "cause": s.get("cause", ""),
-        "confidence": s.get("confidence", ""), "input_pct": (s.get("breakdown_pct") or {}).get("input", ""),
-        "blocking_stage": (pipe.get("bottleneck_stage") or "").split("::")[-1] if pipe.get("bottleneck_stage") else "",
+        "step_source": s.get("step_source", "none"), "steps": (s.get("steps") or {}).get("count", 0),
+        "step_ms": "" if step_ms is None else step_ms, "bottleneck": s.get("bottleneck", "unknown"),
+        "cause": s.get("cause", ""), "confidence": s.get("confidence", ""),
+        "input_pct": "" if input_pct is None else input_pct, "blocking_stage": schema.blocking_stage_kind(s),
         "error": s.get("error", ""),
     }
 
@@ -79,9 +79,9 @@ def to_table(report: Dict) -> str:
         for e in s.get("evidence", []):
             lines.append(f"  - {e}")
         lines.extend(worker_lines(s))
-        recs = s.get("recommendations") or []
-        if recs:
-            lines.append(f"  fix first: {recs[0]['title']}")
+        fix = schema.first_fix(s)
+        if fix:
+            lines.append(f"  fix first: {fix['title']}")
         lines.append("")
     return "\n".join(lines)
 

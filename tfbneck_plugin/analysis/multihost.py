@@ -6,6 +6,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from .. import schema
+
 #: Modified z-score above which a host's step time is an outlier (Iglewicz & Hoaglin,
 #: "How to Detect and Handle Outliers", 1993: 0.6745 (x - median) / MAD > 3.5).
 STRAGGLER_Z = 3.5
@@ -23,7 +25,7 @@ STRAGGLER_RATIO_OF_TWO = 1.2
 
 def mean_step_ms(host: Dict) -> float:
     """The host report's mean step time (ms), 0.0 without steps."""
-    return ((host.get("steps") or {}).get("step_time_ms") or {}).get("mean") or 0.0
+    return schema.step_time_ms(host) or 0.0
 
 
 def slowest(hosts: List[Dict]) -> Dict:

@@ -1,0 +1,59 @@
+"""Rendering of the report (tfbneck_plugin/report.py) and the schema's accessors, on
+hand-made session reports: what each format shows, and what it does with error sessions."""
+import csv
+import io
+import json
+
+from tfbneck_plugin import report, schema
+
+OK = {"run": "r1", "session": "s1", "hosts": ["h0"], "status": "ok", "device_kind": "CPU",
+      "step_source": "step_markers ('train')", "bottleneck": "cpu", "cause": "input_preprocessing",
+      "confidence": 0.72, "steps": {"count": 5, "step_time_ms": {"mean": 29.5, "p50": 29.0, "p90": 31.0}},
+      "breakdown_pct": {"input": 50.7, "device_compute": 32.6, "host_compute": 14.1, "idle": 2.6},
+      "input_pipeline": {"bottleneck_stage": "Iterator::Root::Prefetch::Map"},
+      "evidence": ["The training step waits for input 50.7% of the time."],
+      "recommendations": [{"fix": "parallel_map", "title": "Parallelise the `Map` stage", "detail": "d",
+                           "code": "ds = ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)"}]}
+BAD = {"run": "r2", "session": "s2", "hosts": ["h0"], "status": "error", "error": "/x/h0.xplane.pb: file is empty",
+       "error_kind": "empty_file", "bottleneck": "unknown", "step_source": "none"}
+REPORT = report.build_report([OK, BAD])
+
+
+def test_accessors():
+    assert schema.step_time_ms(OK) == 29.5 and schema.step_time_ms(OK, "p90") == 31.0
+    assert schema.step_time_ms(BAD) is None
+    assert schema.share_pct(OK, "input") == 50.7 and schema.share_pct(BAD, "input") is None
+    assert schema.blocking_stage_kind(OK) == "Map" and schema.blocking_stage_kind(BAD) == ""
+    assert schema.first_fix(OK)["fix"] == "parallel_map" and schema.first_fix(BAD) is None
+
+
+def test_row_flattens_one_session():
+    r = report.row(OK)
+    assert (r["steps"], r["step_ms"], r["input_pct"], r["blocking_stage"]) == (5, 29.5, 50.7, "Map")
+    assert report.row(BAD)["step_ms"] == "" and report.row(BAD)["error"].endswith("file is empty")
+
+
+def test_json_is_the_contract():
+    data = json.loads(report.to_json(REPORT))
+    assert set(data) == {"version", "sessions"} and data["sessions"] == [OK, BAD]
+
+
+def test_csv_has_one_row_per_session_and_every_share():
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(REPORT))))
+    assert [r["run"] for r in rows] == ["r1", "r2"]
+    assert rows[0]["cause"] == "input_preprocessing" and rows[0]["device_compute_pct"] == "32.6"
+    assert rows[1]["status"] == "error" and rows[1]["device_compute_pct"] == ""
+
+
+def test_table_shows_verdict_evidence_first_fix_and_errors():
+    text = report.to_table(REPORT)
+    assert "r1/s1: cpu (input_preprocessing, confidence 0.72)" in text
+    assert "  - The training step waits for input 50.7% of the time." in text
+    assert "  fix first: Parallelise the `Map` stage" in text
+    assert "r2/s2: ERROR /x/h0.xplane.pb: file is empty" in text
+
+
+def test_markdown_escapes_pipes_and_shows_code():
+    piped = dict(OK, run="a|b")
+    text = report.to_markdown(report.build_report([piped]))
+    assert "| a\\|b |" in text and "```python\nds = ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)\n```" in text
