@@ -25,24 +25,33 @@ setup(
     # Optional C fast path of the trace reader; without a compiler the numpy path is used.
     ext_modules=[Extension("tfbneck_plugin.trace._wirescan", ["tfbneck_plugin/trace/_wirescan.c"], optional=True)],
     package_data={"tfbneck_plugin.plugin": ["static/*"]},
-    python_requires=">=3.9",
+    # Every floor below is one that tests/run_min_versions.sh installs and tests (the
+    # lowest release with a wheel for the oldest Python declared here); raise it, never guess.
+    python_requires=">=3.11",
     install_requires=[
-        "numpy>=1.22",
-        "protobuf>=4.21",  # upb C backend
-        "psutil>=5.9",
+        "numpy>=1.23.2",
+        "protobuf>=4.21.1",  # 4.21.0 is yanked; 4.21 is what TensorFlow 2.12/2.13 pin
+        "psutil>=5.9.4",
         "tqdm>=4.60",
         "tensorboard>=2.12",
         "tensorboard-plugin-profile>=2.13",
-        "fsspec>=2023.1",
+        "fsspec>=2023.1.0",
         "scipy>=1.9.2",  # compare: Mann-Whitney U; 1.9.2: the first with Python 3.11 wheels
     ],
     extras_require={
-        "tensorflow": ["tensorflow>=2.12", "tf-keras"],
-        "gpu": ["nvidia-ml-py"],
+        # 2.12-2.15 (Keras 2 inside TensorFlow) were seen to record only the first step of
+        # a window: their own step markers interleave with the callback's.
+        "tensorflow": ["tensorflow>=2.16.1", "tf-keras>=2.16"],
+        "gpu": ["nvidia-ml-py>=11.515.75"],
         "beam": ["apache-beam>=2.50"],
-        "remote": ["s3fs", "gcsfs"],
-        "test": ["pytest>=7", "pytest-timeout", "hypothesis>=6", "playwright>=1.40",
-                 "tensorflow>=2.12", "tf-keras", "moto[server]>=5", "s3fs", "apache-beam>=2.50"],
+        "remote": ["s3fs>=2023.1.0", "gcsfs>=2023.1.0"],
+        # s3fs/gcsfs floors here only steer pip: moto needs boto3, whose newest release
+        # pins a botocore newer than any aiobotocore accepts, and without them pip resolves
+        # that by falling back to s3fs 0.4.2 (2020). tests/test_min_versions.py fails when
+        # the s3fs installed is more than a year old.
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
+                 "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
+                 "apache-beam>=2.50"],
     },
     entry_points={
         "console_scripts": ["tfbneck = tfbneck_plugin.cli:main"],

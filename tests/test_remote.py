@@ -247,7 +247,7 @@ def test_silent_gs_is_bounded():
         env.pop("TFBNECK_REMOTE_TIMEOUT", None)
         url = "gs://fleet-logs/logs"
         line = assert_one_line_error(*run_cli(["analyze", url, "--remote-timeout", "2"], env=env), url, "no answer")
-        assert f"within 2 s while listing on 127.0.0.1:{server.port}" in line
+        assert "within 2 s while " in line  # listing, or (gcsfs < 2024) looking for credentials
     finally:
         server.close()
 
@@ -316,7 +316,7 @@ def test_tensorboard_tab_reports_an_unreachable_store_fast(store):
                 time.sleep(0.2)
             error = listing.get("error") or ""
             assert error.startswith(f"{url}: ") and "\n" not in error, listing
-            cause = "no answer (within 3 s while listing" if server else f"host unreachable (127.0.0.1:{port}"
+            cause = "no answer (within 3 s while" if server else f"host unreachable (127.0.0.1:{port}"
             assert cause in error, error
             assert listing.get("error_kind") == "unreachable" and listing.get("sessions") == [], listing
             log = tb.log_path.read_text(errors="replace")

@@ -110,7 +110,14 @@ def _storage_options(protocol: str, timeout: float) -> Dict:
         config = {"connect_timeout": min(timeout, 5.0), "read_timeout": max(timeout, 15.0),
                   "retries": {"total_max_attempts": 2}}
         config.update(user.get("config_kwargs") or {})
-        return {"config_kwargs": config}
+        options: Dict = {"config_kwargs": config}
+        client = dict(user.get("client_kwargs") or {})
+        env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if env_endpoint and not (user.get("endpoint_url") or client.get("endpoint_url")):
+            # botocore reads these variables only since 1.31; older ones (s3fs 2023.1's)
+            # would silently go to AWS instead.
+            options["client_kwargs"] = dict(client, endpoint_url=env_endpoint)
+        return options
     if protocol in ("gs", "gcs"):
         return {} if "requests_timeout" in user else {"requests_timeout": max(timeout, 15.0)}
     return {}

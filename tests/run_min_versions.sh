@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The lowest-versions job (issue 12.1). Called by tests/run.sh after the main suite; safe to re-run.
+#
+#   bash tests/run_min_versions.sh [PYTEST ARGS...]
+#
+# 1. build/venv-min: exactly the floors setup.py declares for install_requires and the
+#    [remote], [beam], [gpu] and [test] extras (each ==floor, from tests/min_versions.py; what
+#    they pull in at its newest compatible release, as a resolver's "lowest-direct" mode),
+#    then every test that starts no TensorFlow and no browser: reader, analyzer, CLI,
+#    TensorBoard plugin (a real TensorBoard 2.12), remote storage, Beam.
+# 2. build/venv-min-tf: the [tensorflow] extra's floors with uv's lowest-direct resolution
+#    (TensorFlow's own pins rule out some of our floors, e.g. numpy 1.23.2), then the Keras
+#    callback test that runs on any TensorFlow (tests/test_tf_floor.py).
+#
+# TFBNECK_MIN_VENV: where the venvs go (default build/venv-min; stage 2 adds -tf); PYTHON:
+# the interpreter (default python3: the floors are those that exist for it, so use the
+# oldest Python that setup.py's python_requires admits).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${TFBNECK_MIN_VENV:-build/venv-min}
+PY=${PYTHON:-python3}
+
+"$PY" - <<'EOF'
+import sys
+sys.path.insert(0, "tests")
+import min_versions
+want = tuple(int(x) for x in min_versions.python_floor().split("."))
+if sys.version_info[:len(want)] != want:
+    print(f"run_min_versions.sh: note: Python {sys.version.split()[0]} is not the oldest declared "
+          f"({'.'.join(map(str, want))}); the floors are tested on this one", file=sys.stderr)
+EOF
+
+new_venv() {  # new_venv DIR: a venv with uv in it (uv resolves in seconds where pip's
+              # backtracking over boto3 and google-api-core releases took 5 to 9 minutes here)
+  [ -x "$1/bin/python" ] || "$PY" -m venv "$1"
+  "$1/bin/python" -m pip install -q --upgrade pip uv 2>&1 | grep -v "is ignored" >&2 || true
+}
+
+versions() {  # versions DIR NAME...: "name version, ..." of what DIR's venv holds
+  local dir=$1; shift
+  "$dir/bin/python" -c 'import sys, importlib.metadata as m; print(", ".join(f"{n} {m.version(n)}" for n in sys.argv[1:]))' "$@"
+}
+
+# Resolver hints, not floors of ours: aiobotocore[boto3] takes the boto3 that the pinned
+# aiobotocore was released with (moto needs boto3), and TensorBoard before 2.17 imports
+# pkg_resources, which setuptools 81 removed: environments with TensorBoard 2.12 have an
+# older setuptools.
+HINTS=$'aiobotocore[boto3]\nsetuptools<81'
+
+# --- 1. Floors of everything but TensorFlow ------------------------------------------------
+new_venv "$VENV"
+"$VENV/bin/python" tests/min_versions.py remote beam gpu test --exclude tensorflow,tf-keras > "$VENV/pins.txt"
+echo "$HINTS" >> "$VENV/pins.txt"
+"$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$VENV/pins.txt"
+"$VENV/bin/uv" pip install -q -p "$VENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm tensorboard \
+  tensorboard-plugin-profile fsspec scipy s3fs gcsfs apache-beam nvidia-ml-py)"
+status=0
+# test_storage_packages_are_current checks the main environment's s3fs: here it is the floor on purpose.
+"$VENV/bin/python" -m pytest tests -m "not tf and not browser" -p no:cacheprovider \
+  --deselect tests/test_min_versions.py::test_storage_packages_are_current "$@" || status=$?
+
+# --- 2. The [tensorflow] extra's floors -----------------------------------------------------
+TFVENV="$VENV-tf"
+new_venv "$TFVENV"
+"$TFVENV/bin/python" tests/min_versions.py tensorflow --raw > "$TFVENV/requirements.txt"
+printf 'pytest>=7\npytest-timeout>=2.1\n%s\n' "$HINTS" >> "$TFVENV/requirements.txt"
+"$TFVENV/bin/uv" pip install -q -p "$TFVENV/bin/python" --resolution lowest-direct -r "$TFVENV/requirements.txt"
+"$TFVENV/bin/uv" pip install -q -p "$TFVENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+echo "run_min_versions.sh: TensorFlow floors: $(versions "$TFVENV" tensorflow tf-keras numpy protobuf tensorboard)"
+"$TFVENV/bin/python" -m pytest tests/test_tf_floor.py -p no:cacheprovider "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+exit "$status"
