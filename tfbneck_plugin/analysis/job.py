@@ -53,6 +53,9 @@ SCATTERED_PENALTY = 0.1
 #: A step's lateness is put down to a category only when the last worker's excess in it
 #: covers at least this fraction of the others' wait (our choice: most of it).
 EXPLAINED_FRACTION = 0.5
+#: The reasons the evidence gives for a straggler's lateness: each category in which it
+#: exceeds the others by at least this share of their wait for it (our choice: a quarter).
+REASON_SHARE = 0.25
 #: Why a worker was late, by the own-time category in which it exceeded the others.
 WHY = {"input": "waiting for its input pipeline", "device_compute": "computing",
        "host_to_device": "copying to the device", "device_to_host": "copying from the device",
@@ -135,6 +138,22 @@ def why_late(lat: Lateness, i: int, steps: List[int]) -> Optional[tuple]:
     excess = {c: mine[c] - theirs[c] for c in syncmod.OWN_CATEGORIES}
     best = max(excess, key=excess.get)
     return (best, mine[best], theirs[best]) if excess[best] > 0 else None
+
+
+def late_reasons(lat: Lateness, i: int, steps: List[int]) -> List[tuple]:
+    """Every own-time category in which worker ``i`` exceeded the others by at least
+    :data:`REASON_SHARE` of their mean wait for it over the step indices ``steps`` (the
+    largest first, at most three), as ``(category, its ms per step, the others' median ms)``;
+    the largest excess alone when none is that large; [] when it exceeded them in none."""
+    if not steps:
+        return []
+    mine = syncmod.own_means([lat.own[i][k] for k in steps])
+    others = [syncmod.own_means([lat.own[j][k] for k in steps]) for j in range(len(lat.own)) if j != i]
+    theirs = {c: float(np.median([o[c] for o in others])) for c in syncmod.OWN_CATEGORIES}
+    ranked = sorted(((mine[c] - theirs[c], c) for c in syncmod.OWN_CATEGORIES), reverse=True)
+    floor = REASON_SHARE * float(lat.wait[steps].mean())
+    chosen = [c for x, c in ranked if x >= floor and x > 0][:3] or [c for x, c in ranked[:1] if x > 0]
+    return [(c, mine[c], theirs[c]) for c in chosen]
 
 
 def step_rows(workers: List[Worker], lat: Lateness) -> List[Dict]:
@@ -229,10 +248,10 @@ def _straggler_verdict(workers: List[Worker], s: int, facts: Dict) -> Dict:
               f"there the others waited {float(lat.wait[mine].mean()):.1f} ms for it, in steps of "
               f"{float(lat.step[mine].mean()):.1f} ms "
               f"(a worker's collective time less the last worker's: no clock is compared).", "trace")]
-    why = why_late(lat, s, mine)
-    if why:
-        basis.append((f"In those steps {name} spent {why[1]:.1f} ms per step {WHY[why[0]]}, against {why[2]:.1f} ms "
-                      f"on the other workers.", "trace"))
+    reasons = late_reasons(lat, s, mine)
+    if reasons:
+        basis.append((f"In those steps {name} spent " + "; ".join(
+            f"{m:.1f} ms per step {WHY[c]} (the other workers: {t:.1f} ms)" for c, m, t in reasons) + ".", "trace"))
     basis.append((f"The collectives' own cost (the time the last worker to arrive still spends in them) is "
                   f"{facts['network_pct']:.1f}% of the step.", "trace"))
     basis.extend(_own_detail(w))
