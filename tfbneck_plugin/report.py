@@ -38,10 +38,12 @@ def row(s: schema.SessionReport) -> Dict:
 
 
 def to_json(report: Dict) -> str:
+    """The report as indented JSON (the contract)."""
     return json.dumps(report, indent=2, sort_keys=False)
 
 
 def to_csv(report: Dict) -> str:
+    """One CSV row per session: ``COLUMNS`` plus every breakdown share (%)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"], lineterminator="\n")
     w.writeheader()
@@ -112,6 +114,7 @@ def worker_lines(s: Dict) -> List[str]:
 
 
 def to_markdown(report: Dict) -> str:
+    """A Markdown table of the sessions, then each session's verdict, evidence and recommendations."""
     cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
             "blocking_stage", "step_source"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

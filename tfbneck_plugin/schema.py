@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, TypedDict
 
 
 class StepTime(TypedDict, total=False):
+    """Step-time statistics over the steady steps (ms)."""
     mean: float                       # ms
     p50: float
     p90: float
@@ -19,6 +20,7 @@ class StepTime(TypedDict, total=False):
 
 
 class StepItem(TypedDict, total=False):
+    """One steady step."""
     step: int
     start_ms: float                   # from the start of the host window
     duration_ms: float
@@ -26,6 +28,7 @@ class StepItem(TypedDict, total=False):
 
 
 class Steps(TypedDict, total=False):
+    """The report's ``steps`` object: how steps were found and their times."""
     count: int
     step_time_ms: Optional[StepTime]
     items: List[StepItem]
@@ -39,6 +42,7 @@ class Steps(TypedDict, total=False):
 
 
 class Predicted(TypedDict, total=False):
+    """What the steady step would take after one recommended change (ms)."""
     time_per_batch_ms: float
     step_time_ms: float
     range_ms: List[float]             # [low, high]
@@ -47,6 +51,7 @@ class Predicted(TypedDict, total=False):
 
 
 class Recommendation(TypedDict, total=False):
+    """One change to make, with its predicted effect."""
     fix: str                          # kind of change: parallel_map, prefetch, steps_per_execution...
     title: str
     detail: str
@@ -56,12 +61,14 @@ class Recommendation(TypedDict, total=False):
 
 
 class InputPipeline(TypedDict, total=False):
+    """The tf.data stages and the one that blocks the consumer."""
     bottleneck_stage: Optional[str]   # full tf.data iterator name
     stages: List[Dict[str, object]]
     has_prefetch: bool
 
 
 class SessionReport(TypedDict, total=False):
+    """One element of the report's ``sessions`` list."""
     version: str
     run: str
     session: str

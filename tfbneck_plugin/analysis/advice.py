@@ -16,6 +16,7 @@ Rec = Dict[str, Optional[str]]
 
 
 def rec(fix: str, title: str, detail: str, code: Optional[str] = None) -> Rec:
+    """One recommendation: ``fix`` (kind of change), ``title``, ``detail``, ``code`` (snippet or None)."""
     return {"fix": fix, "title": title, "detail": detail, "code": code}
 
 

@@ -46,10 +46,12 @@ class Activity:
     host_compute: timeline.Intervals
 
     def as_dict(self) -> Dict[str, timeline.Intervals]:
+        """Category -> interval set, for every category but ``idle``."""
         return {c: getattr(self, c) for c in CATEGORIES if c != "idle"}
 
 
 def gather_device_activity(devices: List[Device]):
+    """Union over the devices of their compute, H2D, D2H and collective intervals (ps)."""
     def cat(attr):
         return timeline.union(*timeline.concat([getattr(d, attr) for d in devices]))
     return cat("compute"), cat("h2d"), cat("d2h"), cat("collective")
@@ -61,6 +63,7 @@ def per_step(activity: Activity, starts: np.ndarray, ends: np.ndarray) -> Dict[s
 
 
 def percentages(parts: Dict[str, np.ndarray]) -> Dict[str, float]:
+    """Share (%) of each category over all steps, rounded to 0.01; 0 everywhere for an empty window."""
     total = sum(int(v.sum()) for v in parts.values())
     if total <= 0:
         return {c: 0.0 for c in CATEGORIES}

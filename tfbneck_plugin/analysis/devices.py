@@ -47,10 +47,12 @@ class Device:
 
     @property
     def busy(self) -> timeline.Intervals:
+        """Union of compute, copies and collectives (ps)."""
         return timeline.union(*timeline.concat([self.compute, self.h2d, self.d2h, self.collective]))
 
 
 def device_kind(plane_name: str) -> Optional[str]:
+    """``GPU`` or ``TPU`` from a plane name (``/device:GPU:0``), None for other planes."""
     if plane_name.startswith("/device:GPU:"):
         return "GPU"
     if plane_name.startswith("/device:TPU:"):
@@ -70,6 +72,7 @@ def _activity_lines(plane: Plane, kind: str):
 
 
 def read_devices(space: Space) -> List[Device]:
+    """Every GPU/TPU plane of the space as a :class:`Device` (empty planes included)."""
     devices = []
     for plane in space.planes:
         kind = device_kind(plane.name)

@@ -30,12 +30,14 @@ IMBALANCE_POINTS = 20.0
 
 
 def device_word(f: Findings) -> str:
+    """How the device of the breakdown is named in sentences."""
     if f.device_kind == "CPU":
         return "the CPU (the model's math runs on host threads here)"
     return f"the {f.device_kind}"
 
 
 def breakdown_sentence(f: Findings) -> str:
+    """The breakdown of the step time (% per category), as measured in the trace."""
     compute = ("model compute on " + device_word(f)) if f.device_kind == "CPU" else f.device_kind + " compute"
     return (f"Step time: {f.share('device_compute'):.1f}% {compute}, {f.share('input'):.1f}% waiting for input, "
             f"{f.share('host_compute'):.1f}% host overhead, {f.share('kernel_launch'):.1f}% kernel launch, "
@@ -44,6 +46,7 @@ def breakdown_sentence(f: Findings) -> str:
 
 
 def system_sentence(system: dict) -> str:
+    """The sampled system metrics in one sentence (CPU, the training process tree, I/O, GPU, disk)."""
     tree = system.get("tree_cpu_cores")
     children = system.get("tree_children") or 0
     own = (f"this process and its {children} child process(es) {tree:.2f} cores" if tree is not None and children
@@ -56,6 +59,7 @@ def system_sentence(system: dict) -> str:
 
 
 def launch_sentence(f: Findings) -> Optional[str]:
+    """Kernel count, median duration (us) and median gap between kernels (us), or None without kernels."""
     k = f.kernels
     if k is None:
         return None

@@ -35,6 +35,7 @@ class StepFacts:
 
     @property
     def found(self) -> bool:
+        """At least one steady step was found."""
         return self.count > 0
 
     @property
@@ -86,6 +87,7 @@ class GapFact:
 
 @dataclass
 class Findings:
+    """Every fact about one host that the verdict rules read (see the module docstring)."""
     framework: str                    # "tensorflow", "jax" or "unknown"
     device_kind: str                  # device of the breakdown: "GPU"/"TPU", or "CPU" when the host computes
     placement: Placement
@@ -101,8 +103,10 @@ class Findings:
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
 
     def share(self, category: str) -> float:
+        """The breakdown share (%) of ``category`` (0 when absent)."""
         return float(self.pct.get(category, 0.0))
 
     @property
     def transfer_pct(self) -> float:
+        """H2D plus D2H copies (% of the step)."""
         return self.share("host_to_device") + self.share("device_to_host")

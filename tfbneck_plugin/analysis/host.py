@@ -85,14 +85,17 @@ XLA_COMPILE_RE = re.compile(r"^(HLO passes\b|\w*Compiler::\w)")
 
 
 def is_tf_data_line(name: str) -> bool:
+    """A tf.data thread (``tf_data_*``: consumer, producers, private pools)."""
     return name.startswith("tf_data")
 
 
 def is_op_name(name: str) -> bool:
+    """A TensorFlow op TraceMe (``<op name>:<op type>``), not a tf.data iterator."""
     return bool(_OP_RE.match(name)) and not name.startswith("Iterator::")
 
 
 def op_type(name: str) -> str:
+    """The op type of an op TraceMe (``dense/MatMul:MatMul`` -> ``MatMul``)."""
     return name.rsplit(":", 1)[-1]
 
 
@@ -131,11 +134,13 @@ class HostView:
 
     # ---- name lookups ---------------------------------------------------------------
     def ids(self, key, predicate) -> np.ndarray:
+        """Metadata ids of the events whose name satisfies ``predicate``, cached under ``key``."""
         if key not in self._ids_cache:
             self._ids_cache[key] = self.plane.ids_where(predicate)
         return self._ids_cache[key]
 
     def ids_named(self, names: Sequence[str]) -> np.ndarray:
+        """Metadata ids of the events named exactly one of ``names``."""
         names = tuple(names)
         return self.ids(("named",) + names, lambda n: n in names)
 
@@ -153,6 +158,7 @@ class HostView:
         return out
 
     def intervals(self, selection: List[Tuple[int, np.ndarray]]) -> timeline.Intervals:
+        """(starts, ends) in ps of the selected events."""
         parts = []
         for li, idx in selection:
             line = self.plane.lines[li]
@@ -169,6 +175,7 @@ class HostView:
 
     @property
     def non_data_lines(self) -> List[int]:
+        """Indices of the lines that are not tf.data threads."""
         return [i for i in range(len(self.plane.lines)) if i not in self.tfdata_lines]
 
     # ---- activity used by the breakdown -----------------------------------------------
@@ -214,6 +221,7 @@ class HostView:
         return timeline.concat(parts)
 
     def getnext_op_ids(self) -> np.ndarray:
+        """Metadata ids of the get-next ops (``IteratorGetNext`` and friends)."""
         return self.ids(("getnext-ops",), lambda n: n in GET_NEXT_OPS or
                         (is_op_name(n) and op_type(n) in GET_NEXT_OPS))
 
@@ -225,6 +233,7 @@ class HostView:
         return self.intervals(self.select(ids, [self.training_line]))
 
     def training_thread_intervals(self, exclude_ids: np.ndarray) -> timeline.Intervals:
+        """Events of the training thread (ps), less the events whose ids are in ``exclude_ids``."""
         if self.training_line is None:
             return timeline.empty()
         line = self.plane.lines[self.training_line]
@@ -279,11 +288,13 @@ class HostView:
                            traced_names=names)
 
     def launch_intervals(self) -> timeline.Intervals:
+        """Kernel-launch API calls on host threads (ps)."""
         ids = self.ids(("launch",), lambda n: bool(LAUNCH_API_RE.match(n)))
         return self.intervals(self.select(ids))
 
 
 def host_view(space: Space) -> Optional[HostView]:
+    """The classified host plane of ``space``, None without a ``/host:CPU`` plane."""
     plane = space.plane(HOST_PLANE)
     if plane is None:
         return None

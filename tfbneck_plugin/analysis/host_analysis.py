@@ -35,6 +35,7 @@ JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
 
 
 def ms(ps) -> float:
+    """ps -> ms, rounded to 3 decimals (1 ns)."""
     return round(float(ps) / _PS_PER_MS, 3)
 
 
@@ -47,10 +48,12 @@ class HostAnalysis:
 
     @cached_property
     def view(self) -> Optional[hostmod.HostView]:
+        """The classified host plane (:mod:`.host`), None without a ``/host:CPU`` plane."""
         return hostmod.host_view(self.space)
 
     @cached_property
     def devices(self) -> List[devmod.Device]:
+        """The accelerator planes (:mod:`.devices`)."""
         return devmod.read_devices(self.space)
 
     @cached_property
@@ -70,6 +73,7 @@ class HostAnalysis:
 
     @cached_property
     def step_search(self) -> stepsmod.StepSearch:
+        """The step finders' result (:mod:`.steps`): the steps found and why the others did not apply."""
         return stepsmod.find_steps(self.space, self.view)
 
     @cached_property
@@ -94,10 +98,12 @@ class HostAnalysis:
 
     @cached_property
     def placement(self) -> Placement:
+        """Where the model ran (:mod:`.placement`)."""
         return find_placement(self.view, self.devices)
 
     @cached_property
     def activity(self) -> breakdown.Activity:
+        """The interval sets of each breakdown category (:mod:`.activity`)."""
         self.step_search
         return activitymod.gather_activity(self.view, self.devices, self.placement)
 
@@ -121,6 +127,7 @@ class HostAnalysis:
 
     @cached_property
     def breakdown_pct(self) -> Dict[str, float]:
+        """Share (%) of the analysed time per category; sums to 100."""
         return breakdown.percentages(self.parts)
 
     @cached_property
@@ -131,6 +138,7 @@ class HostAnalysis:
 
     @cached_property
     def pipeline(self) -> Optional[tfdata.Pipeline]:
+        """The tf.data stages over the analysed windows (:mod:`.tfdata`), None without a host plane."""
         if self.view is None:
             return None
         starts, ends = self.windows
@@ -138,10 +146,12 @@ class HostAnalysis:
 
     @cached_property
     def device_rows(self) -> List[Dict]:
+        """Per-device summary over the analysed windows (:func:`.devices.summarize`)."""
         return devmod.summarize(self.devices, *self.windows)
 
     @cached_property
     def findings(self) -> Findings:
+        """Everything the verdict rules read (:class:`.findings.Findings`)."""
         steps = self.steps
         p = self.placement
         pipeline = self.pipeline if (self.pipeline and self.pipeline.stages) else None
@@ -193,6 +203,7 @@ class HostAnalysis:
 
     @cached_property
     def verdict(self) -> Verdict:
+        """The verdict (:func:`.verdict.decide`)."""
         return decide(self.findings)
 
     def report(self) -> Dict:

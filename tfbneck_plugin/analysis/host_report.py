@@ -24,6 +24,7 @@ def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
 
 
 def steps_section(a) -> Dict:
+    """The report's ``steps`` object (times in ms; warm-up and graph builds when present)."""
     steps, search, parts = a.steps, a.step_search, a.parts
     tried = [{"finder": f, "why_not": why} for f, why in search.tried]
     if steps is None:
@@ -59,6 +60,7 @@ def worst_step(a):
 
 
 def host_report(a) -> Dict:
+    """The host-level report fields of a :class:`.host_analysis.HostAnalysis`."""
     pipeline = a.pipeline
     v = a.verdict
     device_kind = a.devices[0].kind if a.devices else a.device_kind

@@ -34,6 +34,7 @@ def slowest(hosts: List[Dict]) -> Dict:
 
 
 def per_host_rows(hosts: List[Dict]) -> List[Dict]:
+    """One ``per_host`` row per host: its step time (ms), breakdown (%) and verdict."""
     return [{"host": h["host"], "step_time_ms": (h["steps"]["step_time_ms"] or {}).get("mean"),
              "breakdown_pct": h["breakdown_pct"], "bottleneck": h["bottleneck"]} for h in hosts]
 
@@ -57,6 +58,7 @@ def stragglers(times_ms: List[float]) -> List[int]:
 
 
 def straggler_evidence(hosts: List[Dict]) -> List[str]:
+    """A sentence per straggler host (see :func:`stragglers`)."""
     times = [mean_step_ms(h) for h in hosts]
     med = float(np.median(times)) if times else 0.0
     return [f"Host {hosts[i]['host']} is a straggler: {times[i]:.1f} ms per step against a median of {med:.1f} ms."

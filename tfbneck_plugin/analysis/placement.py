@@ -56,10 +56,12 @@ class Placement:
 
     @property
     def device_allocators(self) -> List[str]:
+        """Names of the GPU allocators (``GPU_<n>_bfc``) that allocated tensors."""
         return sorted(n for n in self.allocations if DEVICE_ALLOCATOR_RE.match(n))
 
     @property
     def pluggable(self) -> bool:
+        """Tensors went through a PluggableDevice's host allocator."""
         return PLUGGABLE_HOST_ALLOCATOR in self.allocations
 
     @property
@@ -69,6 +71,7 @@ class Placement:
 
     @property
     def device_allocations(self) -> int:
+        """Allocations made by the GPU allocators."""
         return sum(self.allocations[n] for n in self.device_allocators)
 
     @property

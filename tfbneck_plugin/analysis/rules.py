@@ -60,6 +60,7 @@ Rule = Callable[[Findings], Optional[Verdict]]
 
 
 def step_note(f: Findings) -> List[str]:
+    """A sentence when the steps were inferred from the iterator cadence, else nothing."""
     if f.steps.inferred:
         return ["Steps were inferred from the IteratorGetNext cadence (no step markers in the trace)."]
     return []
@@ -78,6 +79,7 @@ def context(f: Findings) -> List[str]:
 
 
 def not_tensorflow(f: Findings) -> Optional[Verdict]:
+    """A JAX (XLA) trace: no TensorFlow verdict applies (``unknown``/``not_tensorflow``)."""
     if f.framework != "jax":
         return None
     busy = ", ".join(f"{d['device']} busy {d['busy_pct']:.1f}%" for d in f.devices if d["events"])
@@ -89,6 +91,9 @@ def not_tensorflow(f: Findings) -> Optional[Verdict]:
 
 
 def device_trace_missing(f: Findings) -> Optional[Verdict]:
+    """The GPU ran the model (GPU allocators, launches) but its activity was not recorded:
+    ``unknown``/``device_trace_missing``, naming what shows the GPU was used.
+    """
     p = f.placement
     if p.state != "trace_missing":
         return None
@@ -110,6 +115,9 @@ def device_trace_missing(f: Findings) -> Optional[Verdict]:
 
 
 def model_on_cpu(f: Findings) -> Optional[Verdict]:
+    """An idle GPU plane beside TensorFlow ops run on host threads, with no tensor on the GPU:
+    ``cpu``/``model_on_cpu``.
+    """
     p = f.placement
     if p.state != "model_on_cpu":
         return None
@@ -122,12 +130,14 @@ def model_on_cpu(f: Findings) -> Optional[Verdict]:
 
 
 def untraced_device_sentence(f: Findings) -> Inferred:
+    """The inferred-device sentence for an untraced PluggableDevice (placement ``untraced_pluggable``)."""
     return Inferred(f"Tensors were allocated by `{PLUGGABLE_HOST_ALLOCATOR}`: the ops ran on a PluggableDevice "
                     "(such as Apple Metal) whose activity the profiler does not record; the time the training "
                     "function waited on it is counted as device compute, inferred rather than measured.")
 
 
 def no_activity(f: Findings) -> Optional[Verdict]:
+    """No steps and nothing recorded in the window: ``unknown``/``no_activity``."""
     recorded = sum(f.share(c) for c in ("device_compute", "input", "kernel_launch", "host_compute", "collective"))
     if f.steps.found or recorded + f.transfer_pct != 0:
         return None
@@ -136,6 +146,10 @@ def no_activity(f: Findings) -> Optional[Verdict]:
 
 
 def input_bound(f: Findings) -> Optional[Verdict]:
+    """Input wait >= ``INPUT_BOUND_PCT``: the input pipeline limits the step; what it waits on
+    (computing, contention, storage, network) comes from the system metrics when there are any,
+    else from the blocking stage's kind.
+    """
     inp = f.share("input")
     if inp < INPUT_BOUND_PCT:
         return None
@@ -238,6 +252,9 @@ def _input_from_stage(pipeline, st):
 
 
 def retracing(f: Findings) -> Optional[Verdict]:
+    """Graph building in most steady steps and >= ``RETRACING_PCT`` of their time (and no less than
+    the input wait): ``cpu``/``retracing``.
+    """
     st = f.steps
     share = st.graph_build_pct
     if (st.count < 2 or st.graph_build_steps < RETRACING_STEP_FRACTION * st.count or share < RETRACING_PCT
@@ -251,6 +268,7 @@ def retracing(f: Findings) -> Optional[Verdict]:
 
 
 def gradient_sync(f: Findings) -> Optional[Verdict]:
+    """Collectives >= ``COLLECTIVE_BOUND_PCT`` of the step: ``network``/``gradient_sync``."""
     coll = f.share("collective")
     if coll < COLLECTIVE_BOUND_PCT:
         return None
@@ -260,6 +278,9 @@ def gradient_sync(f: Findings) -> Optional[Verdict]:
 
 
 def host_device_transfer(f: Findings) -> Optional[Verdict]:
+    """Host<->device copies >= ``TRANSFER_BOUND_PCT`` with no kernel running:
+    ``device``/``host_device_transfer``.
+    """
     xfer = f.transfer_pct
     if xfer < TRANSFER_BOUND_PCT:
         return None
@@ -269,6 +290,7 @@ def host_device_transfer(f: Findings) -> Optional[Verdict]:
 
 
 def kernel_launch(f: Findings) -> Optional[Verdict]:
+    """Kernel launch >= ``KERNEL_LAUNCH_BOUND_PCT`` while the device idles: ``cpu``/``kernel_launch``."""
     launch = f.share("kernel_launch")
     if launch < KERNEL_LAUNCH_BOUND_PCT:
         return None
@@ -280,6 +302,9 @@ def kernel_launch(f: Findings) -> Optional[Verdict]:
 
 
 def host_overhead(f: Findings) -> Optional[Verdict]:
+    """Host overhead >= ``HOST_OVERHEAD_PCT`` with device and input idle: ``cpu``/``python_overhead``
+    (``eager_execution`` when the model runs eagerly).
+    """
     hostc = f.share("host_compute")
     if hostc < HOST_OVERHEAD_PCT:
         return None
@@ -290,6 +315,7 @@ def host_overhead(f: Findings) -> Optional[Verdict]:
 
 
 def unrecorded(f: Findings) -> Optional[Verdict]:
+    """Nothing recorded for >= ``UNRECORDED_PCT`` of the step: ``unknown``/``unrecorded``."""
     idle = f.share("idle")
     if idle < UNRECORDED_PCT:
         return None
@@ -299,6 +325,9 @@ def unrecorded(f: Findings) -> Optional[Verdict]:
 
 
 def model_compute(f: Findings) -> Verdict:
+    """The last rule, always applies: the device (or the CPU doing the model math) is the limit,
+    the healthy state; confident from ``DEVICE_BOUND_PCT`` of device compute on.
+    """
     inp, comp = f.share("input"), f.share("device_compute")
     ev = context(f)
     if inp >= INPUT_MODERATE_PCT:

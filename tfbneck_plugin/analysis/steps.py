@@ -78,15 +78,18 @@ class Steps:
 
     @property
     def count(self) -> int:
+        """Number of steps."""
         return len(self.starts)
 
     @property
     def durations_ps(self) -> np.ndarray:
+        """Each step's duration (ps), shape (n_steps,)."""
         return self.ends - self.starts
 
 
 @dataclass
 class StepSearch:
+    """The steps found (or None) and, for every finder that did not apply, why."""
     steps: Optional[Steps]
     tried: List[Tuple[str, str]]  # (finder, why it did not apply)
 

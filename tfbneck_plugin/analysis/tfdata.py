@@ -52,6 +52,9 @@ MAP_LIKE = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch
 
 @dataclass
 class Stage:
+    """One tf.data iterator stage over the window: calls, total and self time (ps), the CPU time of
+    its user function (ps), its parallelism and autotune stats.
+    """
     path: str          # full iterator name, e.g. Iterator::Root::Prefetch::ParallelMapV2
     kind: str          # last component, e.g. ParallelMapV2
     calls: int
@@ -64,10 +67,12 @@ class Stage:
 
     @property
     def work_ps(self) -> int:
+        """Self time plus the function's CPU time (ps): what ranks the blocking stage."""
         return self.self_ps + self.function_ps
 
     @property
     def category(self) -> str:
+        """``remote_read``, ``file_read``, ``python``, ``buffer`` or ``compute`` from the stage's kind."""
         base = self.kind.rstrip("0123456789")
         if self.kind in REMOTE_READ or base in REMOTE_READ:
             return "remote_read"

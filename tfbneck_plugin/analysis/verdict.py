@@ -17,6 +17,9 @@ from .findings import Findings
 
 @dataclass
 class Verdict:
+    """What limits the step: the bottleneck kind, the cause code, the confidence (0-1), the evidence
+    sentences and the recommendations.
+    """
     bottleneck: str
     cause: str
     confidence: float                  # 0-1: the chance the verdict is right

@@ -15,6 +15,7 @@ Intervals = Tuple[np.ndarray, np.ndarray]  # (starts, ends), int64 ps, same shap
 
 
 def empty() -> Intervals:
+    """An empty interval set."""
     z = np.zeros(0, dtype=np.int64)
     return z, z
 
@@ -41,6 +42,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
 
 
 def concat(parts: Sequence[Intervals]) -> Intervals:
+    """The intervals of several sets together (not merged: overlaps stay)."""
     parts = [p for p in parts if len(p[0])]
     if not parts:
         return empty()
@@ -48,6 +50,7 @@ def concat(parts: Sequence[Intervals]) -> Intervals:
 
 
 def total(iv: Intervals) -> int:
+    """Length (ps) of the union of the intervals."""
     s, e = union(*iv)
     return int((e - s).sum())
 

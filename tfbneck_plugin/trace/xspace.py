@@ -278,6 +278,7 @@ class Line:
 
     @property
     def end_ps(self) -> np.ndarray:
+        """Each event's end (ps)."""
         return self.start_ps + self.dur_ps
 
     def __len__(self) -> int:
@@ -307,6 +308,7 @@ class Plane:
     _stat_ids: Dict[str, int] = field(repr=False, default=None)
 
     def stat_id(self, name: str) -> Optional[int]:
+        """The stat metadata id of ``name`` in this plane, None when absent."""
         if self._stat_ids is None:
             self._stat_ids = {}
             for k, v in sorted(self.stat_names.items(), reverse=True):
@@ -318,6 +320,7 @@ class Plane:
         return np.fromiter((k for k, v in self.event_names.items() if predicate(v)), dtype=np.int64)
 
     def plane_stats(self) -> Dict[str, object]:
+        """The plane's own stats (name -> value)."""
         return {self.stat_names.get(s.metadata_id, str(s.metadata_id)): stat_value(s, self.stat_names)
                 for s in self.proto.stats}
 
@@ -405,6 +408,7 @@ class Space:
     warnings: List[str]
 
     def plane(self, name: str) -> Optional[Plane]:
+        """The plane named ``name``, or None."""
         for p in self.planes:
             if p.name == name:
                 return p
@@ -412,6 +416,7 @@ class Space:
 
     @property
     def n_events(self) -> int:
+        """Events over all planes."""
         return sum(len(l) for p in self.planes for l in p.lines)
 
 
