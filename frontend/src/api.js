@@ -34,6 +34,11 @@ export function listSessions() {
   return getJson("sessions").then((r) => r.body);
 }
 
+/** The step-time trend of every run (GET /trend). */
+export function fetchTrend() {
+  return getJson("trend").then((r) => r.body);
+}
+
 export function reportUrl(run, session) {
   return "report?" + new URLSearchParams({ run, session }).toString();
 }

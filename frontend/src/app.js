@@ -1,13 +1,14 @@
 // The tab: a session list (newest first) beside the selected session's report, or the
 // comparison of two sessions. Polls the list (new sessions appear without a restart)
 // and a report while the server analyses it.
-import { ApiError, fetchReport, listSessions } from "./api.js";
+import { ApiError, fetchReport, fetchTrend, listSessions } from "./api.js";
 import { destroyAll } from "./charts.js";
 import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
 import { explainLogdirError, explainRequestError } from "./errors.js";
 import { fmtTime, kindLabel, runLabel } from "./format.js";
 import { sessionView } from "./session.js";
+import { trendView } from "./trend.js";
 
 const LIST_POLL_MS = 10000;
 const keyOf = (s) => JSON.stringify([s.run, s.session]);
@@ -45,6 +46,7 @@ export class App {
     this.tabs = {
       session: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "session" }, onclick: () => this.setMode("session") }, "Session"),
       compare: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "compare" }, onclick: () => this.setMode("compare") }, "Compare two sessions"),
+      trend: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "trend" }, onclick: () => this.setMode("trend") }, "Step-time trend"),
     };
     this.toolbar = h("div", { class: "tfb-toolbar" });
     this.view = h("div", { class: "tfb-view", "aria-live": "polite" });
@@ -53,7 +55,7 @@ export class App {
         h("div", { class: "tfb-side-head" }, h("span", { text: "Sessions" }), this.countEl),
         filter, this.listEl, this.sideFoot),
       h("main", { class: "tfb-main" },
-        h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.toolbar),
+        h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.tabs.trend, this.toolbar),
         this.view)));
     this.updateTabs();
   }
@@ -84,7 +86,7 @@ export class App {
       this.selected = keyOf(this.sessions[0]);
       this.renderList();
       this.show();
-    } else if (force || (changed && this.mode === "compare")) {
+    } else if (force || (changed && (this.mode === "compare" || this.mode === "trend"))) {
       this.show();
     }
   }
@@ -183,6 +185,7 @@ export class App {
   show() {
     clear(this.toolbar);
     if (this.mode === "compare") this.showCompare();
+    else if (this.mode === "trend") this.showTrend();
     else this.showSession();
   }
 
@@ -214,6 +217,20 @@ export class App {
     } catch (err) {
       if (gen !== this.generation) return;
       this.showRequestError(err, s);
+    }
+  }
+
+  async showTrend() {
+    const gen = ++this.generation;
+    if (!this.view.querySelector(".tfb-trend-view, .tfb-trend-none")) this.message("Loading the step-time trend…", "busy");
+    try {
+      const body = await fetchTrend();
+      if (gen !== this.generation) return;
+      destroyAll();
+      clear(this.view).append(trendView(body, (run, session) => this.select(JSON.stringify([run, session]))));
+    } catch (err) {
+      if (gen !== this.generation) return;
+      this.showRequestError(err, { run: ".", session: "step-time trend" });
     }
   }
 

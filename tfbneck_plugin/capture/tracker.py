@@ -69,7 +69,8 @@ class StepTracker:
       opening: after :meth:`window_to_open` returned a window the trigger asked for, what
         the trigger saw (else None); ``trigger`` of the open window likewise.
       flush_every: write the step-time statistics every this many batches (None: the
-        callback does it at each epoch's end); ``flush_due`` is True when it is time.
+        callback does it at each epoch's end); ``flush_due`` is True when a step after
+        ``next_flush`` begins: the period of steps up to ``first - 1`` is over.
 
     Args:
       schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
@@ -112,7 +113,7 @@ class StepTracker:
         self.seen = last
         if self.timer.tick(first, last) == FIRED:
             self._triggered(first)
-        if self.step is None and self.window is None and last < self.next_start and last < self.next_flush:
+        if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
             return None
         return self._acting(first, last)
 
@@ -125,16 +126,16 @@ class StepTracker:
             self.seen = last
         if self.timer.tick(first, last) == FIRED:
             self._triggered(first)
-        if self.step is None and self.window is None and last < self.next_start and last < self.next_flush:
+        if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
             return None
         return self._acting(first, last)
 
     def _acting(self, first: int, last: int) -> Range:
         """The callback acts at this step: it is not timed; a flush may be due."""
         self.timer.not_timed()
-        if last >= self.next_flush:
+        if first > self.next_flush:  # the steps up to next_flush are over
             self.flush_due = True
-            self.next_flush = (last // self.flush_every + 1) * self.flush_every
+            self.next_flush = ((first - 1) // self.flush_every + 1) * self.flush_every
         return first, last
 
     def _triggered(self, first: int) -> None:
@@ -154,7 +155,7 @@ class StepTracker:
     def set_flush_every(self, every: Optional[int]) -> None:
         """Write the step-time statistics every ``every`` batches from now on (None: never)."""
         self.flush_every = every
-        self.next_flush = (self.seen // every + 1) * every if every else NEVER
+        self.next_flush = (self.seen // every + 1) * every if every else NEVER  # the period's last step
 
     def begin_epoch(self, steps: Optional[int]) -> None:
         """A Keras epoch begins; ``steps``: its number of batches when known."""

@@ -30,6 +30,7 @@ from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
 from .reports import ANALYSIS_WORKERS, ReportService
+from .trend import TrendService
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         self._logdir = plugin_logdir(context)
         self._index = SessionIndex(self._logdir, find=find, max_age_s=rescan_interval_s)
         self._reports = ReportService(analyze, workers=workers)
+        self._trends = TrendService(self._index.inside_logdir)
         self._report_wait_s = report_wait_s
         self._active = False
         self._index.current(wait_s=0)  # start the first scan now, in the background
@@ -87,6 +89,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/index.js": self._serve_index_js,
             "/sessions": self._serve_sessions,
             "/report": self._serve_report,
+            "/trend": self._serve_trend,
         }
 
     def is_active(self) -> bool:
@@ -162,6 +165,28 @@ class BottleneckPlugin(base_plugin.TBPlugin):
                          "retry_after_ms": RETRY_AFTER_MS}, source
         return 200, report_mod.build_report([report]), source
 
+    def trend_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
+        """``/trend`` or ``/trend?run=R``: the step-time trend of every run (or of run R).
+
+        Returns:
+          ``(200, {"version", "runs": [{"run", "jobs": [...]}], "problems": [...]}, "")``
+          (docs/http_api.md); runs without a trend file are left out.
+
+        Raises:
+          RouteError: 400 for a malformed ``run``; 404 for a run that is not in the logdir;
+            503 while the first scan has not finished.
+        """
+        run = required(params, "run") if "run" in params else None
+        if run is not None:
+            check_run_name(run)
+        snap = self._index.current(wait_s=SCAN_WAIT_S)
+        if not snap.scanned:
+            raise RouteError(503, "the logdir is still being scanned for sessions; try again in a moment")
+        if run is not None and not any(r == run for r, _ in snap.sessions):
+            raise RouteError(404, f"unknown run {run!r}: no profiling session under it in the logdir")
+        runs, problems = self._trends.runs(snap.sessions, run)
+        return 200, {"version": __version__, "runs": runs, "problems": problems[:100]}, ""
+
     # -- WSGI wrappers ---------------------------------------------------------------------
 
     @wrappers.Request.application
@@ -179,6 +204,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_report(self, request):
         return self._dispatch(request, self.report_impl)
+
+    @wrappers.Request.application
+    def _serve_trend(self, request):
+        return self._dispatch(request, self.trend_impl)
 
     def _dispatch(self, request, impl):
         if request.method not in ("GET", "HEAD"):

@@ -1,0 +1,181 @@
+// The step-time trend of long jobs (GET /trend, docs/http_api.md): per run and training
+// process, the step time (p50 and p90 per period) as a line over the steps, the profiling
+// windows marked on it (scheduled and triggered by a slowdown), and a table of the windows
+// with their verdicts and what changed from one window to the next. Every string from the
+// server is inserted as text.
+import { makeChart } from "./charts.js";
+import { h } from "./dom.js";
+import { fmtMs, fmtTime, kindLabel, runLabel } from "./format.js";
+
+export const WINDOW_COLORS = { scheduled: "#1a73e8", triggered: "#d93025" };
+const KIND_NAMES = { scheduled: "Scheduled", triggered: "Triggered by a slowdown" };
+
+/** Draws each window as a translucent band over its steps, with a marker at the top. */
+const windowBands = {
+  id: "tfbWindowBands",
+  beforeDatasetsDraw(chart, _args, opts) {
+    const { ctx, chartArea: area, scales: { x } } = chart;
+    for (const w of opts.windows || []) {
+      if (!w.steps) continue;
+      const x0 = x.getPixelForValue(w.steps[0] - 0.5);
+      const x1 = x.getPixelForValue(w.steps[1] + 0.5);
+      const left = Math.max(area.left, Math.min(x0, x1 - 3));
+      const width = Math.max(3, x1 - x0);
+      ctx.save();
+      ctx.fillStyle = w.kind === "triggered" ? "rgba(217,48,37,0.18)" : "rgba(26,115,232,0.16)";
+      ctx.fillRect(left, area.top, width, area.bottom - area.top);
+      ctx.fillStyle = WINDOW_COLORS[w.kind] || "#5f6368";
+      ctx.fillRect(left, area.top, width, 4);
+      ctx.restore();
+    }
+  },
+};
+
+function windowLabel(w) {
+  const steps = w.steps ? `steps ${w.steps[0]}-${w.steps[1]}` : `window ${w.index}`;
+  const v = w.verdict;
+  return `${KIND_NAMES[w.kind] || w.kind}: ${steps}` + (v ? ` — ${kindLabel(v.bottleneck)}${v.cause ? ` (${v.cause})` : ""}` : "");
+}
+
+function chart(job) {
+  const canvas = h("canvas", { class: "tfb-trend-canvas", "aria-label": "Step time over the job, profiling windows marked" });
+  const wrap = h("div", { class: "tfb-chart tfb-trend-chart" }, canvas);
+  const points = job.points || [];
+  const windows = (job.windows || []).filter((w) => w.steps);
+  const top = Math.max(1, ...points.map((p) => Number(p.p90_ms || 0)));
+  const line = (key, color, dash) => ({
+    label: key === "p50_ms" ? "Step time, median (p50)" : "Step time, 90th percentile (p90)",
+    data: points.map((p) => ({ x: p.step, y: Number(p[key]) })),
+    borderColor: color, backgroundColor: color, borderDash: dash, borderWidth: 2, pointRadius: 2, tension: 0,
+  });
+  const marks = (kind) => ({
+    label: kind === "triggered" ? "Window triggered by a slowdown" : "Scheduled window",
+    data: windows.filter((w) => w.kind === kind).map((w) => ({ x: (w.steps[0] + w.steps[1]) / 2, y: top * 1.06, w })),
+    showLine: false, pointStyle: kind === "triggered" ? "triangle" : "rectRot", pointRadius: 7, pointHoverRadius: 9,
+    borderColor: WINDOW_COLORS[kind], backgroundColor: WINDOW_COLORS[kind],
+  });
+  const datasets = [line("p50_ms", "#202124", []), line("p90_ms", "#80868b", [5, 4]), marks("scheduled"), marks("triggered")];
+  requestAnimationFrame(() => makeChart(canvas, {
+    type: "line",
+    data: { datasets },
+    options: {
+      responsive: true,
+      parsing: true,
+      interaction: { mode: "nearest", intersect: false },
+      scales: {
+        x: { type: "linear", title: { display: true, text: "step" } },
+        y: { beginAtZero: true, suggestedMax: top * 1.12, title: { display: true, text: "ms per step" } },
+      },
+      plugins: {
+        tfbWindowBands: { windows },
+        legend: { position: "bottom", labels: { boxWidth: 12, boxHeight: 12 } },
+        tooltip: {
+          callbacks: {
+            title: (items) => (items[0].raw && items[0].raw.w ? windowLabel(items[0].raw.w) : `Steps up to ${items[0].parsed.x}`),
+            label: (item) => (item.raw && item.raw.w ? (item.raw.w.change ? item.raw.w.change.text : "")
+              : `${item.dataset.label}: ${fmtMs(item.parsed.y, 2)}`),
+          },
+        },
+      },
+    },
+    plugins: [windowBands],
+  }));
+  canvas.dataset.windows = String(windows.length);
+  return wrap;
+}
+
+function why(w) {
+  const t = w.trigger;
+  if (w.kind !== "triggered" || !t) return "profile_steps";
+  const ran = `${fmtMs(t.observed_p50_ms, 2)} per step for ${t.slow_step_count} steps (${Number(t.slow_for_s).toFixed(1)} s) `
+    + `from step ${t.slow_steps[0]}, against a baseline of ${fmtMs(t.baseline_p50_ms, 2)}`;
+  if (t.outcome === "too_late") return `${ran}; ${t.note || "training ended before it could be profiled"}`;
+  return t.outcome === "partial" && t.note ? `${ran}; ${t.note}` : ran;
+}
+
+function verdictCell(w) {
+  const v = w.verdict;
+  if (v) {
+    return h("td", {}, h("span", { class: `tfb-chip kind-${v.bottleneck || "unknown"}`, text: kindLabel(v.bottleneck) }),
+      v.cause ? h("span", { class: "tfb-trend-cause", text: ` ${v.cause}` }) : null,
+      v.step_time_ms !== null && v.step_time_ms !== undefined ? h("div", { class: "tfb-muted-small", text: `${fmtMs(v.step_time_ms, 2)} per step in the trace` }) : null);
+  }
+  if (w.status === "skipped") return h("td", { class: "tfb-muted-small", text: w.reason || "not profiled" });
+  if (w.analysis_error) return h("td", { class: "tfb-muted-small", text: `analysis failed: ${w.analysis_error}` });
+  return h("td", { class: "tfb-muted-small", text: w.status === "open" ? "being profiled" : "not analysed yet: open the session" });
+}
+
+function changeText(w, earlier) {
+  if (w.change) return w.change.text;
+  if (!w.verdict) return "";
+  return earlier ? "same verdict as the window before" : "first window with a verdict";
+}
+
+function windowRow(w, run, earlier, onOpen) {
+  return h("tr", {
+    class: `tfb-trend-window kind-${w.kind}`,
+    dataset: {
+      index: String(w.index), kind: w.kind, session: w.session || "", status: w.status,
+      bottleneck: (w.verdict && w.verdict.bottleneck) || "", cause: (w.verdict && w.verdict.cause) || "",
+    },
+  },
+  h("td", { class: "num", text: String(w.index) }),
+  h("td", {}, h("span", { class: "tfb-swatch", style: { background: WINDOW_COLORS[w.kind] || "#5f6368" } }),
+    h("span", { text: ` ${KIND_NAMES[w.kind] || w.kind}` })),
+  h("td", { class: "num", text: w.steps ? `${w.steps[0]}-${w.steps[1]}` : "–" }),
+  h("td", { class: "tfb-trend-why", text: why(w) }),
+  verdictCell(w),
+  h("td", { class: "tfb-trend-change", text: changeText(w, earlier) }),
+  h("td", {}, w.session && w.in_logdir ? h("button", {
+    class: "tfb-button tfb-trend-open", type: "button", onclick: () => onOpen(run, w.session),
+  }, "Open") : null));
+}
+
+function windowTable(job, run, onOpen) {
+  const rows = [];
+  let earlier = false; // an earlier window has a verdict
+  for (const w of job.windows || []) {
+    rows.push(windowRow(w, run, earlier, onOpen));
+    earlier = earlier || Boolean(w.verdict);
+  }
+  const head = ["#", "Window", "Steps", "Why it opened", "Verdict", "What changed", ""];
+  return h("div", { class: "tfb-table-wrap" }, h("table", { class: "tfb-table tfb-trend-table" },
+    h("thead", {}, h("tr", {}, head.map((t) => h("th", { text: t })))), h("tbody", {}, rows)));
+}
+
+function jobCard(run, job, onOpen) {
+  const started = job.start_unix_ns ? fmtTime(job.start_unix_ns / 1e9) : "";
+  const spe = Number(job.steps_per_execution || 1);
+  const b = job.baseline;
+  const sub = [`host ${job.host || "?"}, pid ${job.pid}`, started ? `started ${started}` : null,
+    job.ended ? "ended" : "running", spe > 1 ? `step times per execution of ${spe} batches` : null,
+    b ? `baseline ${fmtMs(b.p50_ms, 2)} p50, ${fmtMs(b.p90_ms, 2)} p90` : null,
+    job.trigger ? `slowdown trigger: ${job.trigger.factor}x for ${job.trigger.consecutive} steps and ${job.trigger.min_seconds} s`
+      : "no slowdown trigger"].filter(Boolean).join(" · ");
+  const points = job.points || [];
+  return h("section", { class: "tfb-card tfb-trend", dataset: { run, file: job.file || "" } },
+    h("div", { class: "tfb-title" }, h("h2", { class: "tfb-title-run", text: runLabel(run) }),
+      h("span", { class: "tfb-title-session", text: job.file || "" })),
+    h("p", { class: "tfb-muted", text: sub }),
+    points.length ? chart(job)
+      : h("p", { class: "tfb-muted tfb-trend-empty", text: "No step time recorded yet (the first period has not ended)." }),
+    h("h3", { text: "Profiling windows" }),
+    (job.windows || []).length ? windowTable(job, run, onOpen) : h("p", { class: "tfb-muted", text: "No window yet." }));
+}
+
+/** The trend view: one card per run and training process. `onOpen(run, session)` shows a session. */
+export function trendView(body, onOpen) {
+  const runs = body.runs || [];
+  if (!runs.length) {
+    return h("section", { class: "tfb-card tfb-empty tfb-trend-none" },
+      h("h2", { text: "No step-time trend yet" }),
+      h("p", { text: "BottleneckProfiler times every training step and writes the trend beside the run's sessions "
+        + "(plugins/bottleneck/steptimes_*.json). Profile with a current version; with on_slowdown=True a window "
+        + "also opens by itself when training slows down:" }),
+      h("pre", {}, h("code", { text: "BottleneckProfiler(\"logs\", profile_steps=(10, 14), on_slowdown=True)" })));
+  }
+  const cards = [];
+  for (const r of runs) for (const job of r.jobs || []) cards.push(jobCard(r.run, job, onOpen));
+  return h("div", { class: "tfb-trend-view" }, cards,
+    (body.problems || []).map((p) => h("p", { class: "tfb-problem", text: p })));
+}

@@ -1,0 +1,266 @@
+"""Long jobs on real Keras 3 fits (issue 15) and the callback's report object (issue 16 pt 3).
+
+Each scenario of ``tests/callback_jobs/slowdown_jobs.py`` runs once per module in its own
+interpreter; the tests read what it wrote (traces, sidecars, the trend file, event files)
+and what it measured itself: its own step clock (a callback placed before the profiler, so
+its step boundaries are the profiler's) and /proc around the triggered window.
+
+* ``slowdown``: the tf.data map turns CPU-heavy from step 400; ``on_slowdown=True`` must
+  open a window after it by itself, whose verdict is ``cpu / input_preprocessing`` while the
+  early scheduled window's is not.
+* ``steady``: the same light pipeline all along (18,000 steps, three epochs), on this
+  machine as it is and under ``../shared/tools/under-load -j 1``: no window beyond the
+  scheduled one, and the per-epoch p50/p90 agree with the job's own clock.
+* ``too_late``: the map turns heavy 50 steps before the end: recorded as a slowdown that
+  came too late.
+* ``display``: ``display=True`` outside a notebook, ``steps_per_execution=4``.
+
+The browser test of the trend view (the tab's "Step-time trend") is here too: it uses the
+``slowdown`` job's logdir.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SHARED, need_shared
+from tfbneck_plugin.analysis.session import analyze_session
+from tfbneck_plugin.logdir import find_sessions
+from tfbneck_plugin.records import SIDECAR_NAME, read_step_times
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOBS = os.path.join(HERE, "callback_jobs", "slowdown_jobs.py")
+UNDER_LOAD = os.path.join(SHARED, "tools", "under-load")
+WARMUP = 20  # SlowdownTrigger.warmup_steps: the first timed steps of a job are left out
+
+
+def _run_job(scenario, out, under_load=False, timeout=900):
+    env = dict(os.environ)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, JOBS, scenario, str(out)]
+    if under_load:
+        cmd = [need_shared(UNDER_LOAD, "tools/under-load"), "-j", "1"] + cmd
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"job {scenario} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    result["_tfbneck_lines"] = [line for line in proc.stderr.splitlines() if line.startswith("tfbneck: ")]
+    return result
+
+
+_CACHE = {}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """job(scenario, under_load=False) -> result dict; each runs once per module."""
+    def get(scenario, under_load=False):
+        key = (scenario, under_load)
+        if key not in _CACHE:
+            out = tmp_path_factory.mktemp(scenario + ("-loaded" if under_load else ""))
+            _CACHE[key] = _run_job(scenario, out, under_load)
+        return _CACHE[key]
+    return get
+
+
+def analyze_dir(session_dir):
+    (s,) = find_sessions(session_dir).sessions
+    return analyze_session(s)
+
+
+def own_step_ms(r):
+    """The job's own step times (ms): [i] is step i+1, from one batch beginning to the next."""
+    return 1e3 * np.diff(np.array(r["step_begin_s"]))
+
+
+def trend(r):
+    (path,) = r["trend_files"]
+    return read_step_times(path)
+
+
+# ----------------------------------------------------------------------------------------
+# A pipeline that turns slow half-way
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_a_slowdown_opens_a_window_by_itself_with_the_input_verdict(job):
+    r = job("slowdown")
+    sched, trig = r["windows"]  # exactly one window beyond the scheduled one
+    assert (sched["kind"], sched["steps"], sched["status"]) == ("scheduled", [30, 34], "profiled")
+    assert trig["kind"] == "triggered" and trig["status"] == "profiled" and trig["closed_by"] == "completed"
+    assert trig["requested"] == [trig["steps"]] and trig["steps"][1] - trig["steps"][0] == 4
+    assert trig["session_dir"].endswith("_slowdown")
+
+    # When: the job's own clock says where the slow steps begin, i.e. where ten steps in a
+    # row take 10x the early steps (the map's elements are made a few steps ahead: parallel
+    # calls and prefetch), after the scheduled window (steps 30-35).
+    ms = own_step_ms(r)
+    early = float(np.median(ms[WARMUP:29]))
+    first_slow = next(s for s in range(36, len(ms) - 10) if min(ms[s - 1:s + 9]) > 10 * early)
+    assert r["heavy_from_step"] - 6 <= first_slow <= r["heavy_from_step"], (first_slow, early)
+    why = trig["trigger"]
+    run = range(why["slow_steps"][0], why["slow_steps"][1] + 1)
+    assert first_slow - 3 <= run[0] <= first_slow and trig["steps"][0] == why["detected_at_step"] == run[-1] + 1
+    # Steps at which the callback worked are not timed: here the period ends (step_time_every=20).
+    assert why["slow_step_count"] == len([s for s in run if (s - 1) % 20]) >= 20
+    assert why["slow_for_s"] >= 5.0 and why["outcome"] == "captured"
+    # Every step of the run was slower than the threshold by the job's own clock too.
+    slow = np.array([ms[s - 1] for s in run])
+    assert slow.min() > why["threshold_ms"], (slow.min(), why)
+    assert why["observed_p50_ms"] == pytest.approx(float(np.median(slow)), rel=0.05)
+    assert why["baseline_p50_ms"] < 0.1 * why["observed_p50_ms"] and why["slower_by"] > 10
+
+    # The sidecar says why the window opened (the same record).
+    with open(os.path.join(trig["session_dir"], SIDECAR_NAME)) as f:
+        window = json.load(f)["window"]
+    assert window["kind"] == "triggered" and window["trigger"] == why
+    with open(os.path.join(sched["session_dir"], SIDECAR_NAME)) as f:
+        assert json.load(f)["window"]["trigger"] is None
+
+
+@pytest.mark.tf
+def test_the_triggered_window_is_input_bound_and_the_early_one_is_not(job):
+    r = job("slowdown")
+    sched, trig = r["windows"]
+    rs, rt = analyze_dir(sched["session_dir"]), analyze_dir(trig["session_dir"])
+    assert (rs["bottleneck"], rs["cause"]) != ("cpu", "input_preprocessing"), rs["evidence"]
+    # Other processes busy on this 2-core machine (measured by the job from /proc during the
+    # window) make the CPU's contention a right answer too, as in tests/test_callback.py.
+    busy = r["meter"]["others_cores"] >= 0.5 * r["meter"]["cpu_count"]
+    causes = ("input_preprocessing", "cpu_contention") if busy else ("input_preprocessing",)
+    assert rt["bottleneck"] == "cpu" and rt["cause"] in causes, (rt["cause"], rt["evidence"], r["meter"])
+    assert rt["breakdown_pct"]["input"] > 50
+    # The callback's own analysis agrees, and says what changed since the first window.
+    assert (trig["bottleneck"], trig["cause"]) == (rt["bottleneck"], rt["cause"])
+    change = trig["change"]
+    assert change["from_window"] == 0 and change["to"] == {"bottleneck": "cpu", "cause": rt["cause"]}
+    assert change["moved"]["category"] == "input" and change["moved"]["to_pct"] > 50
+    assert sched["change"] is None
+    line = [x for x in r["_tfbneck_lines"] if x.startswith(f"tfbneck: steps {trig['steps'][0]}-{trig['steps'][1]}: ")]
+    assert len(line) == 1 and "opened on a slowdown" in line[0] and "changed: " in line[0]
+
+
+@pytest.mark.tf
+def test_the_trend_file_and_the_scalars(job):
+    r = job("slowdown")
+    t = trend(r)
+    assert [w["kind"] for w in t["windows"]] == ["scheduled", "triggered"] and t["ended"]
+    assert [w["session"] for w in t["windows"]] == [os.path.basename(w["session_dir"]) for w in r["windows"]]
+    assert t["windows"][1]["verdict"]["cause"] == r["windows"][1]["cause"]
+    assert t["windows"][1]["change"]["text"] == r["windows"][1]["change"]["text"]
+    assert t["trigger"]["factor"] == 1.5 and t["steps_per_execution"] == 1
+    points = t["points"]  # step_time_every=20; steps 1-20 are all warm-up: no point
+    assert [p["step"] for p in points] == list(range(40, 561, 20)) and {p["epoch"] for p in points} == {0}
+    assert [p["first_step"] for p in points] == list(range(21, 560, 20))
+    sc = r["scalars"]
+    for q in ("p50", "p90"):
+        assert sc[f"bottleneck/step_time_ms/{q}"] == [[p["step"], pytest.approx(p[f"{q}_ms"], rel=1e-5)]
+                                                      for p in points]
+    # The line rises where the map turned heavy: the job's own clock agrees, period by period.
+    ms = own_step_ms(r)
+    for p in points:
+        own = [ms[s - 1] for s in range(p["first_step"], p["step"] + 1) if s - 1 < len(ms)]
+        if p["n"] == len(own):  # periods with no window step in them
+            assert p["p50_ms"] == pytest.approx(float(np.median(own)), rel=0.05, abs=0.02)
+    assert points[-1]["p50_ms"] > 20 * points[4]["p50_ms"]  # steps 541-560 against 101-120
+    assert sc["bottleneck/triggered"] == [[34, 0.0], [r["windows"][1]["steps"][1], 1.0]]
+    assert [v for _, v in sc["bottleneck/verdict"]] == [float(["cpu", "device", "io", "network", "unknown"].index(
+        w["bottleneck"])) for w in r["windows"]]
+
+
+# ----------------------------------------------------------------------------------------
+# A steady run: nothing beyond the scheduled window
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+@pytest.mark.parametrize("load", ["as_is", "under_load"])
+def test_a_steady_run_captures_nothing_extra(job, load):
+    r = job("steady", under_load=load == "under_load")
+    assert [(w["kind"], w["steps"]) for w in r["windows"]] == [("scheduled", [30, 34])], r["windows"]
+    assert not [x for x in r["_tfbneck_lines"] if "slow" in x]
+    # The per-epoch statistics are the job's own clock's, less the steps not timed: the
+    # warm-up (steps 1-20), the window (30-34) and step 35 that closes it, and each epoch's
+    # last step (the next epoch's first tick is not in the same epoch).
+    ms = own_step_ms(r)
+    not_timed = set(range(1, WARMUP + 1)) | set(range(30, 36)) | {6000, 12000, 18000}
+    points = trend(r)["points"]
+    assert [p["step"] for p in points] == [6000, 12000, 18000] and [p["epoch"] for p in points] == [0, 1, 2]
+    for p in points:
+        own = [ms[s - 1] for s in range(p["first_step"], p["step"] + 1) if s not in not_timed]
+        assert p["n"] == len(own)
+        assert p["p50_ms"] == pytest.approx(float(np.percentile(own, 50)), rel=0.02, abs=0.01)
+        assert p["p90_ms"] == pytest.approx(float(np.percentile(own, 90)), rel=0.05, abs=0.02)
+
+
+# ----------------------------------------------------------------------------------------
+# Too late; display; steps_per_execution
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_a_slowdown_at_the_end_is_recorded_as_too_late(job):
+    r = job("too_late")
+    sched, late = r["windows"]
+    assert sched["kind"] == "scheduled" and sched["status"] == "profiled"
+    assert late["kind"] == "triggered" and late["status"] == "skipped" and late["closed_by"] == "too_late"
+    why = late["trigger"]
+    assert why["outcome"] == "too_late" and why["slow_for_s"] >= 3.0 and why["thresholds"]["min_seconds"] == 6.0
+    assert r["heavy_from_step"] - 6 <= why["slow_steps"][0] <= r["heavy_from_step"] and why["slow_steps"][1] == 499
+    assert "too late to profile it" in late["reason"] and late["session_dir"] is None
+    (line,) = [x for x in r["_tfbneck_lines"] if "too late" in x]
+    assert "training ended while the steps were slow" in line
+    assert trend(r)["windows"][1]["closed_by"] == "too_late"
+
+
+@pytest.mark.tf
+def test_display_outside_a_notebook_and_reports_as_session_reports(job):
+    r = job("display")
+    assert r["display_flag"] is True  # asked for: outside Jupyter it must simply not fail
+    assert r["report_type"] == "tfbneck_plugin.api.SessionReport" and r["report_is_dict"]
+    (w,) = r["windows"]
+    assert w["status"] == "profiled" and w["bottleneck"] is not None
+    html = r["report_html"]
+    assert html.startswith('<div class="tfbneck-report">') and "<svg" in html and "<script" not in html
+
+
+@pytest.mark.tf
+def test_steps_per_execution_times_each_execution(job):
+    r = job("display")  # steps_per_execution=4, two epochs of 200 batches
+    t = trend(r)
+    assert t["steps_per_execution"] == 4 and [p["step"] for p in t["points"]] == [200, 400]
+    ms = own_step_ms(r)  # one hook per execution: [i] is execution i+1
+    # Execution 3 (batches 9-12) is the window and execution 4 closes it; the warm-up is the
+    # first 20 timed executions (1, 2, 5..22); each epoch's last execution is not timed.
+    not_timed = {1, 2, 3, 4} | set(range(5, 23)) | {50, 100}
+    for p, (lo, hi) in zip(t["points"], [(1, 50), (51, 100)]):
+        own = [ms[e - 1] for e in range(lo, hi + 1) if e not in not_timed]
+        assert p["n"] == len(own)
+        assert p["p50_ms"] == pytest.approx(float(np.median(own)), rel=0.02, abs=0.01)
+    assert [p["n"] for p in t["points"]] == [27, 49]
+
+
+def test_the_package_exports_the_trigger_without_tensorflow():
+    code = ("import sys, tfbneck_plugin as t; s = t.SlowdownTrigger(factor=2.0); "
+            "assert 'tensorflow' not in sys.modules; print(s.factor)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "2.0", out.stderr
+
+
+# ----------------------------------------------------------------------------------------
+# The tab's trend view (browser)
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.tf
+@pytest.mark.browser
+def test_the_tab_shows_the_step_time_line_with_both_windows(job, tmp_path):
+    from trend_tab import check_trend_tab
+    r = job("slowdown")
+    logdir = tmp_path / "logs"
+    shutil.copytree(r["log_dir"], logdir / "slowdown_run")  # the profile plugin writes caches into it
+    check_trend_tab(str(logdir), "slowdown_run", r)

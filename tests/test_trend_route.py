@@ -1,0 +1,126 @@
+"""The tab's ``/trend`` route (``plugin/trend.py``) in process, without a server or TensorFlow.
+
+Trend files are written by the callback's own writer (``capture/trend.JobTrend``: it
+imports no TensorFlow) into logdirs of placeholder sessions (the route never analyses).
+The browser view over a real job's logdir is tested in ``tests/test_slowdown.py``.
+"""
+import json
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+from tensorboard.plugins import base_plugin
+
+from plugin_helpers import get_json, put_session, scanned_listing, wsgi_client
+from tfbneck_plugin.capture.trend import JobTrend
+from tfbneck_plugin.plugin.query import RouteError
+from tfbneck_plugin.plugin.routes import BottleneckPlugin
+
+
+def window(index, kind, steps, session, report=None, trigger=None):
+    """A window record as BottleneckProfiler keeps it (capture/window.WindowRecord's fields)."""
+    return SimpleNamespace(index=index, kind=kind, requested=[steps], steps=steps, status="profiled", reason=None,
+                           closed_by="completed", session_dir=f"/x/plugins/profile/{session}", trigger=trigger,
+                           report=report, analysis_error=None, change=None)
+
+
+def report(kind, cause, input_pct, step_ms):
+    return {"status": "ok", "bottleneck": kind, "cause": cause, "confidence": 0.8,
+            "steps": {"step_time_ms": {"mean": step_ms}}, "breakdown_pct": {"input": input_pct,
+                                                                            "device_compute": 100 - input_pct}}
+
+
+def write_trend(run_dir, windows, points):
+    warned = []
+    t = JobTrend(str(run_dir), windows, {"factor": 1.5}, lambda k, m: warned.append(m))
+    for p in points:
+        t.add_point(p)
+    t.changes()
+    t.write()
+    assert not warned
+    return t.path
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    root = tmp_path / "logs"
+    put_session(root, "job", "2024_03_01_10_00_00_steps10-14")
+    put_session(root, "job", "2024_03_01_10_05_00_steps500-504_slowdown")
+    put_session(root, "other", "2024_03_02_10_00_00")
+    ws = [window(0, "scheduled", (10, 14), "2024_03_01_10_00_00_steps10-14", report("device", "device_compute", 3, 20)),
+          window(1, "triggered", (500, 504), "2024_03_01_10_05_00_steps500-504_slowdown",
+                 report("cpu", "input_preprocessing", 80, 95), {"kind": "slowdown", "slow_steps": [470, 499]}),
+          window(2, "scheduled", (900, 904), "gone_session")]
+    points = [{"step": s, "first_step": s - 99, "epoch": None, "n": 100, "p50_ms": v, "p90_ms": v * 1.2,
+               "mean_ms": v, "t_unix_ns": 0} for s, v in ((100, 20.0), (200, 20.5), (600, 96.0))]
+    path = write_trend(root / "job", ws, points)
+    return root, path
+
+
+def make_plugin(root):
+    p = BottleneckPlugin(base_plugin.TBContext(logdir=str(root)))
+    scanned_listing(p)
+    return p
+
+
+def test_trend_lists_each_run_with_its_points_windows_and_changes(logdir):
+    root, path = logdir
+    p = make_plugin(root)
+    code, body, _ = p.trend_impl({})
+    assert code == 200 and body["problems"] == []
+    (run,) = body["runs"]  # "other" has no trend file
+    assert run["run"] == "job"
+    (job,) = run["jobs"]
+    assert job["file"] == os.path.basename(path) and job["file"].startswith("steptimes_")
+    assert [pt["step"] for pt in job["points"]] == [100, 200, 600]
+    w0, w1, w2 = job["windows"]
+    assert (w0["kind"], w1["kind"]) == ("scheduled", "triggered") and w1["trigger"]["slow_steps"] == [470, 499]
+    assert w0["in_logdir"] and w1["in_logdir"] and not w2["in_logdir"]
+    assert w0["change"] is None and w2["change"] is None and w2["verdict"] is None
+    change = w1["change"]
+    assert change["from"] == {"bottleneck": "device", "cause": "device_compute"}
+    assert change["moved"] == {"category": "input", "from_pct": 3.0, "to_pct": 80.0}
+    assert change["text"] == ("CPU-bound (input_preprocessing), was device-bound (device_compute) in window 0 "
+                              "(steps 10-14); input 3% -> 80% of the step; step time 20 -> 95 ms")
+    # The same through TensorBoard's WSGI application.
+    code, wsgi_body, _ = get_json(wsgi_client(p), "/data/plugin/bottleneck/trend?run=job")
+    assert code == 200 and wsgi_body["runs"] == body["runs"]
+
+
+@pytest.mark.parametrize("params, status", [({"run": "nope"}, 404), ({"run": "../x"}, 400), ({"run": ""}, 400),
+                                            ({"run": "/abs"}, 400)])
+def test_bad_runs_are_refused(logdir, params, status):
+    p = make_plugin(logdir[0])
+    with pytest.raises(RouteError) as err:
+        p.trend_impl(params)
+    assert err.value.status == status
+    assert p.trend_impl({"run": "other"})[1]["runs"] == []
+
+
+def test_unreadable_and_outside_files_do_not_hide_the_others(logdir, tmp_path):
+    root, path = logdir
+    folder = os.path.dirname(path)
+    with open(os.path.join(folder, "steptimes_2000_01_01_00_00_00_h_1.json"), "w") as f:
+        f.write("{not json")
+    secret = tmp_path / "secret.json"
+    secret.write_text(open(path).read())
+    os.symlink(secret, os.path.join(folder, "steptimes_2099_01_01_00_00_00_h_2.json"))
+    body = make_plugin(root).trend_impl({})[1]
+    (run,) = body["runs"]
+    assert [j["file"] for j in run["jobs"]] == [os.path.basename(path)]  # the link is not followed
+    (problem,) = body["problems"]
+    assert "steptimes_2000_01_01_00_00_00_h_1.json" in problem and "not JSON" in problem
+
+
+def test_a_rewritten_file_is_read_again(logdir):
+    root, path = logdir
+    p = make_plugin(root)
+    assert len(p.trend_impl({})[1]["runs"][0]["jobs"][0]["points"]) == 3
+    with open(path) as f:
+        data = json.load(f)
+    data["points"].append(dict(data["points"][-1], step=700))
+    time.sleep(0.01)  # a new modification time even on coarse clocks
+    with open(path, "w") as f:
+        json.dump(data, f)
+    assert [pt["step"] for pt in p.trend_impl({})[1]["runs"][0]["jobs"][0]["points"]] == [100, 200, 600, 700]

@@ -1,0 +1,131 @@
+"""The Bottleneck tab's step-time trend: the trend files ``BottleneckProfiler`` writes beside
+a run's sessions (``<run>/plugins/bottleneck/steptimes_*.json``, format in
+:mod:`tfbneck_plugin.records`), found in the runs the session index knows, read and cached
+by (path, size, modification time). No TensorFlow here; nothing is written.
+
+A request never names a path: the runs come from the last scan of the logdir, their trend
+files from listing ``plugins/bottleneck/`` in each, and only files that resolve inside the
+logdir are read.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..logdir import Session, is_remote, open_any
+from ..records import STEP_TIMES_DIR, SidecarError, read_step_times
+
+#: Parsed trend files kept in memory (the least recently read dropped first).
+CACHE_ENTRIES = 64
+#: Trend files shown per run, newest first (one per training process that used the run's folder).
+MAX_JOBS_PER_RUN = 8
+_PREFIX, _SUFFIX = "steptimes_", ".json"
+#: Keys of a trend file passed on to the tab (the rest of the file is the callback's own).
+_JOB_KEYS = ("host", "pid", "start_unix_ns", "updated_unix_ns", "ended", "steps_per_execution", "trigger",
+             "baseline", "points", "windows")
+
+
+def run_dir_of(session: Session) -> str:
+    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL)."""
+    if is_remote(session.path):
+        return session.path.rstrip("/").rsplit("/", 3)[0]
+    return os.path.dirname(os.path.dirname(os.path.dirname(session.path.rstrip(os.sep))))
+
+
+def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
+    """``(path, size in bytes, modification time)`` of the run's trend files, newest name
+    first (names start with the job's start time). Raises OSError when listing fails."""
+    if is_remote(run_dir):
+        from .. import remote
+        fs, root = remote.filesystem(run_dir)
+        pattern = root.rstrip("/") + "/plugins/bottleneck/" + _PREFIX + "*" + _SUFFIX
+        scheme = run_dir.split("://", 1)[0]
+        out = []
+        for p in fs.glob(pattern):
+            info = fs.info(p)
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("updated") or 0
+            out.append((f"{scheme}://{p}", int(info.get("size") or 0), hash(str(stamp))))
+        return sorted(out, key=lambda x: x[0].rsplit("/", 1)[-1], reverse=True)
+    folder = os.path.join(run_dir, STEP_TIMES_DIR)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        if n.startswith(_PREFIX) and n.endswith(_SUFFIX):
+            st = os.stat(os.path.join(folder, n))
+            out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
+    return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
+
+
+class TrendService:
+    """Reads trend files, caching the parsed ones by (path, size, mtime).
+
+    Args:
+      inside_logdir: ``path -> bool``; files outside the logdir (links) are not read.
+    """
+
+    def __init__(self, inside_logdir: Callable[[str], bool]):
+        self._inside = inside_logdir
+        self._cache: Dict[str, Tuple[Tuple[int, float], Dict]] = {}
+        self._lock = threading.Lock()
+
+    def runs(self, sessions: Dict[Tuple[str, str], Session], only_run: Optional[str] = None) -> Tuple[List, List]:
+        """The trend of every run (or of ``only_run``) that has trend files.
+
+        Args:
+          sessions: the index's ``{(run, session name): Session}``.
+          only_run: one run's name, or None for all.
+
+        Returns:
+          ``(runs, problems)``: runs ``[{"run", "jobs": [job]}]`` sorted by run name, each job
+          the trend file's keys (:data:`_JOB_KEYS`) plus ``file`` (its name) and, in each
+          window, ``in_logdir`` (its session is in the index); problems: one line per trend
+          file that could not be read.
+        """
+        by_run: Dict[str, str] = {}
+        for (run, _), s in sessions.items():
+            if only_run is None or run == only_run:
+                by_run.setdefault(run, run_dir_of(s))
+        out, problems = [], []
+        for run in sorted(by_run):
+            jobs = []
+            try:
+                files = list_trend_files(by_run[run])
+            except Exception as err:  # noqa: BLE001 - one unreadable run must not hide the others
+                problems.append(f"{by_run[run]}: trend files cannot be listed ({type(err).__name__})")
+                continue
+            for path, size, mtime in files[:MAX_JOBS_PER_RUN]:
+                if not self._inside(path):
+                    continue
+                try:
+                    data = self._read(path, (size, mtime))
+                except SidecarError as err:
+                    problems.append(str(err))
+                    continue
+                jobs.append(_job_view(data, path, run, sessions))
+            if jobs:
+                out.append({"run": run, "jobs": jobs})
+        return out, problems
+
+    def _read(self, path: str, key: Tuple[int, float]) -> Dict:
+        with self._lock:
+            hit = self._cache.get(path)
+            if hit is not None and hit[0] == key:
+                self._cache[path] = self._cache.pop(path)  # most recently used last
+                return hit[1]
+        data = read_step_times(path, open_any)
+        with self._lock:
+            self._cache[path] = (key, data)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.pop(next(iter(self._cache)))
+        return data
+
+
+def _job_view(data: Dict, path: str, run: str, sessions: Dict) -> Dict:
+    job = {k: data.get(k) for k in _JOB_KEYS}
+    job["file"] = path.replace("\\", "/").rsplit("/", 1)[-1]
+    job["windows"] = [dict(w, in_logdir=(run, w.get("session")) in sessions) for w in data.get("windows") or []]
+    return job
