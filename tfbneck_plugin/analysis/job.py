@@ -126,18 +126,25 @@ def match_steps(workers: List[Worker]) -> Optional[Lateness]:
     return lat
 
 
+def _excess(lat: Lateness, i: int, steps: List[int]):
+    """(categories by worker ``i``'s excess over the others' median, largest first, as
+    (excess ms, category); its mean ms per category; the others' median ms per category)
+    over the step indices ``steps``."""
+    mine = syncmod.own_means([lat.own[i][k] for k in steps])
+    others = [syncmod.own_means([lat.own[j][k] for k in steps]) for j in range(len(lat.own)) if j != i]
+    theirs = {c: float(np.median([o[c] for o in others])) for c in syncmod.OWN_CATEGORIES}
+    return sorted(((mine[c] - theirs[c], c) for c in syncmod.OWN_CATEGORIES), reverse=True), mine, theirs
+
+
 def why_late(lat: Lateness, i: int, steps: List[int]) -> Optional[tuple]:
     """(category, its ms per step on worker ``i``, the others' median ms) of the own-time
     category in which worker ``i`` exceeded the others most over the step indices
     ``steps``; None when it exceeded them in none."""
     if not steps:
         return None
-    mine = syncmod.own_means([lat.own[i][k] for k in steps])
-    others = [syncmod.own_means([lat.own[j][k] for k in steps]) for j in range(len(lat.own)) if j != i]
-    theirs = {c: float(np.median([o[c] for o in others])) for c in syncmod.OWN_CATEGORIES}
-    excess = {c: mine[c] - theirs[c] for c in syncmod.OWN_CATEGORIES}
-    best = max(excess, key=excess.get)
-    return (best, mine[best], theirs[best]) if excess[best] > 0 else None
+    ranked, mine, theirs = _excess(lat, i, steps)
+    x, c = ranked[0]
+    return (c, mine[c], theirs[c]) if x > 0 else None
 
 
 def late_reasons(lat: Lateness, i: int, steps: List[int]) -> List[tuple]:
@@ -147,10 +154,7 @@ def late_reasons(lat: Lateness, i: int, steps: List[int]) -> List[tuple]:
     the largest excess alone when none is that large; [] when it exceeded them in none."""
     if not steps:
         return []
-    mine = syncmod.own_means([lat.own[i][k] for k in steps])
-    others = [syncmod.own_means([lat.own[j][k] for k in steps]) for j in range(len(lat.own)) if j != i]
-    theirs = {c: float(np.median([o[c] for o in others])) for c in syncmod.OWN_CATEGORIES}
-    ranked = sorted(((mine[c] - theirs[c], c) for c in syncmod.OWN_CATEGORIES), reverse=True)
+    ranked, mine, theirs = _excess(lat, i, steps)
     floor = REASON_SHARE * float(lat.wait[steps].mean())
     chosen = [c for x, c in ranked if x >= floor and x > 0][:3] or [c for x, c in ranked[:1] if x > 0]
     return [(c, mine[c], theirs[c]) for c in chosen]
@@ -180,7 +184,8 @@ def diagnose(workers: List[Worker]) -> Optional[Dict]:
       "recommendations", "primary": index of the worker whose report stands for the job,
       "job": {"straggler", "lateness_pct", "network_pct", "matched_steps", "steps", ...},
       "per_worker": [{"kept_others_waiting_pct", "last_in_steps", "matched_steps",
-      "collective_ms", "own_limit", "straggler"}]}``. Percentages are of the median step time over the matched steps.
+      "collective_ms", "own_limit", "straggler"}]}``. Percentages (0-100) are of the workers'
+      median step time summed over the matched steps; times in ms.
     """
     lat = match_steps(workers)
     if lat is None:
@@ -274,9 +279,10 @@ def _network_verdict(workers: List[Worker], facts: Dict, late: Optional[int] = N
     each = ", ".join(f"{_prose(w.name)} {float(lat.collective[i].mean()):.1f} ms"
                      for i, w in enumerate(workers))
     together = sum(1 for j in lat.last if j is None)
+    who = f"not a late worker ({_nobody(facts)}; " if late is None else "more than any late worker ("
     basis = [(f"Every worker spends at least {facts['network_pct']:.1f}% of the step in collectives, the last to "
-              f"arrive included: the all-reduce itself takes the time, not a late worker ({_nobody(facts)}; "
-              f"network-bound from {COLLECTIVE_BOUND_PCT:.0f}%).", "trace"),
+              f"arrive included: the all-reduce itself takes the time, {who}network-bound from "
+              f"{COLLECTIVE_BOUND_PCT:.0f}%).", "trace"),
              (f"Collective time per step: {each}; the workers arrived together in {together} of {len(lat.numbers)} "
               f"matched steps.", "trace")]
     if late is not None:
