@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything the tests need on a fresh Debian machine, then runs them.
+# Installs everything the tests need on a fresh Debian machine, then runs them: the main
+# suite in $VENV, then the lowest-versions job (tests/run_min_versions.sh).
 # Used by the README ("Run the tests") and by CI (.ci/run). Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,8 @@ fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[test]"
-exec "$VENV/bin/python" -m pytest tests "$@"
+status=0
+"$VENV/bin/python" -m pytest tests "$@" || status=$?
+# The lowest-versions job (issue 12.1): the floors setup.py declares, in their own venvs.
+bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+exit "$status"

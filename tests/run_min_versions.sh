@@ -32,7 +32,9 @@ EOF
 
 new_venv() {  # new_venv DIR: a venv with uv in it (uv resolves in seconds where pip's
               # backtracking over boto3 and google-api-core releases took 5 to 9 minutes here)
-  [ -x "$1/bin/python" ] || "$PY" -m venv "$1"
+  if ! "$1/bin/python" -m pip --version >/dev/null 2>&1; then  # absent, or left half-made
+    rm -rf "$1" && "$PY" -m venv "$1"
+  fi
   "$1/bin/python" -m pip install -q --upgrade pip uv 2>&1 | grep -v "is ignored" >&2 || true
 }
 
