@@ -1,6 +1,5 @@
 """--runner beam (Apache Beam, DirectRunner) gives the same reports as the local --jobs run."""
 import csv
-import io
 import json
 import os
 import shutil
