@@ -60,7 +60,7 @@ def _ms(ps) -> float:
 
 def wall_clock(space) -> Optional[Tuple[int, int]]:
     """(profile start, profile stop) in unix ns from the ``Task Environment`` plane, or None
-    (traces of TensorFlow before ~2.12 have no such plane).
+    (older traces, e.g. the TensorFlow 2.4 ones of ../shared/realtraces, have no such plane).
 
     Args:
       space: a ``trace.xspace.Space``.
