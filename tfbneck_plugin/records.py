@@ -78,6 +78,16 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
 
 A skip record of a triggered window carries the same ``trigger`` object.
 
+A worker of a multi-worker job adds ``"job"`` (``capture/job.py``; the sidecar is then
+written even without system metrics, with ``"samples": []``; read back by
+``analysis.grouping.recorded_job``)::
+
+    "job": {"id": str,                    # hash of the cluster spec: the same on every worker
+            "task": "worker:1", "task_type": str, "task_index": int,
+            "cluster": {task type: int},  # tasks of each type
+            "workers": int,               # chief + workers
+            "source": "TF_CONFIG" | "cluster_resolver"}
+
 The step-time trend file ``<log_dir>/plugins/bottleneck/steptimes_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``
 (``STEP_TIMES_DIR``; one per ``BottleneckProfiler``, rewritten atomically as training goes),
 read by the TensorBoard tab's ``/trend`` route::
