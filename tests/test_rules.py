@@ -173,6 +173,17 @@ def test_generator_input_gets_its_own_knobs_not_prefetch():
     assert "use_multiprocessing=True" in v.recommendations[0]["code"]
 
 
+def test_distribution_wrapper_generator_is_not_a_python_source():
+    # MultiWorkerMirroredStrategy wraps the per-worker iterator in a Generator right under the
+    # root; the user's pipeline (a sequential Map) is what limits.
+    p = pipeline(stage("Map", "Iterator::Root::Prefetch::RebatchV2::BatchV2::Map"),
+                 stage("Generator", "Iterator::Root::Prefetch::Generator", self_ms=5.0))
+    assert p.source is None
+    v = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=1.0)))
+    fixes = [r["fix"] for r in v.recommendations]
+    assert "pydataset_workers" not in fixes and "parallel_map" in fixes, fixes
+
+
 def test_sequential_map_is_parallelised_before_prefetch():
     p = pipeline(stage("Map"), stage("TensorSlice", self_ms=0.1), prefetch=False)
     v = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=1.0)))

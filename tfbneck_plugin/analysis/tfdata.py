@@ -46,6 +46,9 @@ PYTHON = {"Generator", "FromGenerator"}
 IN_MEMORY = {"TensorSlice", "FromTensor", "Tensor", "Range", "SparseTensorSlice"}
 #: Sources that read files (core/kernels/data/*_dataset_op.cc).
 FILE_SOURCES = {"TFRecord", "TextLine", "FixedLengthRecord", "SSTable", "ArrayRecord", "LMDB"}
+#: ``Dataset.from_generator`` flat-maps a generator dataset over an id dataset
+#: (tensorflow/python/data/ops/from_generator_op.py): its stage path holds ``FlatMap[i]::Generator``.
+FROM_GENERATOR_PARENT = "FlatMap["
 MAP_LIKE = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch", "Batch",
             "PaddedBatch", "Filter", "ParallelFilter", "Unbatch", "Shuffle", "ShuffleAndRepeat"}
 
@@ -103,9 +106,13 @@ class Pipeline:
     def source(self) -> Optional[str]:
         """Where the elements come from: ``generator`` (``Dataset.from_generator``, which Keras
         uses for ``PyDataset``/``Sequence``/generators), ``files``, ``remote`` (tf.data
-        service), ``in_memory`` (tensors), or None when no source stage was recorded."""
+        service), ``in_memory`` (tensors), or None when no source stage was recorded.
+
+        ``from_generator`` shows as a ``Generator`` stage under a ``FlatMap``; a ``Generator``
+        stage right under the root is tf.distribute's wrapper around the per-worker iterator
+        (MultiWorkerMirroredStrategy), not the user's source."""
         kinds = {st.kind for st in self.stages}
-        if kinds & PYTHON:
+        if any(st.kind in PYTHON and FROM_GENERATOR_PARENT in st.path for st in self.stages):
             return "generator"
         if kinds & REMOTE_READ:
             return "remote"
