@@ -90,7 +90,10 @@ class SessionReport(TypedDict, total=False):
     input_pipeline: InputPipeline
     recommendations: List[Recommendation]
     devices: List[Dict[str, object]]
-    per_host: List[Dict[str, object]]
+    per_host: List[Dict[str, object]]         # one row per host or worker (straggler flagged)
+    kind: str                                 # "job" for a multi-worker job's grouped sessions
+    job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
+    sync: Dict[str, object]                   # a worker's collective time, input measured first
     system_metrics: Dict[str, object]
     worst_step: Optional[Dict[str, float]]
     trace_viewer: Dict[str, str]
