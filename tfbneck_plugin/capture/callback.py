@@ -49,9 +49,9 @@ from .arguments import (check_arguments, check_log_dir, check_max_window_steps, 
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
+from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
 from .tracker import NEVER, StepTracker
-from .longjob import LongJobMixin, trigger_outcome
 from .trend import JobTrend
 from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
 
@@ -192,12 +192,12 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
     next ``fit`` with this callback, ``close()``, or interpreter exit, which save its
     complete steps. An exception in the sampler leaves the trace without (complete)
     system metrics, with a warning. Pending background analyses finish before the
-    interpreter exits (at most ``analysis_timeout_s``). Outside windows each step costs a few integer
-    comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
+    interpreter exits (at most ``analysis_timeout_s``). Outside windows each step costs a clock read
+    and a few comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
     dispatching batch-end hooks asynchronously where its backend allows it) and accepts
     tensor logs (tf-keras does not convert the logs to numpy, a device sync, for it).
-    Timing every step costs one clock read and a few comparisons per step
-    (``benchmarks/bench_steptime.py``: the README's callback-cost table has the figure).
+    ``benchmarks/bench_steptime.py`` measures what timing every step costs (about 2 us per
+    step with the trigger armed; the README's callback-cost table has the figures).
 
     Caveats:
       * TensorFlow's profiler is one per process: a window overlapping a stock
@@ -307,7 +307,7 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
             self.tracker.spe = steps_per_execution(self.model)  # tf-keras may autotune it
 
     def on_train_batch_begin(self, batch, logs=None):
-        """Keras hook: a step begins. Outside windows: a few integer operations."""
+        """Keras hook: a step begins. Outside windows: a clock read and a few comparisons."""
         step = self.tracker.fit_batch(batch)
         if step is not None:
             self._guard(self._fit_step, *step)
@@ -506,7 +506,6 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
                                                 f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
                                                 f"steps from step {trigger['slow_steps'][0]}: profiling steps "
                                                 f"{win[0]}-{win[1]}")
-        self._write_trend()
         return True
 
     def _skip(self, rec: WindowRecord, win: Tuple[int, int], kind: str, reason: str) -> None:
@@ -518,7 +517,8 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._warn(kind if kind == "log_dir" else "skip:" + kind,
                    f"steps {win[0]}-{win[1]} were not profiled: {reason}. Training continues{where}",
                    repeat=f"steps {win[0]}-{win[1]} were not profiled: {reason}{where}")
-        self._write_trend()
+        # The trend file is rewritten at the next window, period end or the end of training:
+        # not now, when the disk may be what failed (one warning per problem).
 
     def _close_window(self, closed_by: str) -> None:
         cap = self._capture

@@ -245,7 +245,8 @@ class StepTracker:
         self.next_start = NEVER
         self.window, self.step, self.markers = None, None, []
         self._pending = self.trigger = self.opening = None
-        self.timer.trigger = None  # timing goes on (scalars); the trigger is off
+        self.timer.trigger = None  # the trigger is off
+        self.next_flush = NEVER    # and no step-time statistics are written any more
 
     def first_window(self) -> Optional[Range]:
         """The schedule's first window, or None."""
