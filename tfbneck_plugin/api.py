@@ -215,7 +215,7 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     try:
         sessions, problems = _discover(paths)
     except DiscoveryError as err:
-        raise DiscoveryError(str(err)) from None  # one line; the listing internals help no one
+        raise DiscoveryError(str(err), err.cause) from None  # one line, its cause kept
     if not sessions:
         raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
                              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")

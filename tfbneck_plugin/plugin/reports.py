@@ -68,9 +68,9 @@ _STAMP_KEYS = ("mtime", "LastModified", "updated", "last_modified", "generation"
 
 
 def _remote_stat(url: str) -> Tuple[int, str]:
-    import fsspec  # only for remote logdirs
+    from .. import remote  # only for remote logdirs: the same limits and endpoint as discovery
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = remote.filesystem(url)
         info = fs.info(path)
     except Exception as err:  # credentials, network: the file is re-analysed once it can be stat'ed
         raise OSError(f"{url}: {type(err).__name__}") from None
