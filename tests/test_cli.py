@@ -2,7 +2,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -119,7 +118,8 @@ def test_session_folder_and_single_file_paths(logdir):
 
 def test_analyzer_and_cli_do_not_import_tensorflow(logdir):
     code = ("import sys\n"
-            "from tfbneck_plugin import cli, report, logdir; from tfbneck_plugin.analysis import session; from tfbneck_plugin.trace import xspace\n"
+            "from tfbneck_plugin import cli, report, logdir\n"
+            "from tfbneck_plugin.analysis import session\nfrom tfbneck_plugin.trace import xspace\n"
             f"rc = cli.main(['analyze', {str(logdir)!r}, '--format', 'json', '--output', '/dev/null'])\n"
             "bad = [m for m in sys.modules if m == 'tensorflow' or m.startswith(('tensorflow.', 'keras', 'tf_keras'))]\n"
             "print('IMPORTED', bad, rc)\n")

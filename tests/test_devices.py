@@ -1,7 +1,5 @@
 """Accelerator traces with exact, known timings: GPU planes, launch overhead, collectives,
 several hosts, missing device data (tests/xspace_builder.py)."""
-import json
-import os
 
 import pytest
 

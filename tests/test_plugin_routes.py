@@ -449,7 +449,8 @@ def test_remote_logdir_through_fsspec(memory_logdir, analyzer):
         ("tfkeras", "2024_03_02_10_00_00"), ("keras3/train", "2024_03_01_10_00_00")]
     client = wsgi_client(p)
     report, source = wait_report(p, "tfkeras", "2024_03_02_10_00_00")
-    assert source == "miss" and report["sessions"][0]["files"][0].endswith("/tfkeras/plugins/profile/2024_03_02_10_00_00/host0.xplane.pb")
+    assert source == "miss"
+    assert report["sessions"][0]["files"][0].endswith("/tfkeras/plugins/profile/2024_03_02_10_00_00/host0.xplane.pb")
     assert wait_report(p, "tfkeras", "2024_03_02_10_00_00")[1] == "hit"
     put("tfkeras", "2024_03_02_10_00_00", data=b"a rewritten, longer placeholder trace")
     assert wait_report(p, "tfkeras", "2024_03_02_10_00_00")[1] == "miss"

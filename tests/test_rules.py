@@ -59,7 +59,8 @@ def verdict(f):
 
 
 def system(tree=0.1, others=0.1, cpu_count=2, net_ext=0.0, conns=0, disk=0.0, scope="process_tree", **kw):
-    s = {"cpu_mean_pct": 100.0 * ((tree or 0.0) + (others or 0.0)) / cpu_count, "busiest_core_mean_pct": 50.0, "cpu_count": cpu_count,
+    s = {"cpu_mean_pct": 100.0 * ((tree or 0.0) + (others or 0.0)) / cpu_count, "busiest_core_mean_pct": 50.0,
+         "cpu_count": cpu_count,
          "proc_cpu_cores": tree, "iowait_pct": 0.0, "disk_read_MBps": disk, "net_recv_MBps": net_ext + 20.0,
          "gpu_util_pct": None, "tree_cpu_cores": tree, "others_cpu_cores": others, "tree_children": 0,
          "tree_disk_read_MBps": disk, "net_recv_external_MBps": net_ext, "remote_connections": conns, "scope": scope}

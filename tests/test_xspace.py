@@ -33,7 +33,8 @@ def test_schema_field_numbers_match_tensorflows_own_xplane_proto():
         f"m = importlib.import_module('{TF_XPLANE}')\n"
         "out = {}\n"
         "for name, d in m.DESCRIPTOR.message_types_by_name.items():\n"
-        "    out[name] = {f.name: [f.number, f.type, bool(getattr(f, 'is_repeated', None) if hasattr(f, 'is_repeated') else f.label == 3)] for f in d.fields}\n"
+        "    rep = lambda f: bool(f.is_repeated if hasattr(f, 'is_repeated') else f.label == 3)\n"
+        "    out[name] = {f.name: [f.number, f.type, rep(f)] for f in d.fields}\n"
         "print(json.dumps(out))\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

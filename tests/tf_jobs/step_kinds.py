@@ -21,8 +21,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 kind, logdir = sys.argv[1], sys.argv[2]
-import numpy as np
-import tensorflow as tf
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 tf.random.set_seed(0)
 X = np.random.default_rng(0).normal(size=(512, 16)).astype("float32")
