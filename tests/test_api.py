@@ -18,44 +18,7 @@ import pytest
 import tfbneck_plugin as tfb
 from conftest import DEMO_LOGS, ROOT, tfbneck_cmd
 from tfbneck_plugin.logdir import DiscoveryError
-from xspace_builder import SpaceBuilder, session_path
-
-EXPECTED_PATH = os.path.join(DEMO_LOGS, "EXPECTED.json")
-KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", "network": "Network-bound"}
-
-#: A tf.data stage and a run named with markup, as user code and folders can name them.
-HOSTILE_STAGE = "Map<script>window.__tfb_xss=1</script>"
-HOSTILE_RUN = "<img src=x onerror=window.__tfb_xss=2>"
-STEP_US = 10_000
-
-
-def expected():
-    if not os.path.exists(EXPECTED_PATH):
-        pytest.skip("demo_logs/ has not been generated (python demo_logs/make_demo_logs.py)")
-    with open(EXPECTED_PATH) as f:
-        return json.load(f)
-
-
-def hostile_logdir(root) -> str:
-    """A logdir whose run and blocking tf.data stage are named with HTML, built with exact
-    timings: each 10 ms step waits 6 ms for input in that stage, computes 2 ms on the CPU
-    (breakdown: input 60 %, model compute 20 %, host 5 %, idle 15 %; verdict cpu)."""
-    b = SpaceBuilder()
-    host = b.plane("/host:CPU")
-    py, getnext = host.line("python"), host.line("tf_data_iterator_get_next/1")
-    compute, tfdata = host.line("tf_Compute/2"), host.line("tf_data_iterator_resource/3")
-    for k in range(3):
-        t = k * STEP_US
-        py.event("train", t, STEP_US, step_num=k + 1, _r=1)
-        py.event("FunctionRun", t + 1000, 8000, _r=1, _p=100 + k, _pt=2, id=k)
-        py.event("TFE_Py_ExecuteCancelable", t + 9000, 500)
-        getnext.event("IteratorGetNextOp::DoCompute", t + 1000, 6000, id=k)
-        getnext.event(f"Iterator::Root::{HOSTILE_STAGE}", t + 1000, 6000, parallelism=1)
-        compute.event("ExecutorState::Process", t + 7000, 2000, _c=100 + k, _ct=2)
-        tfdata.event(f"Iterator::Root::{HOSTILE_STAGE}::TensorSlice", t + 1100, 100)
-    b.write(session_path(root, run=HOSTILE_RUN))
-    return str(root)
-
+from support.demo import HOSTILE_RUN, HOSTILE_STAGE, KIND_LABELS, expected, hostile_logdir
 
 @pytest.fixture(scope="module")
 def demo():

@@ -27,7 +27,7 @@ import pytest
 from conftest import tfbneck_cmd
 from faults_table import Section
 from logdir_cli import CLI_TIMEOUT_S, Result, _unprivileged_prefix, run_cli, snapshot
-from test_breakdown import cpu_input_bound
+from support.traces import cpu_input_bound
 from xspace_builder import SpaceBuilder
 
 RUN = "run"

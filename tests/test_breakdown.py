@@ -3,34 +3,15 @@ import pytest
 
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
+from support.traces import STEP_US, cpu_input_bound
 from xspace_builder import SpaceBuilder, session_path
 
-STEP_US = 10_000
 
 
 def analyze_one(root):
     sessions = find_sessions(str(root)).sessions
     assert len(sessions) == 1
     return analyze_session(sessions[0])
-
-
-def cpu_input_bound(b: SpaceBuilder, n_steps=3, input_us=6000, compute_us=2000):
-    """CPU-only host: each 10 ms step waits 6 ms in IteratorGetNext, computes 2 ms."""
-    host = b.plane("/host:CPU")
-    py = host.line("python")
-    getnext = host.line("tf_data_iterator_get_next/1")
-    compute = host.line("tf_Compute/2")
-    tfdata = host.line("tf_data_iterator_resource/3")
-    for k in range(n_steps):
-        t = k * STEP_US
-        py.event("train", t, STEP_US, step_num=k + 1, _r=1)
-        py.event("FunctionRun", t + 1000, 8000, _r=1, _p=100 + k, _pt=2, id=k)
-        py.event("TFE_Py_ExecuteCancelable", t + 9000, 500)
-        getnext.event("IteratorGetNextOp::DoCompute", t + 1000, input_us, id=k)
-        getnext.event("Iterator::Root::Map", t + 1000, input_us, parallelism=1)
-        compute.event("ExecutorState::Process", t + 1000 + input_us, compute_us, _c=100 + k, _ct=2)
-        tfdata.event("Iterator::Root::Map::TensorSlice", t + 1100, 100)
-    return host
 
 
 def test_cpu_input_bound_exact_percentages(tmp_path):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import tfbneck_cmd
-from test_breakdown import cpu_input_bound
+from support.traces import cpu_input_bound
 from xspace_builder import SpaceBuilder, session_path
 
 

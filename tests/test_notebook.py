@@ -15,7 +15,7 @@ import os
 import pytest
 
 from conftest import ARTIFACTS, ROOT
-from test_api import HOSTILE_RUN, HOSTILE_STAGE, KIND_LABELS, expected, hostile_logdir
+from support.demo import HOSTILE_RUN, HOSTILE_STAGE, KIND_LABELS, expected, hostile_logdir
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[test]')")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[test]')")
@@ -56,7 +56,7 @@ def executed(tmp_path_factory):
     path = os.path.join(ARTIFACTS, "notebook.html")
     with open(path, "w", encoding="utf-8") as f:
         f.write(body)
-    assert len(exp) == 4
+    assert len(exp) >= 4
     return nb, path
 
 
