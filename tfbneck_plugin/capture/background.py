@@ -204,6 +204,9 @@ class BackgroundAnalysis:
             rec.analysis_error = f"{type(err).__name__}: {err}"
             self._warn("analysis", f"analysis of {rec.session_dir} failed ({rec.analysis_error}); the trace is "
                                    f"kept: run `tfbneck analyze {rec.session_dir}`")
+            if rec.display is not None:  # the placeholder must not say "analysing" for ever
+                rec.display.show({"status": "error", "session": os.path.basename(rec.session_dir or ""),
+                                  "error": f"analysis failed ({rec.analysis_error})"})
             return
         rec.report = SessionReport.from_dict(report)  # a dict that displays as the verdict card
         if rec.display is not None:
