@@ -259,7 +259,7 @@ def test_the_package_exports_the_trigger_without_tensorflow():
 @pytest.mark.tf
 @pytest.mark.browser
 def test_the_tab_shows_the_step_time_line_with_both_windows(job, tmp_path):
-    from trend_tab import check_trend_tab
+    from support.trend_tab import check_trend_tab
     r = job("slowdown")
     logdir = tmp_path / "logs"
     shutil.copytree(r["log_dir"], logdir / "slowdown_run")  # the profile plugin writes caches into it

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from plugin_helpers import TensorBoard, chromium_context
-from test_plugin_browser import KIND_LABELS, Tab
+from support.browser_tab import KIND_LABELS, Tab
 
 WINDOW_RGB = {"scheduled": (26, 115, 232), "triggered": (217, 48, 37)}
 
