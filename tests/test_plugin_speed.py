@@ -49,15 +49,16 @@ def _root_get(tb, path):
 def test_cached_report_costs_about_a_round_trip(tmp_path):
     if not os.path.exists(os.path.join(DEMO_LOGS, "EXPECTED.json")):
         pytest.skip("demo_logs/ has not been generated")
+    expected = json.load(open(os.path.join(DEMO_LOGS, "EXPECTED.json")))
     logdir = tmp_path / "logs"
     shutil.copytree(DEMO_LOGS, logdir)  # the Profile plugin may write caches into what it serves
     with TensorBoard(str(logdir)) as tb:
         deadline = time.monotonic() + 120
         while True:
             status, _, body = tb.get("sessions")
-            if status == 200 and len(json.loads(body)["sessions"]) == 4:
+            if status == 200 and len(json.loads(body)["sessions"]) == len(expected):
                 break
-            assert time.monotonic() < deadline, "the four demo sessions were not listed"
+            assert time.monotonic() < deadline, "the demo sessions were not listed"
             time.sleep(0.25)
         s = next(x for x in json.loads(body)["sessions"] if x["run"] == "compute_bound")
         url = "report?" + urllib.parse.urlencode({"run": s["run"], "session": s["session"]})

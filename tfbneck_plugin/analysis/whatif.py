@@ -14,22 +14,24 @@ trace. ``predicted``:
 
 The models (times per steady step, ms; T the step, I its input wait, R = T - I the rest):
 
-``prefetch``            the input pipeline overlaps the step: max(R, P, W/c), where P is the
+``prefetch``            the input pipeline overlaps the step: max(R, P, W/n), where P is the
                         pipeline's own time per batch (the larger of the input wait and the
-                        work its stages recorded) and W/c the CPU work the training process
-                        did per step (sampled cores x T) spread over the c cores the other
-                        processes left free: on a CPU-only host the pipeline shares cores
-                        with the model.
+                        work its stages recorded) and W/n the CPU work the training process
+                        did per step (sampled cores x T) spread over the machine's n cores:
+                        on a CPU-only host the pipeline shares cores with the model. (The
+                        range's top: the other processes keep the cores they used.)
 ``parallel_map`` / ``pydataset_workers``  the limiting stage runs on k threads or workers
                         (and, being asynchronous, overlaps the step): P becomes
                         (P - S) + S/k for the stage's work S per batch.
-``steps_per_execution`` the span of the training function's ops in a step (first op start
-                        to last op end) recurs per batch; the rest of the step (Python, Keras,
-                        callbacks, the call and the executor's start-up) is paid once per call
-                        of k batches.
+``steps_per_execution`` the ops' own time in a step, and a small part of the gaps between
+                        them (the span from first op start to last op end, less the ops'
+                        time), recur per batch; the rest of the median step (Python, Keras,
+                        callbacks, the call and the executor's start-up) is paid once per
+                        call of k batches.
 ``tf_function``         eager op by op -> one graph: each op keeps its kernel time less
-                        the fixed cost of an eager kernel run, and pays an executor's cost
-                        per op instead; the step pays one compiled call.
+                        the fixed cost of an eager kernel run, independent ops run together
+                        as far as the cores and the graph allow, each op pays an executor's
+                        cost instead, and the step one compiled call.
 
 The checks against reality: ``demo_logs/PAIRS.json`` (before/after runs made here, each
 changing one thing) and ``tests/test_whatif.py``.
@@ -51,12 +53,24 @@ EAGER_KERNEL_RUNS = ("KernelAndDeviceFunc::Run", "KernelAndDeviceOp::Run")
 #: Percentile of the eager kernel runs' durations taken as the fixed cost of one run (the
 #: cheapest ops, ReadVariableOp and friends, do almost nothing but that; our choice).
 EAGER_FLOOR_PERCENTILE = 10
-#: Cost of one op in TensorFlow's graph executor on the CPU (us), and of one compiled Keras
-#: training call outside its function (ms). Measured here (2-core VM, TF 2.21, Keras 3):
-#: demo_logs/pair_compiled and pair_spe1, executor time per op and the step less its
-#: function time.
-GRAPH_OP_US = 4.0
-COMPILED_CALL_MS = 0.5
+#: Cost of one op in TensorFlow's graph executor on the CPU (us: the op span per op run),
+#: and of one compiled Keras training call besides its ops (ms: the median step less its op
+#: span). Measured here (2-core VM, TF 2.21, Keras 3) on a compiled tiny model, the job
+#: demo_logs/pair_spe1, in five runs under other jobs' load, the committed one included:
+#: 3.9-6.8 us and 0.55-0.65 ms; the medians (tests/test_whatif.py checks the committed run
+#: stays within a factor of two).
+GRAPH_OP_US = 5.8
+COMPILED_CALL_MS = 0.61
+#: How many ops of one training graph TensorFlow's executor runs at once on average, where
+#: the cores allow: the compiled dense models here (demo_logs/compute_bound and
+#: cpu_bound_input_fixed, 2 cores) ran 1.6-1.8 core-ms of ops per ms of their span.
+GRAPH_CONCURRENCY = 1.7
+#: Fraction of the gaps between a step's ops (executor hand-offs between threads) that
+#: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
+#: loop does not pay again. Fit here on four pairs of runs like demo_logs' pair_spe1 ->
+#: pair_spe32, made before the committed ones (2-core VM under other jobs' load): from 0 to
+#: 0.1 every prediction was within 25 % (-23 % to +17 % at 0.05); 0.5 gave up to +69 %.
+GAP_RECUR = 0.05
 #: steps_per_execution assumed when a recommendation's code names none (advice.py's value).
 DEFAULT_STEPS_PER_EXECUTION = 32
 #: Workers assumed when a PyDataset recommendation's code names none (advice.py's value).
@@ -94,8 +108,8 @@ def step_timing(a) -> Optional[StepTiming]:
     view = a.view
     if view is None or view.training_line is None:
         return timing
-    from .host import _INFERENCE_RE
-    fn_ids = view.ids(("whatif-fn",), lambda name: bool(_INFERENCE_RE.match(name)))
+    from .host import INFERENCE_FUNCTION_RE
+    fn_ids = view.ids(("whatif-fn",), lambda name: bool(INFERENCE_FUNCTION_RE.match(name)))
     fn = view.select(fn_ids, [view.training_line])
     if fn:
         inside = timeline.overlap_per_window(view.intervals(fn), steps.starts, steps.ends)
@@ -104,24 +118,26 @@ def step_timing(a) -> Optional[StepTiming]:
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
-    _eager_kernels(a, timing)
+    else:  # no training function: the ops ran eagerly, one kernel run each
+        _eager_kernels(a, timing)
     return timing
 
 
 def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
-    """Mean over the steps of the time from the first op start to the last op end (ms): on
-    a CPU-only host the executor's ops, on an accelerator host its kernels and copies too
-    (they run after the host has launched them)."""
+    """Mean over the steps of the time from the first op start to the last op end inside
+    the step (ms): on a CPU-only host the executor's ops, on an accelerator host its
+    kernels and copies too (they run after the host has launched them)."""
     s, e = timeline.union(*ops)
     if not len(s):
         return None
-    first = np.searchsorted(s, steps.starts, side="left")
-    last = np.searchsorted(e, steps.ends, side="right") - 1
-    ok = (first < len(s)) & (last >= 0)
-    ok[ok] &= (first[ok] <= last[ok]) & (s[first[ok]] < steps.ends[ok])
+    first = np.searchsorted(e, steps.starts, side="right")  # first interval ending after the start
+    last = np.searchsorted(s, steps.ends, side="left") - 1  # last interval starting before the end
+    ok = (first < len(s)) & (last >= first)
     if not ok.any():
         return None
-    return float((e[last[ok]] - s[first[ok]]).mean()) / 1e9
+    lo = np.maximum(s[first[ok]], steps.starts[ok])
+    hi = np.minimum(e[last[ok]], steps.ends[ok])
+    return float((hi - lo).mean()) / 1e9
 
 
 def _eager_kernels(a, timing: StepTiming) -> None:
@@ -218,8 +234,7 @@ def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: s
 def _overlap(f: Findings, pipeline_after: float, what: str) -> Prediction:
     """The step once the input pipeline (``pipeline_after`` ms per batch) runs beside it:
     the longer of the rest of the step and the pipeline, unless the CPU work per step does
-    not fit the cores left to the training process (a CPU-only host shares them between
-    model and pipeline, and other processes keep theirs)."""
+    not fit the machine's cores (a CPU-only host shares them between model and pipeline)."""
     t = f.timing
     now = t.time_per_batch_ms
     rest = now - t.breakdown_ms["input"] / t.batches_per_step
@@ -232,13 +247,13 @@ def _overlap(f: Findings, pipeline_after: float, what: str) -> Prediction:
             "unknown: at worst nothing overlaps."))
     n, own, others = cores
     work = own * now  # core-ms the training process used per batch
-    free = max(n - others, own, MIN_FREE_CORES)
-    point = max(ideal, work / free)
-    return _prediction(f, point, min(point, max(ideal, work / n)), point * (1 + MODEL_SPREAD), (
+    point = max(ideal, work / n)
+    contended = work / max(n - others, own, MIN_FREE_CORES)  # had the other processes kept their cores
+    return _prediction(f, point, point * (1 - MODEL_SPREAD), max(point * (1 + MODEL_SPREAD), contended), (
         f"{what}; the step becomes the longest of the rest of the step ({rest:.1f} ms), the pipeline "
         f"({pipeline_after:.1f} ms per batch) and the CPU work the training process did per batch ({own:.2f} "
-        f"cores x {now:.1f} ms) spread over the {free:.2f} of the {n} cores that other processes left free "
-        f"(they used {others:.2f}), which model and pipeline share; the range's bottom: all {n} cores free."))
+        f"cores x {now:.1f} ms) spread over the machine's {n} cores, which model and pipeline share; the "
+        f"range's top assumes the other processes keep the {others:.2f} cores they used."))
 
 
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
@@ -278,32 +293,42 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
     b = t.batches_per_step
     if k <= b:
         return f"The steps already run {b} batches per call."
-    outside = t.step_ms - t.op_span_ms
-    point = t.op_span_ms / b + outside / k
-    ops_only = t.breakdown_ms["device_compute"] / b + (t.step_ms - t.breakdown_ms["device_compute"]) / k
-    whole_call = t.function_ms / b + (t.step_ms - t.function_ms) / k
-    return _prediction(f, point, ops_only, whole_call, (
-        f"With steps_per_execution={k} the time from the first to the last op of the training function "
-        f"({t.op_span_ms / b:.2f} ms per batch) recurs for every batch, and the rest of the step ({outside:.2f} ms: "
-        f"Python, Keras, callbacks, the call and its start-up) is paid once per {k} batches; the range runs from "
-        "only the ops' own time recurring to the whole function call recurring."), batches_per_step=k)
+    ops = min(t.breakdown_ms["device_compute"], t.op_span_ms)  # the ops' own time, gaps between them left out
+    # The typical step: a step preempted or slowed by the profiler's start is not per-call cost.
+    step = float(np.median(t.durations_ms))
+
+    def per_batch(recurring: float) -> float:
+        return recurring / b + max(step - recurring, 0.0) / k
+
+    # On an accelerator the gaps between kernels are launches, paid for every kernel of every batch.
+    recur, why = (GAP_RECUR, "fit on runs made here") if f.device_kind == "CPU" else (1.0, "kernel launches")
+    recurring = ops + recur * (t.op_span_ms - ops)
+    point = per_batch(recurring)
+    return _prediction(f, point, per_batch(ops), max(per_batch(t.function_ms), point), (
+        f"With steps_per_execution={k} the ops' own time ({ops / b:.2f} ms per batch) and {recur:.0%} of the "
+        f"gaps between them ({(t.op_span_ms - ops) / b:.2f} ms; {why}) recur for every batch, and the rest of the "
+        f"median step ({max(step - recurring, 0.0):.2f} ms: Python, Keras, callbacks, the call and its start-up) is "
+        f"paid once per {k} batches; the range runs from none of the gaps recurring to the whole function call "
+        "recurring."), batches_per_step=k)
 
 
 def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
     t = f.timing
     if not f.eager or t.eager_ops <= 0:
         return "The model does not run eagerly: it is already a tf.function."
-    fixed_ms = t.eager_ops * t.eager_op_floor_us / 1e3
-    compute = max(t.eager_kernel_ms - fixed_ms, 0.0)
-    graph = t.eager_ops * GRAPH_OP_US / 1e3
-    wait = t.breakdown_ms["input"]
+    compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
+    cores = _cores(f)
+    n = cores[0] if cores else 1
+    together = min(n, GRAPH_CONCURRENCY)  # independent ops of one graph run at once
+    fixed = t.eager_ops * GRAPH_OP_US / 1e3 + COMPILED_CALL_MS + t.breakdown_ms["input"]
     b = t.batches_per_step
-    point = (compute + graph + COMPILED_CALL_MS + wait) / b
-    return _prediction(f, point, (compute + wait) / b, (t.eager_kernel_ms + graph + COMPILED_CALL_MS + wait) / b, (
+    point = (compute / together + fixed) / b
+    return _prediction(f, point, (compute / max(n, 1) + fixed) / b, (compute + fixed) / b, (
         f"In one graph the {t.eager_ops:.0f} ops per step keep their kernel time ({t.eager_kernel_ms:.1f} ms) less "
         f"the fixed cost of an eager kernel run ({t.eager_op_floor_us:.0f} us each, the {EAGER_FLOOR_PERCENTILE}th "
-        f"percentile of their durations) and pay the executor's {GRAPH_OP_US:.0f} us per op and "
-        f"{COMPILED_CALL_MS} ms per compiled Keras call (both measured here); Python between ops disappears."))
+        f"percentile of their durations), {together:.1f} at a time on {n} core(s) as the executor ran the compiled "
+        f"dense models here; each op pays the executor's {GRAPH_OP_US:.0f} us and the step one compiled Keras "
+        f"call ({COMPILED_CALL_MS} ms); Python between the ops disappears."))
 
 
 def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
