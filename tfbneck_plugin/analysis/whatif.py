@@ -152,7 +152,7 @@ def _eager_kernels(a, timing: StepTiming) -> None:
     in_step = np.zeros(len(s), dtype=bool)
     for lo, hi in zip(steps.starts, steps.ends):
         in_step |= (s >= lo) & (e <= hi)
-    wait_s, wait_e = timeline.union(*view.get_next_intervals())
+    wait_s, _ = timeline.union(*view.get_next_intervals())
     if len(wait_s):  # a kernel run that holds an IteratorGetNext is the input wait
         k = np.searchsorted(wait_s, e, side="left") - 1
         holds = (k >= 0) & (wait_s[np.maximum(k, 0)] >= s)
@@ -327,7 +327,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
         f"In one graph the {t.eager_ops:.0f} ops per step keep their kernel time ({t.eager_kernel_ms:.1f} ms) less "
         f"the fixed cost of an eager kernel run ({t.eager_op_floor_us:.0f} us each, the {EAGER_FLOOR_PERCENTILE}th "
         f"percentile of their durations), {together:.1f} at a time on {n} core(s) as the executor ran the compiled "
-        f"dense models here; each op pays the executor's {GRAPH_OP_US:.0f} us and the step one compiled Keras "
+        f"dense models here; each op pays the executor's {GRAPH_OP_US:.1f} us and the step one compiled Keras "
         f"call ({COMPILED_CALL_MS} ms); Python between the ops disappears."))
 
 
@@ -408,7 +408,15 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
 def rank(recs: List[Dict], f: Findings) -> List[Dict]:
     """Each recommendation with ``predicted`` (or ``predicted: None`` and
     ``predicted_why_not``), ordered by predicted time per batch (the largest gain first);
-    those without a prediction follow in the catalogue's order."""
+    those without a prediction follow in the catalogue's order.
+
+    Args:
+      recs: the advice catalogue's recommendations for the verdict (updated in place).
+      f: the findings (see :func:`predict`).
+
+    Returns:
+      The same recommendations, reordered; ``recommendations[0]`` is the fix to make first.
+    """
     with_model, without = [], []
     for rec in recs:
         pred, why = predict(rec, f)
