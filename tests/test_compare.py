@@ -153,3 +153,14 @@ def test_fresh_runs_steps_per_execution(tmp_path):
     (p,) = out["comparisons"][0]["predictions"]
     assert p["fix"] == "steps_per_execution" and p["predicted_ms"] < out["comparisons"][0]["baseline"][
         "time_per_batch_ms"]["mean"]
+
+
+def test_python_api_compare_is_the_cli_json():
+    import tfbneck_plugin
+    before, after = os.path.join(DEMO_LOGS, "pair_map_sequential"), os.path.join(DEMO_LOGS, "pair_map_parallel")
+    out = tfbneck_plugin.compare(before, after)
+    cli = subprocess.run(tfbneck_cmd() + ["compare", before, after, "--format", "json"], capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert out["verdict"] == json.loads(cli.stdout)["verdict"] == "faster"
+    assert out["change_pct"] == pytest.approx(json.loads(cli.stdout)["change_pct"])

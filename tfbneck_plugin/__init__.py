@@ -3,6 +3,7 @@
     import tfbneck_plugin as tfb
     r = tfb.analyze("logs")     # a Report: one SessionReport per profiling session
     r                           # in a notebook: verdicts, step-time chart, tf.data stages, fixes
+    tfb.compare("logs/before", "logs/after")["verdict"]   # "faster", "slower" or "no_change"
 
 The analyzer (``tfbneck analyze``, :func:`analyze`), the TensorBoard plugin and this
 package's import never import TensorFlow; only ``BottleneckProfiler`` (the Keras callback)
@@ -11,7 +12,7 @@ does, lazily. The public names below are imported on first use.
 __version__ = "0.1.0"
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
-_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "analyze", "profile_steps")
+_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "analyze", "compare", "profile_steps")
 
 
 def __getattr__(name):
@@ -25,6 +26,9 @@ def __getattr__(name):
     if name == "SlowdownTrigger":  # nor do the slowdown thresholds
         from .capture.steptime import SlowdownTrigger
         return SlowdownTrigger
+    if name == "compare":  # tfbneck compare, as a function: the comparison's JSON dict
+        from .comparison import compare
+        return compare
     if name in ("analyze", "Report", "SessionReport"):  # no TensorFlow either
         from . import api
         return getattr(api, name)

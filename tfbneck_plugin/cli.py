@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_compare_parser(sub) -> None:
-    from .compare import RENDERERS as COMPARE_RENDERERS
+    from .comparison import RENDERERS as COMPARE_RENDERERS
     c = sub.add_parser("compare", help="compare two sessions: faster, slower or no change, and why",
                        description="Compare the step times of BASELINE and CANDIDATE (one session each, or the runs "
                                    "of the same name): mean, p50 and p90 time per batch, the change with a Mann-Whitney "
@@ -70,7 +70,7 @@ def _add_compare_parser(sub) -> None:
 def cmd_compare(args) -> int:
     """``tfbneck compare``: 0, or 1 with ``--fail-if-slower`` when a candidate is slower
     beyond it; 2 when the sides cannot be compared."""
-    from . import compare as comparemod
+    from . import comparison as comparemod
     try:
         result = comparemod.compare(args.baseline, args.candidate, change=args.change)
     except comparemod.CompareError as err:
