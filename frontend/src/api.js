@@ -43,15 +43,20 @@ export function reportUrl(run, session) {
   return "report?" + new URLSearchParams({ run, session }).toString();
 }
 
+/** The report of the multi-worker job whose worker session is (run, session) (GET /job). */
+export function jobUrl(run, session) {
+  return "job?" + new URLSearchParams({ run, session }).toString();
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * The report of one session. While the server analyses it (202) calls onWait() and polls.
+ * The report of one session (with job: of the job that worker session belongs to). While the server analyses it (202) calls onWait() and polls.
  * Resolves to null if isCancelled() turns true while waiting.
  */
-export async function fetchReport(run, session, { onWait = () => {}, isCancelled = () => false } = {}) {
+export async function fetchReport(run, session, { onWait = () => {}, isCancelled = () => false, job = false } = {}) {
   for (;;) {
-    const r = await getJson(reportUrl(run, session));
+    const r = await getJson(job ? jobUrl(run, session) : reportUrl(run, session));
     if (isCancelled()) return null;
     if (r.status === 200) return r.body.sessions[0];
     onWait();

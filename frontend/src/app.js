@@ -7,6 +7,7 @@ import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
 import { explainLogdirError, explainRequestError } from "./errors.js";
 import { fmtTime, kindLabel, runLabel } from "./format.js";
+import { jobView } from "./job.js";
 import { sessionView } from "./session.js";
 import { trendView } from "./trend.js";
 
@@ -82,7 +83,14 @@ export class App {
       this.showEmpty(info);
       return;
     }
-    if (!this.selected || !this.sessions.some((s) => keyOf(s) === this.selected)) {
+    const gone = this.selected && !this.sessions.some((s) => keyOf(s) === this.selected);
+    // A worker session just grouped into its job: keep the job selected in its place.
+    const job = gone && this.sessions.find((s) => (s.members || []).some((m) => keyOf(m) === this.selected));
+    if (job) {
+      this.selected = keyOf(job);
+      this.renderList();
+      if (this.mode === "session") this.show();
+    } else if (!this.selected || gone) {
       this.selected = keyOf(this.sessions[0]);
       this.renderList();
       this.show();
@@ -192,7 +200,9 @@ export class App {
   async load(s, gen, what) {
     const started = Date.now();
     let text = null;
-    return fetchReport(s.run, s.session, {
+    const job = s.kind === "job" && (s.members || [])[0];  // a job's report is asked for by one of its workers
+    return fetchReport(job ? job.run : s.run, job ? job.session : s.session, {
+      job: Boolean(job),
       isCancelled: () => gen !== this.generation,
       onWait: () => {
         const seconds = Math.round((Date.now() - started) / 1000);
@@ -212,7 +222,7 @@ export class App {
       const report = await this.load(s, gen, `${runLabel(s.run)} / ${s.session}`);
       if (!report || gen !== this.generation) return;
       destroyAll();
-      clear(this.view).append(sessionView(report));
+      clear(this.view).append(report.kind === "job" ? jobView(report) : sessionView(report));
       this.noteReport(s, report);
     } catch (err) {
       if (gen !== this.generation) return;

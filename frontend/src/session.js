@@ -39,7 +39,8 @@ function metaLine(report) {
 function traceLinks(report) {
   const tv = report.trace_viewer;
   if (!tv || !tv.run) return null;
-  const hosts = report.hosts || [];
+  // A job's hosts are its tasks; its link opens the worker that stands for the job, on its own host.
+  const hosts = report.kind === "job" ? (tv.host ? [tv.host] : []) : report.hosts || [];
   const links = [
     h("a", {
       class: "tfb-button tfb-primary tfb-trace-link", href: traceViewerUrl(tv, hosts), target: "_parent",

@@ -242,6 +242,49 @@ def session_row(s: Session, last: Optional[Dict], pending: bool) -> Dict:
     return row
 
 
+def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
+    """The session list's rows with the worker sessions of each multi-worker job replaced
+    by one row for the job (docs/http_api.md, ``/sessions``).
+
+    Args:
+      rows: rows of :func:`session_row`.
+      jobs: job reports (``kind: "job"``, ``analysis.grouping.job_report``) of analysed sessions.
+      summary_keys: the report fields a row shows (``reports.SUMMARY_KEYS``).
+
+    Returns:
+      a new list: rows of sessions in no job as they were; for each job whose worker
+      sessions are all in ``rows``, one row ``{"kind": "job", "run", "session" ("job:<id>"),
+      "hosts" (tasks, e.g. ``worker:0``), "time" (newest worker's, unix s), "files",
+      "size_bytes" (sums), "state", "straggler" (task or None), "members": [{"task", "run",
+      "session"}]}`` plus the job report's summary keys, in place of its first worker's row.
+    """
+    by_key = {(r["run"], r["session"]): r for r in rows}
+    first: Dict[Tuple[str, str], Dict] = {}
+    grouped = set()
+    for j in jobs:
+        members = [(s["task"], (str(s.get("run")), str(s.get("session")))) for s in j["job"]["sessions"]]
+        if not all(k in by_key for _, k in members):
+            continue  # a worker's session is gone from the logdir: show what is left as sessions
+        mine = [by_key[k] for _, k in members]
+        row = {"kind": "job", "run": j["run"], "session": j["session"], "hosts": list(j["hosts"]),
+               "time": max(r["time"] for r in mine), "files": sum(r["files"] for r in mine),
+               "size_bytes": sum(r["size_bytes"] for r in mine),
+               "state": "analysing" if any(r["state"] == "analysing" for r in mine) else "ready",
+               "straggler": j["job"].get("straggler"),
+               "members": [{"task": t, "run": k[0], "session": k[1]} for t, k in members]}
+        row.update({k: j[k] for k in summary_keys if k in j})
+        first[min((k for _, k in members), key=lambda k: rows.index(by_key[k]))] = row
+        grouped.update(k for _, k in members)
+    out = []
+    for r in rows:
+        key = (r["run"], r["session"])
+        if key in first:
+            out.append(first[key])
+        elif key not in grouped:
+            out.append(r)
+    return out
+
+
 def session_time(s: Session) -> float:
     """When the session was recorded (unix seconds): the time its folder is named after
     (local time, as the profiler names it), else its newest file's modification time, else 0."""

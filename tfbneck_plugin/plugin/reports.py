@@ -15,11 +15,13 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
+from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
 from ..analysis.session import analyze_session
 from ..errors import error_report
 from ..logdir import Session, is_remote
+from .index import session_time
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,9 @@ ANALYSIS_WORKERS = 2
 CACHE_ENTRIES = 64
 #: Report fields the session list shows for sessions already analysed.
 SUMMARY_KEYS = ("status", "bottleneck", "cause", "confidence", "error", "error_kind", "device_kind")
+#: The most sibling sessions one look at the session list queues for analysis (so that a
+#: job's workers are grouped without opening each one; see :func:`sibling_sessions`).
+SIBLINGS_PER_LIST = 16
 
 Fingerprint = Tuple[object, ...]
 
@@ -106,6 +111,7 @@ class ReportService:
         self._lock = threading.Lock()
         self._cache: "OrderedDict[Fingerprint, Dict]" = OrderedDict()
         self._latest: Dict[Tuple[str, str], Dict] = {}
+        self._latest_full: Dict[Tuple[str, str], Dict] = {}
         self._inflight: Dict[Fingerprint, Future] = {}
         self._queue: "queue.LifoQueue" = queue.LifoQueue()
         self.hits = self.misses = self.analyses = 0
@@ -153,6 +159,11 @@ class ReportService:
         with self._lock:
             return self._latest.get(key)
 
+    def analysed(self) -> Dict[Tuple[str, str], Dict]:
+        """{(run, session): the last full report made for it, fresh or not}."""
+        with self._lock:
+            return dict(self._latest_full)
+
     def pending(self, key: Tuple[str, str]) -> bool:
         """Whether an analysis of (run, session) is queued or running."""
         with self._lock:
@@ -179,5 +190,87 @@ class ReportService:
                 while len(self._cache) > self._max_entries:
                     self._cache.popitem(last=False)
                 self._latest[session.key] = {k: report[k] for k in SUMMARY_KEYS if k in report}
+                self._latest_full[session.key] = report
                 self._inflight.pop(fp, None)
             fut.set_result(report)
+
+
+# -- multi-worker jobs -------------------------------------------------------------------------
+
+Key = Tuple[str, str]
+
+
+def job_members(job: Dict) -> List[Key]:
+    """The (run, session) of each worker session of a job report (``kind: "job"``), in
+    task order."""
+    return [(str(s.get("run")), str(s.get("session"))) for s in job["job"]["sessions"]]
+
+
+class JobGrouper:
+    """The multi-worker jobs among the analysed sessions (``analysis.grouping.group_jobs``,
+    the CLI's grouping), recomputed only when a report changed."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._reports: List[Dict] = []  # the reports grouped last, kept so that their id()s stay unique
+        self._jobs: List[Dict] = []
+
+    def jobs(self, analysed: Dict[Key, Dict]) -> List[Dict]:
+        """The job reports formed by ``analysed`` ({(run, session): report}, as
+        ``ReportService.analysed``), each with ``kind: "job"``; [] when none."""
+        reports = [analysed[k] for k in sorted(analysed)]
+        with self._lock:
+            if len(reports) == len(self._reports) and all(a is b for a, b in zip(reports, self._reports)):
+                return self._jobs
+        jobs = [r for r in group_jobs(reports) if r.get("kind") == "job"]
+        with self._lock:
+            self._reports, self._jobs = reports, jobs
+        return jobs
+
+    def job_of(self, key: Key, analysed: Dict[Key, Dict]) -> Optional[Dict]:
+        """The job report whose workers include session ``key``, or None."""
+        return next((j for j in self.jobs(analysed) if key in job_members(j)), None)
+
+
+def regroup(reports: List[Dict]) -> Optional[Dict]:
+    """The one job report of these worker reports (fresh ones, in task order), or None when
+    they no longer form exactly one job (a worker's files changed since the list was made)."""
+    out = group_jobs(reports)
+    return out[0] if len(out) == 1 and out[0].get("kind") == "job" else None
+
+
+def sibling_sessions(sessions: Dict[Key, Session], analysed: Dict[Key, Dict], busy: Callable[[Key], bool],
+                     limit: int = SIBLINGS_PER_LIST) -> List[Session]:
+    """Sessions not analysed yet that may be other workers of a job one analysed session
+    belongs to, so that the tab can group a job once one of its workers was opened.
+
+    A worker is an analysed one-host report that records a job id or names a multi-worker
+    task (``analysis.grouping.candidate``); its siblings are the unanalysed sessions whose
+    folder time (``index.session_time``, unix s) falls in its wall-clock window widened by
+    ``grouping.CLOCK_TOLERANCE_S``, the same tolerance grouping applies.
+
+    Args:
+      sessions: {(run, session): Session} of the last scan.
+      analysed: {(run, session): report} (``ReportService.analysed``).
+      busy: whether (run, session) is queued or being analysed.
+      limit: at most this many sessions are returned.
+    Returns:
+      the sessions to analyse, at most ``limit``.
+    """
+    windows = []
+    for r in analysed.values():
+        c = candidate(0, r)
+        if c is not None and (c.job_id or (c.task and not c.task.startswith("localhost:"))):
+            w = wall_window(r)
+            if w:
+                windows.append((w[0] - CLOCK_TOLERANCE_S, w[1] + CLOCK_TOLERANCE_S))
+    out: List[Session] = []
+    for key, s in sorted(sessions.items()):
+        if len(out) >= limit or not windows:
+            break
+        if key in analysed or busy(key):
+            continue
+        t = session_time(s)
+        if any(lo <= t <= hi for lo, hi in windows):
+            out.append(s)
+    return out

@@ -26,10 +26,10 @@ from .. import __version__
 from .. import report as report_mod
 from ..analysis.session import analyze_session
 from ..logdir import Session, find_sessions, is_remote
-from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, session_row
+from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
-from .reports import ANALYSIS_WORKERS, ReportService
+from .reports import ANALYSIS_WORKERS, SUMMARY_KEYS, JobGrouper, ReportService, job_members, regroup, sibling_sessions
 from .trend import TrendService
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         self._logdir = plugin_logdir(context)
         self._index = SessionIndex(self._logdir, find=find, max_age_s=rescan_interval_s)
         self._reports = ReportService(analyze, workers=workers)
+        self._jobs = JobGrouper()
         self._trends = TrendService(self._index.inside_logdir)
         self._report_wait_s = report_wait_s
         self._active = False
@@ -89,6 +90,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/index.js": self._serve_index_js,
             "/sessions": self._serve_sessions,
             "/report": self._serve_report,
+            "/job": self._serve_job,
             "/trend": self._serve_trend,
         }
 
@@ -126,13 +128,22 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         Returns:
           ``(200, body)``; body keys ``version``, ``logdir``, ``scanned``, ``scanning``,
           ``error`` and ``error_kind`` (None unless the logdir cannot be searched),
-          ``problems`` (at most 100 lines), ``sessions`` (rows of :func:`.index.session_row`)
-          and ``cache`` (``ReportService.stats``).
+          ``problems`` (at most 100 lines), ``sessions`` (rows of :func:`.index.session_row`;
+          the analysed workers of a multi-worker job as one row, :func:`.index.job_rows`)
+          and ``cache`` (``ReportService.stats``). Sessions that may be other workers of an
+          analysed worker's job are queued for analysis (:func:`.reports.sibling_sessions`).
         """
         snap = self._index.current(wait_s=SCAN_WAIT_S)
+        analysed = self._reports.analysed()
+        for s in sibling_sessions(snap.sessions, analysed, self._reports.pending):
+            try:
+                self._reports.request(self._index.fresh(s), wait_s=0)
+            except RouteError:
+                pass  # gone since the scan
         rows = [session_row(s, self._reports.latest(key), self._reports.pending(key))
                 for key, s in snap.sessions.items()]
         rows.sort(key=lambda r: (-r["time"], r["run"], r["session"]))
+        rows = job_rows(rows, self._jobs.jobs(analysed), SUMMARY_KEYS)
         return 200, {"version": __version__, "logdir": self._logdir, "scanned": snap.scanned,
                      "scanning": snap.scanning, "error": snap.error, "error_kind": snap.error_kind,
                      "problems": snap.problems[:100], "sessions": rows, "cache": self._reports.stats()}
@@ -164,6 +175,51 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
         return 200, report_mod.build_report([report]), source
+
+    def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
+        """``/job?run=R&session=S``: the one report of the multi-worker job whose worker
+        session is (R, S) (any of its workers; ``members`` of the job's ``/sessions`` row).
+
+        Args:
+          params: the query parameters (``run``, ``session``; others are ignored).
+          wait_s: how long to wait for each worker's analysis (seconds; default ``report_wait_s``).
+
+        Returns:
+          ``(200, {"version", "sessions": [job report]}, source)`` (``kind: "job"``,
+          ``analysis.grouping.job_report``), its workers re-read as they are on disk now; or
+          ``(202, {"status": "analysing", ...}, "analysing")`` while a worker is analysed.
+          ``source``: ``hit`` when every worker's report came from the cache, else ``miss``.
+
+        Raises:
+          RouteError: 400 for a bad parameter; 404 for a session that is not in the logdir or
+            is not (or no longer) a worker of a job among the analysed sessions; 503 while
+            the first scan has not finished.
+        """
+        run, name = required(params, "run"), required(params, "session")
+        check_run_name(run)
+        check_session_name(name)
+        self._index.lookup(run, name)
+        job = self._jobs.job_of((run, name), self._reports.analysed())
+        if job is None:
+            raise RouteError(404, f"session {run}/{name} is not a worker of a multi-worker job "
+                                  "(or its job's other workers are not analysed yet)")
+        wait = self._report_wait_s if wait_s is None else wait_s
+        workers = [self._index.fresh(self._index.lookup(*key)) for key in job_members(job)]
+        for w in workers:  # queue every worker before waiting for any
+            self._reports.request(w, wait_s=0)
+        reports, sources = [], set()
+        for w in workers:
+            report, source = self._reports.request(w, wait_s=wait)
+            if report is None:
+                return 202, {"status": "analysing", "run": run, "session": name,
+                             "retry_after_ms": RETRY_AFTER_MS}, source
+            reports.append(report)
+            sources.add(source)
+        fresh = regroup(reports)
+        if fresh is None:
+            raise RouteError(404, f"the workers of {job['session']} no longer form one job (their files changed); "
+                                  "reload the session list")
+        return 200, report_mod.build_report([fresh]), "hit" if sources == {"hit"} else "miss"
 
     def trend_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
         """``/trend`` or ``/trend?run=R``: the step-time trend of every run (or of run R).
@@ -204,6 +260,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_report(self, request):
         return self._dispatch(request, self.report_impl)
+
+    @wrappers.Request.application
+    def _serve_job(self, request):
+        return self._dispatch(request, self.job_impl)
 
     @wrappers.Request.application
     def _serve_trend(self, request):
