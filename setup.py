@@ -45,13 +45,15 @@ setup(
         "gpu": ["nvidia-ml-py>=11.515.75"],
         "beam": ["apache-beam>=2.50"],
         "remote": ["s3fs>=2023.1.0", "gcsfs>=2023.1.0"],
+        "notebook": ["pandas>=1.5.1"],  # Report.to_dataframe(); 1.5.1: the first with Python 3.11 wheels
         # s3fs/gcsfs floors here only steer pip: moto needs boto3, whose newest release
         # pins a botocore newer than any aiobotocore accepts, and without them pip resolves
         # that by falling back to s3fs 0.4.2 (2020). tests/test_min_versions.py fails when
         # the s3fs installed is more than a year old.
         "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
                  "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
-                 "apache-beam>=2.50"],
+                 "apache-beam>=2.50", "pandas>=1.5.1", "nbclient>=0.10.0", "nbformat>=5.10.0", "ipykernel>=6.29.0",
+                 "nbconvert>=7.16.0"],
     },
     entry_points={
         "console_scripts": ["tfbneck = tfbneck_plugin.cli:main"],
