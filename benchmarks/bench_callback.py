@@ -33,7 +33,6 @@ import argparse
 import logging
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time

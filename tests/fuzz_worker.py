@@ -1,6 +1,6 @@
 """Subprocess worker of the fuzz tests: analyses one trace file per request, under a memory cap.
 
-Run by tests/fuzz_harness.py as ``python fuzz_worker.py``; reads one JSON request per
+Run by tests/support/fuzz_harness.py as ``python fuzz_worker.py``; reads one JSON request per
 line on stdin (``{"path": ...}``) and answers one JSON line per request on stdout. The
 address-space limit (``TFBNECK_FUZZ_MEM_MB``, set with RLIMIT_AS before anything is
 imported) bounds memory; the parent bounds time (it kills a worker that does not answer).

@@ -5,8 +5,8 @@ run. ``tfbneck analyze LOGDIR --format json`` runs in a subprocess (time limit, 
 space capped at 1.5 GiB), and the test checks that the bad session gets a clear one-line
 status or warning, that the good sessions beside it are still analysed, that the exit
 status says what happened, and that nothing in the logdir changed (names, types, sizes,
-mtimes, link targets, file contents; tests/logdir_cli.py runs the CLI and takes the snapshots).
-Results go to docs/faults.md (tests/faults_table.py).
+mtimes, link targets, file contents; tests/support/logdir_cli.py runs the CLI and takes the snapshots).
+Results go to docs/faults.md (tests/support/faults_table.py).
 
 Permission cases need a process that file permissions apply to: as root, the command runs
 under ``setpriv`` without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (still uid 0, but
@@ -25,10 +25,10 @@ import zlib
 import pytest
 
 from conftest import tfbneck_cmd
-from faults_table import Section
-from logdir_cli import CLI_TIMEOUT_S, Result, _unprivileged_prefix, run_cli, snapshot
+from support.faults_table import Section
+from support.logdir_cli import CLI_TIMEOUT_S, Result, _unprivileged_prefix, run_cli, snapshot
 from support.traces import cpu_input_bound
-from xspace_builder import SpaceBuilder
+from support.xspace_builder import SpaceBuilder
 
 RUN = "run"
 GOOD = ("a_good", "z_good")

@@ -1,10 +1,10 @@
-"""Exact breakdowns of synthetic traces with known timings (tests/xspace_builder.py)."""
+"""Exact breakdowns of synthetic traces with known timings (tests/support/xspace_builder.py)."""
 import pytest
 
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from support.traces import STEP_US, cpu_input_bound
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 
 

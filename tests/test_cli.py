@@ -9,7 +9,7 @@ import pytest
 
 from conftest import tfbneck_cmd
 from support.traces import cpu_input_bound
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 
 def run_cli(*args, timeout=120):

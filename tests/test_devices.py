@@ -1,12 +1,12 @@
 """Accelerator traces with exact, known timings: GPU planes, launch overhead, collectives,
-several hosts, missing device data (tests/xspace_builder.py)."""
+several hosts, missing device data (tests/support/xspace_builder.py)."""
 
 import pytest
 
 from tfbneck_plugin.analysis import multihost
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 MS = 1000  # builder times are in us
 STEPS = 3

@@ -10,7 +10,7 @@ a crash or a memory blow-up is observed instead of taking the test run down.
 
 Inputs: hypothesis-driven mutations of traces built with the project's schema and of small
 real traces (``../shared/realtraces``; where it is absent, those committed in tests/data/);
-truncation at every protobuf field boundary; constructed extremes (tests/fuzz_harness.py: CONSTRUCTIONS); and every
+truncation at every protobuf field boundary; constructed extremes (tests/support/fuzz_harness.py: CONSTRUCTIONS); and every
 crash found so far, kept in tests/fuzz_regressions/.
 
 Budget (CI: about 2 minutes on 2 cores) and longer runs, all by environment variables:
@@ -40,10 +40,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings, strategies as st
 
-import fuzz_harness as fh
+from support import fuzz_harness as fh
 from conftest import DATA, REALTRACES
-import wire_tree as wt
-from faults_table import Section
+from support import wire_tree as wt
+from support.faults_table import Section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REGRESSION_DIR = os.path.join(HERE, "fuzz_regressions")

@@ -114,7 +114,7 @@ def test_window_report_fills_its_reserved_output_from_another_thread(executed):
 @pytest.mark.browser
 def test_saved_html_reads_without_javascript(executed):
     _, path = executed
-    from plugin_helpers import CHROMIUM_ARGS, chromium_path, screenshot
+    from support.plugin_helpers import CHROMIUM_ARGS, chromium_path, screenshot
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")
     exe = chromium_path()
     if exe is None:

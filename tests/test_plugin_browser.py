@@ -28,7 +28,7 @@ import pytest
 
 from tfbneck_plugin.logdir import find_sessions
 
-from plugin_helpers import (BROKEN_KINDS, DEMO_LOGS, EXPECTED, REALTRACES, SCRIPT_RUN, SLOW_TENSORBOARD,
+from support.plugin_helpers import (BROKEN_KINDS, DEMO_LOGS, EXPECTED, REALTRACES, SCRIPT_RUN, SLOW_TENSORBOARD,
                             TensorBoard, build_plugin_logdir, chromium_context, make_tf_traces, screenshot)
 from support.browser_tab import KIND_LABELS, Tab
 
@@ -104,8 +104,10 @@ def check_chart(tab: Tab, report: dict):
     assert int(canvas.get_attribute("data-points")) == steps["count"] * (len(used) + 1)  # + the total bar
     assert canvas_pixels(tab.frame, "canvas.tfb-steps-canvas") > 5000, "the step chart is blank"
     # The whole session's bar: one segment per category with time, sized by its share.
-    segs = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-breakdown .tfb-seg')).map(s => [s.dataset.category, parseFloat(s.style.width)])")
-    assert segs == [[c, pytest.approx(report["breakdown_pct"][c], abs=0.01)] for c in BREAKDOWN if report["breakdown_pct"].get(c, 0) > 0]
+    segs = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-breakdown .tfb-seg'))"
+                              ".map(s => [s.dataset.category, parseFloat(s.style.width)])")
+    shares = report["breakdown_pct"]
+    assert segs == [[c, pytest.approx(shares[c], abs=0.01)] for c in BREAKDOWN if shares.get(c, 0) > 0]
 
 
 def check_stages(tab: Tab, report: dict):
@@ -125,7 +127,8 @@ def check_stages(tab: Tab, report: dict):
 def check_recommendations(tab: Tab, report: dict):
     recs = report.get("recommendations") or []
     assert tab.fl.locator(".tfb-rec").count() == len(recs)
-    codes = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec')).map(r => { const c = r.querySelector('pre code'); return c ? c.textContent : null; })")
+    codes = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
+                               ".map(r => { const c = r.querySelector('pre code'); return c ? c.textContent : null; })")
     assert codes == [r.get("code") or None for r in recs]
 
 
@@ -235,7 +238,8 @@ def test_errors_are_explained_inline(ctx, fixture_tb):
         if kind == "skipped":
             assert tab.fl.locator(".tfb-error-hint").inner_text() == f"Reason given when it was skipped: {report['skipped']}"
         if kind == "incomplete":  # the recorded reason, less the words that repeat the headline
-            assert tab.fl.locator(".tfb-error-hint").inner_text() == "Files left in this folder are partial. Delete the folder to dismiss this entry."
+            assert tab.fl.locator(".tfb-error-hint").inner_text() == (
+                "Files left in this folder are partial. Delete the folder to dismiss this entry.")
         tab.shot(f"error-{case}")
     tab.close()
 
@@ -308,7 +312,8 @@ def test_compare_two_sessions(ctx, fixture_tb):
         " return cols.length === 2 && cols[0].textContent === a && cols[1].textContent === b"
         " && document.querySelector('canvas.tfb-compare-canvas')?.dataset.chart === 'ready'; }",
         arg=[runs["keras3_before"], runs["keras3_after"]], timeout=60_000)
-    verdicts = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-compare-col .tfb-verdict')).map(v => v.dataset.bottleneck)")
+    verdicts = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-compare-col .tfb-verdict'))"
+                                  ".map(v => v.dataset.bottleneck)")
     assert verdicts == [a["bottleneck"], b["bottleneck"]]
     row = tab.fl.locator('.tfb-compare-table tr[data-metric="Step time mean"] td')
     ma, mb = a["steps"]["step_time_ms"]["mean"], b["steps"]["step_time_ms"]["mean"]
@@ -381,7 +386,8 @@ def test_a_slow_analysis_does_not_hold_up_the_tab(ctx, tmp_path):
                      env={"TFBNECK_TEST_SLOW_RUN": slow_run, "TFBNECK_TEST_RELEASE_FILE": str(release)}) as tb:
         tab = Tab(ctx, tb, "slow")
         sessions = {r["run"]: r["session"] for r in api_sessions(tb)}
-        index = tab.frame.evaluate("(run) => Array.from(document.querySelectorAll('.tfb-item')).findIndex(li => li.dataset.run === run)", slow_run)
+        index = tab.frame.evaluate("(run) => Array.from(document.querySelectorAll('.tfb-item'))"
+                                   ".findIndex(li => li.dataset.run === run)", slow_run)
         tab.fl.locator(".tfb-item").nth(index).click()
         tab.fl.locator(".tfb-message", has_text="Analysing").wait_for(timeout=60_000)
         screenshot(tab.page, "slow-analysing")

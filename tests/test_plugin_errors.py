@@ -23,7 +23,7 @@ from tfbneck_plugin.plugin import BottleneckPlugin
 from tfbneck_plugin.plugin import index as index_mod
 from tfbneck_plugin.plugin.query import ROUTE_ERROR_KINDS
 
-from plugin_helpers import (BROKEN_KINDS, DEAD_PID, REPO, RecordingAnalyzer, add_broken_sessions, make_fake_logdir,
+from support.plugin_helpers import (BROKEN_KINDS, DEAD_PID, REPO, RecordingAnalyzer, add_broken_sessions, make_fake_logdir,
                             put_session, scanned_listing, wait_active, wait_report)
 
 

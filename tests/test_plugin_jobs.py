@@ -156,7 +156,7 @@ def test_tab_shows_the_job_with_its_workers_and_their_trace_viewer_links(tmp_pat
     entry, which opens on the job's verdict and a table of both workers, worker:1 marked
     the straggler; each worker's Trace Viewer link opens that worker's run and host, and the
     Profile plugin loads worker:1's trace from it."""
-    from plugin_helpers import TensorBoard, chromium_context, screenshot
+    from support.plugin_helpers import TensorBoard, chromium_context, screenshot
     from test_plugin_browser import Tab
 
     logdir = tmp_path / "logs"

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from conftest import DEMO_LOGS
-from plugin_helpers import TensorBoard, snapshot_tree
+from support.plugin_helpers import TensorBoard, snapshot_tree
 
 psutil = pytest.importorskip("psutil")
 CLIENTS = 50

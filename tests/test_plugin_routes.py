@@ -35,7 +35,7 @@ from tfbneck_plugin.plugin import BottleneckPlugin, BottleneckPluginLoader, Rout
 from tfbneck_plugin.plugin import index as index_mod
 from tfbneck_plugin.plugin import routes as plugin_mod
 
-from plugin_helpers import (BROKEN_KINDS, LOADED_MARGIN_S, PREFIX, REPO, SCRIPT_RUN, RecordingAnalyzer,
+from support.plugin_helpers import (BROKEN_KINDS, LOADED_MARGIN_S, PREFIX, REPO, SCRIPT_RUN, RecordingAnalyzer,
                             build_plugin_logdir, get_json, get_until_ready, make_fake_logdir, make_tf_traces,
                             put_session, report_url, scanned_listing, snapshot_tree, wait_active, wait_report,
                             wsgi_client)

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import DEMO_LOGS
-from plugin_helpers import TensorBoard
+from support.plugin_helpers import TensorBoard
 
 #: Issue 6's target for a cached report on an idle machine (seconds); printed, not asserted.
 CACHED_REPORT_TARGET_S = 0.050

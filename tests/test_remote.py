@@ -256,7 +256,7 @@ def test_tensorboard_plugin_reads_an_s3_logdir(s3):
     """tensorboard --logdir s3://...: the Bottleneck routes list and diagnose the sessions."""
     import urllib.parse
     import tempfile
-    from plugin_helpers import TensorBoard, tensorboard_command
+    from support.plugin_helpers import TensorBoard, tensorboard_command
     local = local_report()
     env = {k: v for k, v in s3_env(s3).items() if k.startswith("AWS_")}
     # TensorBoard's own loader reads gs:// but not s3:// (that needs tensorflow-io): point
@@ -294,7 +294,7 @@ def test_tensorboard_tab_reports_an_unreachable_store_fast(store):
     """``--bottleneck_logdir`` on a store nobody answers: the sessions route answers at once
     and, within the bound, carries the one-line cause; no request hangs and the server's
     log holds no library traceback."""
-    from plugin_helpers import TensorBoard, tensorboard_command
+    from support.plugin_helpers import TensorBoard, tensorboard_command
     server = SilentServer() if store == "silent" else None
     port = server.port if server else closed_port()
     url = "s3://fleet-logs/logs"

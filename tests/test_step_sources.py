@@ -17,7 +17,7 @@ import pytest
 
 from conftest import DATA, tfbneck_cmd, xprof_input_pipeline
 from tfbneck_plugin.trace import xspace
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 PS_PER_MS = 10 ** 9
 

@@ -1,11 +1,11 @@
-"""Step finders, one synthetic trace per kind of evidence (tests/xspace_builder.py); graph
+"""Step finders, one synthetic trace per kind of evidence (tests/support/xspace_builder.py); graph
 building and warm-up; the step cases of ../shared/cases."""
 import os
 
 import numpy as np
 import pytest
 from conftest import SHARED
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 from tfbneck_plugin.analysis import host as hostmod
 from tfbneck_plugin.analysis.session import analyze_session

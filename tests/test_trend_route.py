@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from tensorboard.plugins import base_plugin
 
-from plugin_helpers import get_json, put_session, scanned_listing, wsgi_client
+from support.plugin_helpers import get_json, put_session, scanned_listing, wsgi_client
 from tfbneck_plugin.capture.trend import JobTrend
 from tfbneck_plugin.plugin.query import RouteError
 from tfbneck_plugin.plugin.routes import BottleneckPlugin

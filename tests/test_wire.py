@@ -10,7 +10,7 @@ import pytest
 
 from conftest import DATA
 from tfbneck_plugin.trace import wire
-from xspace_builder import SpaceBuilder
+from support.xspace_builder import SpaceBuilder
 
 
 def test_varints_decode_like_protobuf():

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import DATA
 from tfbneck_plugin.trace import xspace
-from xspace_builder import SpaceBuilder
+from support.xspace_builder import SpaceBuilder
 
 TF_XPLANE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from plugin_helpers import TensorBoard, screenshot
+from support.plugin_helpers import TensorBoard, screenshot
 
 #: The verdict labels the tab shows (frontend/src/format.js).
 KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", "network": "Network-bound",

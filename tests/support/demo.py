@@ -6,7 +6,7 @@ import os
 import pytest
 
 from support.traces import cpu_input_bound
-from xspace_builder import SpaceBuilder, session_path
+from support.xspace_builder import SpaceBuilder, session_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPECTED_PATH = os.path.join(ROOT, "demo_logs", "EXPECTED.json")

@@ -1,5 +1,5 @@
-"""Exact synthetic traces shared by several test modules (built with tests/xspace_builder.py)."""
-from xspace_builder import SpaceBuilder
+"""Exact synthetic traces shared by several test modules (built with tests/support/xspace_builder.py)."""
+from support.xspace_builder import SpaceBuilder
 
 #: Step length of the built traces (us).
 STEP_US = 10_000

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from plugin_helpers import TensorBoard, chromium_context
+from support.plugin_helpers import TensorBoard, chromium_context
 from support.browser_tab import KIND_LABELS, Tab
 
 WINDOW_RGB = {"scheduled": (26, 115, 232), "triggered": (217, 48, 37)}

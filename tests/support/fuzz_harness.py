@@ -2,7 +2,7 @@
 
 * **Seeds**: small real traces from ../shared/realtraces (when present; else those committed in
   tests/data/) and traces built
-  with the project's schema (tests/xspace_builder.py) that reach every analysis path:
+  with the project's schema (tests/support/xspace_builder.py) that reach every analysis path:
   step markers, tf.data stages with producer/consumer links, GPU streams, copies,
   collectives, a device ``Steps`` line, JAX metadata.
 * **Mutations** (each returns new bytes): bit flips, truncation at a protobuf field
@@ -28,10 +28,10 @@ import sys
 import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
-import wire_tree as wt
-from xspace_builder import SpaceBuilder
+from support import wire_tree as wt
+from support.xspace_builder import SpaceBuilder
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 
 # ----------------------------------------------------------------------------------------
 # Seeds
@@ -435,12 +435,12 @@ class Worker:
 
     def start(self) -> None:
         env = dict(os.environ, TFBNECK_FUZZ_MEM_MB=str(self.mem_mb), OPENBLAS_NUM_THREADS="1",
-                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE]))
+                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), TESTS]))
         env.pop("TFBNECK_PURE_PYTHON", None)
         if self.pure_python:
             env["TFBNECK_PURE_PYTHON"] = "1"
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fuzz_worker.py")], env=env,
+        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "fuzz_worker.py")], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         hello = self._answer(120.0)
         assert hello and hello.get("ready"), f"fuzz worker did not start: {hello} {self._stderr_tail()}"

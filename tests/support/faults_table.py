@@ -13,7 +13,7 @@ import os
 import re
 from typing import Dict, List, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTS_MD = os.path.join(ROOT, "docs", "faults.md")
 
 HEADER = """# Faults and bad inputs: what tfbneck does with them

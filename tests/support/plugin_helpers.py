@@ -31,7 +31,7 @@ from werkzeug.test import Client
 
 from tfbneck_plugin.causes import CAUSES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 ARTIFACTS = TESTS / "_artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
