@@ -11,6 +11,7 @@ reports.
 import glob
 import json
 import os
+import tempfile
 import shutil
 
 import pytest
@@ -50,10 +51,12 @@ def copy_session(job_name, worker, dest_logdir, keep_job=True, run=None):
 
 
 def analyze(path):
-    out = os.path.join(str(path), "..", "report.json")
-    code = cli_main(["analyze", str(path), "--format", "json", "--output", out])
-    with open(out, encoding="utf-8") as f:
-        return code, json.load(f)["sessions"]
+    """The CLI's JSON report of ``path`` (written to a temporary file: never beside the data)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "report.json")
+        code = cli_main(["analyze", str(path), "--format", "json", "--output", out])
+        with open(out, encoding="utf-8") as f:
+            return code, json.load(f)["sessions"]
 
 
 def entries(sessions):
