@@ -111,11 +111,7 @@ class StepTracker:
         if end is not None and last > end >= first:
             last = end  # the epoch's last execution is shorter
         self.seen = last
-        if self.timer.tick(first, last) == FIRED:
-            self._triggered(first)
-        if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
-            return None
-        return self._acting(first, last)
+        return self._counted(first, last)
 
     def loop_step(self, step_num: Optional[int] = None, batches: int = 1) -> Optional[Range]:
         """A custom loop begins a step of ``batches`` batches, numbered ``step_num`` (None:
@@ -124,6 +120,11 @@ class StepTracker:
         last = first + batches - 1
         if last > self.seen:
             self.seen = last
+        return self._counted(first, last)
+
+    def _counted(self, first: int, last: int) -> Optional[Range]:
+        """After a step is counted: time it (the slowdown trigger may fire), then None when
+        the callback has nothing to do at this step (the fast path), else ``(first, last)``."""
         if self.timer.tick(first, last) == FIRED:
             self._triggered(first)
         if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
