@@ -19,7 +19,9 @@ import pytest
 from conftest import HERE, ROOT, tfbneck_cmd
 
 from tfbneck_plugin.analysis import host as hostmod
+from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.analysis.steps import find_steps
+from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.trace import xspace
 
 pytestmark = pytest.mark.tf
@@ -47,6 +49,12 @@ def _search(folder):
     space = xspace.read_space(files[0])
     view = hostmod.host_view(space)
     return find_steps(space, view), view
+
+
+def _report(folder):
+    """The session report of the one session under ``folder`` (the real analyzer)."""
+    (session,) = find_sessions(str(folder)).sessions
+    return analyze_session(session)
 
 
 def _events(view, name):
@@ -87,6 +95,13 @@ def test_keras3_fit_profiled_from_the_first_batch_flags_step_one_as_warmup(runs)
     assert reason.startswith("step 0 is warm-up: graph building took ")
     assert f"`{GRAPH_BUILD}` of `multi_step_on_iterator`" in reason and "instantiation" in reason
     assert "the median step that built no graph" in reason
+    # The report leaves the warm-up step out of the breakdown and the verdict, and says so.
+    report = _report(runs("keras3_first_batch"))
+    assert report["steps"]["count"] == 3 and [i["step"] for i in report["steps"]["items"]] == [1, 2, 3]
+    assert report["steps"]["warmup"]["steps"] == [0] and report["steps"]["warmup"]["excluded"] is True
+    # The steady steps' times are the ones reported: none is near the warm-up step's.
+    assert report["steps"]["step_time_ms"]["max"] < report["steps"]["warmup"]["time_ms"] / 5
+    assert any("warm-up step(s)" in e and "excluded" in e for e in report["evidence"])
 
 
 def test_user_annotations_without_r_around_gradient_accumulation(runs):
@@ -142,3 +157,8 @@ def test_python_int_argument_retraces_every_step_tensor_argument_does_not(runs):
     assert "`train_step`" in tensor.warmup_reason
     # Side by side: retracing makes the steady step several times longer.
     assert np.median(py.durations_ps[1:]) > 3 * np.median(tensor.durations_ps[1:])
+    # The verdicts: retracing for the Python int, not for the tensor.
+    retraced = _report(os.path.join(str(folder), "python_int"))
+    assert (retraced["bottleneck"], retraced["cause"]) == ("cpu", "retracing"), retraced["evidence"]
+    assert retraced["recommendations"][0]["fix"] in ("tensor_arguments", "input_signature", "reduce_retracing")
+    assert _report(os.path.join(str(folder), "tensor"))["cause"] != "retracing"
