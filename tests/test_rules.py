@@ -275,6 +275,29 @@ def test_warmup_is_reported_and_all_warmup_caps_confidence():
     assert v.confidence <= 0.4 and "no steady step" in v.evidence[0]
 
 
+def test_device_imbalance_edges():
+    from tfbneck_plugin.analysis.evidence import IMBALANCE_POINTS
+
+    def devices(spread):
+        return [{"device": "/device:GPU:0", "kernels": 10, "busy_pct": 90.0, "events": 10},
+                {"device": "/device:GPU:1", "kernels": 10, "busy_pct": 90.0 - spread, "events": 10}]
+    below = verdict(findings(placement=gpu_traced(), device_kind="GPU", devices=devices(IMBALANCE_POINTS - EPS)))
+    above = verdict(findings(placement=gpu_traced(), device_kind="GPU", devices=devices(IMBALANCE_POINTS + EPS)))
+    assert not any("imbalanced" in e for e in below.evidence)
+    assert any("imbalanced" in e and "/device:GPU:1" in e for e in above.evidence)
+    shared = verdict(findings(placement=gpu_traced(), device_kind="GPU", devices=devices(50), shared_clock_only=True))
+    assert not any("imbalanced" in e for e in shared.evidence)  # one device's own clock: not comparable
+
+
+def test_steps_inferred_from_the_cadence_lower_the_confidence():
+    from tfbneck_plugin.analysis.verdict import INFERRED_STEPS_PENALTY
+    marked = verdict(findings(pct=pct(device_compute=95, idle=5)))
+    cadence = verdict(findings(pct=pct(device_compute=95, idle=5),
+                               steps=StepFacts(source="iterator_cadence", count=10, mean_ms=10.0)))
+    assert cadence.confidence == pytest.approx(marked.confidence - INFERRED_STEPS_PENALTY, abs=0.011)
+    assert cadence.evidence[0].startswith("Steps were inferred from the IteratorGetNext cadence")
+
+
 def test_no_steps_caps_confidence_and_says_why():
     v = verdict(findings(pct=pct(device_compute=95, idle=5), steps=StepFacts(why_none="No steps found (x: y).")))
     assert v.confidence == NO_STEPS_CONFIDENCE and v.evidence[0].startswith("No steps found")
