@@ -225,6 +225,20 @@ def test_transfer_edges_sum_both_directions():
     assert (above.bottleneck, above.cause) == ("device", "host_device_transfer")
 
 
+def test_eager_gaps_between_ops_count_as_python_overhead():
+    # Eager: 19 % host overhead + 30 % unrecorded between the dispatched ops is Python (the
+    # demo's run_eagerly=True fit, 2.9x faster compiled).
+    eager = verdict(findings(pct=pct(host_compute=19.0, device_compute=51.0, idle=30.0), eager=True))
+    assert (eager.bottleneck, eager.cause) == ("cpu", "eager_execution")
+    assert any("between the eagerly dispatched ops" in e for e in eager.evidence)
+    edge = rules.HOST_OVERHEAD_PCT
+    below = verdict(findings(pct=pct(host_compute=edge / 2, idle=edge / 2 - EPS, device_compute=60), eager=True))
+    assert below.cause == "model_compute"
+    # Not eager: unrecorded time is not Python's by default.
+    graph = verdict(findings(pct=pct(host_compute=19.0, device_compute=51.0, idle=30.0)))
+    assert graph.cause == "model_compute"
+
+
 def test_eager_host_overhead_is_eager_execution():
     v = verdict(findings(pct=pct(host_compute=60, device_compute=30), eager=True))
     assert v.cause == "eager_execution" and v.recommendations[0]["fix"] == "tf_function"

@@ -304,14 +304,22 @@ def kernel_launch(f: Findings) -> Optional[Verdict]:
 def host_overhead(f: Findings) -> Optional[Verdict]:
     """Host overhead >= ``HOST_OVERHEAD_PCT`` with device and input idle: ``cpu``/``python_overhead``
     (``eager_execution`` when the model runs eagerly).
-    """
+
+    In an eager program the training thread runs Python between the ops it dispatches, and
+    without the Python tracer that time is recorded as nothing: there, the unrecorded share
+    counts as host overhead too (inferred)."""
     hostc = f.share("host_compute")
-    if hostc < HOST_OVERHEAD_PCT:
+    gaps = f.share("idle") if f.eager else 0.0
+    if hostc + gaps < HOST_OVERHEAD_PCT:
         return None
     idle_what = "CPU model math" if f.device_kind == "CPU" else "device"
-    return Verdict("cpu", "eager_execution" if f.eager else "python_overhead", confidence(hostc, HOST_OVERHEAD_PCT),
-                   context(f) + [f"{hostc:.1f}% of the step is host-side overhead (Python, Keras, op dispatch) with "
-                                 f"the {idle_what} idle (threshold {HOST_OVERHEAD_PCT:.0f}%)."])
+    ev = context(f) + [f"{hostc:.1f}% of the step is host-side overhead (Python, Keras, op dispatch) with the "
+                       f"{idle_what} idle (threshold {HOST_OVERHEAD_PCT:.0f}%)."]
+    if gaps:
+        ev.append(Inferred(f"Another {gaps:.1f}% passes between the eagerly dispatched ops with nothing recorded: "
+                           f"Python running the model op by op, {hostc + gaps:.1f}% in all."))
+    return Verdict("cpu", "eager_execution" if f.eager else "python_overhead",
+                   confidence(hostc + gaps, HOST_OVERHEAD_PCT), ev)
 
 
 def unrecorded(f: Findings) -> Optional[Verdict]:
