@@ -53,7 +53,7 @@ setup(
         "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
                  "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
                  "apache-beam>=2.50", "pandas>=1.5.1", "nbclient>=0.10.0", "nbformat>=5.10.0", "ipykernel>=6.29.0",
-                 "nbconvert>=7.16.0"],
+                 "nbconvert>=7.16.5"],
     },
     entry_points={
         "console_scripts": ["tfbneck = tfbneck_plugin.cli:main"],
