@@ -490,8 +490,14 @@ def _sidecar_against_meter(window, meter):
         side = json.load(f)
     assert side["sampler_error"] is None
     tree_s = sum(x["tree_cpu_pct"] * x["dt_s"] for x in side["samples"]) / 100.0
-    # The meter reads just outside the sampler's window (staging folder and publishing).
-    assert tree_s == pytest.approx(meter["tree_cpu_s"], abs=0.1 + 0.15 * meter["tree_cpu_s"]), (tree_s, meter)
+    sampled_s = sum(x["dt_s"] for x in side["samples"])
+    # The meter's span holds the sampler's and more (the staging folder, the profiler's stop and
+    # export, publishing: CPU work that takes longer on a busy machine). So the sampler sees no
+    # more CPU time than the meter (one 10 ms kernel tick per core and sample of slack), and the
+    # same CPU rate (cores) within 0.25 cores and 20 %.
+    assert tree_s <= meter["tree_cpu_s"] + 0.02 * len(side["samples"]) * meter["cpu_count"] + 0.05, (tree_s, meter)
+    rate, meter_rate = tree_s / sampled_s, meter["tree_cpu_s"] / meter["wall_s"]
+    assert rate == pytest.approx(meter_rate, abs=0.25 + 0.2 * meter_rate), (rate, sampled_s, meter)
     summary = summarize(side)
     assert summary["scope"] == "process_tree"
     assert summary["others_cpu_cores"] == pytest.approx(meter["others_cores"], abs=0.35), (summary, meter)
