@@ -21,6 +21,17 @@ BUCKET = "fleet-logs"
 FAIL_FAST_S = 20.0
 
 
+def wait_for_port(port: int, seconds: float) -> None:
+    """Until something listens on 127.0.0.1:``port`` (a server just started), at most ``seconds``."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,13 +114,7 @@ def s3(tmp_path_factory):
     proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_for_port(port, 30)
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
                               aws_secret_access_key="testing", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
@@ -165,13 +170,7 @@ def test_s3_permission_denied():
     proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_for_port(port, 60)
         url = "s3://any-bucket/logs"
         line = assert_one_line_error(*run_cli(["analyze", url], env=s3_env(f"http://127.0.0.1:{port}")), url,
                                      "permission denied")
