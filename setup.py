@@ -34,14 +34,17 @@ setup(
         "psutil>=5.9.4",
         "tqdm>=4.60",
         "tensorboard>=2.12",
-        "tensorboard-plugin-profile>=2.13",
         "fsspec>=2023.1.0",
         "scipy>=1.9.2",  # compare: Mann-Whitney U; 1.9.2: the first with Python 3.11 wheels
     ],
     extras_require={
+        # XProf (TensorBoard's Profile tab) opens the tab's "Open in Trace Viewer" links; an
+        # extra, not a requirement: it more than doubles the install (docs/install.md).
+        "xprof": ["tensorboard-plugin-profile>=2.13"],
         # 2.12-2.15 (Keras 2 inside TensorFlow) were seen to record only the first step of
-        # a window: their own step markers interleave with the callback's.
-        "tensorflow": ["tensorflow>=2.16.1", "tf-keras>=2.16"],
+        # a window: their own step markers interleave with the callback's. XProf comes
+        # along: who profiles training opens the traces too.
+        "tensorflow": ["tensorflow>=2.16.1", "tf-keras>=2.16", "tensorboard-plugin-profile>=2.13"],
         "gpu": ["nvidia-ml-py>=11.515.75"],
         "beam": ["apache-beam>=2.50"],
         "remote": ["s3fs>=2023.1.0", "gcsfs>=2023.1.0"],
@@ -50,7 +53,8 @@ setup(
         # pins a botocore newer than any aiobotocore accepts, and without them pip resolves
         # that by falling back to s3fs 0.4.2 (2020). tests/test_min_versions.py fails when
         # the s3fs installed is more than a year old.
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
+        "test": ["tensorboard-plugin-profile>=2.13",
+                 "pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
                  "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
                  "apache-beam>=2.50", "pandas>=1.5.1", "nbclient>=0.10.0", "nbformat>=5.10.0", "ipykernel>=6.29.0",
                  "nbconvert>=7.16.5"],

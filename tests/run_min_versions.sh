@@ -4,7 +4,7 @@
 #   bash tests/run_min_versions.sh [PYTEST ARGS...]
 #
 # 1. build/venv-min: exactly the floors setup.py declares for install_requires and the
-#    [remote], [beam], [gpu] and [test] extras (each ==floor, from tests/min_versions.py; what
+#    [xprof], [remote], [beam], [gpu] and [test] extras (each ==floor, from tests/min_versions.py; what
 #    they pull in at its newest compatible release, as a resolver's "lowest-direct" mode),
 #    then every test that starts no TensorFlow and no browser: reader, analyzer, CLI,
 #    TensorBoard plugin (a real TensorBoard 2.12), remote storage, Beam.
@@ -51,7 +51,7 @@ HINTS=$'aiobotocore[boto3]\nsetuptools<81'
 
 # --- 1. Floors of everything but TensorFlow ------------------------------------------------
 new_venv "$VENV"
-"$VENV/bin/python" tests/min_versions.py remote beam gpu test --exclude tensorflow,tf-keras > "$VENV/pins.txt"
+"$VENV/bin/python" tests/min_versions.py xprof remote beam gpu test --exclude tensorflow,tf-keras > "$VENV/pins.txt"
 echo "$HINTS" >> "$VENV/pins.txt"
 "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$VENV/pins.txt"
 "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .

@@ -18,8 +18,7 @@ _LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "an
 def __getattr__(name):
     # The callback needs TensorFlow: import it only when asked for.
     if name == "BottleneckProfiler":
-        from .capture import callback
-        return callback.BottleneckProfiler
+        return _bottleneck_profiler()
     if name == "profile_steps":  # building a schedule needs no TensorFlow
         from .capture.schedule import profile_steps
         return profile_steps
@@ -33,6 +32,18 @@ def __getattr__(name):
         from . import api
         return getattr(api, name)
     raise AttributeError(f"module 'tfbneck_plugin' has no attribute {name!r}")
+
+
+def _bottleneck_profiler():
+    try:
+        import tensorflow  # noqa: F401  (only to tell a missing TensorFlow from another import error)
+    except ModuleNotFoundError as e:
+        if e.name != "tensorflow":
+            raise
+        raise ImportError("BottleneckProfiler needs TensorFlow: pip install '.[tensorflow]' from the tfbneck "
+                          "clone (or any TensorFlow >= 2.16 with tf-keras); the analyzer, CLI and tab do not") from None
+    from .capture import callback
+    return callback.BottleneckProfiler
 
 
 def __dir__():

@@ -87,8 +87,10 @@ class SessionReport(dict):
 class Report:
     """The reports of one ``analyze`` call: one :class:`SessionReport` per session found.
 
-    Iterates over sessions in the CLI's order (sorted by run, then session), indexes by
-    position or by ``"run/session"`` (or ``"run"`` when the run has one session).
+    Iterates over sessions in the CLI's order (by run, then session, numbers in names
+    ordered by value), indexes by position or by ``"run/session"``; ``r["run"]`` is that
+    run's one :class:`SessionReport`, or, for a run with several windows, a ``Report`` of
+    them (``r["run"][-1]``: the latest window).
 
     Attributes:
       sessions: the session reports.
@@ -118,7 +120,7 @@ class Report:
             if not found:
                 raise KeyError(f"{key!r}: no such session; sessions: "
                                + ", ".join(notebook.session_title(s) for s in self.sessions))
-            raise KeyError(f"{key!r}: run with {len(found)} sessions; use 'run/session'")
+            return Report(found, (), self.version)  # a run's several windows, in session order
         return self.sessions[key]
 
     @property
@@ -200,10 +202,12 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     Returns:
       A :class:`Report`: one :class:`SessionReport` per session (a session that cannot be
       read is one with ``status`` ``error`` and a one-line ``error``; the others are still
-      reported), plus the discovery warnings in ``problems``.
+      reported; among several paths, one that cannot be searched is such a row too, named
+      by the path), plus the discovery warnings in ``problems``.
     Raises:
-      tfbneck_plugin.logdir.DiscoveryError: a path that does not exist or cannot be listed,
-        or no profiling session under the paths (one line, as the CLI's exit status 2).
+      tfbneck_plugin.logdir.DiscoveryError: no path can be searched (it does not exist or
+        cannot be listed), or no profiling session under them (one line, as the CLI's exit
+        status 2).
       TypeError, ValueError: arguments of the wrong kind.
     """
     # The CLI's own discovery and analysis: both front doors give the same reports.
@@ -213,11 +217,11 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")
     try:
-        sessions, problems = _discover(paths)
+        sessions, problems, failed = _discover(paths)
     except DiscoveryError as err:
         raise DiscoveryError(str(err), err.cause) from None  # one line, its cause kept
     if not sessions:
         raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
                              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
     from .analysis.grouping import group_jobs  # the sessions of a multi-worker job become one entry, as in the CLI
-    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1))), problems)
+    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1)) + failed), problems)

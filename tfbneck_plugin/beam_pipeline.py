@@ -5,7 +5,8 @@ DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options wit
 ``--beam-options``). The pipeline::
 
     Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
-        -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one report per line)
+        -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one {"key": [path index, run, session],
+                                                         "report": {...}} object per line)
         -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
 
 Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
@@ -21,17 +22,21 @@ from typing import Iterable, List, Optional, Tuple
 
 from .analysis.session import analyze_session
 from .analysis.breakdown import CATEGORIES
-from .logdir import DiscoveryError, find_sessions
+from .errors import path_error_report
+from .logdir import DiscoveryError, find_sessions, label_runs, natural_key
 from .report import COLUMNS, row
 
 CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
 
-def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None
+def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None, several: bool = False
              ) -> Iterable[Tuple[Tuple[int, str, str], object]]:
-    """(path index, path) -> ((index, run, session), Session) for each session found.
+    """(path index, path) -> ((index, run, session), Session) for each session found, runs
+    named as the local runner names them (``logdir.label_runs``; ``several``: more than one
+    PATH was given).
 
-    A path that cannot be searched yields one error record instead of failing the job.
+    A path that cannot be searched yields one error record instead of failing the job
+    (the same row as the local runner's, :func:`errors.path_error_report`).
     ``remote_timeout_s``: the launcher's ``remote.timeout_s()``, carried to workers that do
     not share its environment (Dataflow), for s3:// and gs:// paths."""
     index, path = indexed_path
@@ -41,9 +46,9 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
     try:
         found = find_sessions(path)
     except DiscoveryError as err:
-        yield (index, "", ""), {"status": "error", "error": str(err), "run": "", "session": "", "hosts": []}
+        yield (index, path, ""), path_error_report(path, err)
         return
-    for s in found.sessions:
+    for s in label_runs(path, found.sessions, several):
         yield (index, s.run, s.name), s
 
 
@@ -80,7 +85,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
     with beam.Pipeline(options=options) as p:
         results = (p
                    | "Paths" >> beam.Create(list(enumerate(paths)))
-                   | "FindSessions" >> beam.FlatMap(discover, remote.timeout_s())
+                   | "FindSessions" >> beam.FlatMap(discover, remote.timeout_s(), len(paths) > 1)
                    | "Spread" >> beam.Reshuffle()
                    | "Analyze" >> beam.Map(analyze_keyed))
         (results
@@ -105,5 +110,5 @@ def read_results(output_prefix: str) -> List[dict]:
     for f in opened:
         with f as fh:
             records.extend(json.loads(line) for line in fh if line.strip())
-    records.sort(key=lambda r: tuple(r["key"]))
+    records.sort(key=lambda r: (r["key"][0], natural_key(r["key"][1]), natural_key(r["key"][2])))
     return [r["report"] for r in records]

@@ -17,7 +17,8 @@ from typing import List, Optional
 from . import __version__
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
-from .logdir import DiscoveryError, Session, find_sessions
+from .errors import path_error_report
+from .logdir import DiscoveryError, Session, find_sessions, label_runs
 from .report import RENDERERS, build_report
 
 #: Show a progress bar on stderr from this many sessions on.
@@ -119,18 +120,33 @@ def _prepare_remote(args) -> None:
 
 
 def _discover(paths: List[str]):
+    """``(sessions, problems, failed)`` under ``paths``: ``failed`` holds one error row per
+    PATH that cannot be searched (:func:`errors.path_error_report`), so that one bad PATH
+    among several does not stop the others, as in the Beam runner. Raises DiscoveryError
+    when no PATH can be searched."""
     sessions: List[Session] = []
     problems: List[str] = []
+    failed: List[dict] = []
+    first_error: Optional[DiscoveryError] = None
     seen = set()
     for path in paths:
-        found = find_sessions(path)
-        for s in found.sessions:
+        try:
+            found = find_sessions(path)
+        except DiscoveryError as err:
+            if len(paths) == 1:
+                raise
+            first_error = first_error or err
+            failed.append(path_error_report(path, err))
+            continue
+        for s in label_runs(path, found.sessions, several=len(paths) > 1):
             key = os.path.realpath(s.path)
             if key not in seen:  # overlapping PATHs name the same session once
                 seen.add(key)
                 sessions.append(s)
         problems.extend(found.problems)
-    return sessions, problems
+    if failed and len(failed) == len(paths):
+        raise DiscoveryError("; ".join(f["error"] for f in failed), first_error.cause)
+    return sessions, problems, failed
 
 
 def _analyze_all(sessions: List[Session], jobs: int) -> List[dict]:
@@ -174,12 +190,16 @@ def cmd_analyze(args) -> int:
         results = _analyze_beam(args)
         if results is None:
             return 2
-        if not results:
-            print(f"tfbneck: no profiling session found under {', '.join(args.paths)}", file=sys.stderr)
+        searched = [r for r in results if r.get("session") != "" or r.get("status") == "ok"]
+        if not searched:  # as the local runner: no PATH could be searched, or nothing under them
+            for r in results:
+                print(f"tfbneck: {r.get('error')}", file=sys.stderr)
+            if not results:
+                print(f"tfbneck: no profiling session found under {', '.join(args.paths)}", file=sys.stderr)
             return 2
         return _emit(args, results)
     try:
-        sessions, problems = _discover(args.paths)
+        sessions, problems, failed = _discover(args.paths)
     except DiscoveryError as err:
         print(f"tfbneck: {err}", file=sys.stderr)
         return 2
@@ -189,7 +209,7 @@ def cmd_analyze(args) -> int:
         print(f"tfbneck: no profiling session found under {', '.join(args.paths)} "
               "(looked for <run>/plugins/profile/<session>/*.xplane.pb)", file=sys.stderr)
         return 2
-    return _emit(args, _analyze_all(sessions, jobs))
+    return _emit(args, _analyze_all(sessions, jobs) + failed)
 
 
 def _emit(args, results: List[dict]) -> int:

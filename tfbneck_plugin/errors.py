@@ -39,3 +39,14 @@ def error_report(session, kind: str, message: str, **extra) -> Dict:
     return {"run": session.run, "session": session.name, "hosts": session.hosts, "path": session.path,
             "status": "error", "error": message, "error_kind": kind, "bottleneck": "unknown",
             "step_source": "none", **extra}
+
+
+def path_error_report(path: str, err) -> Dict:
+    """The report row of a PATH that cannot be searched (a ``logdir.DiscoveryError``): the
+    local and the Beam runner both give it and go on with the other PATHs.
+
+    ``run`` is the PATH as given (no session under it is known), ``session`` empty,
+    ``error_kind`` ``not_found`` or ``unreachable``."""
+    kind = getattr(err, "kind", None) or "not_found"
+    return {"run": path, "session": "", "hosts": [], "path": path, "status": "error", "error": str(err),
+            "error_kind": kind, "bottleneck": "unknown", "step_source": "none"}

@@ -23,8 +23,10 @@ session. Unreadable folders below it are reported in ``Discovery.problems`` and 
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
+import re
 import socket
 import stat
 from dataclasses import dataclass, field
@@ -224,8 +226,52 @@ def find_sessions(path: str) -> Discovery:
                 else:
                     problems.append(_why_no_session(full))
             dirnames[:] = []  # sessions do not nest
-    sessions.sort(key=lambda s: (s.run, s.name))
+    sessions.sort(key=session_order)
     return Discovery(sessions, problems)
+
+
+def natural_key(text: str) -> Tuple:
+    """Sort key that orders digit runs by value, as people number runs: exp2 before exp10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
+
+
+def session_order(s: Session) -> Tuple:
+    """The order sessions are listed in everywhere: by run, then session name, naturally."""
+    return (natural_key(s.run), natural_key(s.name))
+
+
+def folder_label(path: str) -> str:
+    """The name a PATH's own folder gives its runs: its last component (``logs/exp1`` ->
+    ``exp1``; ``.`` -> the current folder's name; ``gs://b/logs/`` -> ``logs``)."""
+    if is_remote(path):
+        return path.split("://", 1)[1].rstrip("/").rsplit("/", 1)[-1] or path
+    return os.path.basename(os.path.abspath(path)) or os.path.abspath(path)
+
+
+def label_runs(path: str, sessions: List[Session], several: bool) -> List[Session]:
+    """Sessions found under ``path`` with run names a reader can tell apart: the run that is
+    ``path`` itself (``.``) takes the folder's own name (:func:`folder_label`), and when
+    several PATHs were given, each run name starts with its PATH's folder name, so that
+    ``tfbneck analyze logs/exp*`` names ``exp1/train`` and ``exp2/train`` rather than
+    ``train`` twice. With one PATH, runs are named relative to it, as TensorBoard names them."""
+    label = folder_label(path)
+    prefix = several and not _inside_session(path)  # a session folder or file already names its run
+    out = []
+    for s in sessions:
+        run = s.run
+        if run == ".":
+            run = label
+        elif prefix and run != label and not run.startswith(label + "/"):
+            run = f"{label}/{run}"
+        out.append(s if run == s.run else dataclasses.replace(s, run=run))
+    return out
+
+
+def _inside_session(path: str) -> bool:
+    """Whether ``path`` is a session folder, a file in one, or a staging window."""
+    where = path.split("://", 1)[1] if is_remote(path) else os.path.abspath(path).replace(os.sep, "/")
+    parts = where.rstrip("/").split("/")
+    return STAGING_DIR in parts[:-1] or any(parts[i:i + 2] == ["plugins", "profile"] for i in range(len(parts) - 2))
 
 
 def _stat_problem(path: str) -> str:
@@ -366,5 +412,5 @@ def _find_remote(url: str) -> Discovery:
         _add_file(s, name, f"{scheme}://{f}", {n.rsplit("/", 1)[-1] for n in names if n.startswith(session_dir + "/")}
                   if name.endswith(".gz") else ())
     sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped or s.incomplete]
-    sessions.sort(key=lambda s: (s.run, s.name))
+    sessions.sort(key=session_order)
     return Discovery(sessions, [])

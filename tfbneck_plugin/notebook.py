@@ -23,6 +23,8 @@ import math
 import sys
 from typing import Dict, Iterable, List, Optional
 
+from .report import session_title as report_title
+
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",
               "collective", "kernel_launch", "idle"]
@@ -137,7 +139,7 @@ def kind_label(kind) -> str:
 
 def session_title(s: Dict) -> str:
     """``run/session`` of a report, as the CLI's table names it."""
-    return f"{s.get('run')}/{s.get('session')}"
+    return report_title(s)
 
 
 # ----------------------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from typing import Dict, List
 from . import __version__, schema
 from .analysis.breakdown import CATEGORIES
 
-#: Columns of the CSV and table renderings (one row per session).
+#: Columns of the CSV and table renderings (one row per session). ``path`` is the session
+#: folder (or, for a PATH that could not be searched, the PATH): two runs of the same name
+#: under different PATHs stay apart.
 COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",
-           "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error"]
+           "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error", "path"]
 
 
 def build_report(sessions: List[Dict]) -> Dict:
@@ -24,17 +26,26 @@ def build_report(sessions: List[Dict]) -> Dict:
 
 
 def row(s: schema.SessionReport) -> Dict:
-    """One session as a flat row of ``COLUMNS``."""
+    """One session as a flat row of ``COLUMNS``. A session that could not be analysed has
+    ``bottleneck`` ``error`` and its ``error_kind`` as ``cause`` (its JSON keeps
+    ``bottleneck: unknown``; a row that said ``unknown`` would read as a verdict)."""
     step_ms, input_pct = schema.step_time_ms(s), schema.share_pct(s, "input")
+    failed = s.get("status") != "ok"
     return {
         "run": s.get("run"), "session": s.get("session"), "hosts": ",".join(s.get("hosts") or []),
         "status": s.get("status"), "device_kind": s.get("device_kind", ""),
         "step_source": s.get("step_source", "none"), "steps": (s.get("steps") or {}).get("count", 0),
-        "step_ms": "" if step_ms is None else step_ms, "bottleneck": s.get("bottleneck", "unknown"),
-        "cause": s.get("cause", ""), "confidence": s.get("confidence", ""),
+        "step_ms": "" if step_ms is None else step_ms,
+        "bottleneck": "error" if failed else s.get("bottleneck", "unknown"),
+        "cause": s.get("error_kind", "") if failed else s.get("cause", ""), "confidence": s.get("confidence", ""),
         "input_pct": "" if input_pct is None else input_pct, "blocking_stage": schema.blocking_stage_kind(s),
-        "error": s.get("error", ""),
+        "error": s.get("error", ""), "path": s.get("path", ""),
     }
+
+
+def session_title(s: Dict) -> str:
+    """``run/session`` of a report; the PATH alone for a PATH that could not be searched."""
+    return f"{s.get('run')}/{s.get('session')}" if s.get("session") else str(s.get("run"))
 
 
 def to_json(report: Dict) -> str:
@@ -63,17 +74,17 @@ def _cell(v) -> str:
 def to_table(report: Dict) -> str:
     """A fixed-width table for terminals, then the evidence of each session."""
     cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
-            "confidence", "input_pct", "blocking_stage"]
+            "confidence", "input_pct", "blocking_stage", "path"]
     rows = [row(s) for s in report["sessions"]]
-    for r in rows:
-        r["step_source"] = r["step_source"].split(" (")[0]
-    widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols), "  ".join("-" * widths[c] for c in cols)]
+    # The path goes last and whole: it is what tells two rows of the same run name apart.
+    widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40 if c != "path" else 10**6)
+              for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
     for r in rows:
         lines.append("  ".join(_cell(r[c])[:widths[c]].ljust(widths[c]) for c in cols).rstrip())
     lines.append("")
     for s in report["sessions"]:
-        title = f"{s.get('run')}/{s.get('session')}"
+        title = session_title(s)
         if s.get("status") != "ok":
             lines.append(f"{title}: ERROR {s.get('error')}")
             continue
@@ -116,14 +127,14 @@ def worker_lines(s: Dict) -> List[str]:
 def to_markdown(report: Dict) -> str:
     """A Markdown table of the sessions, then each session's verdict, evidence and recommendations."""
     cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
-            "blocking_stage", "step_source"]
+            "blocking_stage", "step_source", "path"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for s in report["sessions"]:
         r = row(s)
         out.append("| " + " | ".join(_cell(r[c]).replace("|", "\\|") for c in cols) + " |")
     out.append("")
     for s in report["sessions"]:
-        out.append(f"### {s.get('run')}/{s.get('session')}")
+        out.append(f"### {session_title(s)}")
         if s.get("status") != "ok":
             out.append(f"**Error:** {s.get('error')}\n")
             continue

@@ -55,7 +55,8 @@ def _compute_input(f: Findings) -> List[Rec]:
     if _sequential(st):
         out.append(rec("parallel_map", f"Parallelise the `{st.kind}` stage",
                        "This stage runs one element at a time. Let tf.data run it on all cores.",
-                       "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"))
+                       "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)\n"
+                       "# deterministic=False is faster still, but elements may then come out of order"))
     out += [rec("vectorise_map", "Vectorise: batch before the map",
                 "One map call per batch instead of per element amortises per-call overhead; most image "
                 "and tensor ops accept a batch dimension.",
@@ -86,7 +87,8 @@ def _read_input(kind: str) -> List[Rec]:
                 "Many small files or a slow file system: overlap reads of several files.",
                 "files = tf.data.Dataset.list_files(pattern, shuffle=True)\n"
                 "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=16,\n"
-                "                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"),
+                "                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)\n"
+                "# deterministic=False: records of different files interleave in whatever order they arrive"),
             rec("larger_files", "Use fewer, larger files",
                 "Pack small files into TFRecord shards of 100-200 MB: one open per shard instead of per example."),
             rec("cache", "Cache after the read",
@@ -214,6 +216,23 @@ def _markers(_f: Findings) -> List[Rec]:
                 "model.fit(ds, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 20))])")]
 
 
+def _idle_window(_f: Findings) -> List[Rec]:
+    return [rec("profile_training_steps", "Profile steps in which training runs",
+                "Nothing ran in this window: the profiler started before the first batch, after the last one, "
+                "or in a process that does not train. Choose steps well inside training (after the first "
+                "epoch's start-up), and profile the process that runs fit or the training loop.",
+                "from tfbneck_plugin import BottleneckProfiler\n"
+                "model.fit(ds, epochs=3, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 14))])")]
+
+
+def _other_framework(_f: Findings) -> List[Rec]:
+    return [rec("use_xprof", "Read this trace with a tool for its framework",
+                "tfbneck diagnoses TensorFlow training; this trace comes from JAX/XLA, whose input pipeline and "
+                "steps it cannot read. XProf (TensorBoard's Profile tab) opens any XSpace: its overview and "
+                "Trace Viewer apply here.",
+                "pip install tensorboard-plugin-profile\ntensorboard --logdir logs   # then the Profile tab")]
+
+
 #: cause code -> recommendations for it.
 ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
     "input_preprocessing": lambda f: input_advice(f, "cpu"),
@@ -230,8 +249,8 @@ ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
     "device_trace_missing": _capture,
     "model_on_cpu": _placement,
     "unrecorded": _markers,
-    "no_activity": lambda f: [],
-    "not_tensorflow": lambda f: [],
+    "no_activity": _idle_window,
+    "not_tensorflow": _other_framework,
 }
 
 

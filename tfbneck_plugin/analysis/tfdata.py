@@ -63,7 +63,7 @@ class Stage:
     calls: int
     total_ps: int
     self_ps: int
-    parallelism: Optional[object]
+    parallelism: Optional[int]   # threads; None when the trace does not say (or says "unavailable")
     autotune: Optional[object]
     depth: int
     function_ps: int = 0   # CPU time of the stage's user function (map fn) on executor threads
@@ -251,7 +251,7 @@ def analyze_pipeline(view: HostView, window=None) -> Pipeline:
         if a["last"] is not None:
             li, last = a["last"]
             stats = plane.event_stats(plane.lines[li], last[0])
-            parallelism = stats.get("parallelism")
+            parallelism = _parallelism(stats.get("parallelism"))
             autotune = stats.get("autotune")
         parts = path.split("::")
         stages.append(Stage(path=path, kind=_kind_of(path), calls=a["calls"], total_ps=a["total"],
@@ -299,10 +299,25 @@ def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:
             "total_ms": round(st.total_ps / 1e9, 3), "self_ms": round(st.self_ps / 1e9, 3),
             "function_ms": round(st.function_ps / 1e9, 3), "work_ms": round(st.work_ps / 1e9, 3),
             "self_per_call_us": round(st.self_ps / max(st.calls, 1) / 1e6, 2),
-            "parallelism": _plain(st.parallelism), "autotune": _plain(st.autotune),
+            "parallelism": _parallelism(st.parallelism), "autotune": _plain(st.autotune),
             "blocking": st is p.blocking,
         })
     return rows
+
+
+def _parallelism(v) -> Optional[int]:
+    """A stage's ``parallelism`` stat as a number of threads. tf.data writes an integer, or
+    the text ``unavailable`` when the iterator cannot tell: that is None, so the report's
+    ``parallelism`` is an int or null, never a string."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
 
 
 def _plain(v):
