@@ -145,13 +145,18 @@ def test_package_import_and_schedules_do_not_import_tensorflow():
     ((3, 5, 7), "pair (START, STOP)"),
     ("a,b", "'START,STOP'"),
     ([(3, 8), (5, 10)], "overlap; merge them into (3, 10)"),
-    ((1, 500), "above max_window_steps=100"),
     (None, "pass a window such as (10, 14)"),
 ])
 def test_invalid_step_specs_are_rejected_with_what_to_pass(spec, phrase):
     with pytest.raises(ValueError) as err:
         sched.as_schedule(spec)
     assert phrase in str(err.value)
+
+
+def test_a_length_cap_given_to_profile_steps_is_checked_in_batches():
+    with pytest.raises(ValueError, match="above max_window_steps=100"):
+        sched.as_schedule((1, 500), max_window_steps=100)
+    assert sched.as_schedule((1, 500)).windows == ((1, 500),)  # BottleneckProfiler caps it in executions
 
 
 def test_zero_start_message_says_stock_callback_never_profiles():
@@ -169,7 +174,10 @@ def test_zero_start_message_says_stock_callback_never_profiles():
     (dict(every=10, count=0), "positive int"),
     (dict(start=5), "only applies to a periodic schedule"),
     (dict(), "nothing to profile"),
-    (dict(every=1000, length=200), "max_window_steps"),
+    (dict(every=1000, length=200, max_window_steps=100), "max_window_steps"),
+    (dict(every_epochs=0), "positive int"),
+    (dict(every_epochs=2, every=10), "not both"),
+    (dict(every_epochs=2, epoch_step=0), "counted from 1"),
 ])
 def test_invalid_periodic_schedules(kwargs, phrase):
     with pytest.raises(ValueError) as err:
@@ -222,7 +230,6 @@ def test_constructor_rejects_invalid_arguments(tmp_path):
         (dict(log_dir="gs://bucket/logs"), "local (or mounted) folder"),
         (dict(log_dir=str(a_file)), "is a file"),
         (dict(profile_steps=(0, 3)), "never profiles"),
-        (dict(profile_steps=(10, 200)), "max_window_steps=100"),
         (dict(profile_steps=(10, 200), max_window_steps=0), "positive int"),
         (dict(sample_interval_s=0), "between 0.01 and 10"),
         (dict(analyze="yes"), "'thread'"),

@@ -125,3 +125,89 @@ def test_analyzer_and_cli_do_not_import_tensorflow(logdir):
             "print('IMPORTED', bad, rc)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "IMPORTED [] 0" in r.stdout, r.stdout + r.stderr
+
+
+# --- Rows a reader can tell apart (issue 26) ------------------------------------------------
+
+def _keras3_runs(root, names):
+    """Keras 3 logdirs ``<root>/<name>/train/plugins/profile/<session>`` with one built
+    input-bound trace each."""
+    for name in names:
+        b = SpaceBuilder()
+        cpu_input_bound(b)
+        b.write(session_path(root, run=f"{name}/train", session="2024_01_01_00_00_00"))
+
+
+def test_run_folders_as_paths_are_named_after_the_folder(tmp_path):
+    _keras3_runs(tmp_path, ["exp1", "exp2"])
+    r = run_cli("analyze", str(tmp_path / "exp1"), str(tmp_path / "exp2"), "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [x["run"] for x in rows] == ["exp1/train", "exp2/train"]
+    assert [x["path"] for x in rows] == [str(tmp_path / f"exp{i}/train/plugins/profile/2024_01_01_00_00_00")
+                                         for i in (1, 2)]
+    # One run folder that is the run itself (tf-keras layout): its own name, never ".".
+    r = run_cli("analyze", str(tmp_path / "exp1" / "train"), "--format", "json")
+    assert [s["run"] for s in json.loads(r.stdout)["sessions"]] == ["train"]
+    r = subprocess.run(tfbneck_cmd() + ["analyze", ".", "--format", "json"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path / "exp2" / "train")
+    assert [s["run"] for s in json.loads(r.stdout)["sessions"]] == ["train"]
+
+
+def test_path_column_in_table_and_markdown(tmp_path):
+    _keras3_runs(tmp_path, ["exp1", "exp2"])
+    for fmt, sep in (("table", None), ("markdown", "|")):
+        r = run_cli("analyze", str(tmp_path / "exp1"), str(tmp_path / "exp2"), "--format", fmt)
+        header = r.stdout.splitlines()[0]
+        assert [c.strip() for c in header.split(sep) if c.strip()][-1] == "path", fmt
+        for i in (1, 2):
+            assert str(tmp_path / f"exp{i}/train/plugins/profile/2024_01_01_00_00_00") in r.stdout, fmt
+
+
+def test_runs_sort_naturally(tmp_path):
+    _keras3_runs(tmp_path, ["exp10", "exp2", "exp1", "exp11"])
+    r = run_cli("analyze", str(tmp_path), "--format", "csv")
+    assert [x["run"] for x in csv.DictReader(io.StringIO(r.stdout))] == \
+        ["exp1/train", "exp2/train", "exp10/train", "exp11/train"]
+
+
+def test_a_bad_path_among_several_is_an_error_row_and_the_rest_is_analysed(tmp_path):
+    _keras3_runs(tmp_path, ["exp1"])
+    missing = str(tmp_path / "nope")
+    r = run_cli("analyze", str(tmp_path / "exp1"), missing, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    sessions = json.loads(r.stdout)["sessions"]
+    assert [(s["run"], s["status"]) for s in sessions] == [("exp1/train", "ok"), (missing, "error")]
+    bad = sessions[1]
+    assert bad["error"] == f"{missing}: no such file or directory" and bad["error_kind"] == "not_found"
+    assert f"tfbneck: error: {missing}: no such file or directory" in r.stderr
+    # The table's row for it says error, not a verdict of "unknown".
+    r = run_cli("analyze", str(tmp_path / "exp1"), missing)
+    row = next(line for line in r.stdout.splitlines() if line.endswith(f"  {missing}")).split()
+    assert row[1:4] == ["error", "0", "none"] and row[4:6] == ["error", "not_found"] and "unknown" not in row
+    # Alone, a bad PATH is still a usage error (exit 2, one line).
+    r = run_cli("analyze", missing)
+    assert r.returncode == 2 and r.stderr.strip() == f"tfbneck: {missing}: no such file or directory"
+
+
+def test_beam_discovery_gives_the_local_runners_error_row(tmp_path):
+    from tfbneck_plugin import beam_pipeline
+    from tfbneck_plugin.errors import path_error_report
+    from tfbneck_plugin.logdir import DiscoveryError, find_sessions
+    missing = str(tmp_path / "nope")
+    [(key, rec)] = list(beam_pipeline.discover((1, missing), None, True))
+    with pytest.raises(DiscoveryError) as err:
+        find_sessions(missing)
+    assert key == (1, missing, "") and rec == path_error_report(missing, err.value)
+    _keras3_runs(tmp_path, ["exp1"])
+    [(key, s)] = list(beam_pipeline.discover((0, str(tmp_path / "exp1")), None, True))
+    assert key == (0, "exp1/train", "2024_01_01_00_00_00") and s.run == "exp1/train"
+
+
+def test_step_source_reads_the_same_in_every_format(logdir):
+    j = json.loads(run_cli("analyze", str(logdir), "--format", "json").stdout)["sessions"][0]["step_source"]
+    assert " (" in j  # the finder and what it found, e.g. step_markers ('train')
+    c = next(csv.DictReader(io.StringIO(run_cli("analyze", str(logdir), "--format", "csv").stdout)))
+    assert c["step_source"] == j
+    assert j in run_cli("analyze", str(logdir)).stdout.splitlines()[2]
+    assert f"| {j} |" in run_cli("analyze", str(logdir), "--format", "markdown").stdout

@@ -70,7 +70,7 @@ def test_tf_keras_input_share_matches_xprof(tmp_path):
     logdir = tmp_path / "logdir"
     xplane = run_job(logdir, "tf_keras")
     s = analyze(logdir)
-    assert s["run"] == "."
+    assert s["run"] == "logdir"  # the run is the folder given: named after it
     assert s["step_source"] == "step_markers ('train')"
     ours = s["breakdown_pct"]["input"]
     theirs, rows, conclusion = xprof_input_share(xplane, tmp_path / "xprof")

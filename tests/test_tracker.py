@@ -20,8 +20,8 @@ from tfbneck_plugin.capture.tracker import NEVER, StepTracker
 class Driver:
     """The callback's side of the protocol, recording what happened."""
 
-    def __init__(self, schedule, refuse=()):
-        self.t = StepTracker(schedule)
+    def __init__(self, schedule, refuse=(), max_steps=100):
+        self.t = StepTracker(schedule, max_steps=max_steps)
         self.refuse = set(refuse)   # windows whose opening fails (e.g. another profiler)
         self.closed, self.skipped, self.marker_open = [], [], False
 
@@ -56,8 +56,8 @@ class Driver:
     # -- Keras fit --------------------------------------------------------------------
     def fit(self, epoch_batches, spe=1):
         self.t.spe = spe
-        for n in epoch_batches:
-            self.t.begin_epoch(n)
+        for epoch, n in enumerate(epoch_batches):
+            self.t.begin_epoch(n, epoch)
             for batch in range(0, n, spe):
                 step = self.t.fit_batch(batch)
                 if step is not None:
@@ -121,6 +121,49 @@ def test_periodic_windows_across_epochs():
     d = Driver(windows(every=6, length=2, start=4)).fit([10, 10])
     assert [c[2] for c in d.result()] == [[(4, 4), (5, 5)], [(10, 10), (11, 11)], [(16, 16), (17, 17)]]
     assert d.t.next_start == 22
+
+
+def test_windows_every_n_epochs_start_at_the_epochs_step():
+    # profile_steps(every_epochs=2, length=3): steps 10-12 of epochs 1, 3, 5 (epochs of 20 batches).
+    d = Driver(windows(every_epochs=2, length=3)).fit([20] * 5)
+    assert [c[2] for c in d.result()] == [[(10, 10), (11, 11), (12, 12)], [(50, 50), (51, 51), (52, 52)],
+                                          [(90, 90), (91, 91), (92, 92)]]
+    # From epoch 2, at step 3 of the epoch, twice; with steps_per_execution=4 whole executions.
+    d = Driver(windows(every_epochs=1, length=2, epoch_step=3, start_epoch=2, count=2)).fit([8] * 4, spe=4)
+    assert [(c[0], c[1]) for c in d.result()] == [((11, 12), (9, 12)), ((19, 20), (17, 20))]
+    # An epoch too short for step 10: its last `length` steps.
+    d = Driver(windows(every_epochs=1, length=2)).fit([6, 6])
+    assert [c[0] for c in d.result()] == [(5, 6), (11, 12)]
+    # Epochs whose length Keras does not know (a dataset of unknown cardinality): from step 10 still.
+    d = Driver(windows(every_epochs=1, length=2))
+    d.t.spe = 1
+    d.t.begin_epoch(None, 0)
+    for batch in range(12):
+        step = d.t.fit_batch(batch)
+        if step is not None:
+            d.end()
+            d.begin(*step)
+    d.end()
+    assert [c.window for c in d.closed] == [(10, 11)]
+
+
+def test_window_length_cap_counts_executions():
+    # Six executions of 32 batches (steps 32-224, 193 batches) are 6 marked steps: under the cap of 100.
+    d = Driver(windows((32, 224)), max_steps=100).fit([320], spe=32)
+    assert len(d.closed) == 1 and len(d.closed[0].markers) == 7 and d.closed[0].steps == (1, 224)
+    # Without executions the cap cuts the window after 100 steps.
+    d = Driver(windows((1, 150)), max_steps=100).fit([200])
+    assert d.closed[0].steps == (1, 100) and len(d.closed[0].markers) == 100
+    assert d.t.next_start == NEVER  # the rest of the cut window does not open a second one
+
+
+def test_long_window_warnings_count_executions():
+    from tfbneck_plugin.capture.schedule import long_window_warnings
+    assert long_window_warnings(windows((32, 224)), 32, 100) == []
+    [msg] = long_window_warnings(windows((1, 150)), 1, 100)
+    assert "(1, 150) spans 150 steps, above max_window_steps=100: it is cut after 100" in msg
+    [msg] = long_window_warnings(windows((1, 4000)), 32, 100)
+    assert "spans 126 executions of 32 batches" in msg
 
 
 def test_training_ending_inside_a_window_keeps_the_steps_recorded():

@@ -48,7 +48,8 @@ from .arguments import (check_arguments, check_log_dir, check_max_window_steps, 
                         ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
-from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
+from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, long_window_warnings,
+                       profile_steps, warnings_for)
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
 from .tracker import NEVER, StepTracker
@@ -121,13 +122,15 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
       profile_steps: which steps to profile (1-based, both ends included). An int ``n``
         (one step), a pair ``(start, stop)``, several pairs ``[(10, 14), (500, 504)]``, a
         string ``"10,14"``, or a schedule from :func:`tfbneck_plugin.profile_steps`, e.g.
-        ``profile_steps(every=1000, length=5, start=100)`` for one window every 1000 steps.
+        ``profile_steps(every=1000, length=5, start=100)`` for one window every 1000 steps,
+        ``profile_steps(every_epochs=5, length=5)`` for steps 10-14 of every fifth epoch.
         Default ``(10, 14)``: step 1 traces and compiles the tf.function (seconds, often)
         and the next few still warm caches, allocators and the tf.data autotuner, so their
         times mislead.
-      max_window_steps: hard cap on a window's length in steps (default 100); windows
-        longer than 20 steps get a warning (the trace grows with every step; 1 GB traces
-        stall every tool).
+      max_window_steps: hard cap on a window's length (default 100), counted in the steps
+        the profiler marks: executions when ``steps_per_execution`` > 1. A longer window is
+        cut there, with a warning when ``fit`` begins; windows longer than 20 steps get a
+        warning (the trace grows with every step; 1 GB traces stall every tool).
       system_metrics: sample the system during windows (default True).
       sample_interval_s: seconds between samples (default 0.1; 0.01 to 10).
       analyze: after each window, analyse the session in the background: ``True`` or
@@ -224,7 +227,8 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True  # tf-keras' __init__ sets False: logs would be synced to numpy per batch
         self.log_dir = check_log_dir(log_dir)
-        self.schedule: StepSchedule = as_schedule(profile_steps, check_max_window_steps(max_window_steps))
+        self.max_window_steps = check_max_window_steps(max_window_steps)
+        self.schedule: StepSchedule = as_schedule(profile_steps)  # lengths: in executions, at train begin
         check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose)
         self.trigger: Optional[SlowdownTrigger] = as_trigger(on_slowdown)
         self.step_time_every = check_step_time_every(step_time_every)
@@ -240,7 +244,7 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
         #: Step counting, step timing and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
-        self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every)
+        self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every, self.max_window_steps)
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
@@ -290,6 +294,7 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._in_fit = True
         self._fit_legacy = is_tf_keras_model(self.model)
         self.tracker.spe = steps_per_execution(self.model)
+        self._warn_long_windows()
         self.tracker.timer.restart()
         self.trend.ended = False
         if self._disabled is None:  # step times are written by every fit, windows or not
@@ -298,11 +303,17 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
 
+    def _warn_long_windows(self) -> None:
+        """Once ``steps_per_execution`` is known: windows longer than ``max_window_steps``
+        executions are cut there (said once each)."""
+        for message in long_window_warnings(self.schedule, self.tracker.spe, self.max_window_steps):
+            self._warn("cut:" + message[:40], message)
+
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""
         self._epoch = epoch
         steps = (self.params or {}).get("steps")
-        self.tracker.begin_epoch(steps if isinstance(steps, int) else None)
+        self.tracker.begin_epoch(steps if isinstance(steps, int) else None, epoch)
         if self.tracker.spe != 1 or self._fit_legacy:
             self.tracker.spe = steps_per_execution(self.model)  # tf-keras may autotune it
 

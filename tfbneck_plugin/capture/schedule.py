@@ -13,6 +13,10 @@ Example::
     profile_steps((10, 14), (500, 504))                     # two windows
     profile_steps(every=1000, length=5, start=100)          # 100-104, 1100-1104, 2100-2104, ...
     profile_steps((10, 14), every=5000, length=5, start=5000, count=10)
+    profile_steps(every_epochs=5, length=5)                 # steps 10-14 of epochs 1, 6, 11, ...
+
+Epoch windows are placed when Keras begins an epoch (``fit`` only: a custom loop has no
+epochs), because the number of steps in an epoch is known only then.
 
 Errors: :class:`ValueError` with a message that says what to pass instead.
 """
@@ -32,8 +36,13 @@ WARMUP_STEPS = 2
 #: profiled (a few MB per step for a real model on a GPU; traces of 1 GB exist and stall
 #: TensorBoard, XProf and this analyzer alike).
 LONG_WINDOW_STEPS = 20
-#: Default hard cap on one window's length (steps); ``max_window_steps`` changes it.
+#: Default hard cap on one window's length; ``max_window_steps`` changes it.
+#: BottleneckProfiler counts it in the steps the profiler marks: executions when
+#: ``steps_per_execution`` > 1 (six executions of 32 batches are 6, not 193).
 MAX_WINDOW_STEPS = 100
+#: Epoch schedules: the window begins at this step of the epoch (1-based), past its
+#: start-up (the first batches of an epoch refill tf.data buffers).
+EPOCH_STEP = 10
 
 Range = Tuple[int, int]
 
@@ -83,12 +92,20 @@ class StepSchedule:
     """
 
     def __init__(self, windows: Sequence[Range] = (), every: Optional[int] = None, length: int = 5,
-                 start: Optional[int] = None, count: Optional[int] = None):
+                 start: Optional[int] = None, count: Optional[int] = None, every_epochs: Optional[int] = None,
+                 epoch_step: int = EPOCH_STEP, start_epoch: int = 1):
         self.windows: Tuple[Range, ...] = tuple(sorted(windows))
         self.every = every
         self.length = length
         self.start = start
         self.count = count
+        #: One window of ``length`` steps from step ``epoch_step`` of epochs ``start_epoch``,
+        #: ``start_epoch + every_epochs``... (1-based, as Keras' progress bar counts them);
+        #: None: no epoch windows. The windows themselves are added by :meth:`epoch_began`.
+        self.every_epochs = every_epochs
+        self.epoch_step = epoch_step
+        self.start_epoch = start_epoch
+        self.epoch_windows: List[Range] = []  # placed so far (the only state that changes)
 
     # -- description -------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -96,6 +113,9 @@ class StepSchedule:
         if self.every is not None:
             parts.append(f"every={self.every}, length={self.length}, start={self.start}"
                          + (f", count={self.count}" if self.count is not None else ""))
+        if self.every_epochs is not None:
+            parts.append(f"every_epochs={self.every_epochs}, length={self.length}, epoch_step={self.epoch_step}, "
+                         f"start_epoch={self.start_epoch}" + (f", count={self.count}" if self.count is not None else ""))
         return f"profile_steps({', '.join(parts)})"
 
     def describe(self) -> str:
@@ -107,11 +127,15 @@ class StepSchedule:
             if self.count is not None:
                 per += f" ({self.count} window{'s' if self.count != 1 else ''})"
             text = f"{text}, then {per}" if text else per
+        if self.every_epochs is not None:
+            per = (f"{self.length} step{'s' if self.length != 1 else ''} from step {self.epoch_step} of every "
+                   f"{self.every_epochs} epoch{'s' if self.every_epochs != 1 else ''} from epoch {self.start_epoch}")
+            text = f"{text}, then {per}" if text else per
         return text or "no steps"
 
     def longest(self) -> int:
         lens = [b - a + 1 for a, b in self.windows]
-        if self.every is not None:
+        if self.every is not None or self.every_epochs is not None:
             lens.append(self.length)
         return max(lens) if lens else 0
 
@@ -134,11 +158,12 @@ class StepSchedule:
         """The earliest window that has a step in ``[first, last]``, clipped to start at
         ``first`` or later: ``(max(start, first), stop)``; None when no window touches it."""
         best: Optional[Range] = None
-        for a, b in self.windows:  # a handful at most
-            if b >= first:
-                if a <= last:
-                    best = (max(a, first), b)
-                break
+        for fixed in (self.windows, self.epoch_windows):  # a handful at most each
+            for a, b in fixed:
+                if b >= first:
+                    if a <= last and (best is None or max(a, first) < best[0]):
+                        best = (max(a, first), b)
+                    break
         if self.every is not None:
             i = max(0, math.ceil((first - self.start - self.length + 1) / self.every))
             if self.count is None or i < self.count:
@@ -148,6 +173,27 @@ class StepSchedule:
                 if a <= last and (best is None or cand[0] < best[0] or (cand[0] == best[0] and b > best[1])):
                     best = cand
         return best
+
+    def epoch_began(self, epoch: int, first_step: int, steps: Optional[int] = None) -> Optional[Range]:
+        """Keras began epoch ``epoch`` (1-based) at step ``first_step``; ``steps``: its number
+        of steps when known. Adds and returns this epoch's window when the epoch schedule
+        has one: ``length`` steps from step ``epoch_step`` of the epoch, moved earlier when
+        the epoch is too short to hold it; None otherwise (or when it would overlap a window
+        already scheduled)."""
+        if self.every_epochs is None or epoch < self.start_epoch or (epoch - self.start_epoch) % self.every_epochs:
+            return None
+        if self.count is not None and len(self.epoch_windows) >= self.count:
+            return None
+        at = self.epoch_step
+        if steps is not None and at + self.length - 1 > steps:
+            at = max(1, steps - self.length + 1)
+        win = (first_step + at - 1, first_step + at + self.length - 2)
+        if self.epoch_windows and self.epoch_windows[-1][1] >= win[0]:
+            return None
+        if self.window_for(win[0], win[1]) is not None:
+            return None  # a fixed window is there already
+        self.epoch_windows.append(win)
+        return win
 
     def next_start(self, after: int) -> Optional[int]:
         """First step > ``after`` at which some window has a step; None when none is left."""
@@ -159,8 +205,10 @@ ScheduleLike = Union[int, str, Range, Sequence[Range], StepSchedule]
 
 
 def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: Optional[int] = None,
-                  count: Optional[int] = None, max_window_steps: int = MAX_WINDOW_STEPS) -> StepSchedule:
-    """Build a :class:`StepSchedule`: fixed windows, one window every ``every`` steps, or both.
+                  count: Optional[int] = None, every_epochs: Optional[int] = None, epoch_step: int = EPOCH_STEP,
+                  start_epoch: int = 1, max_window_steps: Optional[int] = None) -> StepSchedule:
+    """Build a :class:`StepSchedule`: fixed windows, one window every ``every`` steps, one
+    every ``every_epochs`` epochs, or several of these.
 
     Args:
       *ranges: windows ``(start, stop)``, 1-based, both ends included (``(3, 5)`` = steps
@@ -171,8 +219,14 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
       length: steps per periodic window (default 5).
       start: first step of the first periodic window (default ``every``, so that the
         first periodic window comes after warm-up).
-      count: number of periodic windows (default: endless).
-      max_window_steps: hard cap on any window's length (default 100).
+      count: number of periodic (or epoch) windows (default: endless).
+      every_epochs: profile one window of ``length`` steps every ``every_epochs`` epochs of
+        ``fit``, from step ``epoch_step`` (default 10) of epochs ``start_epoch`` (default
+        1, the first), ``start_epoch + every_epochs``... (epochs counted from 1, as Keras'
+        progress bar shows them). None: no epoch windows.
+      max_window_steps: when given, a cap on any window's length in batches, checked here.
+        Default None: BottleneckProfiler enforces its own ``max_window_steps`` (default
+        100) in executions once it knows ``steps_per_execution``.
 
     Returns:
       A StepSchedule to pass as ``BottleneckProfiler(profile_steps=...)``.
@@ -185,9 +239,11 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
     Example::
 
         profile_steps(every=1000, length=5, start=100)   # 100-104, 1100-1104, ...
+        profile_steps(every_epochs=5, length=5)          # steps 10-14 of epochs 1, 6, 11, ...
     """
-    if not _is_int(max_window_steps) or max_window_steps < 1:
+    if max_window_steps is not None and (not _is_int(max_window_steps) or max_window_steps < 1):
         raise ValueError(f"max_window_steps={max_window_steps!r}: pass a positive int, e.g. {MAX_WINDOW_STEPS}")
+    cap = max_window_steps if max_window_steps is not None else 1 << 62
     windows: List[Range] = []
     flat = []
     for r in ranges:
@@ -204,7 +260,7 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
             raise ValueError(f"profile_steps: windows ({a1}, {b1}) and ({a2}, {b2}) overlap; "
                              f"merge them into ({a1}, {max(b1, b2)}) or separate them")
     for a, b in windows:
-        if b - a + 1 > max_window_steps:
+        if b - a + 1 > cap:
             raise ValueError(
                 f"profile_steps: window ({a}, {b}) is {b - a + 1} steps long, above max_window_steps="
                 f"{max_window_steps}. Traces grow with every step profiled (traces of 1 GB exist and stall "
@@ -219,9 +275,7 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
         if length > every:
             raise ValueError(f"profile_steps(every={every}, length={length}): windows of {length} steps every "
                              f"{every} steps would overlap; pass length <= every (e.g. length=5)")
-        if length > max_window_steps:
-            raise ValueError(f"profile_steps(length={length}): above max_window_steps={max_window_steps}; "
-                             f"pass a shorter length (e.g. 5) or raise max_window_steps")
+        _check_length(length, cap)
         if start is None:
             start = every
         if not _is_int(start) or start < 1:
@@ -230,20 +284,48 @@ def profile_steps(*ranges, every: Optional[int] = None, length: int = 5, start: 
         if count is not None and (not _is_int(count) or count < 1):
             raise ValueError(f"profile_steps(count={count!r}): pass a positive int, or None for endless")
         every, length, start = int(every), int(length), int(start)
-    else:
+    elif every_epochs is None:
         for name, value in (("start", start), ("count", count)):
             if value is not None:
                 raise ValueError(f"profile_steps({name}={value!r}) only applies to a periodic schedule; "
                                  f"pass every=N as well, e.g. profile_steps(every=1000, length=5, {name}={value!r})")
         if not windows:
-            raise ValueError(f"profile_steps(): nothing to profile; pass a window such as {DEFAULT_WINDOW} "
-                             f"or a period such as every=1000")
-    return StepSchedule(windows, every=every, length=length, start=start, count=count)
+            raise ValueError(f"profile_steps(): nothing to profile; pass a window such as {DEFAULT_WINDOW}, "
+                             f"a period such as every=1000, or every_epochs=5")
+    if every_epochs is not None:
+        _check_epochs(every_epochs, length, epoch_step, start_epoch, count, every, cap)
+    return StepSchedule(windows, every=every, length=length, start=start, count=count, every_epochs=every_epochs,
+                        epoch_step=epoch_step, start_epoch=start_epoch)
 
 
-def as_schedule(spec: ScheduleLike, max_window_steps: int = MAX_WINDOW_STEPS) -> StepSchedule:
-    """Turn what ``BottleneckProfiler(profile_steps=...)`` accepts into a StepSchedule."""
+def _check_length(length, cap: int) -> None:
+    if not _is_int(length) or length < 1:
+        raise ValueError(f"profile_steps(length={length!r}): pass a positive int number of steps per window, "
+                         f"e.g. length=5")
+    if length > cap:
+        raise ValueError(f"profile_steps(length={length}): above max_window_steps={cap}; "
+                         f"pass a shorter length (e.g. 5) or raise max_window_steps")
+
+
+def _check_epochs(every_epochs, length, epoch_step, start_epoch, count, every, cap: int) -> None:
+    """The epoch schedule's arguments. Raises ValueError saying what to pass."""
+    if every is not None:
+        raise ValueError("profile_steps: pass every=N (steps) or every_epochs=N, not both")
+    for name, value in (("every_epochs", every_epochs), ("epoch_step", epoch_step), ("start_epoch", start_epoch)):
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"profile_steps({name}={value!r}): pass a positive int (epochs and steps are "
+                             f"counted from 1), e.g. profile_steps(every_epochs=5, length=5)")
+    _check_length(length, cap)
+    if count is not None and (not _is_int(count) or count < 1):
+        raise ValueError(f"profile_steps(count={count!r}): pass a positive int, or None for endless")
+
+
+def as_schedule(spec: ScheduleLike, max_window_steps: Optional[int] = None) -> StepSchedule:
+    """Turn what ``BottleneckProfiler(profile_steps=...)`` accepts into a StepSchedule;
+    ``max_window_steps``: a cap on window lengths in batches, checked here when given."""
     if isinstance(spec, StepSchedule):
+        if max_window_steps is None:
+            return spec
         for a, b in spec.windows:
             if b - a + 1 > max_window_steps:
                 raise ValueError(f"profile_steps: window ({a}, {b}) is {b - a + 1} steps long, above "
@@ -276,4 +358,25 @@ def warnings_for(schedule: StepSchedule) -> List[str]:
         out.append(f"profile_steps: a window of {longest} steps is long; the trace grows with every step "
                    f"(traces of 1 GB stall TensorBoard and every tool). {LONG_WINDOW_STEPS} steps or fewer "
                    f"show a bottleneck as well.")
+    return out
+
+
+def long_window_warnings(schedule: StepSchedule, spe: int, max_steps: int) -> List[str]:
+    """One sentence per window that spans more than ``max_steps`` steps as the profiler marks
+    them (executions of ``spe`` batches each; a window not aligned on executions touches one
+    more): BottleneckProfiler cuts such a window after ``max_steps`` of them."""
+    spe = max(int(spe or 1), 1)
+    lengths = [(f"({a}, {b})", b - a + 1) for a, b in schedule.windows]
+    if schedule.every is not None or schedule.every_epochs is not None:
+        lengths.append((f"of {schedule.length} steps every "
+                        f"{schedule.every or schedule.every_epochs}{'' if schedule.every else ' epochs'}",
+                        schedule.length))
+    out = []
+    for name, length in lengths:
+        marked = -(-length // spe) + (1 if spe > 1 else 0)
+        if -(-length // spe) > max_steps:
+            unit = f"executions of {spe} batches" if spe > 1 else "steps"
+            out.append(f"profile_steps: the window {name} spans {marked if spe > 1 else length} {unit}, above "
+                       f"max_window_steps={max_steps}: it is cut after {max_steps} (traces grow with every step; "
+                       f"raise max_window_steps to keep it whole)")
     return out

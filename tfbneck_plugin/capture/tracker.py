@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .schedule import StepSchedule
+from .schedule import MAX_WINDOW_STEPS, StepSchedule
 from .steptime import FIRED, SlowdownTrigger, StepTimer
 
 #: "No window left": compares greater than any step number.
@@ -71,6 +71,8 @@ class StepTracker:
       flush_every: write the step-time statistics every this many batches (None: the
         callback does it at each epoch's end); ``flush_due`` is True when a step after
         ``next_flush`` begins: the period of steps up to ``first - 1`` is over.
+      max_steps: a window closes once it has recorded this many steps, counted as the
+        profiler marks them (executions when ``spe`` > 1), whatever its end.
 
     Args:
       schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
@@ -79,8 +81,10 @@ class StepTracker:
     """
 
     def __init__(self, schedule: StepSchedule, trigger: Optional[SlowdownTrigger] = None,
-                 flush_every: Optional[int] = None):
+                 flush_every: Optional[int] = None, max_steps: int = MAX_WINDOW_STEPS):
         self.schedule = schedule
+        self.max_steps = max_steps
+        self.stopped = False  # stop(): no window opens any more
         self.timer = StepTimer(trigger)
         self.opening: Optional[Dict] = None
         self.trigger: Optional[Dict] = None
@@ -158,11 +162,17 @@ class StepTracker:
         self.flush_every = every
         self.next_flush = (self.seen // every + 1) * every if every else NEVER  # the period's last step
 
-    def begin_epoch(self, steps: Optional[int]) -> None:
-        """A Keras epoch begins; ``steps``: its number of batches when known."""
+    def begin_epoch(self, steps: Optional[int], epoch: Optional[int] = None) -> None:
+        """A Keras epoch begins; ``steps``: its number of batches when known; ``epoch``:
+        Keras' 0-based epoch index, for a schedule in epochs (``every_epochs``)."""
         self.timer.restart()
         self.epoch_offset = self.seen
-        self.epoch_end = self.epoch_offset + steps if isinstance(steps, int) and steps > 0 else None
+        known = isinstance(steps, int) and steps > 0
+        self.epoch_end = self.epoch_offset + steps if known else None
+        if epoch is not None and not self.stopped:
+            win = self.schedule.epoch_began(epoch + 1, self.epoch_offset + 1, steps if known else None)
+            if win is not None and win[0] > self.consumed:
+                self.next_start = min(self.next_start, win[0])
 
     # -- windows --------------------------------------------------------------------------
     def window_passed(self, first: int) -> bool:
@@ -209,7 +219,7 @@ class StepTracker:
         if step is None or self.window is None:
             return False
         self.markers.append(step)
-        return step[1] >= self.window[1]
+        return step[1] >= self.window[1] or len(self.markers) >= self.max_steps
 
     def step_cut(self) -> Optional[Range]:
         """The open step was cut by an exception: it is not recorded. Returns it."""
@@ -243,6 +253,7 @@ class StepTracker:
 
     def stop(self) -> None:
         """No window will open any more (profiling turned off)."""
+        self.stopped = True
         self.next_start = NEVER
         self.window, self.step, self.markers = None, None, []
         self._pending = self.trigger = self.opening = None
