@@ -230,3 +230,62 @@ def test_names_from_the_trace_are_escaped(tmp_path):
     for page in (s._repr_html_(), r._repr_html_()):
         assert "<script" not in page and "<img" not in page
         assert _esc(HOSTILE_STAGE) in page and _esc(HOSTILE_RUN) in page
+
+
+# --- First contact in a notebook (issue 26) -------------------------------------------------
+
+def test_analyze_is_silent_where_the_cli_shows_progress(demo, capfd):
+    """The CLI draws a bar on stderr from 4 sessions on; the API (a notebook's) draws none."""
+    assert len(demo) >= 4
+    capfd.readouterr()
+    tfb.analyze(DEMO_LOGS)
+    out = capfd.readouterr()
+    assert out.err == "" and out.out == ""
+    r = subprocess.run(tfbneck_cmd() + ["analyze", DEMO_LOGS], capture_output=True, text=True, timeout=300)
+    assert "analysing" in r.stderr  # the CLI's bar: the API's silence is a choice, not an absence
+
+
+def test_a_run_with_several_windows_is_a_report_of_them(tmp_path):
+    run = tmp_path / "logs" / "exp1"
+    src = os.path.join(DEMO_LOGS, "pair_spe1", "plugins", "profile")
+    (session,) = os.listdir(src)
+    for name in (session, session.replace("steps6-25", "steps40-59")):
+        shutil.copytree(os.path.join(src, session), run / "plugins" / "profile" / name)
+    r = tfb.analyze(tmp_path / "logs")
+    windows = r["exp1"]
+    assert isinstance(windows, tfb.Report) and len(windows) == 2
+    assert [s.session for s in windows] == [s.session for s in r] and windows[-1] is r[1]
+    assert windows[0].bottleneck == r[0].bottleneck and windows._repr_html_().count("<tr data-run=") == 2
+
+
+def test_many_sessions_are_summarised_compactly_and_never_clipped(demo, tmp_path):
+    """209 sessions: one table (evidence and first fix folded under each cause), no per-session
+    charts, well under the 2.4 MB the full view took; in a narrow cell no column is cut off."""
+    from tfbneck_plugin.notebook import FULL_SESSIONS
+    many = tfb.Report([dict(s) for s in demo] * 19)
+    page = many._repr_html_()
+    assert len(many) > FULL_SESSIONS and len(page) < 500_000, len(page)
+    assert page.count("<tr data-run=") == len(many) and page.count('<details class="tfb-why">') == len(many)
+    assert "tfb-steps-chart" not in page and "<script" not in page.lower()
+    for s in demo:
+        assert _esc(s.recommendations[0]["title"]).split("`")[0] in page
+    from support.plugin_helpers import CHROMIUM_ARGS, chromium_path
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; tests/run.sh does it)")
+    path = tmp_path / "many.html"
+    path.write_text(f"<html><body style='width:700px'>{tfb.Report(list(demo))._repr_html_()}</body></html>")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(java_script_enabled=False, viewport={"width": 760, "height": 900}).new_page()
+            page.goto(f"file://{path}", wait_until="domcontentloaded")
+            table = page.locator("table.tfb-summary")
+            assert table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+            box = page.locator("div.tfbneck-report").first.bounding_box()
+            for i in range(page.locator("svg.tfb-mini-bar").count()):
+                bar = page.locator("svg.tfb-mini-bar").nth(i).bounding_box()
+                assert bar["x"] + bar["width"] <= box["x"] + box["width"] + 0.5, (bar, box)
+        finally:
+            browser.close()

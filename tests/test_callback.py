@@ -385,6 +385,18 @@ def test_periodic_schedule_across_epochs_and_validation(job, flavour):
     assert len(session_dirs(log_dir)) == 3
 
 
+@pytest.mark.tf
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_epoch_schedule_and_a_cap_in_executions(job, flavour):
+    r = job("schedules", **FLAVOURS[flavour])
+    # profile_steps(every_epochs=2, length=2, epoch_step=3) over 3 epochs of 10 batches.
+    assert [w["markers"] for w in r["epochs"]] == [[[3, 3], [4, 4]], [[23, 23], [24, 24]]]
+    assert [marker_steps(w["session_dir"]) for w in r["epochs"]] == [[3, 4], [23, 24]]
+    # max_window_steps=3 with steps_per_execution=4: three executions recorded, not three batches.
+    (w,) = r["spe4_cap"]
+    assert w["markers"] == [[5, 8], [9, 12], [13, 16]] and marker_steps(w["session_dir"]) == [5, 9, 13]
+
+
 # ----------------------------------------------------------------------------------------
 # Acceptance 3: MirroredStrategy, custom tf.function loop, train_on_batch loop
 # ----------------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ class Report:
     """
 
     def __init__(self, sessions: Iterable[Dict], problems: Iterable[str] = (), version: str = __version__):
-        self.sessions: List[SessionReport] = [SessionReport.from_dict(s) for s in sessions]
+        self.sessions: List[SessionReport] = [s if isinstance(s, SessionReport) else SessionReport.from_dict(s)
+                                              for s in sessions]
         self.problems: List[str] = list(problems)
         self.version = version
 
@@ -192,7 +193,8 @@ def _paths(path_or_paths) -> List[str]:
 
 
 def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -> Report:
-    """Diagnose the profiling sessions under one or more paths, as ``tfbneck analyze`` does.
+    """Diagnose the profiling sessions under one or more paths, as ``tfbneck analyze`` does,
+    silently (no progress bar: in a notebook one on stderr shows as an error block).
 
     Args:
       path_or_paths: a logdir (searched at any depth for ``<run>/plugins/profile/<session>/``),
@@ -224,4 +226,5 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
         raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
                              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
     from .analysis.grouping import group_jobs  # the sessions of a multi-worker job become one entry, as in the CLI
-    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1)) + failed), problems)
+    results = _analyze_all(sessions, jobs or (os.cpu_count() or 1), progress=False)  # silent: no stderr bar
+    return Report(group_jobs(results + failed), problems)

@@ -149,9 +149,12 @@ def _discover(paths: List[str]):
     return sessions, problems, failed
 
 
-def _analyze_all(sessions: List[Session], jobs: int) -> List[dict]:
+def _analyze_all(sessions: List[Session], jobs: int, progress: bool = True) -> List[dict]:
+    """Analyse ``sessions`` with ``jobs`` processes, in order; a progress bar on stderr from
+    :data:`PROGRESS_FROM` sessions on when ``progress`` (the Python API passes False: in a
+    notebook a stderr bar is a red block)."""
     from tqdm import tqdm
-    show = len(sessions) >= PROGRESS_FROM
+    show = progress and len(sessions) >= PROGRESS_FROM
     bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
     try:
         if jobs <= 1 or len(sessions) <= 1:

@@ -51,6 +51,10 @@ MAX_STAGES = 12
 MAX_RECOMMENDATIONS = 3
 #: A Report's sessions are unfolded up to this many; more start folded (``<details>``).
 OPEN_SESSIONS = 6
+#: Up to this many sessions a Report shows each one in full under its table; beyond, only
+#: the table, each row's evidence and first fix folded in it (202 sessions in full were
+#: 2.4 MB of HTML in one cell); ``r[i]`` or ``r["run/session"]`` shows one in full.
+FULL_SESSIONS = 12
 
 _TEXT = "#202124"
 _MUTED = "#5f6368"
@@ -82,6 +86,10 @@ div.tfbneck-report svg.tfb-chart{max-width:100%;height:auto}
 div.tfbneck-report details>summary{cursor:pointer;font-weight:600;margin:6px 0}
 div.tfbneck-report .tfb-error{border-color:#d93025}
 div.tfbneck-report .tfb-scroll{overflow-x:auto}
+div.tfbneck-report table.tfb-summary{width:100%}
+div.tfbneck-report table.tfb-summary td{overflow-wrap:anywhere}
+div.tfbneck-report table.tfb-summary details>summary{font-weight:400;margin:0}
+div.tfbneck-report table.tfb-summary ul{margin:2px 0;padding-left:16px}
 </style>"""
 
 
@@ -435,20 +443,31 @@ def session_html(s: Dict) -> str:
 # Several sessions
 # ----------------------------------------------------------------------------------------
 
-def _summary_row(s: Dict) -> str:
+def _why_folded(s: Dict) -> str:
+    """A row's cause with its evidence and first fix folded under it (compact reports)."""
+    evidence = "".join(f"<li>{_rich(e)}</li>" for e in s.get("evidence") or [])
+    recs = s.get("recommendations") or []
+    fix = f'<div>Fix first: <strong>{_rich(recs[0].get("title"))}</strong></div>' if recs else ""
+    return (f'<details class="tfb-why"><summary><code>{_e(s.get("cause"))}</code></summary>'
+            f'<ul class="tfb-evidence">{evidence}</ul>{fix}</details>')
+
+
+def _summary_row(s: Dict, compact: bool = False) -> str:
     ok = s.get("status") == "ok"
     kind = str(s.get("bottleneck") or "unknown") if ok else "error"
     st = ((s.get("steps") or {}).get("step_time_ms") or {}).get("mean")
     conf = _num(s.get("confidence"))
     verdict = kind_label(kind) if ok else "Could not analyse"
+    cause = (_why_folded(s) if compact else f'<code>{_e(s.get("cause"))}</code>') if ok else _e(s.get("error"))
+    # The breakdown comes right after the verdict: a narrow notebook cell must not clip it.
     return (f'<tr data-run="{_e(s.get("run"))}" data-bottleneck="{_e(kind)}">'
             f'<td>{_e(s.get("run"))}</td><td>{_e(s.get("session"))}</td>'
             f'<td><span class="tfb-kind" style="background:{KIND_COLORS.get(kind, KIND_COLORS["unknown"])}">'
-            f'{_e(verdict)}</span></td><td><code>{_e(s.get("cause") if ok else "")}</code></td>'
-            f'<td class="num">{"" if conf is None or not ok else f"{round(100 * conf)}%"}</td>'
-            f'<td class="num">{fmt_ms(st) if ok else ""}</td>'
+            f'{_e(verdict)}</span></td><td>{mini_bar_svg(s.get("breakdown_pct") or {}) if ok else ""}</td>'
             f'<td class="num">{fmt_pct((s.get("breakdown_pct") or {}).get("input")) if ok else ""}</td>'
-            f'<td>{mini_bar_svg(s.get("breakdown_pct") or {}) if ok else _e(s.get("error"))}</td></tr>')
+            f'<td class="num">{fmt_ms(st) if ok else ""}</td>'
+            f'<td class="num">{"" if conf is None or not ok else f"{round(100 * conf)}%"}</td>'
+            f'<td>{cause}</td></tr>')
 
 
 def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
@@ -459,17 +478,24 @@ def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
       problems: discovery warnings (folders that could not be searched...), one line each.
     Returns:
       A self-contained HTML fragment. Sessions are unfolded (``<details open>``, no script
-      needed) up to :data:`OPEN_SESSIONS`; beyond that they start folded.
+      needed) up to :data:`OPEN_SESSIONS`; beyond that they start folded; beyond
+      :data:`FULL_SESSIONS` only the table is shown, each row's evidence and first fix
+      folded under its cause.
     """
     sessions = list(sessions)
-    head = "".join(f'<th class="{"num" if 4 <= i <= 6 else ""}">{t}</th>' for i, t in enumerate(
-        ["Run", "Session", "Verdict", "Cause", "Confidence", "Step time", "Input", "Breakdown"]))
-    rows = "".join(_summary_row(s) for s in sessions)
     n = len(sessions)
+    compact = n > FULL_SESSIONS
+    head = "".join(f'<th class="{"num" if 4 <= i <= 6 else ""}">{t}</th>' for i, t in enumerate(
+        ["Run", "Session", "Verdict", "Breakdown", "Input", "Step time", "Confidence", "Cause"]))
+    rows = "".join(_summary_row(s, compact) for s in sessions)
     out = [(f'<div class="tfbneck-report">{STYLE}<div class="tfb-card"><div class="tfb-h">tfbneck: {n} session'
             f'{"" if n == 1 else "s"}</div><div class="tfb-scroll"><table class="tfb-table tfb-summary"><thead>'
             f'<tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')]
     out.extend(f'<p class="tfb-muted">warning: {_e(p)}</p>' for p in problems)
+    if compact:
+        out.append(f'<p class="tfb-muted">{n} sessions: click a cause for its evidence; <code>r[i]</code> or '
+                   '<code>r["run/session"]</code> shows one session in full.</p></div></div>')
+        return "".join(out)
     out.append("</div>")
     unfold = " open" if n <= OPEN_SESSIONS else ""
     for s in sessions:

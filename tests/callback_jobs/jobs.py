@@ -238,6 +238,21 @@ def schedules():
                 validation_data=(x2[:16], y2[:16]))
     cb.close()
     out["periodic"] = [record(w) for w in cb.windows]
+
+    # In epochs (issue 26): steps 3-4 of epochs 1 and 3 (10 batches each): 3-4 and 23-24.
+    seed()
+    cb = BottleneckProfiler(os.path.join(OUT, "epochs"), analyze=False,
+                            profile_steps=profile_steps(every_epochs=2, length=2, epoch_step=3))
+    model().fit(x2, y2, batch_size=8, epochs=3, verbose=0, callbacks=[cb], shuffle=False)
+    cb.close()
+    out["epochs"] = [record(w) for w in cb.windows]
+
+    # The cap counts executions: (5, 24) touches 5 executions of 4 batches; a cap of 3 cuts it there.
+    seed()
+    cb = BottleneckProfiler(os.path.join(OUT, "spe4_cap"), profile_steps=(5, 24), max_window_steps=3, analyze=False)
+    model(spe=4).fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb], shuffle=False)
+    cb.close()
+    out["spe4_cap"] = [record(w) for w in cb.windows]
     result.update(out)
 
 
