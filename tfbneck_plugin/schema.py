@@ -67,6 +67,16 @@ class InputPipeline(TypedDict, total=False):
     has_prefetch: bool
 
 
+class WorstStep(TypedDict, total=False):
+    """The step the Trace Viewer link opens: the most input wait, else the longest."""
+    step: int
+    start_ms: float                   # from the start of the analysed window (as steps.items)
+    duration_ms: float
+    input_ms: float
+    trace_start_ms: float             # the step's bounds on the Trace Viewer's time axis (ms)
+    trace_end_ms: float
+
+
 class SessionReport(TypedDict, total=False):
     """One element of the report's ``sessions`` list."""
     version: str
@@ -95,7 +105,7 @@ class SessionReport(TypedDict, total=False):
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
     sync: Dict[str, object]                   # a worker's collective time, input measured first
     system_metrics: Dict[str, object]
-    worst_step: Optional[Dict[str, float]]
+    worst_step: Optional[WorstStep]
     trace_viewer: Dict[str, str]
     warnings: List[str]
 

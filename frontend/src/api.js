@@ -30,8 +30,9 @@ async function getJson(url) {
   return { status: response.status, body, cache: response.headers.get("X-Tfbneck-Cache") };
 }
 
+/** The session list; every session without a verdict is queued for a background analysis. */
 export function listSessions() {
-  return getJson("sessions").then((r) => r.body);
+  return getJson("sessions?analyze=all").then((r) => r.body);
 }
 
 /** The step-time trend of every run (GET /trend). */
@@ -81,4 +82,24 @@ export function traceViewerUrl(traceViewer, hosts) {
   const all = hosts && hosts.length ? hosts : host ? [host] : [];
   if (all.length) params.set("hosts", all.join(","));
   return `${root.origin}${root.pathname}?${params.toString()}#profile`;
+}
+
+/**
+ * XProf's Trace Viewer page itself (the document the Profile tab shows in a frame), opened
+ * on one time range of one host:
+ * <root>data/plugin/profile/trace_viewer_index.html?is_streaming=true&is_oss=true
+ *   &trace_data_url=<root path>data/plugin/profile/data?run=<run>/<session>&tag=trace_viewer@&host=<host>
+ *   &view_start=<ms>&view_end=<ms>
+ * view_start / view_end set its first viewport, in ms on the trace's time axis (read by
+ * XProf 2.24's trace_viewer_index.js); the Profile tab's own page takes no viewport, so a
+ * link to it cannot land on a step.
+ */
+export function traceViewerAtUrl(traceViewer, fromMs, toMs) {
+  const root = new URL("../", window.location.href);
+  const data = new URLSearchParams({ run: traceViewer.run, tag: "trace_viewer@", host: traceViewer.host || "" });
+  const params = new URLSearchParams({
+    is_streaming: "true", is_oss: "true", trace_data_url: `${root.pathname}data/plugin/profile/data?${data}`,
+    view_start: String(fromMs), view_end: String(toMs),
+  });
+  return `${root.origin}${root.pathname}data/plugin/profile/trace_viewer_index.html?${params}`;
 }

@@ -12,6 +12,8 @@ import { sessionView } from "./session.js";
 import { trendView } from "./trend.js";
 
 const LIST_POLL_MS = 10000;
+/** While sessions still wait for their verdict, the list is asked for this often. */
+const LIST_BUSY_POLL_MS = 1000;
 const keyOf = (s) => JSON.stringify([s.run, s.session]);
 
 export class App {
@@ -39,6 +41,7 @@ export class App {
   build() {
     this.listEl = h("ul", { class: "tfb-list", role: "listbox", "aria-label": "Profiling sessions" });
     this.countEl = h("span", { class: "tfb-count" });
+    this.progressEl = h("div", { class: "tfb-progress", role: "status" });
     this.sideFoot = h("div", { class: "tfb-side-foot" });
     const filter = h("input", {
       class: "tfb-filter", type: "search", placeholder: "Filter runs and sessions", "aria-label": "Filter sessions",
@@ -54,7 +57,7 @@ export class App {
     this.root.append(h("div", { class: "tfb-app" },
       h("aside", { class: "tfb-side" },
         h("div", { class: "tfb-side-head" }, h("span", { text: "Sessions" }), this.countEl),
-        filter, this.listEl, this.sideFoot),
+        this.progressEl, filter, this.listEl, this.sideFoot),
       h("main", { class: "tfb-main" },
         h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.tabs.trend, this.toolbar),
         this.view)));
@@ -74,6 +77,7 @@ export class App {
     this.sessions = info.sessions || [];
     const changed = before !== this.sessions.map(keyOf).join("|");
     this.renderList();
+    this.showProgress(info);
     if (!info.scanned) {
       setTimeout(() => this.refreshList(), 1000);
       if (!this.sessions.length) this.message("Searching the logdir for profiling sessions…", "busy");
@@ -96,6 +100,22 @@ export class App {
       this.show();
     } else if (force || (changed && (this.mode === "compare" || this.mode === "trend"))) {
       this.show();
+    }
+  }
+
+  /** "Verdicts: 8 of 14", while the server analyses the rest (the most recent first). */
+  showProgress(info) {
+    const v = info.verdicts || { ready: 0, total: 0 };
+    const busy = info.scanned && v.ready < v.total;
+    clear(this.progressEl);
+    this.progressEl.dataset.ready = String(v.ready);
+    this.progressEl.dataset.total = String(v.total);
+    this.progressEl.classList.toggle("busy", busy);
+    if (busy) {
+      this.progressEl.append(h("span", { class: "tfb-spinner" }),
+        h("span", { text: `Verdicts: ${v.ready} of ${v.total}, the most recent first…` }));
+      clearTimeout(this.progressTimer);
+      this.progressTimer = setTimeout(() => { if (!document.hidden) this.refreshList(); }, LIST_BUSY_POLL_MS);
     }
   }
 

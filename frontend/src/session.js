@@ -2,7 +2,7 @@
 // metrics and recommendations. Every string from the report is inserted as text.
 import { makeChart } from "./charts.js";
 import { h, copyText } from "./dom.js";
-import { traceViewerUrl } from "./api.js";
+import { traceViewerAtUrl, traceViewerUrl } from "./api.js";
 import { explainReportError } from "./errors.js";
 import {
   CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtBytes, fmtMs, fmtPct, kindLabel, runLabel,
@@ -49,15 +49,23 @@ function traceLinks(report) {
   ];
   const w = report.worst_step;
   if (w) {
+    // Reports from before trace_start_ms: the session's Trace Viewer, with the time given beside the button.
+    const at = typeof w.trace_start_ms === "number" && typeof w.trace_end_ms === "number";
+    const margin = at ? (w.trace_end_ms - w.trace_start_ms) * 0.1 : 0;
     links.push(h("a", {
-      class: "tfb-button tfb-trace-link", href: traceViewerUrl(tv, tv.host ? [tv.host] : hosts), target: "_parent",
+      class: "tfb-button tfb-trace-link",
+      href: at ? traceViewerAtUrl(tv, Math.max(0, w.trace_start_ms - margin), w.trace_end_ms + margin)
+        : traceViewerUrl(tv, tv.host ? [tv.host] : hosts),
+      target: at ? "_blank" : "_parent", rel: "noopener",
       dataset: { kind: "worst", step: String(w.step) },
-      title: "Opens the Trace Viewer on the host of the worst step; look at the time given beside this button",
+      title: at ? `Opens XProf's Trace Viewer in a new tab on step ${w.step}${tv.host ? ` of host ${tv.host}` : ""}`
+        : "Opens the Trace Viewer on the host of the worst step; look at the time given beside this button",
     }, "Open the worst stall in Trace Viewer"));
     const input = w.input_ms ? `, ${fmtMs(w.input_ms)} of it waiting for input` : "";
     links.push(h("span", { class: "tfb-caption tfb-worst" },
       `Worst stall: step ${w.step}, ${fmtMs(w.duration_ms)} long${input}, `
-      + `starting ${fmtMs(w.start_ms)} after the start of the trace${tv.host ? ` on host ${tv.host}` : ""}.`));
+      + (at ? `at ${fmtMs(w.trace_start_ms)} on the trace's time axis` : `${fmtMs(w.start_ms)} after the first step began`)
+      + `${tv.host ? ` on host ${tv.host}` : ""}.`));
   }
   return h("div", { class: "tfb-trace-links" }, links);
 }
@@ -255,6 +263,31 @@ function lineChart(title, canvasClass, labels, datasets, yTitle, yMax) {
 
 const PALETTE = ["#1a73e8", "#e8710a", "#0b8043", "#9334e6", "#e52592", "#12b5cb", "#f6bf26", "#5f6368"];
 
+/** Fewer samples than this are listed as values: a line through two points says nothing. */
+const MIN_CHART_SAMPLES = 5;
+
+function sampleTable(s) {
+  const mean = (row) => (row && row.length ? row.reduce((a, b) => a + b, 0) / row.length : null);
+  const pct = (v) => (v === null || v === undefined ? "–" : fmtPct(v));
+  const mbps = (v) => (v === null || v === undefined ? "–" : `${(Number(v) / 1e6).toFixed(1)} MB/s`);
+  const gpu = (row) => (row && row.length ? row.map((v) => pct(v)).join(", ") : "–");
+  const busiest = (row) => (row && row.length ? Math.max(...row) : null);
+  // The process tree's CPU is in % of one core: written as cores.
+  const cores = (v) => (v === null || v === undefined ? "–" : `${(Number(v) / 100).toFixed(2)} cores`);
+  const head = h("tr", {}, ["Time", "CPU (all cores)", "Busiest core", "Training process", "Disk read", "Network in",
+    "Accelerator"].map((t) => h("th", { text: t })));
+  const rows = (s.t_ms || []).map((t, i) => h("tr", { class: "tfb-sample" },
+    h("td", { text: `${(Number(t) / 1000).toFixed(2)} s` }),
+    h("td", { class: "num", text: pct(mean((s.cpu_pct || [])[i])) }),
+    h("td", { class: "num", text: pct(busiest((s.cpu_pct || [])[i])) }),
+    h("td", { class: "num", text: cores((s.tree_cpu_pct || [])[i] ?? (s.proc_cpu_pct || [])[i]) }),
+    h("td", { class: "num", text: mbps((s.disk_read_Bps || [])[i]) }),
+    h("td", { class: "num", text: mbps((s.net_recv_Bps || [])[i]) }),
+    h("td", { text: gpu((s.gpu_util_pct || [])[i]) })));
+  return h("div", { class: "tfb-table-wrap tfb-sys-samples" },
+    h("table", { class: "tfb-table" }, h("thead", {}, head), h("tbody", {}, rows)));
+}
+
 function systemSection(report) {
   if (report.status !== "ok") return null;
   const sm = report.system_metrics;
@@ -276,6 +309,14 @@ function systemSection(report) {
   ];
   section.append(h("dl", { class: "tfb-chips" }, chips.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { text: String(v) })))));
   const s = sm.series || {};
+  const n = sm.samples ?? (s.t_ms || []).length;
+  const over = typeof sm.sampled_s === "number" ? ` over ${sm.sampled_s.toFixed(2)} s` : "";
+  section.append(h("p", { class: "tfb-muted tfb-sys-basis", dataset: { samples: String(n) },
+    text: `These figures rest on ${n} sample${n === 1 ? "" : "s"}${over} (one about every 0.1 s while the window ran).` }));
+  if (n < MIN_CHART_SAMPLES) {
+    section.append(sampleTable(s));
+    return section;
+  }
   const t = (s.t_ms || []).map((x) => (Number(x) / 1000).toFixed(1));
   const grid = h("div", { class: "tfb-sys-grid" });
   const perCore = s.cpu_pct || [];

@@ -50,13 +50,19 @@ def steps_section(a) -> Dict:
 
 
 def worst_step(a):
-    """The step with the most input wait (else the longest): the Trace Viewer link opens it."""
+    """The step with the most input wait (else the longest): the Trace Viewer link opens it.
+
+    ``start_ms`` counts from the analysed window's start (as ``steps.items``);
+    ``trace_start_ms`` / ``trace_end_ms`` are the step's bounds on the Trace Viewer's own
+    time axis: the trace's event times, which XProf draws as they are (ms from the
+    profile's start; seen equal to the step marker's ``ts`` in XProf 2.24's trace JSON)."""
     steps, parts = a.steps, a.parts
     if steps is None or not steps.count:
         return None
     k = int(np.argmax(parts["input"])) if parts["input"].sum() > 0 else int(np.argmax(steps.durations_ps))
     return {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - a.origin),
-            "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k])}
+            "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k]),
+            "trace_start_ms": round(float(steps.starts[k]) / 1e9, 6), "trace_end_ms": round(float(steps.ends[k]) / 1e9, 6)}
 
 
 def host_report(a) -> Dict:

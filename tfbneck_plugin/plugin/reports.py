@@ -1,13 +1,16 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
 ``analysis.session.analyze_session`` runs on a small pool of daemon threads, the newest
-request first. A request never waits for another session's analysis: it waits at most a
-given time for its own, then the route answers 202 ("analysing") and the frontend polls.
+request first; background requests (the session list's verdict badges) come after every
+request someone waits for, the most recent session first. A request never waits for
+another session's analysis: it waits at most a given time for its own, then the route
+answers 202 ("analysing") and the frontend polls.
 Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
 reads; a changed file is a new key. Nothing is written anywhere. No TensorFlow here.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -113,17 +116,24 @@ class ReportService:
         self._latest: Dict[Tuple[str, str], Dict] = {}
         self._latest_full: Dict[Tuple[str, str], Dict] = {}
         self._inflight: Dict[Fingerprint, Future] = {}
-        self._queue: "queue.LifoQueue" = queue.LifoQueue()
+        self._started: set = set()  # fingerprints a worker took (a session may be queued twice)
+        # (0, -n) for a request someone waits for (the newest first), (1, -session time) for a
+        # background one (the most recent session first); n breaks ties, never the sessions.
+        self._queue: "queue.PriorityQueue" = queue.PriorityQueue()
+        self._order = itertools.count()
         self.hits = self.misses = self.analyses = 0
         for i in range(max(1, workers)):
             threading.Thread(target=self._work, name=f"tfbneck-analyze-{i}", daemon=True).start()
 
-    def request(self, session: Session, wait_s: float = 0.0) -> Tuple[Optional[Dict], str]:
+    def request(self, session: Session, wait_s: float = 0.0, background: bool = False) -> Tuple[Optional[Dict], str]:
         """The report of ``session``.
 
         Args:
           session: the session as it is on disk now.
           wait_s: how long to wait for an analysis this request starts or joins (seconds).
+          background: no one waits for it (the list's badges): it runs after every other
+            request, the most recent session first. A later foreground request for the
+            same session moves it ahead.
 
         Returns:
           ``(report, "hit")`` if cached; else its analysis is started (once) and
@@ -138,12 +148,18 @@ class ReportService:
                 self.hits += 1
                 return cached, "hit"
             fut = self._inflight.get(fp)
+            n = next(self._order)
+            priority = (1, -session_time(session), n) if background else (0, -n, n)
             if fut is None:
                 self.misses += 1
                 fut = Future()
                 fut.key = session.key
+                fut.background = background
                 self._inflight[fp] = fut
-                self._queue.put((fp, session, fut))
+                self._queue.put((priority, fp, session, fut))
+            elif fut.background and not background and fp not in self._started:
+                fut.background = False
+                self._queue.put((priority, fp, session, fut))  # ahead of the background entry
         if wait_s > 0:
             try:
                 return fut.result(timeout=wait_s), "miss"
@@ -177,7 +193,11 @@ class ReportService:
 
     def _work(self) -> None:
         while True:
-            fp, session, fut = self._queue.get()
+            _priority, fp, session, fut = self._queue.get()
+            with self._lock:
+                if fut.done() or fp in self._started:
+                    continue  # the same session queued twice (moved ahead): the other entry ran it
+                self._started.add(fp)
             try:
                 report = self._analyze(session)
             except Exception as err:
@@ -192,6 +212,7 @@ class ReportService:
                 self._latest[session.key] = {k: report[k] for k in SUMMARY_KEYS if k in report}
                 self._latest_full[session.key] = report
                 self._inflight.pop(fp, None)
+                self._started.discard(fp)
             fut.set_result(report)
 
 

@@ -122,18 +122,32 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             raise RouteError(404, "the frontend bundle is missing from the package "
                                   "(build it: cd frontend && npm ci && npm run build)") from None
 
-    def sessions_impl(self) -> Tuple[int, Dict]:
+    def sessions_impl(self, params: Optional[Mapping[str, str]] = None) -> Tuple[int, Dict]:
         """``/sessions``: every session under the logdir, newest first.
+
+        Args:
+          params: the query parameters. ``analyze=all``: queue every session not analysed
+            yet for a background analysis (the most recent first, after any report someone
+            waits for), so that each row gets its verdict without being opened.
 
         Returns:
           ``(200, body)``; body keys ``version``, ``logdir``, ``scanned``, ``scanning``,
           ``error`` and ``error_kind`` (None unless the logdir cannot be searched),
           ``problems`` (at most 100 lines), ``sessions`` (rows of :func:`.index.session_row`;
           the analysed workers of a multi-worker job as one row, :func:`.index.job_rows`)
-          and ``cache`` (``ReportService.stats``). Sessions that may be other workers of an
-          analysed worker's job are queued for analysis (:func:`.reports.sibling_sessions`).
+          ``cache`` (``ReportService.stats``) and ``verdicts`` (``{"ready", "total"}``: rows
+          with a report, rows in all). Sessions that may be other workers of an analysed
+          worker's job are queued for analysis (:func:`.reports.sibling_sessions`).
+
+        Raises:
+          RouteError: 400 for an ``analyze`` value other than ``all``.
         """
+        params = params or {}
+        if "analyze" in params and params["analyze"] != "all":
+            raise RouteError(400, f"analyze={params['analyze']!r}: the only value is 'all'")
         snap = self._index.current(wait_s=SCAN_WAIT_S)
+        if params.get("analyze") == "all":
+            self._analyze_all(snap.sessions)
         analysed = self._reports.analysed()
         for s in sibling_sessions(snap.sessions, analysed, self._reports.pending):
             try:
@@ -144,9 +158,21 @@ class BottleneckPlugin(base_plugin.TBPlugin):
                 for key, s in snap.sessions.items()]
         rows.sort(key=lambda r: (-r["time"], r["run"], r["session"]))
         rows = job_rows(rows, self._jobs.jobs(analysed), SUMMARY_KEYS)
+        ready = sum(1 for r in rows if r["state"] == "ready")
         return 200, {"version": __version__, "logdir": self._logdir, "scanned": snap.scanned,
                      "scanning": snap.scanning, "error": snap.error, "error_kind": snap.error_kind,
-                     "problems": snap.problems[:100], "sessions": rows, "cache": self._reports.stats()}
+                     "problems": snap.problems[:100], "sessions": rows, "cache": self._reports.stats(),
+                     "verdicts": {"ready": ready, "total": len(rows)}}
+
+    def _analyze_all(self, sessions: Dict) -> None:
+        """Queue a background analysis of every listed session that has no report and none
+        running (the ReportService orders them, the most recent first)."""
+        for key, s in sessions.items():
+            if self._reports.latest(key) is None and not self._reports.pending(key):
+                try:
+                    self._reports.request(self._index.fresh(s), wait_s=0, background=True)
+                except RouteError:
+                    pass  # gone since the scan
 
     def report_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
         """``/report?run=R&session=S``: one session's report.
@@ -255,7 +281,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_sessions(self, request):
-        return self._dispatch(request, lambda _params: self.sessions_impl() + ("",))  # no parameters
+        return self._dispatch(request, lambda params: self.sessions_impl(params) + ("",))
 
     @wrappers.Request.application
     def _serve_report(self, request):
