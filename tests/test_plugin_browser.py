@@ -132,6 +132,29 @@ def check_recommendations(tab: Tab, report: dict):
     assert codes == [r.get("code") or None for r in recs]
 
 
+#: Fewer system samples than this are listed as values, not drawn (frontend/src/session.js).
+MIN_CHART_SAMPLES = 5
+
+
+def check_system_basis(tab: Tab, sm: dict):
+    """The system panel says how many samples it rests on; a short window lists them as
+    values (its time, the mean CPU over cores) instead of drawing a line through two points."""
+    basis = tab.fl.locator(".tfb-sys-basis")
+    assert basis.get_attribute("data-samples") == str(sm["samples"])
+    assert basis.inner_text().startswith(f"These figures rest on {sm['samples']} sample")
+    rows = tab.fl.locator(".tfb-sys-samples tr.tfb-sample")
+    if sm["samples"] >= MIN_CHART_SAMPLES:
+        assert rows.count() == 0
+        return
+    assert rows.count() == sm["samples"] and tab.fl.locator("canvas.tfb-cpu-canvas").count() == 0
+    series = sm["series"]
+    for i in range(sm["samples"]):
+        cells = rows.nth(i).locator("td")
+        assert cells.nth(0).inner_text() == f"{series['t_ms'][i] / 1000:.2f} s"
+        cpu = series["cpu_pct"][i]
+        assert cells.nth(1).inner_text() == f"{sum(cpu) / len(cpu):.1f}%"
+
+
 def check_trace_link(tab: Tab, report: dict, kind: str = "session"):
     """Click "Open in Trace Viewer": the TensorBoard page must navigate to the Profile
     plugin's Trace Viewer for this run and host, and the Profile plugin must load it."""
@@ -274,11 +297,13 @@ def test_system_metrics_and_copyable_code(ctx, fixture_tb):
     assert "system_metrics" in report, "the trace job records system metrics for this run"
     tab.select(run, session)
     sm = report["system_metrics"]
-    cores = max(len(row) for row in sm["series"]["cpu_pct"])
-    cpu = tab.fl.locator("canvas.tfb-cpu-canvas")
-    assert int(cpu.get_attribute("data-points")) == (cores + 1) * len(sm["series"]["t_ms"])
-    assert canvas_pixels(tab.frame, "canvas.tfb-cpu-canvas") > 2000
-    assert canvas_pixels(tab.frame, "canvas.tfb-io-canvas") > 2000
+    check_system_basis(tab, sm)
+    if sm["samples"] >= MIN_CHART_SAMPLES:
+        cores = max(len(row) for row in sm["series"]["cpu_pct"])
+        cpu = tab.fl.locator("canvas.tfb-cpu-canvas")
+        assert int(cpu.get_attribute("data-points")) == (cores + 1) * len(sm["series"]["t_ms"])
+        assert canvas_pixels(tab.frame, "canvas.tfb-cpu-canvas") > 2000
+        assert canvas_pixels(tab.frame, "canvas.tfb-io-canvas") > 2000
     chips = dict(zip(tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-chips dt')).map(e => e.textContent)"),
                      tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-chips dd')).map(e => e.textContent)")))
     assert chips["CPU (all cores)"] == f"{sm['cpu_mean_pct']:.1f}%"
@@ -344,6 +369,10 @@ def test_report_cache_over_http(fixture_tb):
     run = runs["keras3_after"]
     session = next(r["session"] for r in api_sessions(tb) if r["run"] == run)
     api_report(tb, run, session)
+    deadline = time.monotonic() + 120  # the tab's background analyses (other tests opened it) end first
+    while json.loads(tb.get("sessions")[2])["cache"]["in_progress"]:
+        assert time.monotonic() < deadline, "background analyses still running after 120 s"
+        time.sleep(0.2)
     before = json.loads(tb.get("sessions")[2])["cache"]
     status, headers, body = tb.get(f"report?run={quote(run, safe='')}&session={quote(session, safe='')}")
     assert status == 200 and headers["X-Tfbneck-Cache"] == "hit"
@@ -452,6 +481,66 @@ def test_demo_logs(ctx, tmp_path):
         row, report = linked
         tab.select(row["run"], row["session"])
         check_trace_link(tab, report, "session")
+        tab.close()
+
+
+def test_demo_verdicts_without_clicking_and_the_worst_stall_in_the_trace_viewer(ctx, tmp_path):
+    """Issue 26: every session of the list gets its verdict badge while no one clicks (the
+    tab asks for background analyses, the most recent first, and says how far they are);
+    the worst-stall link opens XProf's Trace Viewer on that step of that host."""
+    expected = json.loads(EXPECTED.read_text())
+    work = tmp_path / "work"
+    shutil.copytree(DEMO_LOGS, work / "demo_logs")  # the Profile plugin writes caches into what it opens
+    with TensorBoard("demo_logs", cwd=str(work)) as tb:
+        tab = Tab(ctx, tb, "demo-badges")
+        tab.frame.wait_for_function(
+            "() => { const items = Array.from(document.querySelectorAll('.tfb-item')); return items.length > 0 && "
+            "items.every(li => { const c = li.querySelector('.tfb-chip'); return c && c.textContent !== 'analysing'; }); }",
+            timeout=180_000)
+        chips = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-item')).map(li => "
+                                   "[li.dataset.run, li.querySelector('.tfb-chip').textContent])")
+        assert len(chips) == len(find_sessions(str(work / "demo_logs")).sessions) >= 10
+        for run, chip in chips:
+            assert chip == KIND_LABELS[_expected_for(run, expected)["bottleneck"]], run
+        tab.frame.wait_for_function("() => { const p = document.querySelector('.tfb-progress'); "
+                                    "return p.dataset.ready === p.dataset.total && !p.classList.contains('busy'); }",
+                                    timeout=30_000)
+        assert tab.fl.locator(".tfb-progress").get_attribute("data-total") == str(len(chips))
+        # The worst stall of an input-bound run: its step, on its host, in XProf's Trace Viewer.
+        run = "cpu_bound_input"
+        session = next(r["session"] for r in api_sessions(tb) if r["run"] == run)
+        report = api_report(tb, run, session)
+        tab.select(run, session)
+        check_system_basis(tab, report["system_metrics"])
+        w, tv = report["worst_step"], report["trace_viewer"]
+        link = tab.fl.locator("a.tfb-trace-link[data-kind=worst]")
+        assert link.get_attribute("data-step") == str(w["step"]) and link.get_attribute("target") == "_blank"
+        with tab.page.context.expect_page(timeout=60_000) as opened:
+            link.click()
+        viewer = opened.value
+        query = parse_qs(urlsplit(viewer.url).query)
+        data = parse_qs(urlsplit(query["trace_data_url"][0]).query)
+        assert data["run"] == [tv["run"]] and data["host"] == [tv["host"]] and data["tag"] == ["trace_viewer@"]
+        view = (float(query["view_start"][0]), float(query["view_end"][0]))
+        assert view[0] < w["trace_start_ms"] < w["trace_end_ms"] < view[1]
+        assert view[1] - view[0] < 1.5 * (w["trace_end_ms"] - w["trace_start_ms"])  # that step, not the window
+        # The Trace Viewer's own state: its first viewport is that range...
+        viewer.wait_for_function("() => { const el = document.querySelector('tf-trace-viewer'); "
+                                 "return el && el._traceViewer && el._traceViewer.trackView; }", timeout=120_000)
+        shown = viewer.evaluate("""() => { const t = document.querySelector('tf-trace-viewer')._traceViewer.trackView;
+            const d = t.viewport.currentDisplayTransform;
+            return [d.xViewToWorld(0), d.xViewToWorld(t.viewWidth_ * (window.devicePixelRatio || 1))]; }""")
+        assert shown == [pytest.approx(view[0], abs=1e-3), pytest.approx(view[1], abs=1e-3)]
+        # ... and in the data it draws there, the step's marker starts where the report says.
+        marker = f"train {w['step']}"
+        viewer.wait_for_function("(name) => { const m = document.querySelector('tf-trace-viewer')._traceViewer.model; "
+                                 "return m && m.getAllThreads().some(t => t.sliceGroup.slices.some(s => s.title === name)); }",
+                                 arg=marker, timeout=120_000)
+        start = viewer.evaluate("(name) => document.querySelector('tf-trace-viewer')._traceViewer.model.getAllThreads()"
+                                ".flatMap(t => t.sliceGroup.slices).find(s => s.title === name).start", marker)
+        assert start == pytest.approx(w["trace_start_ms"], abs=0.01)
+        screenshot(viewer, "demo-worst-stall-trace-viewer")
+        viewer.close()
         tab.close()
 
 
