@@ -56,7 +56,7 @@ def test_verdicts_and_access(demo):
 
 
 def test_dataframe_one_row_per_session(demo):
-    pytest.importorskip("pandas", reason="pandas is not installed (pip install 'tfbneck-plugin[notebook]')")
+    pytest.importorskip("pandas", reason="pandas is not installed (pip install '.[notebook]' in the tfbneck clone)")
     df = demo.to_dataframe()
     assert len(df) == len(demo)
     for col in ("run", "session", "bottleneck", "cause", "confidence", "step_ms", "input_pct", "idle_pct"):
@@ -78,7 +78,20 @@ def test_dataframe_without_pandas_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("ImportError: Report.to_dataframe() needs pandas: pip install "
-                                  "'tfbneck-plugin[notebook]' (or pip install pandas)")
+                                  "'.[notebook]' in the tfbneck clone (or pip install pandas)")
+
+
+def test_the_callback_without_tensorflow_names_the_extra():
+    """Without TensorFlow, importing the callback is one ImportError naming the extra to install."""
+    code = ("import sys; sys.modules['tensorflow'] = None\n"  # as if TensorFlow were not installed
+            "try:\n    from tfbneck_plugin import BottleneckProfiler\n"
+            "except ImportError as e:\n    print(type(e).__name__, e)\n"
+            "import tfbneck_plugin as tfb; print(len(tfb.analyze(sys.argv[1])))\n")
+    out = subprocess.run([sys.executable, "-c", code, DEMO_LOGS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "ImportError BottleneckProfiler needs TensorFlow: pip install '.[tensorflow]' in the tfbneck clone (or any "
+        "TensorFlow >= 2.16 with tf-keras); the analyzer, CLI and tab do not", str(len(expected()))]
 
 
 def test_analyze_imports_no_tensorflow():

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import DEMO_LOGS, tfbneck_cmd
 
-pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip install 'tfbneck-plugin[beam]')")
+pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip install '.[beam]' in the tfbneck clone)")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_beam_unreachable_store_fails_fast(tmp_path):
     """An s3:// PATH whose endpoint refuses connections: the pipeline still finishes quickly
     (the same bounded discovery as the local run), the PATH becomes one error row naming
     the URL and the cause, and no library traceback reaches the terminal."""
-    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tfbneck-plugin[remote]')")
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]' in the tfbneck clone)")
     import socket
     import time
     with socket.socket() as s:  # a loopback port nobody listens on

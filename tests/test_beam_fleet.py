@@ -10,7 +10,7 @@ import pytest
 
 from conftest import DATA, DEMO_LOGS, tfbneck_cmd
 
-pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip install 'tfbneck-plugin[beam]')")
+pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip install '.[beam]' in the tfbneck clone)")
 
 MIN_SESSIONS = 50
 

@@ -325,7 +325,19 @@ def test_fit_profiles_exactly_steps_3_to_5(job, flavour):
     assert sc["bottleneck/input_pct"][0][1] == pytest.approx(sess["breakdown_pct"]["input"], abs=0.01)
     assert sc["bottleneck/step_time_ms"][0][1] == pytest.approx(sess["steps"]["step_time_ms"]["mean"], rel=1e-4)
     assert sc[f"bottleneck/is_{sess['bottleneck']}"][0][1] == 1.0
+    from tfbneck_plugin.capture.background import CAUSE_INDEX
+    assert sc["bottleneck/cause"] == [[5, float(CAUSE_INDEX[sess["cause"]])]]  # the cause too, not only the kind
     assert len(r["_tfbneck_lines"]) == 1, r["_tfbneck_lines"]
+
+
+def test_every_cause_has_its_own_scalar_number():
+    from tfbneck_plugin.capture.background import CAUSE_INDEX, scalars_from_report
+    from tfbneck_plugin.causes import CAUSES
+    assert set(CAUSE_INDEX) == set(CAUSES) and len(set(CAUSE_INDEX.values())) == len(CAUSE_INDEX)
+    a = scalars_from_report({"bottleneck": "cpu", "cause": "cpu_contention"})
+    b = scalars_from_report({"bottleneck": "cpu", "cause": "input_preprocessing"})
+    assert a["bottleneck/verdict"] == b["bottleneck/verdict"] and a["bottleneck/cause"] != b["bottleneck/cause"]
+    assert "bottleneck/cause" not in scalars_from_report({"status": "error", "bottleneck": "unknown"})
 
 
 # ----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The lowest-versions job itself is ``tests/run_min_versions.sh`` (run by ``tests/run.sh``);
 these tests keep ``setup.py`` honest for it and check that the main test environment got
-the current storage packages a user's ``pip install 'tfbneck-plugin[remote]'`` gets.
+the current storage packages a user's ``pip install '.[remote]' in the tfbneck clone`` gets.
 """
 import datetime
 import importlib.metadata as md

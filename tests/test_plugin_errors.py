@@ -59,7 +59,7 @@ def test_a_logdir_that_cannot_be_searched_says_why_by_kind(tmp_path, analyzer):
 def test_unreachable_remote_storage_says_so(monkeypatch, analyzer):
     """An s3:// logdir whose endpoint refuses connections (a closed loopback port): the
     listing says the storage cannot be reached, not that the logdir is missing."""
-    s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tfbneck-plugin[remote]')")
+    s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]' in the tfbneck clone)")
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

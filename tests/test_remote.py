@@ -15,7 +15,7 @@ import pytest
 
 from conftest import DEMO_LOGS, tfbneck_cmd
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'tfbneck-plugin[remote]')")
+pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]' in the tfbneck clone)")
 BUCKET = "fleet-logs"
 #: The bound issue 12 sets for a store that cannot be reached (the default limit is 10 s).
 FAIL_FAST_S = 20.0
@@ -224,7 +224,7 @@ def _no_network_prefix():
 
 def test_gs_without_network_or_credentials_fails_fast():
     """``tfbneck analyze gs://no-such-bucket/x`` with no network and no credentials."""
-    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install 'tfbneck-plugin[remote]')")
+    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install '.[remote]' in the tfbneck clone)")
     empty = tempfile.mkdtemp(prefix="tfbneck-nocreds-")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR")) and k != "TFBNECK_REMOTE_TIMEOUT"}
@@ -239,7 +239,7 @@ def test_gs_without_network_or_credentials_fails_fast():
 
 def test_silent_gs_is_bounded():
     """A GCS endpoint (``STORAGE_EMULATOR_HOST``) that never answers: bounded by --remote-timeout."""
-    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install 'tfbneck-plugin[remote]')")
+    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install '.[remote]' in the tfbneck clone)")
     server = SilentServer()
     try:
         env = dict(os.environ, STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{server.port}")

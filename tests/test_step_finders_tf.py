@@ -32,7 +32,7 @@ GRAPH_BUILD = "tf.function-graph_building"
 def _run(kind, out, legacy_keras=False):
     import importlib.util
     if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed (pip install 'tfbneck-plugin[tensorflow]')")
+        pytest.skip("TensorFlow is not installed (pip install '.[tensorflow]' in the tfbneck clone)")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_USE_LEGACY_KERAS", None)
     if legacy_keras:

@@ -16,7 +16,7 @@ JOB = os.path.join(HERE, "tf_jobs", "heavy_map_fit.py")
 def _need_tf():
     import importlib.util
     if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed (pip install 'tfbneck-plugin[tensorflow]')")
+        pytest.skip("TensorFlow is not installed (pip install '.[tensorflow]' in the tfbneck clone)")
 
 
 def run_job(logdir, flavour):

@@ -20,9 +20,9 @@ JOB = os.path.join(HERE, "tf_jobs", "floor_fit.py")
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 def test_fit_window_finds_steps_3_to_5(tmp_path, flavour):
     if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed (pip install 'tfbneck-plugin[tensorflow]')")
+        pytest.skip("TensorFlow is not installed (pip install '.[tensorflow]' in the tfbneck clone)")
     if flavour == "tf_keras" and importlib.util.find_spec("tf_keras") is None:
-        pytest.skip("tf-keras is not installed (pip install 'tfbneck-plugin[tensorflow]')")
+        pytest.skip("tf-keras is not installed (pip install '.[tensorflow]' in the tfbneck clone)")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1" if flavour == "tf_keras" else "0")
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     r = subprocess.run([sys.executable, JOB, str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)

@@ -40,8 +40,8 @@ def _bottleneck_profiler():
     except ModuleNotFoundError as e:
         if e.name != "tensorflow":
             raise
-        raise ImportError("BottleneckProfiler needs TensorFlow: pip install '.[tensorflow]' from the tfbneck "
-                          "clone (or any TensorFlow >= 2.16 with tf-keras); the analyzer, CLI and tab do not") from None
+        raise ImportError("BottleneckProfiler needs TensorFlow: pip install '.[tensorflow]' in the tfbneck clone "
+                          "(or any TensorFlow >= 2.16 with tf-keras); the analyzer, CLI and tab do not") from None
     from .capture import callback
     return callback.BottleneckProfiler
 

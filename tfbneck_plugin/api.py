@@ -4,7 +4,7 @@ as objects a notebook displays.
     import tfbneck_plugin as tfb
     r = tfb.analyze("logs")      # same discovery and analysis as `tfbneck analyze logs`
     r                            # in Jupyter/Colab: verdicts, breakdown chart, tf.data stages, fixes
-    r.to_dataframe()             # one row per session (pandas: pip install 'tfbneck-plugin[notebook]')
+    r.to_dataframe()             # one row per session (pandas: pip install '.[notebook]' in the tfbneck clone)
 
 No TensorFlow is imported (the analyzer reads traces itself).
 """
@@ -152,7 +152,7 @@ class Report:
         try:
             import pandas as pd
         except ImportError:
-            raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
+            raise ImportError("Report.to_dataframe() needs pandas: pip install '.[notebook]' in the tfbneck clone "
                               "(or pip install pandas)") from None
         rows = []
         for s in self.sessions:
@@ -199,7 +199,7 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     Args:
       path_or_paths: a logdir (searched at any depth for ``<run>/plugins/profile/<session>/``),
         a session folder or one ``.xplane.pb`` file; or a list of those. fsspec URLs
-        (``gs://``, ``s3://``...) work as in the CLI (``pip install 'tfbneck-plugin[remote]'``).
+        (``gs://``, ``s3://``...) work as in the CLI (``pip install '.[remote]' in the tfbneck clone``).
       jobs: sessions analysed in parallel processes (0 = one per CPU core; default 1).
     Returns:
       A :class:`Report`: one :class:`SessionReport` per session (a session that cannot be

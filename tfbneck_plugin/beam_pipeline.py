@@ -10,7 +10,7 @@ DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options wit
         -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
 
 Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
-workers, not the launcher. Requires ``pip install 'tfbneck-plugin[beam]'``.
+workers, not the launcher. Requires ``pip install '.[beam]' in the tfbneck clone``.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:
-        raise ImportError("--runner beam needs Apache Beam: pip install 'tfbneck-plugin[beam]'") from None
+        raise ImportError("--runner beam needs Apache Beam: pip install '.[beam]' in the tfbneck clone") from None
     from . import remote
     header = ",".join(CSV_COLUMNS)
     options = PipelineOptions(shlex.split(beam_options or "--runner=DirectRunner"))

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="analyse N sessions in parallel (0 = one per CPU core)")
     a.add_argument("--runner", choices=["local", "beam"], default="local",
-                   help="local processes (default) or an Apache Beam pipeline (pip install 'tfbneck-plugin[beam]')")
+                   help="local processes (default) or an Apache Beam pipeline (pip install '.[beam]' in the tfbneck clone)")
     a.add_argument("--beam-output", metavar="PREFIX",
                    help="with --runner beam: write PREFIX-*.jsonl and PREFIX.csv (default: a temporary folder)")
     a.add_argument("--beam-options", metavar="OPTS", default="--runner=DirectRunner",

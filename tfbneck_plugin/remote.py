@@ -134,7 +134,7 @@ def filesystem(url: str):
     try:
         fs, path = fsspec.core.url_to_fs(url, **_storage_options(protocol, timeout_s()))
     except ImportError as err:  # e.g. s3fs / gcsfs not installed for this scheme
-        raise RemoteError(url, "no_scheme", f"{err}; pip install 'tfbneck-plugin[remote]'") from None
+        raise RemoteError(url, "no_scheme", f"{err}; pip install '.[remote]' in the tfbneck clone") from None
     except ValueError as err:
         raise RemoteError(url, "no_scheme", f"unknown URL scheme: {err}") from None
     if protocol in ("s3", "s3a") and getattr(fs, "retries", 0) > 2:
@@ -221,8 +221,11 @@ def within(seconds: float, url: str, stage: list, fn: Callable[[], T]) -> T:
     worker.start()
     worker.join(seconds)
     if worker.is_alive():
+        # The same line reaches the CLI and the TensorBoard tab: name the variable both read
+        # (TensorBoard has no flag for it), and the CLI's flag as the CLI's.
         raise RemoteError(url, "timeout", f"within {seconds:g} s while {stage[0]}; wait longer with "
-                                          f"--remote-timeout or {TIMEOUT_ENV}")
+                                          f"{TIMEOUT_ENV}=SECONDS in the environment (tfbneck analyze "
+                                          f"also takes --remote-timeout SECONDS)")
     if "error" in box:
         raise box["error"]
     return box["value"]

@@ -71,7 +71,7 @@ const REPORT_ERRORS = {
 const LOGDIR_ERRORS = {
   no_logdir: { headline: "TensorBoard was started without a logdir.", hint: "Start it with --logdir (or --bottleneck_logdir)." },
   not_found: { headline: "The logdir does not exist.", hint: "Check the path given to --logdir; sessions appear here once training writes them." },
-  unreadable: { headline: "The logdir cannot be read.", hint: "Check that the TensorBoard process may list it, and that its URL scheme is installed (pip install 'tfbneck-plugin[remote]')." },
+  unreadable: { headline: "The logdir cannot be read.", hint: "Check that the TensorBoard process may list it, and that its URL scheme is installed (pip install '.[remote]' in the tfbneck clone)." },
   unreachable: { headline: "The storage holding the logdir cannot be reached.", hint: "Check the network and the storage credentials of the TensorBoard process; the tab tries again on its own." },
   internal: { headline: "Searching the logdir failed.", hint: "This is a bug in tfbneck; the TensorBoard log has the details." },
 };

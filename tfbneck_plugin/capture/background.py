@@ -35,6 +35,14 @@ if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars d
 #: ``bottleneck/verdict`` scalar: the verdict as a category index (the scalar chart shows a
 #: change of bottleneck as a step).
 VERDICT_INDEX = {"cpu": 0, "device": 1, "io": 2, "network": 3, "unknown": 4}
+#: ``bottleneck/cause`` scalar: the cause code (:data:`tfbneck_plugin.causes.CAUSES`) as a
+#: fixed number, so that two causes of one verdict (``cpu_contention`` and
+#: ``input_preprocessing`` are both ``cpu``) read apart on the chart. Numbers are never
+#: reused: a new cause takes the next one (a test checks that every cause has one).
+CAUSE_INDEX = {"input_preprocessing": 0, "cpu_contention": 1, "python_overhead": 2, "eager_execution": 3,
+               "retracing": 4, "kernel_launch": 5, "model_on_cpu": 6, "model_compute": 7, "host_device_transfer": 8,
+               "file_read": 9, "remote_read": 10, "gradient_sync": 11, "device_trace_missing": 12, "no_activity": 13,
+               "unrecorded": 14, "not_tensorflow": 15}
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
 #: own priority (the analysis may take seconds of CPU on a large trace).
 CHILD_NICE = 10
@@ -247,7 +255,8 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
       for input, device_compute, host_compute, kernel_launch, collective, idle and
       ``transfer_pct`` (H2D + D2H), in % of the step; ``bottleneck/confidence`` (0-1);
       ``bottleneck/is_<kind>`` (1 for the verdict's kind, else 0); ``bottleneck/verdict``
-      (the verdict as a category index: :data:`VERDICT_INDEX`); and from the sidecar
+      (the verdict as a category index: :data:`VERDICT_INDEX`); ``bottleneck/cause`` (the
+      cause as a number: :data:`CAUSE_INDEX`; absent for a failed session); and from the sidecar
       ``system_cpu_pct``, ``system_busiest_core_pct`` (%), ``system_proc_cpu_cores``,
       ``system_tree_cpu_cores``, ``system_others_cpu_cores`` (cores) and
       ``system_gpu_util_pct`` (%), when known.
@@ -268,6 +277,8 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
     for kind in VERDICT_INDEX:
         out[f"bottleneck/is_{kind}"] = 1.0 if verdict == kind else 0.0
     out["bottleneck/verdict"] = float(VERDICT_INDEX.get(verdict, VERDICT_INDEX["unknown"]))
+    if report.get("cause") in CAUSE_INDEX:
+        out["bottleneck/cause"] = float(CAUSE_INDEX[report["cause"]])
     system = report.get("system_metrics") or {}
     for src, tag in (("cpu_mean_pct", "system_cpu_pct"), ("busiest_core_mean_pct", "system_busiest_core_pct"),
                      ("proc_cpu_cores", "system_proc_cpu_cores"), ("tree_cpu_cores", "system_tree_cpu_cores"),
