@@ -225,9 +225,12 @@ def job_report(reports: List[Dict], names: List[str], why: str, grouped_by: str,
     d = jobmod.diagnose(workers)
     primary = d["primary"] if d else max(range(len(workers)), key=lambda i: workers[i].step_ms)
     base = reports[primary]
-    out = {"version": __version__, "kind": "job", "run": _common_run([r.get("run") for r in reports]),
-           "session": f"job:{job_id or base.get('session')}", "hosts": list(names),
-           "path": _common_path([str(r.get("path") or "") for r in reports]), "status": "ok"}
+    path = _common_path([str(r.get("path") or "") for r in reports])
+    run = _common_run([r.get("run") for r in reports])
+    if run == "." and path:  # workers' runs with nothing in common: the folder that holds them all
+        run = path.rstrip("/").rsplit("/", 1)[-1] or run
+    out = {"version": __version__, "kind": "job", "run": run,
+           "session": f"job:{job_id or base.get('session')}", "hosts": list(names), "path": path, "status": "ok"}
     out.update({k: v for k, v in base.items() if k not in WORKER_ONLY_KEYS})
     warnings = [w for r in reports for w in r.get("warnings") or []]
     if warnings:

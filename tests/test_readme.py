@@ -1,0 +1,285 @@
+"""The newcomer's test: the README's own code blocks, run as written on a fresh copy of the
+repository, in order, as a reader following it in one terminal would.
+
+* The copy holds what a clone holds: the files git tracks, and new files it does not ignore
+  (``git ls-files -co --exclude-standard``), so a change not yet committed is tested too.
+* ```` ```bash ```` blocks run with ``bash -e -o pipefail`` in the copy. Once a block has made
+  ``.venv`` (the README's first command), the blocks after it run inside that venv, as in
+  the terminal where the reader activated it.
+* ```` ```python ```` blocks run as scripts with that venv's Python. A block that is a
+  fragment of the reader's own script (it uses ``model`` and ``ds``) says so with
+  ``<!-- readme-test: with your model -->`` on the line before it; it then runs after
+  :data:`YOUR_MODEL`, a small Keras model and dataset standing in for the reader's.
+* ```` ```text ```` blocks preceded by ``<!-- readme-test: output -->`` show what the block
+  before them printed: every line that is not ``...`` must appear in that output, so an
+  example cannot drift from what the tool says.
+* ``<!-- readme-test: server -->``: the block starts a server that runs until stopped (the
+  TensorBoard command). It runs in a private network namespace (``unshare -rn``: its default
+  port is free there, whatever else runs on the machine) until the Bottleneck tab answers
+  with the logdir's sessions, then it is stopped.
+* ``<!-- readme-test: skip REASON -->``: not run here, and the reason says where it is tested
+  (the test suite itself; a job that needs a cluster of machines). Blocks without a language
+  (diagrams, paths) are not code.
+
+pip reuses a download cache kept in ``tests/_artifacts/readme-pip-cache`` between runs
+(``TFBNECK_README_PIP_CACHE``); the first run fills it. Slow (a fresh venv with TensorFlow):
+marked ``tf`` and ``readme``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List
+
+import pytest
+
+from conftest import ARTIFACTS, ROOT
+
+README = os.path.join(ROOT, "README.md")
+#: What ``<!-- readme-test: with your model -->`` blocks run after: the reader's own model and
+#: data, here 64 batches of 32 random examples and a small dense model, compiled.
+YOUR_MODEL = """
+import numpy as np
+import tensorflow as tf
+import keras
+
+x = np.random.rand(2048, 64).astype("float32")
+y = np.random.rand(2048, 1).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(tf.data.AUTOTUNE)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss="mse")
+"""
+#: How long one block may run (seconds): the TensorFlow install is the longest.
+BLOCK_TIMEOUT_S = 1500
+_ANNOTATION = re.compile(r"<!--\s*readme-test:\s*(\S+)\s*(.*?)\s*-->")
+_FENCE = re.compile(r"^```(\S*)\s*$")
+
+
+@dataclass
+class Block:
+    """One fenced block of the README: its language, text, line and annotation."""
+    lang: str
+    code: str
+    line: int
+    mode: str = ""     # "", "with", "output", "server", "skip"
+    note: str = ""
+
+    def where(self) -> str:
+        return f"README.md line {self.line}"
+
+
+def blocks(path: str = README) -> List[Block]:
+    """The README's fenced blocks in order, each with the annotation on the line before it."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, body = i, []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        note = _ANNOTATION.match(lines[start - 1].strip()) if start else None
+        b = Block(m.group(1), "\n".join(body) + "\n", start + 1)
+        if note:
+            b.mode, b.note = note.group(1), note.group(2)
+        out.append(b)
+    return out
+
+
+def test_readme_blocks_are_annotated_consistently():
+    """Cheap checks that run without the slow part: annotations are known, skips give a
+    reason, output blocks follow a block that runs, and nothing asks a reader to open the
+    optional test data outside the repository."""
+    bs = blocks()
+    assert bs, "the README has no code block"
+    for i, b in enumerate(bs):
+        assert b.mode in ("", "with", "output", "server", "skip"), (b.where(), b.mode)
+        if b.mode == "skip":
+            assert len(b.note) > 20, f"{b.where()}: a skipped block says why and where it is tested"
+        if b.mode == "output":
+            assert b.lang == "text" and i and bs[i - 1].lang in ("bash", "python"), b.where()
+        if b.lang in ("bash", "python"):
+            assert "shared/" not in b.code, f"{b.where()}: asks a reader to use files outside the repository"
+    langs = [b.lang for b in bs if b.mode != "skip"]
+    assert "bash" in langs and "python" in langs
+
+
+# ---------------------------------------------------------------------------------------------
+# Running them
+# ---------------------------------------------------------------------------------------------
+
+def fresh_copy(dest: str) -> str:
+    """What a clone of the working tree holds, copied to ``dest``."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for f in filter(None, files):
+        src = os.path.join(ROOT, f)
+        if os.path.isfile(src) and not os.path.islink(src):
+            os.makedirs(os.path.dirname(os.path.join(dest, f)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dest, f))
+    return dest
+
+
+class Reader:
+    """A terminal in the copy: runs blocks, remembers the last output."""
+
+    def __init__(self, clone: str, log):
+        self.clone, self.log = clone, log
+        self.last = ""
+        cache = os.environ.get("TFBNECK_README_PIP_CACHE") or os.path.join(ARTIFACTS, "readme-pip-cache")
+        self.env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+        self.env.update(PIP_CACHE_DIR=cache, PIP_DISABLE_PIP_VERSION_CHECK="1", TF_CPP_MIN_LOG_LEVEL="2")
+        self.base_path = self.env["PATH"]
+
+    def _venv_env(self):
+        env = dict(self.env)
+        venv = os.path.join(self.clone, ".venv")
+        if os.path.isdir(venv):  # as after `. .venv/bin/activate` in the README's first command
+            env.update(VIRTUAL_ENV=venv, PATH=os.path.join(venv, "bin") + os.pathsep + self.base_path)
+        return env
+
+    def run(self, b: Block) -> None:
+        if b.lang == "bash":
+            argv = ["bash", "-e", "-o", "pipefail", "-c", b.code]
+        else:
+            python = os.path.join(self.clone, ".venv", "bin", "python")
+            script = os.path.join(self.clone, f".readme_block_{b.line}.py")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write((YOUR_MODEL if b.mode == "with" else "") + b.code)
+            argv = [python if os.path.exists(python) else sys.executable, script]
+        started = time.monotonic()
+        r = subprocess.run(argv, cwd=self.clone, env=self._venv_env(), capture_output=True, text=True,
+                           timeout=BLOCK_TIMEOUT_S)
+        self.log.append({"line": b.line, "lang": b.lang, "seconds": round(time.monotonic() - started, 1),
+                         "rc": r.returncode})
+        self.last = r.stdout + r.stderr
+        assert r.returncode == 0, f"{b.where()} failed (exit {r.returncode}):\n{b.code}\n--- output ---\n{self.last[-4000:]}"
+
+    def check_output(self, b: Block) -> None:
+        have = [line.rstrip() for line in self.last.splitlines()]
+        for want in b.code.splitlines():
+            want = want.rstrip()
+            if want.strip() in ("", "...", "…"):
+                continue
+            assert any(want in line for line in have), \
+                f"{b.where()}: the README shows {want!r}, which the command above does not print:\n{self.last[-4000:]}"
+
+    def serve(self, b: Block) -> None:
+        """Start the server block in its own network namespace, wait until the Bottleneck
+        tab lists the logdir's sessions, stop it."""
+        probe = ("import json, sys, time, urllib.request\n"
+                 "deadline = time.time() + 240\n"
+                 "while time.time() < deadline:\n"
+                 "    try:\n"
+                 "        with urllib.request.urlopen('http://localhost:6006/data/plugin/bottleneck/sessions', timeout=5) as r:\n"
+                 "            body = json.load(r)\n"
+                 "        if body['scanned'] and body['sessions']:\n"
+                 "            print(json.dumps([[s['run'], s['session']] for s in body['sessions']])); sys.exit(0)\n"
+                 "    except Exception:\n"
+                 "        pass\n"
+                 "    time.sleep(1)\n"
+                 "sys.exit('the Bottleneck tab did not list a session within 240 s')\n")
+        script = (f"ip link set lo up\n( {b.code.strip()} ) > .readme_server.log 2>&1 &\nserver=$!\n"
+                  f"trap 'kill $server' EXIT\n{sys.executable} -c \"$PROBE\"\n")
+        env = self._venv_env()
+        env["PROBE"] = probe
+        r = subprocess.run(["unshare", "-rn", "bash", "-e", "-c", script], cwd=self.clone, env=env,
+                           capture_output=True, text=True, timeout=300)
+        log = open(os.path.join(self.clone, ".readme_server.log"), encoding="utf-8", errors="replace").read()
+        assert r.returncode == 0, f"{b.where()}: {r.stderr[-2000:]}\n--- server ---\n{log[-3000:]}"
+        self.last = r.stdout
+        assert json.loads(r.stdout.strip().splitlines()[-1]), f"{b.where()}: the tab listed no session"
+
+
+def _can_unshare() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rn", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.tf
+@pytest.mark.readme
+@pytest.mark.timeout(3600)
+def test_every_readme_block_runs_as_written(tmp_path):
+    clone = fresh_copy(str(tmp_path / "tfbneck"))
+    log: List[dict] = []
+    reader = Reader(clone, log)
+    skipped = []
+    try:
+        for b in blocks(os.path.join(clone, "README.md")):
+            if b.mode == "skip":
+                skipped.append((b.line, b.note))
+            elif b.mode == "output":
+                reader.check_output(b)
+            elif b.mode == "server":
+                if not _can_unshare():
+                    pytest.fail(f"{b.where()}: needs `unshare -rn` (a private network namespace) to run the server")
+                reader.serve(b)
+            elif b.lang in ("bash", "python"):
+                reader.run(b)
+    finally:
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        with open(os.path.join(ARTIFACTS, "readme_blocks.json"), "w", encoding="utf-8") as f:
+            json.dump({"ran": log, "skipped": skipped}, f, indent=1)
+    assert len(log) >= 5, log
+
+
+# ---------------------------------------------------------------------------------------------
+# What the README says of the code: flags and environment variables that exist
+# ---------------------------------------------------------------------------------------------
+
+#: ``--options`` the README names that belong to neither tfbneck nor TensorBoard, and whose.
+OTHER_TOOLS_FLAGS = {
+    "--runner=DataflowRunner": "Beam pipeline options, passed through --beam-options",
+    "--project": "Beam (Dataflow) pipeline option", "--region": "Beam (Dataflow) pipeline option",
+    "--temp_location": "Beam (Dataflow) pipeline option", "--runner=DirectRunner": "Beam pipeline option",
+    "--cap-add": "docker run", "--resolution": "uv pip install (the lowest-versions job)",
+    "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
+}
+
+
+def _readme_flags():
+    text = open(README, encoding="utf-8").read()
+    return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*(?:=[A-Za-z]+Runner)?", text)))
+
+
+def test_every_flag_the_readme_names_exists():
+    """Each ``--option`` in the README is one of tfbneck's (``tfbneck analyze|compare --help``),
+    one of TensorBoard's with the tab loaded (``tensorboard --helpfull``), or another tool's
+    (:data:`OTHER_TOOLS_FLAGS`, which says whose): no flag that does not exist, as the tab's
+    remote error once named (``--remote-timeout`` is the CLI's, not TensorBoard's)."""
+    from tfbneck_plugin.cli import _parser
+    ours = set()
+    for sub in ("analyze", "compare"):
+        ours |= set(re.findall(r"--[a-z][a-z0-9-]*", _parser()._subparsers._group_actions[0].choices[sub].format_help()))
+    ours |= {"--version", "--help"}
+    tb = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--helpfull"],
+                        capture_output=True, text=True, timeout=300)
+    theirs = set(re.findall(r"--[a-z_]+", tb.stdout + tb.stderr))
+    assert "--bottleneck_logdir" in theirs and "--logdir" in theirs, "tensorboard --helpfull did not list the tab's flag"
+    unknown = [f for f in _readme_flags() if f not in ours | theirs and f not in OTHER_TOOLS_FLAGS]
+    assert not unknown, f"the README names options that nothing defines: {unknown}"
+    assert "--remote-timeout" not in theirs  # the CLI's flag: the tab's messages must not send users there
+
+
+def test_every_environment_variable_the_readme_names_is_read_by_the_code():
+    text = open(README, encoding="utf-8").read()
+    names = set(re.findall(r"`((?:TFBNECK|AWS_ENDPOINT|STORAGE_EMULATOR)[A-Z0-9_]*)(?:=[^`]*)?`", text))
+    assert {"TFBNECK_REMOTE_TIMEOUT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"} <= names
+    source = ""  # the package, and the tests for the variables that steer them (TFBNECK_FUZZ_...)
+    for dirpath, _dirs, files in [w for top in ("tfbneck_plugin", "tests") for w in os.walk(os.path.join(ROOT, top))]:
+        for f in files:
+            if f.endswith(".py"):
+                source += open(os.path.join(dirpath, f), encoding="utf-8").read()
+    missing = [n for n in sorted(names) if f'"{n}"' not in source and f"'{n}'" not in source]
+    assert not missing, f"the README names environment variables the code never reads: {missing}"
