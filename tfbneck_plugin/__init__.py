@@ -36,13 +36,12 @@ def __getattr__(name):
 
 def _bottleneck_profiler():
     try:
-        import tensorflow  # noqa: F401  (only to tell a missing TensorFlow from another import error)
-    except ModuleNotFoundError as e:
-        if e.name != "tensorflow":
+        from .capture import callback
+    except ModuleNotFoundError as e:  # one line naming the extra, not a bare "No module named 'tensorflow'"
+        if e.name not in ("tensorflow", "keras", "tf_keras"):
             raise
         raise ImportError("BottleneckProfiler needs TensorFlow: pip install '.[tensorflow]' in the tfbneck clone "
                           "(or any TensorFlow >= 2.16 with tf-keras); the analyzer, CLI and tab do not") from None
-    from .capture import callback
     return callback.BottleneckProfiler
 
 
