@@ -111,6 +111,9 @@ def test_readme_blocks_are_annotated_consistently():
             assert b.lang == "text" and i and bs[i - 1].lang in ("bash", "python"), b.where()
         if b.lang in ("bash", "python"):
             assert "shared/" not in b.code, f"{b.where()}: asks a reader to use files outside the repository"
+    text = open(README, encoding="utf-8").read()
+    # The package is not on an index: the install forms that pip accepts from a clone only.
+    assert "tfbneck-plugin[" not in text and "pip install tfbneck" not in text
     langs = [b.lang for b in bs if b.mode != "skip"]
     assert "bash" in langs and "python" in langs
 

@@ -144,8 +144,10 @@ class Report:
           A ``pandas.DataFrame``: ``run``, ``session``, ``hosts`` (comma-separated),
           ``status``, ``device_kind``, ``step_source``, ``steps``, ``step_ms`` (mean step
           time, ms), ``bottleneck``, ``cause``, ``confidence`` (0-1), ``input_pct``,
-          ``blocking_stage``, ``error``, then ``<category>_pct`` for the other breakdown
-          categories (% of step time). Missing values are None/NaN.
+          ``blocking_stage``, ``error``, ``path`` (the session folder), then
+          ``<category>_pct`` for the other breakdown categories (% of step time). A session
+          that could not be analysed has ``bottleneck`` ``error`` and its ``error_kind`` as
+          ``cause``. Missing values are None/NaN.
         Raises:
           ImportError: pandas is not installed (one line saying how to install it).
         """
