@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import re
 import sys
 import tokenize
 from typing import Dict, List, Tuple
@@ -93,10 +94,24 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _reachable(classes) -> List[str]:
+    """The schema classes a session report holds, at any depth (others type internal values)."""
+    by = {name: keys for name, _doc, keys in classes}
+    seen, todo = [], ["SessionReport"]
+    while todo:
+        name = todo.pop(0)
+        if name in seen or name not in by:
+            continue
+        seen.append(name)
+        todo += [w for _k, t, _c in by[name] for w in re.findall(r"[A-Za-z_]+", t) if w in by]
+    return seen
+
+
 def _object_sections(classes) -> List[str]:
     out = []
+    keep = set(_reachable(classes))
     for name, doc, keys in classes:
-        if name == "SessionReport":
+        if name == "SessionReport" or name not in keep:
             continue
         out += [f"### `{name}`", "", doc, "", "| key | type | meaning |", "|---|---|---|"]
         out += [f"| `{k}` | `{_cell(t)}` | {_cell(c)} |" for k, t, c in keys]
