@@ -197,8 +197,11 @@ class Reader:
                   f"trap 'kill $server' EXIT\n{sys.executable} -c \"$PROBE\"\n")
         env = self._venv_env()
         env["PROBE"] = probe
+        started = time.monotonic()
         r = subprocess.run(["unshare", "-rn", "bash", "-e", "-c", script], cwd=self.clone, env=env,
                            capture_output=True, text=True, timeout=300)
+        self.log.append({"line": b.line, "lang": "server", "seconds": round(time.monotonic() - started, 1),
+                         "rc": r.returncode})
         log = open(os.path.join(self.clone, ".readme_server.log"), encoding="utf-8", errors="replace").read()
         assert r.returncode == 0, f"{b.where()}: {r.stderr[-2000:]}\n--- server ---\n{log[-3000:]}"
         self.last = r.stdout
