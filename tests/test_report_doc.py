@@ -53,3 +53,14 @@ def test_parallelism_text_from_the_trace_becomes_a_number_or_null():
     from tfbneck_plugin.analysis.tfdata import _parallelism
     assert [_parallelism(v) for v in (8, "8", 2.0, "unavailable", "", None, True, 2.5)] == \
         [8, 8, 2, None, None, None, None, None]
+
+
+def test_every_cause_comes_with_a_next_step():
+    """Every cause, the unknown ones too (no_activity, not_tensorflow), has a recommendation:
+    a reader never meets a verdict with nothing to do next."""
+    from tfbneck_plugin.analysis.advice import ADVICE
+    from tfbneck_plugin.causes import CAUSES
+    assert set(ADVICE) == set(CAUSES)
+    for cause in ("no_activity", "not_tensorflow"):
+        recs = ADVICE[cause](None)
+        assert recs and recs[0]["title"] and recs[0]["code"], cause
