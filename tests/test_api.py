@@ -271,6 +271,7 @@ def test_a_run_with_several_windows_is_a_report_of_them(tmp_path):
     assert windows[0].bottleneck == r[0].bottleneck and windows._repr_html_().count("<tr data-run=") == 2
 
 
+@pytest.mark.browser
 def test_many_sessions_are_summarised_compactly_and_never_clipped(demo, tmp_path):
     """209 sessions: one table (evidence and first fix folded under each cause), no per-session
     charts, well under the 2.4 MB the full view took; in a narrow cell no column is cut off."""
