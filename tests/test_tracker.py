@@ -147,6 +147,14 @@ def test_windows_every_n_epochs_start_at_the_epochs_step():
     assert [c.window for c in d.closed] == [(10, 11)]
 
 
+def test_one_epoch_schedule_serves_two_profilers_apart():
+    from tfbneck_plugin.capture.schedule import as_schedule
+    shared = windows(every_epochs=1, length=2)
+    a, b = Driver(as_schedule(shared)).fit([20, 20]), Driver(as_schedule(shared)).fit([20])
+    assert [c.window for c in a.closed] == [(10, 11), (30, 31)] and [c.window for c in b.closed] == [(10, 11)]
+    assert shared.epoch_windows == []
+
+
 def test_window_length_cap_counts_executions():
     # Six executions of 32 batches (steps 32-224, 193 batches) are 6 marked steps: under the cap of 100.
     d = Driver(windows((32, 224)), max_steps=100).fit([320], spe=32)

@@ -324,6 +324,9 @@ def as_schedule(spec: ScheduleLike, max_window_steps: Optional[int] = None) -> S
     """Turn what ``BottleneckProfiler(profile_steps=...)`` accepts into a StepSchedule;
     ``max_window_steps``: a cap on window lengths in batches, checked here when given."""
     if isinstance(spec, StepSchedule):
+        if spec.every_epochs is not None:  # its epoch windows are each callback's own
+            spec = StepSchedule(spec.windows, spec.every, spec.length, spec.start, spec.count, spec.every_epochs,
+                                spec.epoch_step, spec.start_epoch)
         if max_window_steps is None:
             return spec
         for a, b in spec.windows:
