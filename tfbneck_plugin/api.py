@@ -15,8 +15,9 @@ import os
 from collections.abc import Iterable as _Iterable
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from . import notebook
+from . import batch, notebook
 from .analysis.breakdown import CATEGORIES
+from .logdir import DiscoveryError
 from .report import COLUMNS, build_report, row, to_table
 from .version import __version__
 
@@ -207,18 +208,12 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
         or no profiling session under the paths (one line, as the CLI's exit status 2).
       TypeError, ValueError: arguments of the wrong kind.
     """
-    # The CLI's own discovery and analysis: both front doors give the same reports.
-    from .cli import _analyze_all, _discover
-    from .logdir import DiscoveryError
+    # The CLI's discovery and analysis (the batch driver): both front doors give the same reports.
     paths = _paths(path_or_paths)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")
     try:
-        sessions, problems = _discover(paths)
+        reports, problems = batch.analyze_paths(paths, jobs or (os.cpu_count() or 1))
     except DiscoveryError as err:
         raise DiscoveryError(str(err), err.cause) from None  # one line, its cause kept
-    if not sessions:
-        raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
-                             "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
-    from .analysis.grouping import group_jobs  # the sessions of a multi-worker job become one entry, as in the CLI
-    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1))), problems)
+    return Report(reports, problems)

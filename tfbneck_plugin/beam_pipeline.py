@@ -1,6 +1,7 @@
 """Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
 
-The same per-session ``analyze_session`` as the local run, distributed by Beam: the
+The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.analyze_one`,
+discovery by :func:`tfbneck_plugin.batch.discover`), distributed by Beam: the
 DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
 ``--beam-options``). The pipeline::
 
@@ -19,9 +20,9 @@ import json
 import shlex
 from typing import Iterable, List, Optional, Tuple
 
-from .analysis.session import analyze_session
+from . import batch
 from .analysis.breakdown import CATEGORIES
-from .logdir import DiscoveryError, find_sessions
+from .logdir import DiscoveryError
 from .report import COLUMNS, row
 
 CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
@@ -39,11 +40,11 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
         from . import remote
         remote.set_timeout(remote_timeout_s)
     try:
-        found = find_sessions(path)
+        sessions, _problems = batch.discover([path])
     except DiscoveryError as err:
         yield (index, "", ""), {"status": "error", "error": str(err), "run": "", "session": "", "hosts": []}
         return
-    for s in found.sessions:
+    for s in sessions:
         yield (index, s.run, s.name), s
 
 
@@ -51,7 +52,7 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, analyze_session(session)
+    return key, batch.analyze_one(session)
 
 
 def to_csv_row(result: dict) -> str:

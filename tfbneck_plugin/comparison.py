@@ -1,7 +1,7 @@
 """``tfbneck compare BASELINE CANDIDATE``: did a change make training faster or slower, by
 how much, how sure, where the time went, and was it what the baseline's advice predicted.
 
-No TensorFlow: both sides are analysed from their traces (:func:`.analysis.session.analyze_session`).
+No TensorFlow: both sides are analysed from their traces (:func:`.batch.analyze_one`).
 
 The comparison of two session reports (:func:`compare_reports`):
 
@@ -169,6 +169,7 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
 
 def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
     """run name -> its latest session (session folders are named by time), and notes."""
+    from .batch import no_session_message
     from .logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
@@ -185,7 +186,7 @@ def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
         if len(sessions) > 1:
             notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, {sessions[-1].name}")
     if not latest:
-        raise CompareError(f"{path}: no profiling session found (looked for <run>/plugins/profile/<session>/*.xplane.pb)")
+        raise CompareError(no_session_message([path]))
     return latest, notes
 
 
@@ -224,9 +225,9 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from .analysis.session import analyze_session
+    from .batch import analyze_one
     pairs, notes = _matched(baseline, candidate)
-    comparisons = [compare_reports(analyze_session(b), analyze_session(c), change) for b, c in pairs]
+    comparisons = [compare_reports(analyze_one(b), analyze_one(c), change) for b, c in pairs]
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
             "verdict": top["verdict"], "comparisons": comparisons, "notes": notes}

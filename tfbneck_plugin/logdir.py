@@ -73,7 +73,7 @@ class Session:
 
     @property
     def hosts(self) -> List[str]:
-        from .trace.xspace import host_name_from_file
+        from .trace.tracefile import host_name_from_file
         return [host_name_from_file(f) for f in self.files]
 
     @property

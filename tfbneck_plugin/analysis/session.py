@@ -14,7 +14,8 @@ from typing import Dict, List, Optional, Tuple
 from .. import records
 from ..errors import error_report
 from ..logdir import Session, open_any
-from ..trace.xspace import TraceReadError, host_name_from_file, read_space
+from ..trace.tracefile import host_name_from_file, read_space
+from ..trace.xspace import TraceReadError
 from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job

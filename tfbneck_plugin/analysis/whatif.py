@@ -87,25 +87,25 @@ Model = Callable[[Dict, Findings], Union[Prediction, str]]
 
 # ---- the facts the models read ------------------------------------------------------------
 
-def step_timing(a) -> Optional[StepTiming]:
-    """Per-step times of a :class:`.host_analysis.HostAnalysis` for the what-if models.
+def step_timing(steps, parts: Dict[str, np.ndarray], view, activity) -> Optional[StepTiming]:
+    """Per-step times of one host for the what-if models.
 
     Args:
-      a: the host analysis (its steady steps, breakdown parts and host view).
+      steps: the steady steps (:class:`.steps.Steps`) or None.
+      parts: ps per breakdown category per step (:func:`.breakdown.per_step`).
+      view: the host view with its training thread (:class:`.host.HostView`) or None.
+      activity: the breakdown categories' intervals (:class:`.breakdown.Activity`).
 
     Returns:
       None without steady steps, else a :class:`.findings.StepTiming` (ms per step).
     """
-    steps = a.steps
     if steps is None or not steps.count:
         return None
     n = steps.count
-    parts = a.parts
     timing = StepTiming(
         step_ms=float(steps.durations_ps.mean()) / 1e9, batches_per_step=int(steps.batches_per_step),
         breakdown_ms={c: float(parts[c].sum()) / n / 1e9 for c in breakdown.CATEGORIES},
         durations_ms=[float(d) / 1e9 for d in steps.durations_ps])
-    view = a.view
     if view is None or view.training_line is None:
         return timing
     from .host import INFERENCE_FUNCTION_RE
@@ -114,12 +114,12 @@ def step_timing(a) -> Optional[StepTiming]:
     if fn:
         inside = timeline.overlap_per_window(view.intervals(fn), steps.starts, steps.ends)
         timing.function_ms = float(inside.sum()) / n / 1e9
-        act = a.activity  # the step's work: ops on host threads or devices, copies, launches
+        act = activity  # the step's work: ops on host threads or devices, copies, launches
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
     else:  # no training function: the ops ran eagerly, one kernel run each
-        _eager_kernels(a, timing)
+        _eager_kernels(view, steps, timing)
     return timing
 
 
@@ -140,9 +140,8 @@ def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
     return float((hi - lo).mean()) / 1e9
 
 
-def _eager_kernels(a, timing: StepTiming) -> None:
+def _eager_kernels(view, steps, timing: StepTiming) -> None:
     """Eager kernel runs inside the steady steps, less those that wait for input."""
-    view, steps = a.view, a.steps
     sel = view.select(view.ids_named(EAGER_KERNEL_RUNS), [view.training_line])
     if not sel:
         return

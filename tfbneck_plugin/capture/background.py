@@ -91,12 +91,12 @@ def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
 
 def analyze_here(session_dir: str) -> Dict:
     """Analyse ``session_dir`` in this process; returns the session's report."""
-    from ..analysis.session import analyze_session
+    from ..batch import analyze_one
     from ..logdir import find_sessions
     found = find_sessions(session_dir).sessions
     if not found:
         return {"status": "error", "error": f"{session_dir}: no session found"}
-    return analyze_session(found[0])
+    return analyze_one(found[0])
 
 
 class BackgroundAnalysis:

@@ -1,6 +1,6 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
-``analysis.session.analyze_session`` runs on a small pool of daemon threads, the newest
+``batch.analyze_one`` (the one analysis of a session) runs on a small pool of daemon threads, the newest
 request first. A request never waits for another session's analysis: it waits at most a
 given time for its own, then the route answers 202 ("analysing") and the frontend polls.
 Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
-from ..analysis.session import analyze_session
+from ..batch import analyze_one
 from ..errors import error_report
 from ..logdir import Session, is_remote
 from .index import session_time
@@ -99,12 +99,12 @@ class ReportService:
     analysed first; a session already queued or running is not queued again.
 
     Args:
-      analyze: ``Session -> report dict`` (default ``analyze_session``).
+      analyze: ``Session -> report dict`` (default ``batch.analyze_one``).
       workers: analysis threads.
       max_entries: reports kept.
     """
 
-    def __init__(self, analyze: Callable[[Session], Dict] = analyze_session,
+    def __init__(self, analyze: Callable[[Session], Dict] = analyze_one,
                  workers: int = ANALYSIS_WORKERS, max_entries: int = CACHE_ENTRIES):
         self._analyze = analyze
         self._max_entries = max_entries

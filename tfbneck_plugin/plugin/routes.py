@@ -24,7 +24,7 @@ from werkzeug import wrappers
 
 from ..version import __version__
 from .. import report as report_mod
-from ..analysis.session import analyze_session
+from ..batch import analyze_one
 from ..logdir import Session, find_sessions, is_remote
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
@@ -62,7 +62,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``analyze_session``); tests inject their own.
+      analyze: ``Session -> report`` (default ``batch.analyze_one``); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -71,7 +71,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_session,
+    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_one,
                  find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S, report_wait_s: float = REPORT_WAIT_S):
         self._logdir = plugin_logdir(context)
