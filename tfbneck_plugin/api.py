@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable as _Iterable
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import batch, notebook
 from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError
 from .report import COLUMNS, build_report, row, to_table
+from .schema import SessionDict
 from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -39,7 +40,7 @@ class SessionReport(dict):
     """
 
     @classmethod
-    def from_dict(cls, data: Dict) -> "SessionReport":
+    def from_dict(cls, data: Mapping[str, Any]) -> "SessionReport":
         """Wrap a session report dict (e.g. one of ``--format json``'s ``sessions``, or a
         ``BottleneckProfiler`` window's ``report``). Raises TypeError for anything else."""
         if not isinstance(data, dict):
@@ -99,7 +100,7 @@ class Report:
       version: the tfbneck version that made the reports.
     """
 
-    def __init__(self, sessions: Iterable[Dict], problems: Iterable[str] = (), version: str = __version__):
+    def __init__(self, sessions: Iterable[Mapping[str, Any]], problems: Iterable[str] = (), version: str = __version__):
         self.sessions: List[SessionReport] = [SessionReport.from_dict(s) for s in sessions]
         self.problems: List[str] = list(problems)
         self.version = version
@@ -155,7 +156,7 @@ class Report:
                               "(or pip install pandas)") from None
         rows = []
         for s in self.sessions:
-            r = row(s)
+            r = row(cast(SessionDict, s))
             pct = s.get("breakdown_pct") or {}
             r.update({f"{c}_pct": pct.get(c) for c in PCT_CATEGORIES})
             rows.append({k: (None if v == "" else v) for k, v in r.items()})

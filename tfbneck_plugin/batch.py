@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
-from .schema import SessionReport
+from .schema import SessionDict
 
 #: Show a progress bar on stderr from this many sessions on.
 PROGRESS_FROM = 4
@@ -31,7 +31,7 @@ def no_session_message(paths: Sequence[str]) -> str:
     return f"no profiling session found under {', '.join(paths)} (looked for {SESSION_LAYOUT})"
 
 
-def analyze_one(session: Session, opener: Optional[Callable] = None) -> SessionReport:
+def analyze_one(session: Session, opener: Optional[Callable] = None) -> SessionDict:
     """The report of one session (:func:`.analysis.session.analyze_session`): every front
     door analyses a session here. Never raises for bad input (``status: "error"``)."""
     return analyze_session(session, opener)
@@ -58,14 +58,14 @@ def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
     return sessions, problems
 
 
-def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionReport]:
+def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionDict]:
     """The reports of ``sessions``, in their order; ``jobs`` > 1 analyses them in that many
     processes. A tqdm progress bar goes to stderr from :data:`PROGRESS_FROM` sessions."""
     from tqdm import tqdm
     show = len(sessions) >= PROGRESS_FROM
     bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
     try:
-        results: List[SessionReport] = []
+        results: List[SessionDict] = []
         if jobs <= 1 or len(sessions) <= 1:
             for s in sessions:
                 results.append(analyze_one(s))
@@ -80,7 +80,7 @@ def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionReport]:
         bar.close()
 
 
-def analyze_paths(paths: Sequence[str], jobs: int = 1) -> Tuple[List[SessionReport], List[str]]:
+def analyze_paths(paths: Sequence[str], jobs: int = 1) -> Tuple[List[SessionDict], List[str]]:
     """(reports, discovery warnings) of every session under ``paths``: the sessions of a
     multi-worker job as one report (:func:`.analysis.grouping.group_jobs`).
 

@@ -18,12 +18,13 @@ import csv
 import io
 import json
 import shlex
-from typing import Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from . import batch
 from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError
 from .report import COLUMNS, row
+from .schema import SessionDict
 
 CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
@@ -55,7 +56,7 @@ def analyze_keyed(item):
     return key, batch.analyze_one(session)
 
 
-def to_csv_row(result: dict) -> str:
+def to_csv_row(result: SessionDict) -> str:
     r = row(result)
     for c in CATEGORIES:
         if c != "input":
@@ -93,7 +94,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
                                              num_shards=1, shard_name_template=""))
 
 
-def read_results(output_prefix: str) -> List[dict]:
+def read_results(output_prefix: str) -> List[SessionDict]:
     """The reports written by :func:`run`, in the local run's order (path, run, session)."""
     from .logdir import is_remote
     if is_remote(output_prefix):
@@ -102,9 +103,9 @@ def read_results(output_prefix: str) -> List[dict]:
     else:
         import glob
         opened = [open(f, "rt") for f in sorted(glob.glob(output_prefix + "-*.jsonl"))]
-    records = []
+    records: List[Dict[str, Any]] = []
     for f in opened:
         with f as fh:
             records.extend(json.loads(line) for line in fh if line.strip())
     records.sort(key=lambda r: tuple(r["key"]))
-    return [r["report"] for r in records]
+    return [cast(SessionDict, r["report"]) for r in records]

@@ -17,6 +17,7 @@ from . import batch
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError
 from .report import RENDERERS, build_report
+from .schema import SessionDict
 from .version import __version__
 
 
@@ -151,7 +152,7 @@ def cmd_analyze(args) -> int:
     return _emit(args, batch.analyze_many(sessions, jobs))
 
 
-def _emit(args, results: List[dict]) -> int:
+def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))

@@ -227,7 +227,7 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict
     """
     from .batch import analyze_one
     pairs, notes = _matched(baseline, candidate)
-    comparisons = [compare_reports(analyze_one(b), analyze_one(c), change) for b, c in pairs]
+    comparisons = [compare_reports(dict(analyze_one(b)), dict(analyze_one(c)), change) for b, c in pairs]
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
             "verdict": top["verdict"], "comparisons": comparisons, "notes": notes}

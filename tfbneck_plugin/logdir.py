@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import stat
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -36,6 +38,24 @@ XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
 LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
                    ".tensorflow_stats.pb", ".kernel_stats.pb", ".memory_profile.json.gz")
+
+
+#: Session folders named by the profiler's clock, e.g. ``2021_02_02_13_14_02``
+#: (``tensorflow/python/profiler/profiler_v2.py`` names them with ``%Y_%m_%d_%H_%M_%S``).
+SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
+
+
+def session_folder_time(name: str) -> Optional[float]:
+    """The time a session folder is named after (unix s; the profiler's local time, to the
+    second), or None when the name is not such a time."""
+    m = SESSION_TIME_RE.match(name)
+    if not m:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups())
+    try:
+        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
 
 
 class DiscoveryError(Exception):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping, Sequence
 
 from . import schema
 from .analysis.breakdown import CATEGORIES
@@ -19,12 +19,12 @@ COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "s
            "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error"]
 
 
-def build_report(sessions: List[Dict]) -> Dict:
+def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """The contract's top level: ``{"version", "sessions"}``."""
     return {"version": __version__, "sessions": sessions}
 
 
-def row(s: schema.SessionReport) -> Dict:
+def row(s: schema.SessionDict) -> Dict:
     """One session as a flat row of ``COLUMNS``."""
     step_ms, input_pct = schema.step_time_ms(s), schema.share_pct(s, "input")
     return {

@@ -146,7 +146,7 @@ class HostView:
 
     def select(self, ids: np.ndarray, lines: Optional[Sequence[int]] = None) -> List[Tuple[int, np.ndarray]]:
         """(line index, event indices) of events whose metadata id is in ``ids``."""
-        out = []
+        out: List[Tuple[int, np.ndarray]] = []
         if len(ids) == 0:
             return out
         for li, line in enumerate(self.plane.lines):
@@ -196,11 +196,11 @@ class HostView:
         Falls back to all executor activity off tf.data threads when the trace has no
         producer/consumer stats (TF < 2.4).
         """
-        producers = []
+        found = []
         for li, idx in self.training_function_runs():
             values, present = self.stat_ints(li, idx, "_p")
-            producers.append(values[present])
-        producers = np.concatenate(producers) if producers else np.zeros(0, dtype=np.uint64)
+            found.append(values[present])
+        producers = np.concatenate(found) if found else np.zeros(0, dtype=np.uint64)
         proc_sel = self.select(self.ids_named([EXECUTOR_EVENT]), self.non_data_lines)
         keep = []
         for li, idx in proc_sel:
@@ -254,7 +254,10 @@ class HostView:
         Returns:
             GraphBuilds; empty intervals when the trace holds none of these events.
         """
-        tracing, inst, starts, names = [], [], [], []
+        tracing: List[Tuple[np.ndarray, np.ndarray]] = []
+        inst: List[Tuple[np.ndarray, np.ndarray]] = []
+        starts: List[np.ndarray] = []
+        names: List[str] = []
         eager_kernel = dict(self.select(self.ids_named([EAGER_KERNEL_EVENT]), self.non_data_lines))
         for li, idx in self.select(self.ids_named([GRAPH_BUILD_EVENT]), self.non_data_lines):
             line = self.plane.lines[li]

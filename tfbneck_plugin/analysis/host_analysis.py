@@ -177,7 +177,7 @@ class HostAnalysis:
         """The device of the breakdown: the traced accelerator's kind, "GPU" for an untraced
         accelerator that ran the ops, else "CPU" (the host computes)."""
         p = self.placement
-        if p.device_events:
+        if p.device_events and p.device_kind:
             return p.device_kind
         return "GPU" if p.state in ("untraced_pluggable", "trace_missing") else "CPU"
 
@@ -187,7 +187,7 @@ class HostAnalysis:
             return StepFacts(why_none=_why_none(self.step_search))
         facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
         warm = getattr(found, "warmup", None)
-        if warm is not None and warm.any():
+        if found is not None and warm is not None and warm.any():
             facts.warmup_count = int(warm.sum())
             facts.warmup_ms = ms(found.durations_ps[warm].sum())
             facts.warmup_reason = found.warmup_reason

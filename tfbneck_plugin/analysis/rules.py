@@ -7,9 +7,10 @@ models (:mod:`.whatif`). Every threshold is a named constant with its source.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, cast
 
 from ..causes import CAUSES
+from ..schema import Recommendation
 from . import evidence as ev
 from . import sysmetrics
 from .advice import advice_for
@@ -379,7 +380,7 @@ def decide(f: Findings) -> Verdict:
     assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
     if v.cause == "not_tensorflow":
         return v
-    v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
+    v.recommendations = cast(List[Recommendation], rank(advice_for(v.cause, f), f))  # `predicted`: largest gain first
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:

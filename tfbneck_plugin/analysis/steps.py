@@ -123,7 +123,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
     every event of the matching names: cheap on traces with millions of events.
     """
     plane = view.plane
-    found = {}
+    found: Dict[str, List[Tuple[int, np.ndarray]]] = {}
     for li, line in enumerate(plane.lines):
         if hostmod.is_tf_data_line(line.name) or len(line) == 0:
             continue
@@ -199,8 +199,9 @@ def _user_annotations(view: HostView, found) -> Union[Steps, str, None]:
     if not enclosing:
         names = ", ".join(f"'{n}'" for n in sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
         return f"annotations with step_num ({names}) enclose no training work (function call, kernel, session run)"
-    name = max(enclosing, key=enclosing.get)
+    name = max(enclosing, key=lambda n: enclosing[n])
     steps = _from_markers(view, {name: found[name]}, "user_step_annotations")
+    assert steps is not None and steps.training_line is not None  # found[name] holds annotations
     launches = view.select(view.ids_named([hostmod.FUNCTION_RUN]), [steps.training_line])
     if launches:
         s = np.sort(view.plane.lines[launches[0][0]].start_ps[launches[0][1]])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -153,7 +153,7 @@ def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> Dict:
     return {**verdict_fields(v), "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
 
 
-def steps_by_number(section: Dict) -> Dict[int, Dict]:
+def steps_by_number(section: Mapping[str, Any]) -> Dict[int, Any]:
     """The section's steps keyed by step number."""
     return {int(r["step"]): r for r in section.get("steps") or []}
 

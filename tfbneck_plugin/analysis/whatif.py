@@ -218,11 +218,17 @@ def _code_int(rec: Dict, name: str, default: int) -> int:
     return int(m.group(1)) if m else default
 
 
+def _timing(f: Findings) -> StepTiming:
+    """The findings' step timing: the models run only when there is one (:func:`predict`)."""
+    assert f.timing is not None
+    return f.timing
+
+
 def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: str,
                 batches_per_step: Optional[int] = None) -> Prediction:
-    now = f.timing.time_per_batch_ms
+    now = _timing(f).time_per_batch_ms
     per_batch = max(per_batch, 1e-6)
-    b = batches_per_step or f.timing.batches_per_step
+    b = batches_per_step or _timing(f).batches_per_step
     return {"time_per_batch_ms": round(per_batch, 3), "step_time_ms": round(per_batch * b, 3),
             "range_ms": [round(min(low, per_batch), 3), round(max(high, per_batch), 3)],
             "speedup": round(now / per_batch, 2), "basis": basis}
@@ -234,7 +240,7 @@ def _overlap(f: Findings, pipeline_after: float, what: str) -> Prediction:
     """The step once the input pipeline (``pipeline_after`` ms per batch) runs beside it:
     the longer of the rest of the step and the pipeline, unless the CPU work per step does
     not fit the machine's cores (a CPU-only host shares them between model and pipeline)."""
-    t = f.timing
+    t = _timing(f)
     now = t.time_per_batch_ms
     rest = now - t.breakdown_ms["input"] / t.batches_per_step
     ideal = max(rest, pipeline_after)
@@ -279,12 +285,14 @@ def _parallel_stage(rec: Dict, f: Findings) -> Union[Prediction, str]:
                 f"sampled CPU use), {k} at a time, ahead of the step")
     else:
         k = n
-        what = f"The `{f.pipeline.blocking.kind}` stage runs on the {n} cores (AUTOTUNE) and overlaps the step"
+        blocking = f.pipeline.blocking if f.pipeline is not None else None
+        kind = blocking.kind if blocking is not None else "?"
+        what = f"The `{kind}` stage runs on the {n} cores (AUTOTUNE) and overlaps the step"
     return _overlap(f, total - stage + stage / k, what)
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if t.function_ms is None or t.function_ms <= 0 or not t.op_span_ms:
         return ("The trace shows no call of Keras' training function (eager execution, or a custom loop), so the "
                 "step cannot be split into work per batch and overhead per call.")
@@ -312,7 +320,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if not f.eager or t.eager_ops <= 0:
         return "The model does not run eagerly: it is already a tf.function."
     compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
@@ -331,7 +339,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    st, t = f.steps, f.timing
+    st, t = f.steps, _timing(f)
     if not st.graph_build_ms:
         return "No steady step built a graph."
     build = st.graph_build_ms / st.count / t.batches_per_step
@@ -342,7 +350,7 @@ def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _overlap_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
     if h2d <= 0:
         return "No host-to-device copy held the step up."
@@ -397,9 +405,10 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     """
     if f.timing is None or not f.steps.found:
         return None, "No steady step was found: there is no step time to predict from."
-    model = MODELS.get(rec.get("fix"))
+    fix = rec.get("fix") or ""
+    model = MODELS.get(fix)
     if model is None:
-        return None, WHY_NOT.get(rec.get("fix"), "No model of this change from the trace's numbers.")
+        return None, WHY_NOT.get(fix, "No model of this change from the trace's numbers.")
     out = model(rec, f)
     return (None, out) if isinstance(out, str) else (out, None)
 

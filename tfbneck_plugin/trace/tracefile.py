@@ -48,12 +48,13 @@ def read_bytes(path: str, opener=open) -> bytes:
                                    "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
     if str(path).endswith(".gz"):
         try:
-            data = _gunzip(data, MAX_TRACE_BYTES)
+            inflated = _gunzip(data, MAX_TRACE_BYTES)
         except (OSError, EOFError, zlib.error) as err:
             raise TraceReadError(path, f"not a valid gzip file ({err})") from None
-        if data is None:  # never inflated past the limit: a small file can expand to terabytes
+        if inflated is None:  # never inflated past the limit: a small file can expand to terabytes
             raise TraceReadError(path, f"decompresses to more than the {MAX_TRACE_BYTES} byte limit "
                                        "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
+        data = inflated
     if not data:
         raise TraceReadError(path, "file is empty (0 bytes): the profiler may still be writing "
                                    "it, or it crashed before writing", kind="empty_file")
