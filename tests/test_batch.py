@@ -9,7 +9,7 @@ from tfbneck_plugin.analysis.grouping import group_jobs
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.cli import main as cli_main
 from tfbneck_plugin.logdir import DiscoveryError
-from tests.support.paths import DATA, DEMO_LOGS
+from support.paths import DATA, DEMO_LOGS
 
 
 def test_overlapping_paths_name_each_session_once():

@@ -21,9 +21,9 @@ from tfbneck_plugin.capture import schedule as sched
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME
 from tfbneck_plugin.trace import tracefile, xspace
+from support.paths import ROOT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "jobs.py")
 TFBNECK = [sys.executable, "-m", "tfbneck_plugin.cli"]
 MARKERS = "step_markers ('train')"

@@ -16,17 +16,12 @@ from collections.abc import Iterable as _Iterable
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
 from . import batch, notebook
-from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError
-from .report import COLUMNS, build_report, row, to_table
+from .report import CSV_COLUMNS, build_report, csv_row, to_table
 from .schema import SessionDict
 from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-#: ``breakdown_pct`` categories as extra ``<category>_pct`` columns of to_dataframe, as in
-#: the CSV (``input_pct`` is already one of :data:`tfbneck_plugin.report.COLUMNS`).
-PCT_CATEGORIES = [c for c in CATEGORIES if c != "input"]
 
 
 class SessionReport(dict):
@@ -154,13 +149,8 @@ class Report:
         except ImportError:
             raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
                               "(or pip install pandas)") from None
-        rows = []
-        for s in self.sessions:
-            r = row(cast(SessionDict, s))
-            pct = s.get("breakdown_pct") or {}
-            r.update({f"{c}_pct": pct.get(c) for c in PCT_CATEGORIES})
-            rows.append({k: (None if v == "" else v) for k, v in r.items()})
-        return pd.DataFrame(rows, columns=COLUMNS + [f"{c}_pct" for c in PCT_CATEGORIES])
+        rows = [{k: (None if v == "" else v) for k, v in csv_row(cast(SessionDict, s)).items()} for s in self.sessions]
+        return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
     def __repr__(self) -> str:
         if not self.sessions:

@@ -7,7 +7,7 @@ DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options wit
 
     Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
         -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one report per line)
-        -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
+        -> CSV         <prefix>.csv                    (one row per session, report.CSV_COLUMNS)
 
 Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
 workers, not the launcher. Requires ``pip install 'tfbneck-plugin[beam]'``.
@@ -21,12 +21,10 @@ import shlex
 from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from . import batch
-from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError
-from .report import COLUMNS, row
+from .report import CSV_COLUMNS, csv_row
 from .schema import SessionDict
 
-CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
 
 def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None
@@ -57,12 +55,8 @@ def analyze_keyed(item):
 
 
 def to_csv_row(result: SessionDict) -> str:
-    r = row(result)
-    for c in CATEGORIES:
-        if c != "input":
-            r[f"{c}_pct"] = (result.get("breakdown_pct") or {}).get(c, "")
     buf = io.StringIO()
-    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(r)
+    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(csv_row(result))
     return buf.getvalue()
 
 

@@ -115,7 +115,7 @@ def _prepare_remote(args) -> None:
     remote.quiet_library_loggers(extra=("asyncio",))
 
 
-def _analyze_beam(args) -> Optional[List[dict]]:
+def _analyze_beam(args) -> Optional[List[SessionDict]]:
     import tempfile
     from . import beam_pipeline
     prefix = args.beam_output or os.path.join(tempfile.mkdtemp(prefix="tfbneck-beam-"), "sessions")

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .analysis.breakdown import CATEGORIES
+from .trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -47,11 +48,6 @@ def per_batch_times(report: Dict) -> np.ndarray:
     return np.array([float(i["duration_ms"]) / bps for i in steps.get("items") or []], dtype=np.float64)
 
 
-def _stats(times: np.ndarray) -> Dict[str, float]:
-    return {"mean": round(float(times.mean()), 3), "p50": round(float(np.percentile(times, 50)), 3),
-            "p90": round(float(np.percentile(times, 90)), 3)}
-
-
 def _run_name(report: Dict) -> str:
     """The run's name; for a run given as the path itself (``.``), its folder's name."""
     run = report.get("run") or ""
@@ -65,7 +61,7 @@ def _side(report: Dict, times: np.ndarray) -> Dict:
     steps = report.get("steps") or {}
     return {"run": _run_name(report), "session": report.get("session"), "path": report.get("path"),
             "steps": int(len(times)), "batches_per_step": int(steps.get("batches_per_step") or 1),
-            "time_per_batch_ms": _stats(times), "bottleneck": report.get("bottleneck"),
+            "time_per_batch_ms": time_stats(times), "bottleneck": report.get("bottleneck"),
             "cause": report.get("cause"), "confidence": report.get("confidence")}
 
 

@@ -126,8 +126,8 @@ def _staging_session(window_dir: str, run: str) -> Optional[Session]:
     while its process still runs on this host (the window is being recorded)."""
     if _is_link(window_dir) or not os.path.isdir(window_dir):
         return None
-    record = os.path.join(window_dir, SKIPPED_NAME)
-    record = record if os.path.isfile(record) else None
+    found = os.path.join(window_dir, SKIPPED_NAME)
+    record = found if os.path.isfile(found) else None
     if _owner_alive(window_dir, record):
         return None
     return Session(run=run, name=os.path.basename(os.path.normpath(window_dir)), path=window_dir,
@@ -199,9 +199,9 @@ def find_sessions(path: str) -> Discovery:
             raise DiscoveryError(f"{path}: not an .xplane.pb trace file")
         session_dir = os.path.dirname(os.path.abspath(path))
         run_dir = _run_dir_of(session_dir)
-        s = Session(run=os.path.basename(run_dir) if run_dir else ".",
-                    name=os.path.basename(session_dir), path=session_dir, files=[path])
-        return Discovery([s], problems)
+        one = Session(run=os.path.basename(run_dir) if run_dir else ".",
+                      name=os.path.basename(session_dir), path=session_dir, files=[path])
+        return Discovery([one], problems)
 
     # A staging window folder given directly.
     if os.path.basename(os.path.dirname(os.path.abspath(path))) == STAGING_DIR:

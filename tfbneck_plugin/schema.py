@@ -13,7 +13,7 @@ an error report).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict
 
 
 class StepTime(TypedDict, total=False):
@@ -178,7 +178,7 @@ class SessionDict(TypedDict, total=False):
     kind: str                                 # "job" for a multi-worker job's grouped sessions
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
     sync: SyncSection                         # a worker's collective time, input measured first
-    system_metrics: Dict[str, object]
+    system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[Dict[str, float]]
     trace_viewer: Dict[str, str]
     warnings: List[str]

@@ -265,11 +265,7 @@ class HostView:
             tracing.append((s, e))
             # Top-level builds only: an inner function traced inside an outer one's tracing
             # is part of it.
-            order = np.lexsort((-e, s))
-            idx, s, e = idx[order], s[order], e[order]
-            top = np.ones(len(s), dtype=bool)
-            top[1:] = s[1:] >= np.maximum.accumulate(e)[:-1]
-            idx, s, e = idx[top], s[top], e[top]
+            s, e, idx = timeline.outermost(s, e, idx)
             parent = timeline.nesting_parents(line.start_ps, line.end_ps)[idx]
             starts.append(s)
             names.extend(self.plane.event_names.get(int(line.name_id[p]), "") if p >= 0 else "" for p in parent)

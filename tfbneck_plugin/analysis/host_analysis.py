@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..trace import timeline
+from ..trace.timeline import ms
 from ..trace.xspace import Space
 from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, steps as stepsmod, tfdata, whatif
@@ -28,19 +29,12 @@ from .rules import decide
 from .sync import sync_section
 from .verdict import Verdict, verdict_fields
 
-_PS_PER_MS = 1e9
-
 #: Events only TensorFlow writes on the host plane (core/common_runtime/executor.cc,
 #: process_function_library_runtime.cc, eager/execute.cc, core/kernels/data/iterator_ops.cc).
 TF_HOST_EVENTS = (hostmod.EXECUTOR_EVENT, hostmod.FUNCTION_RUN, "EagerExecute", "EagerKernelExecute", hostmod.LEGACY_MARKER,
                   "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
 #: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
 JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
-
-
-def ms(ps) -> float:
-    """ps -> ms, rounded to 3 decimals (1 ns)."""
-    return round(float(ps) / _PS_PER_MS, 3)
 
 
 class HostAnalysis:

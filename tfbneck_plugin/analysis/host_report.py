@@ -7,20 +7,16 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from ..trace import timeline
+from ..trace.timeline import ms
 from . import breakdown, tfdata
 from .findings import StepFacts
-
-
-def _ms(ps) -> float:
-    return round(float(ps) / 1e9, 3)
 
 
 def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
     """mean, p50, p90, min, max of step durations, in ms."""
     d = durations_ps.astype(np.float64) / 1e9
-    return {"mean": round(float(d.mean()), 3), "p50": round(float(np.percentile(d, 50)), 3),
-            "p90": round(float(np.percentile(d, 90)), 3), "min": round(float(d.min()), 3),
-            "max": round(float(d.max()), 3)}
+    return {**timeline.time_stats(d), "min": round(float(d.min()), 3), "max": round(float(d.max()), 3)}
 
 
 def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, facts: StepFacts) -> Dict:
@@ -35,9 +31,9 @@ def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, fact
     if steps is None:
         return {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
                 "tried": tried, "why_none": facts.why_none}
-    items = [{"step": int(steps.numbers[i]), "start_ms": _ms(steps.starts[i] - origin),
-              "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
-              "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
+    items = [{"step": int(steps.numbers[i]), "start_ms": ms(steps.starts[i] - origin),
+              "duration_ms": ms(steps.ends[i] - steps.starts[i]),
+              "breakdown_ms": {c: ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
     stats = step_stats(steps.durations_ps)
     out = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
            "batches_per_step": steps.batches_per_step,
@@ -58,8 +54,8 @@ def worst_step(steps, parts: Dict[str, np.ndarray], origin: int) -> Optional[Dic
     if steps is None or not steps.count:
         return None
     k = int(np.argmax(parts["input"])) if parts["input"].sum() > 0 else int(np.argmax(steps.durations_ps))
-    return {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - origin),
-            "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k])}
+    return {"step": int(steps.numbers[k]), "start_ms": ms(steps.starts[k] - origin),
+            "duration_ms": ms(steps.ends[k] - steps.starts[k]), "input_ms": ms(parts["input"][k])}
 
 
 def input_pipeline_section(pipeline: Optional[tfdata.Pipeline]) -> Dict:

@@ -211,10 +211,7 @@ def _input_from_system(system: dict):
 def _others_busy_pct(system: dict, own_cores: float) -> float:
     """Share (%) of the machine's CPU busy with processes outside the training tree."""
     cores = system.get("cpu_count") or 1
-    others = system.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only: the machine less the training process
-        others = max(system["cpu_mean_pct"] * cores / 100.0 - own_cores, 0.0)
-    return 100.0 * others / cores
+    return 100.0 * sysmetrics.other_cores(system, own_cores, cores) / cores
 
 
 def _remote_reads(system: dict) -> Optional[str]:

@@ -106,16 +106,6 @@ _FRAMEWORK_MARKERS = (hostmod.KERAS3_MARKER, hostmod.LEGACY_MARKER)
 _NO_EVENTS = "no such events in the trace"
 
 
-def _outermost(starts: np.ndarray, ends: np.ndarray, *cols: np.ndarray):
-    """Sort by start and drop intervals nested in an earlier kept one (a marker inside
-    another marker of the same step counts once). Returns (starts, ends, *cols)."""
-    order = np.lexsort((-ends, starts))
-    starts, ends = starts[order], ends[order]
-    outer = np.ones(len(starts), dtype=bool)
-    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
-    return (starts[outer], ends[outer]) + tuple(c[order][outer] for c in cols)
-
-
 def _marker_events(view: HostView, require_r: bool, names=None):
     """Per distinct event name: lines and indices of events carrying ``step_num``.
 
@@ -152,14 +142,13 @@ def _from_markers(view: HostView, found, source: str) -> Optional[Steps]:
     if name is None:
         name = max(found, key=lambda n: sum(len(idx) for _, idx in found[n]))
     sel = found[name]
-    starts, ends, nums = [], [], []
+    per_line: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (starts, ends, step numbers)
     for li, idx in sel:
         line = view.plane.lines[li]
-        starts.append(line.start_ps[idx])
-        ends.append(line.start_ps[idx] + line.dur_ps[idx])
         values, present = view.stat_ints(li, idx, "step_num")
-        nums.append(np.where(present, values.view(np.int64), -1))
-    starts, ends, nums = _outermost(np.concatenate(starts), np.concatenate(ends), np.concatenate(nums))
+        per_line.append((line.start_ps[idx], line.start_ps[idx] + line.dur_ps[idx],
+                         np.where(present, values.view(np.int64), -1)))
+    starts, ends, nums = timeline.outermost(*(np.concatenate([p[k] for p in per_line]) for k in range(3)))
     # The training thread is the one holding most markers.
     steps = Steps(source=f"{source} ('{name}')", numbers=nums, starts=starts, ends=ends,
                   training_line=max(sel, key=lambda x: len(x[1]))[0])
@@ -233,7 +222,7 @@ def _session_runs(view: HostView) -> Optional[Steps]:
         return None
     li, idx = max(sel, key=lambda x: len(x[1]))
     line = view.plane.lines[li]
-    s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
+    s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
     return replace(_call_steps(s, e, "session_run", "session run", "session run"), training_line=li)
 
 
@@ -244,7 +233,7 @@ def _train_function_calls(view: HostView) -> Optional[Steps]:
     best = None
     for li, idx in view.select(ids, view.non_data_lines):
         line = plane.lines[li]
-        s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
+        s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
         if best is None or len(s) > len(best[1]):
             best = (li, s, e)
     if best is None:

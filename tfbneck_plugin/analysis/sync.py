@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..trace import timeline
+from ..trace.timeline import ms
 from .advice import advice_for
 from .findings import Findings, OwnTime
 from .rules import decide
@@ -52,10 +53,6 @@ TASK_ENV_PLANE = "Task Environment"
 #: Collective group resolution (core/common_runtime/base_collective_executor.cc); its
 #: ``group_size`` stat counts the devices that take part in the collective.
 GROUP_EVENT = "CollectiveExecutor::CompleteParams"
-
-
-def _ms(ps) -> float:
-    return round(float(ps) / 1e9, 3)
 
 
 def wall_clock(space) -> Optional[Tuple[int, int]]:
@@ -114,9 +111,9 @@ def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space, fin
     clock = wall_clock(space)
     rows = []
     for i in range(steps.count):
-        rows.append({"step": int(steps.numbers[i]), "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
-                     "collective_ms": _ms(split["collective"][i]),
-                     "own_ms": {c: _ms(split[c][i]) for c in OWN_CATEGORIES},
+        rows.append({"step": int(steps.numbers[i]), "duration_ms": ms(steps.ends[i] - steps.starts[i]),
+                     "collective_ms": ms(split["collective"][i]),
+                     "own_ms": {c: ms(split[c][i]) for c in OWN_CATEGORIES},
                      "start_unix_ns": clock[0] + int(steps.starts[i]) // 1000 if clock else None})
     return {
         "task": task_of(view.plane), "group_size": group_size(view),
@@ -147,8 +144,8 @@ def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> Dict:
     own_total = sum(int(parts[c].sum()) for c in OWN_CATEGORIES)
     pct = {c: (round(100.0 * int(parts[c].sum()) / own_total, 2) if own_total else 0.0) for c in OWN_CATEGORIES}
     pct["collective"] = 0.0
-    step_ms = _ms(sum(int(p.sum()) for p in parts.values()) / n)
-    own_ms = _ms(own_total / n)
+    step_ms = ms(sum(int(p.sum()) for p in parts.values()) / n)
+    own_ms = ms(own_total / n)
     v = decide(dataclasses.replace(findings, pct=pct, own_time=OwnTime(own_ms=own_ms, step_ms=step_ms)))
     return {**verdict_fields(v), "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
 

@@ -26,6 +26,16 @@ BUSY_PROCESS_CORES = 0.65
 IDLE_HOST_PCT = 35.0
 
 
+def other_cores(system: Dict, own_cores: float, cores: float) -> float:
+    """Cores (of ``cores``) that processes outside the training process tree kept busy: the
+    sampler's ``others_cpu_cores``, else (machine-wide figures only, old sidecars) the
+    machine's mean CPU less ``own_cores``, at least 0."""
+    others = system.get("others_cpu_cores")
+    if others is None:
+        others = max((system.get("cpu_mean_pct") or 0.0) * cores / 100.0 - own_cores, 0.0)
+    return float(others)
+
+
 def summarize(data: Dict) -> Optional[Dict]:
     """The window's system metrics as the verdict reads them: means over the samples.
 

@@ -44,7 +44,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..trace import timeline
-from . import breakdown
+from . import breakdown, sysmetrics
 from .findings import Findings, StepTiming
 
 #: Eager kernel runs on the training thread (tensorflow/core/common_runtime/eager/
@@ -207,10 +207,7 @@ def _cores(f: Findings) -> Optional[Tuple[int, float, float]]:
     n = int(s["cpu_count"])
     own = s.get("tree_cpu_cores")
     own = float(own if own is not None else s.get("proc_cpu_cores") or 0.0)
-    others = s.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only
-        others = max((s.get("cpu_mean_pct") or 0.0) * n / 100.0 - own, 0.0)
-    return n, own, float(others)
+    return n, own, sysmetrics.other_cores(s, own, n)
 
 
 def _code_int(rec: Dict, name: str, default: int) -> int:
@@ -277,10 +274,9 @@ def _parallel_stage(rec: Dict, f: Findings) -> Union[Prediction, str]:
     total, stage = pipe
     n, own, _others = cores
     if rec["fix"] == "pydataset_workers":
-        from .sysmetrics import BUSY_PROCESS_CORES
         workers = _code_int(rec, "workers", DEFAULT_WORKERS)
         # Workers that wait (sleep, I/O) all wait at once; workers that compute share the cores.
-        k = workers if own < BUSY_PROCESS_CORES else min(workers, n)
+        k = workers if own < sysmetrics.BUSY_PROCESS_CORES else min(workers, n)
         what = (f"{workers} workers run the Python input ({'waiting' if k == workers else 'computing'}, from the "
                 f"sampled CPU use), {k} at a time, ahead of the step")
     else:

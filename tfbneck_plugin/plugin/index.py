@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..logdir import DiscoveryError, Session, find_sessions, is_remote, session_folder_time
 from .query import RouteError
@@ -139,7 +139,7 @@ class SessionIndex:
                 sessions = {s.key: s for s in disc.sessions}
                 problems = list(disc.problems)
         except DiscoveryError as err:
-            error = (str(err), scan_error_kind(self.logdir, err))
+            error = (str(err), scan_error_kind(self.logdir or "", err))  # set: the scan ran
         except Exception as err:  # a scan must never take down the server
             logger.exception("tfbneck: scanning %s failed", self.logdir)
             error = (f"scanning the logdir failed ({type(err).__name__}: {err})", "internal")
@@ -238,7 +238,7 @@ def session_row(s: Session, last: Optional[Dict], pending: bool) -> Dict:
     return row
 
 
-def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
+def job_rows(rows: List[Dict], jobs: Sequence[Mapping[str, Any]], summary_keys) -> List[Dict]:
     """The session list's rows with the worker sessions of each multi-worker job replaced
     by one row for the job (docs/http_api.md, ``/sessions``).
 
@@ -256,7 +256,7 @@ def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
     """
     by_key = {(r["run"], r["session"]): r for r in rows}
     first: Dict[Tuple[str, str], Dict] = {}
-    grouped = set()
+    grouped: set = set()
     for j in jobs:
         members = [(s["task"], (str(s.get("run")), str(s.get("session")))) for s in j["job"]["sessions"]]
         if not all(k in by_key for _, k in members):

@@ -22,7 +22,7 @@ line and names the file. Reading the file (local or remote, size limits, gzip) i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -88,7 +88,7 @@ _SCHEMA = {
         ("description", 3, _T.TYPE_STRING, _OPT, None),
     ],
 }
-_ONEOFS = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
+_ONEOFS: Dict[str, Tuple[str, Set[str]]] = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
            "XStat": ("value", {"double_value", "uint64_value", "int64_value", "str_value",
                                "bytes_value", "ref_value"})}
 _PACKAGE = "tfbneck.xplane"  # our own package name: never clashes with TensorFlow's pool
@@ -102,7 +102,7 @@ def _build_classes(package: str = _PACKAGE):
         oneof = _ONEOFS.get(msg_name)
         if oneof:
             msg.oneof_decl.add(name=oneof[0])
-        for name, number, ftype, label, type_name in fields:
+        for name, number, ftype, label, type_name in fields:  # type: ignore[attr-defined]
             f = msg.field.add(name=name, number=number, type=ftype, label=label)
             if type_name:
                 f.type_name = f".{package}.{type_name}"
@@ -167,9 +167,9 @@ class Line:
     start_ps: np.ndarray
     dur_ps: np.ndarray
     name_id: np.ndarray
-    buf: np.ndarray = field(repr=False, default=None)
-    ev_start: np.ndarray = field(repr=False, default=None)
-    ev_end: np.ndarray = field(repr=False, default=None)
+    buf: np.ndarray = field(repr=False)
+    ev_start: np.ndarray = field(repr=False)
+    ev_end: np.ndarray = field(repr=False)
 
     @property
     def end_ps(self) -> np.ndarray:
@@ -199,8 +199,8 @@ class Plane:
     lines: List[Line]
     event_names: Dict[int, str]
     stat_names: Dict[int, str]
-    proto: object = field(repr=False, default=None)
-    _stat_ids: Dict[str, int] = field(repr=False, default=None)
+    proto: Any = field(repr=False, default=None)   # the plane's XPlane message, lines left out
+    _stat_ids: Optional[Dict[str, int]] = field(repr=False, default=None)
 
     def stat_id(self, name: str) -> Optional[int]:
         """The stat metadata id of ``name`` in this plane, None when absent."""
@@ -390,7 +390,10 @@ def decode_space(data: bytes, path: str, plane_filter=None) -> Space:
     """
     view = memoryview(data)
     padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
-    hostnames, errors, warnings, plane_ranges = [], [], [], []
+    hostnames: List[str] = []
+    errors: List[str] = []
+    warnings: List[str] = []
+    plane_ranges: List[Tuple[int, int]] = []
     for number, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
         if wt != 2:
             continue
