@@ -22,9 +22,9 @@ def test_docs_report_md_is_generated_from_the_schema_and_current():
 
 def test_every_session_key_of_the_schema_is_explained_and_only_those():
     classes = {name: keys for name, _doc, keys in make_report_md.typed_dicts()}
-    session = [k for k, _t, _c in classes["SessionReport"]]
+    session = [k for k, _t, _c in classes["SessionDict"]]
     from tfbneck_plugin import schema
-    assert session == list(schema.SessionReport.__annotations__)  # the parser reads what Python reads
+    assert session == list(schema.SessionDict.__annotations__)  # the parser reads what Python reads
     assert set(make_report_md.MEANING) == set(session)
     text = make_report_md.render()
     for name in make_report_md._reachable(make_report_md.typed_dicts())[1:]:

@@ -1,13 +1,14 @@
 """Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
 
-The same per-session ``analyze_session`` as the local run, distributed by Beam: the
+The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.analyze_one`,
+discovery by :func:`tfbneck_plugin.batch.discover`), distributed by Beam: the
 DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
 ``--beam-options``). The pipeline::
 
     Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
         -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one {"key": [path index, run, session],
                                                          "report": {...}} object per line)
-        -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
+        -> CSV         <prefix>.csv                    (one row per session, report.CSV_COLUMNS)
 
 Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
 workers, not the launcher. Requires ``pip install '.[beam]' in the tfbneck clone``.
@@ -18,15 +19,14 @@ import csv
 import io
 import json
 import shlex
-from typing import Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
-from .analysis.session import analyze_session
-from .analysis.breakdown import CATEGORIES
+from . import batch
 from .errors import path_error_report
-from .logdir import DiscoveryError, find_sessions, label_runs, natural_key
-from .report import COLUMNS, row
+from .logdir import DiscoveryError, label_runs, natural_key
+from .report import CSV_COLUMNS, csv_row
+from .schema import SessionDict
 
-CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
 
 def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None, several: bool = False
@@ -44,11 +44,11 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
         from . import remote
         remote.set_timeout(remote_timeout_s)
     try:
-        found = find_sessions(path)
+        sessions, _problems = batch.discover([path])
     except DiscoveryError as err:
         yield (index, path, ""), path_error_report(path, err)
         return
-    for s in label_runs(path, found.sessions, several):
+    for s in label_runs(path, sessions, several):
         yield (index, s.run, s.name), s
 
 
@@ -56,16 +56,12 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, analyze_session(session)
+    return key, batch.analyze_one(session)
 
 
-def to_csv_row(result: dict) -> str:
-    r = row(result)
-    for c in CATEGORIES:
-        if c != "input":
-            r[f"{c}_pct"] = (result.get("breakdown_pct") or {}).get(c, "")
+def to_csv_row(result: SessionDict) -> str:
     buf = io.StringIO()
-    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(r)
+    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(csv_row(result))
     return buf.getvalue()
 
 
@@ -97,7 +93,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
                                              num_shards=1, shard_name_template=""))
 
 
-def read_results(output_prefix: str) -> List[dict]:
+def read_results(output_prefix: str) -> List[SessionDict]:
     """The reports written by :func:`run`, in the local run's order (path, run, session)."""
     from .logdir import is_remote
     if is_remote(output_prefix):
@@ -106,9 +102,9 @@ def read_results(output_prefix: str) -> List[dict]:
     else:
         import glob
         opened = [open(f, "rt") for f in sorted(glob.glob(output_prefix + "-*.jsonl"))]
-    records = []
+    records: List[Dict[str, Any]] = []
     for f in opened:
         with f as fh:
             records.extend(json.loads(line) for line in fh if line.strip())
     records.sort(key=lambda r: (r["key"][0], natural_key(r["key"][1]), natural_key(r["key"][2])))
-    return [r["report"] for r in records]
+    return [cast(SessionDict, r["report"]) for r in records]

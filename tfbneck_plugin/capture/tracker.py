@@ -138,7 +138,7 @@ class StepTracker:
     def _acting(self, first: int, last: int) -> Range:
         """The callback acts at this step: it is not timed; a flush may be due."""
         self.timer.not_timed()
-        if first > self.next_flush:  # the steps up to next_flush are over
+        if first > self.next_flush and self.flush_every:  # the steps up to next_flush are over
             self.flush_due = True
             self.next_flush = ((first - 1) // self.flush_every + 1) * self.flush_every
         return first, last
@@ -148,7 +148,10 @@ class StepTracker:
         scheduled window beginning inside it)."""
         if self.window is not None or self._pending is not None:
             return  # cannot happen: steps inside windows are not timed
-        length = self.timer.trigger.window_steps
+        trig = self.timer.trigger
+        if trig is None:
+            return  # cannot happen: only a trigger fires
+        length = trig.window_steps
         lo = max(first, self.consumed + 1)
         win = (lo, lo + length - 1)
         sched = self.schedule.window_for(lo, win[1])
@@ -167,10 +170,10 @@ class StepTracker:
         Keras' 0-based epoch index, for a schedule in epochs (``every_epochs``)."""
         self.timer.restart()
         self.epoch_offset = self.seen
-        known = isinstance(steps, int) and steps > 0
-        self.epoch_end = self.epoch_offset + steps if known else None
+        count = steps if isinstance(steps, int) and steps > 0 else None
+        self.epoch_end = self.epoch_offset + count if count is not None else None
         if epoch is not None and not self.stopped:
-            win = self.schedule.epoch_began(epoch + 1, self.epoch_offset + 1, steps if known else None)
+            win = self.schedule.epoch_began(epoch + 1, self.epoch_offset + 1, count)
             if win is not None and win[0] > self.consumed:
                 self.next_start = min(self.next_start, win[0])
 
@@ -188,9 +191,9 @@ class StepTracker:
         if last < self.next_start:
             return None
         if self._pending is not None:
-            win, self._pending = self._pending, None
+            pending, self._pending = self._pending, None
             self.opening = self.timer.fired
-            return (max(win[0], first), max(win[1], first))
+            return (max(pending[0], first), max(pending[1], first))
         lo = max(first, self.consumed + 1)
         win = self.schedule.window_for(lo, last) if lo <= last else None
         if win is None:
