@@ -22,6 +22,7 @@ import math
 from typing import Dict, Iterable, List, Optional
 
 from .report import session_title as report_title
+from .schema import step_time_ms
 
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",
@@ -453,7 +454,7 @@ def _why_folded(s: Dict) -> str:
 def _summary_row(s: Dict, compact: bool = False) -> str:
     ok = s.get("status") == "ok"
     kind = str(s.get("bottleneck") or "unknown") if ok else "error"
-    st = ((s.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    st = step_time_ms(s)
     conf = _num(s.get("confidence"))
     verdict = kind_label(kind) if ok else "Could not analyse"
     cause = (_why_folded(s) if compact else f'<code>{_e(s.get("cause"))}</code>') if ok else _e(s.get("error"))

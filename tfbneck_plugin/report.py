@@ -31,7 +31,7 @@ def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return {"version": __version__, "sessions": sessions}
 
 
-def row(s: schema.SessionDict) -> Dict:
+def row(s: schema.Report) -> Dict:
     """One session as a flat row of ``COLUMNS``. A session that could not be analysed has
     ``bottleneck`` ``error`` and its ``error_kind`` as ``cause`` (its JSON keeps
     ``bottleneck: unknown``; a row that said ``unknown`` would read as a verdict)."""
@@ -54,7 +54,7 @@ def session_title(s: Dict) -> str:
     return f"{s.get('run')}/{s.get('session')}" if s.get("session") else str(s.get("run"))
 
 
-def csv_row(s: schema.SessionDict) -> Dict:
+def csv_row(s: schema.Report) -> Dict:
     """One session as a row of ``CSV_COLUMNS`` (a share missing from the report is "")."""
     r = row(s)
     pct = s.get("breakdown_pct") or {}
