@@ -47,6 +47,7 @@ class _Reading(NamedTuple):
     children: int                      # descendants alive
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
     runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
+    threads: Dict[int, float]          # the root process' threads: tid -> user + system s (thread_detail only)
 
 
 class SystemSampler:
@@ -82,13 +83,25 @@ class SystemSampler:
     NVIDIA GPUs are read through NVML (package ``nvidia-ml-py``) when installed and a driver
     is present; otherwise ``gpus`` is an empty list.
 
+    With ``pid`` the tree is that process and its descendants (``tfbneck watch``); its
+    non-loopback network counters are read from ``/proc/<pid>/net/dev``, which shows the
+    interfaces of *its* network namespace (a worker inside a container or ``ip netns``).
+    With ``thread_detail`` each sample also holds ``busiest_thread_pct``: the root
+    process' busiest thread (100 = one core), the sign of a single-threaded limit (Python's
+    GIL) that a process total hides; it reads ``/proc/<pid>/task/*/stat`` at every sample.
+
     Args:
       interval_s: seconds between samples (the callback checks 0.01-10).
+      pid: the process whose tree is sampled (default: this process).
+      thread_detail: also sample per-thread CPU of the root process.
     """
 
-    def __init__(self, interval_s: float = 0.1):
+    def __init__(self, interval_s: float = 0.1, pid: Optional[int] = None, thread_detail: bool = False):
         self.interval_s = float(interval_s)
+        self.pid = pid
+        self.thread_detail = thread_detail
         self.samples: List[Dict] = []
+        self._samples_lock = threading.Lock()
         self.error: Optional[str] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -117,7 +130,7 @@ class SystemSampler:
         # hundreds of ms to get going.
         try:
             import psutil
-            self._proc = psutil.Process()
+            self._proc = psutil.Process(self.pid)
             self._gpus = self._gpu_handles()
             self._prev = self._read(psutil, first=True)
         except Exception as err:  # noqa: BLE001 - psutil missing or /proc unreadable: no metrics, said why
@@ -146,6 +159,13 @@ class SystemSampler:
                 "cpu_count": cpu_count, "interval_s": self.interval_s,
                 "start_unix_ns": self._start_ns, "end_unix_ns": self._end_ns or time.time_ns(),
                 "sampler_error": self.error, "samples": list(self.samples)}
+
+    def drain(self) -> List[Dict]:
+        """The samples taken since the last ``drain()``, removed from the sampler (a
+        long-running sampler keeps its memory bounded this way)."""
+        with self._samples_lock:
+            out, self.samples = self.samples, []
+        return out
 
     def write(self, folder: str, extra: Optional[Dict] = None) -> str:
         """Write the sidecar (plus the optional top-level keys ``extra``) into ``folder``.
@@ -177,7 +197,9 @@ class SystemSampler:
                     pass
 
     def _take(self, psutil, now: _Reading) -> None:
-        self.samples.append(self._diff(self._prev, now, psutil))
+        sample = self._diff(self._prev, now, psutil)
+        with self._samples_lock:
+            self.samples.append(sample)
         self._last_base, self._prev = self._prev, now
 
     def _finish(self, psutil) -> None:
@@ -205,9 +227,12 @@ class SystemSampler:
         # Both clocks together, next to the machine-wide counters (a preempted thread could
         # otherwise put milliseconds between them).
         mono, wall = time.monotonic(), time.time_ns()
+        foreign = self.pid is not None and self.pid != os.getpid()
+        net_ext = _namespace_net(self._proc.pid, psutil) if foreign else _external_net(psutil)
+        threads = _thread_times(self._proc, psutil) if self.thread_detail else {}
         return _Reading(mono, wall, psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
-                        psutil.net_io_counters(), _external_net(psutil), own[0] if own else 0.0, tree,
-                        self._children, self._conns, self._runq_wait_s)
+                        psutil.net_io_counters(), net_ext, own[0] if own else 0.0, tree,
+                        self._children, self._conns, self._runq_wait_s, threads)
 
     def _scan_tree(self, psutil, mono: float, first_reading: bool) -> None:
         """Find the tree's processes and connections; a process first seen after the
@@ -244,7 +269,11 @@ class SystemSampler:
             tree_cpu += max(cpu - base[0], 0.0)
             tree_read += max(read - base[1], 0)
         proc = self._proc
-        return {
+        extra = {}
+        if self.thread_detail:
+            busiest = max((b.threads[t] - a.threads.get(t, b.threads[t]) for t in b.threads), default=0.0)
+            extra["busiest_thread_pct"] = round(100.0 * max(busiest, 0.0) / dt, 1)
+        return extra | {
             "t_unix_ns": b.wall_ns,
             "dt_s": round(dt, 4),
             "cpu_pct": cpu_pct,
@@ -344,6 +373,35 @@ def _external_net(psutil) -> Tuple[int, int]:
             recv += c.bytes_recv
             sent += c.bytes_sent
     return recv, sent
+
+
+def _namespace_net(pid: int, psutil) -> Tuple[int, int]:
+    """Bytes received and sent by the non-loopback interfaces of ``pid``'s network
+    namespace, since they were created (``/proc/<pid>/net/dev``: after the interface name,
+    field 1 is received bytes and field 9 sent bytes, see proc(5)). (0, 0) if unreadable."""
+    loop = _loopback_nics(psutil) | {"lo"}
+    recv = sent = 0
+    try:
+        with open(f"/proc/{pid}/net/dev", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()[2:]  # two header lines
+    except OSError:
+        return 0, 0
+    for line in lines:
+        name, _, counters = line.partition(":")
+        fields = counters.split()
+        if name.strip() in loop or len(fields) < 9:
+            continue
+        recv += int(fields[0])
+        sent += int(fields[8])
+    return recv, sent
+
+
+def _thread_times(proc, psutil) -> Dict[int, float]:
+    """The process' threads: thread id -> user + system CPU seconds; {} if it is gone."""
+    try:
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
 
 
 def _runq_wait_s(procs) -> Optional[float]:
