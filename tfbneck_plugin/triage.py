@@ -66,7 +66,8 @@ def aggregate(samples: List[Dict]) -> Optional[Dict]:
     seconds), ``samples`` (how many), ``cpu_pct`` (machine, mean over cores),
     ``busiest_core_pct`` (the core with the highest mean, as htop's bars), ``cores_busy``
     (machine busy cores), ``tree_cores`` (the training tree's CPU in cores),
-    ``other_cores`` (cores busy outside the tree), ``busiest_thread_pct`` (or None),
+    ``other_cores`` (cores busy outside the tree), ``busiest_thread_pct`` and
+    ``busiest_thread_demand_pct`` (running, and running or runnable; or None),
     ``runq_wait_pct`` (or None), ``iowait_pct`` (or None), ``disk_read_MBps``,
     ``tree_disk_read_MBps``, ``net_recv_MBps`` and ``net_sent_MBps`` (without loopback),
     ``gpus``: ``[{index, util_pct, mem_used_gb}]`` (mean utilisation, peak memory).
@@ -107,6 +108,7 @@ def aggregate(samples: List[Dict]) -> Optional[Dict]:
         "tree_cores": round(tree_cores, 2),
         "other_cores": round(max(cores_busy - tree_cores, 0.0), 2),
         "busiest_thread_pct": opt("busiest_thread_pct"),
+        "busiest_thread_demand_pct": opt("busiest_thread_demand_pct"),
         "runq_wait_pct": opt("tree_runq_wait_pct"),
         "iowait_pct": opt("iowait_pct"),
         "disk_read_MBps": mbps("disk_read_Bps"),
@@ -126,7 +128,7 @@ def triage_interval(iv: Dict, cpu_count: int) -> Dict:
     """
     gpus = iv.get("gpus") or []
     util = max((g["util_pct"] for g in gpus), default=None)
-    tree, thread = iv["tree_cores"], iv.get("busiest_thread_pct")
+    tree, thread = iv["tree_cores"], iv.get("busiest_thread_demand_pct")
     runq = iv.get("runq_wait_pct")
     net = iv["net_recv_MBps"] + iv["net_sent_MBps"]
     if util is not None and util > DEVICE_UTIL_HIGH_PCT:
@@ -162,8 +164,8 @@ def _pct(v: Optional[float]) -> str:
 def _cpu_reason(tree: float, thread: Optional[float], runq: Optional[float], cpu_count: int) -> Optional[str]:
     """Why the tree is CPU-bound, or None."""
     if thread is not None and thread >= CORE_SATURATED_PCT:
-        return (f"one thread of the process at {thread:.0f} % of a core (a single-threaded limit, e.g. Python), "
-                f"the process tree at {tree:.2f} cores")
+        return (f"one thread of the process runs or waits for a core {thread:.0f} % of the time (a single-threaded "
+                f"limit, e.g. Python), the process tree at {tree:.2f} cores")
     if cpu_count and tree >= CORE_SATURATED_PCT / 100.0 * cpu_count:
         return f"the process tree fills the machine: {tree:.2f} of {cpu_count} cores"
     if runq is not None and runq >= RUNQ_WAIT_CPU_PCT:

@@ -160,6 +160,10 @@ def _watch_panel(run: SystemRun, pid: int, child, args, capturer) -> None:
             key = keys.read(timeout=1.0)
             if key == "q":
                 break
+            try:  # the terminal's real size: an exported COLUMNS/LINES would pin rich to a stale one
+                console.size = os.get_terminal_size(sys.stdout.fileno())
+            except OSError:
+                pass
             recent = run.recent(PANEL_WINDOW_S)
             if capturer is not None:
                 capturer.consider(recent, manual=(key == "c"))

@@ -47,7 +47,7 @@ class _Reading(NamedTuple):
     children: int                      # descendants alive
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
     runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
-    threads: Dict[int, float]          # the root process' threads: tid -> user + system s (thread_detail only)
+    threads: Dict[int, Tuple[float, float]]  # root process' threads: tid -> (on-CPU s, run-queue wait s)
 
 
 class SystemSampler:
@@ -88,7 +88,10 @@ class SystemSampler:
     interfaces of *its* network namespace (a worker inside a container or ``ip netns``).
     With ``thread_detail`` each sample also holds ``busiest_thread_pct``: the root
     process' busiest thread (100 = one core), the sign of a single-threaded limit (Python's
-    GIL) that a process total hides; it reads ``/proc/<pid>/task/*/stat`` at every sample.
+    GIL) that a process total hides, and ``busiest_thread_demand_pct``: the largest share
+    of time a thread was running or runnable (waiting for a core): a thread that would run
+    all the time reads 100 there even when other processes hold the cores. Both come from
+    ``/proc/<pid>/task/*/schedstat``, read at every sample.
 
     Args:
       interval_s: seconds between samples (the callback checks 0.01-10).
@@ -271,8 +274,13 @@ class SystemSampler:
         proc = self._proc
         extra = {}
         if self.thread_detail:
-            busiest = max((b.threads[t] - a.threads.get(t, b.threads[t]) for t in b.threads), default=0.0)
-            extra["busiest_thread_pct"] = round(100.0 * max(busiest, 0.0) / dt, 1)
+            run = demand = 0.0
+            for tid, (on_cpu, wait) in b.threads.items():
+                on0, wait0 = a.threads.get(tid, (on_cpu, wait))
+                run = max(run, on_cpu - on0)
+                demand = max(demand, on_cpu - on0 + wait - wait0)
+            extra["busiest_thread_pct"] = round(min(100.0 * run / dt, 100.0), 1)
+            extra["busiest_thread_demand_pct"] = round(min(100.0 * demand / dt, 100.0), 1)
         return extra | {
             "t_unix_ns": b.wall_ns,
             "dt_s": round(dt, 4),
@@ -396,12 +404,23 @@ def _namespace_net(pid: int, psutil) -> Tuple[int, int]:
     return recv, sent
 
 
-def _thread_times(proc, psutil) -> Dict[int, float]:
-    """The process' threads: thread id -> user + system CPU seconds; {} if it is gone."""
+def _thread_times(proc, psutil) -> Dict[int, Tuple[float, float]]:
+    """The process' threads: thread id -> (seconds on a CPU, seconds runnable but waiting
+    for one), fields 1 and 2 of ``/proc/<pid>/task/<tid>/schedstat`` (ns; see
+    :func:`_runq_wait_s`); {} where the files cannot be read."""
+    out = {}
     try:
-        return {t.id: t.user_time + t.system_time for t in proc.threads()}
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return {}
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{proc.pid}/task/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+            out[int(tid)] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return out
 
 
 def _runq_wait_s(procs) -> Optional[float]:
