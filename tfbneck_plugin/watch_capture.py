@@ -5,7 +5,10 @@ what the Profile tab's capture button calls; no TensorFlow in the watcher), writ
 logdir as a normal session, and analysed."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Dict, List, Optional
@@ -71,10 +74,8 @@ class Capturer:
         result: Dict = {"reason": reason, "session": None, "bottleneck": None, "cause": None, "error": None}
         try:
             before = _sessions(self.logdir)
-            from xprof.convert import _pywrap_profiler_plugin
             os.makedirs(self.logdir, exist_ok=True)
-            _pywrap_profiler_plugin.trace(self.service_addr, self.logdir, "", True, self.capture_ms, 3,
-                                          CAPTURE_OPTIONS)
+            _trace(self.service_addr, self.logdir, self.capture_ms)
             new = [s for s in _sessions(self.logdir) if s.path not in {b.path for b in before}]
             if not new:
                 raise RuntimeError(f"the capture wrote no session under {self.logdir}")
@@ -82,11 +83,34 @@ class Capturer:
             report = analyze_session(new[-1])
             result.update(session=new[-1].path, bottleneck=report.get("bottleneck"), cause=report.get("cause"),
                           status=report.get("status"))
-        except ImportError:
-            result["error"] = "XProf's capture client is missing (pip install tensorboard-plugin-profile)"
         except Exception as err:  # noqa: BLE001 - a failed capture is a line in the panel, not a crash
             result["error"] = " ".join(f"{type(err).__name__}: {err}".split())[:300]
         self.results.append(result)
+
+
+#: The capture client, run in a child process: XProf's C library prints to the standard
+#: output (which holds the panel or the JSON) and a crash in it must not end the watcher.
+_CLIENT = ("import json, sys\n"
+           "try:\n"
+           "    from xprof.convert import _pywrap_profiler_plugin\n"
+           "except ImportError:\n"
+           "    sys.exit(\"XProf's capture client is missing (pip install tensorboard-plugin-profile)\")\n"
+           "a = json.loads(sys.argv[1])\n"
+           "_pywrap_profiler_plugin.trace(a['addr'], a['logdir'], '', True, a['ms'], 3, a['options'])\n")
+
+
+def _trace(service_addr: str, logdir: str, capture_ms: int) -> None:
+    """Capture ``capture_ms`` of trace from the profiler server into ``logdir``.
+
+    Raises:
+      RuntimeError: the client failed (its last line of output says why).
+    """
+    arg = json.dumps({"addr": service_addr, "logdir": logdir, "ms": capture_ms, "options": CAPTURE_OPTIONS})
+    out = subprocess.run([sys.executable, "-c", _CLIENT, arg], capture_output=True, text=True,
+                         timeout=capture_ms / 1000.0 * 3 + 120)
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout or "no output").strip().splitlines()
+        raise RuntimeError(f"the capture client failed (exit {out.returncode}): {lines[-1] if lines else ''}")
 
 
 def _sessions(logdir: str) -> list:

@@ -98,7 +98,8 @@ class RunSystemView:
             record = run.stop()
             with self._lock:
                 known = {iv["t_unix_ns"] for iv in self.intervals}
-                last = [iv for iv in record["intervals"] if iv["t_unix_ns"] not in known]
+                last = [dict(iv, step=int(self._current_step())) for iv in record["intervals"]
+                        if iv["t_unix_ns"] not in known]
                 self.intervals.extend(last)
             if self._write_values is not None:  # the partial interval at the end gets its scalars too
                 for iv in last:
@@ -110,6 +111,7 @@ class RunSystemView:
             self._warn("system_view", f"the whole-run system record could not be written ({type(err).__name__}: {err})")
 
     def _on_interval(self, iv: Dict) -> None:
+        iv["step"] = int(self._current_step())  # where the tab's trend view draws it
         with self._lock:
             self.intervals.append(iv)
         if self._write_values is not None:
