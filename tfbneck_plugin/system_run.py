@@ -37,7 +37,7 @@ class SystemRun:
     """Samples a process tree every ``interval_s`` and keeps ``aggregate_s`` intervals.
 
     ``start()`` begins sampling (and, with ``background=True``, a thread that calls
-    :meth:`poll` every ``aggregate_s`` and hands each new interval to ``on_interval``);
+    :meth:`poll` every ``interval_s`` and hands each new interval to ``on_interval``);
     ``poll()`` turns the samples taken since into intervals; ``stop()`` ends and returns
     the record. Nothing here raises into the caller after ``start()``: a failing sampler
     or callback is kept in ``error``.
@@ -78,7 +78,7 @@ class SystemRun:
         return self
 
     def _run(self, on_interval) -> None:
-        while not self._stop.wait(self.aggregate_s):
+        while not self._stop.wait(self.interval_s):  # an interval is handed on within a sample of its end
             try:
                 for iv in self.poll():
                     if on_interval is not None:
@@ -97,11 +97,14 @@ class SystemRun:
             self._recent.extend(fresh)
             self._pending.extend(fresh)
             while self._pending:
+                # Samples end a little after each interval_s: half a sample's slack keeps
+                # intervals at aggregate_s / interval_s samples rather than one more.
+                full = self.aggregate_s - 0.5 * self.interval_s
                 covered = sum(float(s.get("dt_s") or 0.0) for s in self._pending)
-                if covered < self.aggregate_s and not final:
+                if covered < full and not final:
                     break
                 take, acc = 0, 0.0
-                while take < len(self._pending) and acc < self.aggregate_s:
+                while take < len(self._pending) and acc < full:
                     acc += float(self._pending[take].get("dt_s") or 0.0)
                     take += 1
                 iv = aggregate(self._pending[:take])

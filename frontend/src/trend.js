@@ -41,10 +41,10 @@ const triageBands = {
   id: "tfbTriageBands",
   beforeDatasetsDraw(chart, _args, opts) {
     const { ctx, chartArea: area, scales: { x } } = chart;
-    let prev = null;
+    let prev = 0; // the first interval began with training
     for (const iv of opts.intervals || []) {
       const end = iv.step;
-      const start = prev === null ? end : prev;
+      const start = prev;
       prev = end;
       if (end === null || end === undefined) continue;
       const x0 = Math.max(area.left, x.getPixelForValue(start));
@@ -82,6 +82,8 @@ function systemChart(job) {
     datasets.unshift(pct("Accelerator utilisation %", "#1e8e3e", (iv) => Number(iv.gpu_util_pct || 0)));
   }
   const windows = (job.windows || []).filter((w) => w.steps);
+  // The same steps as the step-time chart above, so that the two read together.
+  const last = Math.max(0, ...ivs.map((iv) => iv.step), ...(job.points || []).map((p) => p.step));
   requestAnimationFrame(() => makeChart(canvas, {
     type: "line",
     data: { datasets },
@@ -89,7 +91,7 @@ function systemChart(job) {
       responsive: true,
       interaction: { mode: "nearest", intersect: false },
       scales: {
-        x: { type: "linear", title: { display: true, text: "step" } },
+        x: { type: "linear", min: 0, max: last, title: { display: true, text: "step" } },
         y: { min: 0, max: 105, title: { display: true, text: "%" } },
         y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "MB/s" } },
       },
@@ -157,7 +159,7 @@ function chart(job) {
       parsing: true,
       interaction: { mode: "nearest", intersect: false },
       scales: {
-        x: { type: "linear", title: { display: true, text: "step" } },
+        x: { type: "linear", min: 0, title: { display: true, text: "step" } },
         y: { beginAtZero: true, suggestedMax: top * 1.12, title: { display: true, text: "ms per step" } },
       },
       plugins: {
