@@ -8,7 +8,7 @@ known resource.
     watch_targets.py server PORT LOGDIR SECONDS a Keras fit with a heavy sequential tf.data map,
                                                 running TensorFlow's profiler server
                                                 (BottleneckProfiler(profiler_server_port=PORT))
-    watch_targets.py worker INDEX ADDR0 ADDR1 STEPS  
+    watch_targets.py worker INDEX ADDR0 ADDR1 STEPS
                                                 one worker of a 2-worker MultiWorkerMirroredStrategy
                                                 fit (tf-keras) with a large model: its all-reduce
                                                 crosses the link between ADDR0 and ADDR1

@@ -43,15 +43,15 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..notebook import WindowDisplay, in_notebook
 from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step_time_every,
                         check_system_interval, ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
+from .display import WindowDisplay, in_notebook
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
-from .system_view import RunSystemView
+from .system_view import RunServicesMixin, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
 from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
@@ -100,7 +100,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
+class BottleneckProfiler(LongJobMixin, RunServicesMixin, _keras.callbacks.Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -319,20 +319,6 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
-
-    def _start_run_services(self) -> None:
-        """What runs all training long: the system view (resumed), the profiler server."""
-        if self.system_view is not None and not self.system_view.running and self._disabled is None:
-            if self.write_step_times:
-                self._analysis.write_values({}, 0)  # creates the event writer here, on the training thread
-            self.system_view.resume()
-        if self.profiler_server_port is not None and not self._server_started:
-            self._server_started = True  # one server per process: never retried
-            try:
-                tf.profiler.experimental.server.start(self.profiler_server_port)
-            except Exception as err:  # noqa: BLE001 - on-demand capture is optional; training goes on
-                self._warn("profiler_server", f"the profiler server could not start on port "
-                                              f"{self.profiler_server_port} ({type(err).__name__}: {err})")
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""

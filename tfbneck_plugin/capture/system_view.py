@@ -11,7 +11,7 @@ draws beside the step time, with the flowchart's triage per interval.
 Between ``fit`` calls sampling pauses (an idle notebook is not a bottleneck). The sampler
 runs on its own daemon thread; scalars are written through the callback's existing event
 writer (primed on the training thread); every error is kept and warned once, never raised
-into training. No TensorFlow is imported here.
+into training. TensorFlow is imported only to start the profiler server.
 """
 from __future__ import annotations
 
@@ -134,3 +134,24 @@ class RunSystemView:
         name = system_run_name(self._start_ns or time.time_ns(), socket.gethostname(), os.getpid())
         self._path = write_sidecar(folder, record, name=name)
         return self._path
+
+
+class RunServicesMixin:
+    """What BottleneckProfiler runs all training long besides step timing: the system view
+    (resumed when training begins) and TensorFlow's profiler server (started once). Needs
+    the callback's ``system_view``, ``write_step_times``, ``profiler_server_port``,
+    ``_server_started``, ``_disabled``, ``_analysis`` and ``_warn``."""
+
+    def _start_run_services(self) -> None:
+        if self.system_view is not None and not self.system_view.running and self._disabled is None:
+            if self.write_step_times:
+                self._analysis.write_values({}, 0)  # creates the event writer here, on the training thread
+            self.system_view.resume()
+        if self.profiler_server_port is not None and not self._server_started:
+            self._server_started = True  # one server per process: never retried
+            try:
+                import tensorflow as tf  # the capture side only
+                tf.profiler.experimental.server.start(self.profiler_server_port)
+            except Exception as err:  # noqa: BLE001 - on-demand capture is optional; training goes on
+                self._warn("profiler_server", f"the profiler server could not start on port "
+                                              f"{self.profiler_server_port} ({type(err).__name__}: {err})")
