@@ -313,12 +313,12 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _keras.callbacks.Callba
         self.tracker.spe = steps_per_execution(self.model)
         self.tracker.timer.restart()
         self.trend.ended = False
-        self._start_run_services()
         if self._disabled is None:  # step times are written by every fit, windows or not
             self._log_dir_problem = writable_problem(self.log_dir)
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
+        self._start_run_services()
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""

@@ -140,10 +140,11 @@ class RunServicesMixin:
     """What BottleneckProfiler runs all training long besides step timing: the system view
     (resumed when training begins) and TensorFlow's profiler server (started once). Needs
     the callback's ``system_view``, ``write_step_times``, ``profiler_server_port``,
-    ``_server_started``, ``_disabled``, ``_analysis`` and ``_warn``."""
+    ``_server_started``, ``_disabled``, ``_log_dir_problem``, ``_analysis`` and ``_warn``."""
 
     def _start_run_services(self) -> None:
-        if self.system_view is not None and not self.system_view.running and self._disabled is None:
+        if (self.system_view is not None and not self.system_view.running and self._disabled is None
+                and self._log_dir_problem is None):  # an unwritable log_dir is warned about once, already
             if self.write_step_times:
                 self._analysis.write_values({}, 0)  # creates the event writer here, on the training thread
             self.system_view.resume()
