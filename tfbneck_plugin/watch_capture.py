@@ -50,7 +50,8 @@ class Capturer:
         if due and not busy and self._started < self.max_captures:
             self._started += 1
             self._since = None
-            reason = "on demand" if manual else f"the triage said '{recent['triage']['bottleneck']}' for {self.after_s:.0f} s"
+            said = recent["triage"]["bottleneck"] if recent is not None else "?"
+            reason = "on demand" if manual else f"the triage said '{said}' for {self.after_s:.0f} s"
             self._thread = threading.Thread(target=self._capture, args=(reason,), name="tfbneck-capture", daemon=True)
             self._thread.start()
 

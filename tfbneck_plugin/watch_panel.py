@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import select
 import sys
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 #: Colour of each triage kind in the panel.
 KIND_STYLE = {"device": "green", "cpu": "red", "io": "yellow", "network": "magenta", "unclear": "white"}
@@ -89,7 +89,7 @@ def render_panel(recent: Optional[Dict], run, pid: int, args, capturer, elapsed_
     t = recent["triage"]
     line = Text.assemble(("triage: ", "bold"), (t["bottleneck"], f"bold {KIND_STYLE.get(t['bottleneck'], 'white')}"),
                          f" — {t['reason']}")
-    parts = [head, cores, facts, line]
+    parts: List[Any] = [head, cores, facts, line]
     if t.get("caveat"):
         parts.append(Text(t["caveat"], style="dim"))
     if capturer is not None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -60,6 +60,7 @@ __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule"
            "scalars_from_report"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
+_Callback: Any = _keras.callbacks.Callback
 #: Custom loops have no epochs: the step-time statistics are written every this many steps.
 LOOP_STEP_TIME_EVERY = 1000
 
@@ -100,7 +101,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, RunServicesMixin, _keras.callbacks.Callback):
+class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -261,12 +262,12 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _keras.callbacks.Callba
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
         self._capture: Optional[WindowCapture] = None  # the open window
-        self._trace = None                              # the open step marker
+        self._trace: Any = None                         # the open step marker
         self._in_fit = False
         self._fit_legacy = False
         self._log_dir_problem: Optional[str] = None
         self._disabled: Optional[str] = None
-        self._warned = set()
+        self._warned: set = set()
         self._exiting = False
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
                                             self.write_scalars, bool(self.verbose), self._warn, logger.info,
@@ -274,7 +275,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _keras.callbacks.Callba
         self.profiler_server_port = check_port(profiler_server_port)
         #: The whole run's system view (None when ``system_interval_s`` is off).
         self.system_view: Optional[RunSystemView] = None
-        if check_system_interval(system_interval_s):
+        if system_interval_s is not None and check_system_interval(system_interval_s):
             self.system_view = RunSystemView(self.log_dir, float(system_interval_s),
                                              self._analysis.write_values if self.write_step_times else None,
                                              lambda: self.tracker.seen, self._warn)

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..triage import KINDS
 from ..records import STEP_TIMES_DIR, system_run_name, write_sidecar
@@ -141,6 +141,15 @@ class RunServicesMixin:
     (resumed when training begins) and TensorFlow's profiler server (started once). Needs
     the callback's ``system_view``, ``write_step_times``, ``profiler_server_port``,
     ``_server_started``, ``_disabled``, ``_log_dir_problem``, ``_analysis`` and ``_warn``."""
+
+    system_view: Optional[RunSystemView]
+    write_step_times: bool
+    profiler_server_port: Optional[int]
+    _server_started: bool
+    _disabled: Optional[str]
+    _log_dir_problem: Optional[str]
+    _analysis: Any
+    _warn: Callable[[str, str], None]
 
     def _start_run_services(self) -> None:
         if (self.system_view is not None and not self.system_view.running and self._disabled is None

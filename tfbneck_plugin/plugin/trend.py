@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..logdir import Session, is_remote, open_any
 from ..records import STEP_TIMES_DIR, SidecarError, read_step_times, read_system_run
@@ -118,9 +118,9 @@ class TrendService:
                 out.append({"run": run, "jobs": jobs})
         return out, problems
 
-    def _system_records(self, run_dir: str, problems: List[str]) -> Dict[Tuple[str, int], Dict]:
+    def _system_records(self, run_dir: str, problems: List[str]) -> Dict[Tuple[Any, Any], Dict]:
         """The run's system records (the callback's whole-run system view) by (host, pid)."""
-        out: Dict[Tuple[str, int], Dict] = {}
+        out: Dict[Tuple[Any, Any], Dict] = {}
         try:
             files = list_trend_files(run_dir, _SYSTEM_PREFIX)
         except Exception:  # noqa: BLE001 - the step-time trend is shown without it
