@@ -251,6 +251,7 @@ OTHER_TOOLS_FLAGS = {
     "--temp_location": "Beam (Dataflow) pipeline option", "--runner=DirectRunner": "Beam pipeline option",
     "--cap-add": "docker run", "--resolution": "uv pip install (the lowest-versions job)",
     "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
+    "--epochs": "the reader's own train.py, in a tfbneck watch example",
 }
 
 
@@ -260,14 +261,14 @@ def _readme_flags():
 
 
 def test_every_flag_the_readme_names_exists():
-    """Each ``--option`` in the README is one of tfbneck's (``tfbneck analyze|compare --help``),
+    """Each ``--option`` in the README is one of tfbneck's (``tfbneck <command> --help``),
     one of TensorBoard's with the tab loaded (``tensorboard --helpfull``), or another tool's
     (:data:`OTHER_TOOLS_FLAGS`, which says whose): no flag that does not exist, as the tab's
     remote error once named (``--remote-timeout`` is the CLI's, not TensorBoard's)."""
     from tfbneck_plugin.cli import _parser
     ours = set()
-    for sub in ("analyze", "compare"):
-        ours |= set(re.findall(r"--[a-z][a-z0-9-]*", _parser()._subparsers._group_actions[0].choices[sub].format_help()))
+    for sub in _parser()._subparsers._group_actions[0].choices.values():  # analyze, compare, watch...
+        ours |= set(re.findall(r"--[a-z][a-z0-9-]*", sub.format_help()))
     ours |= {"--version", "--help"}
     tb = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--helpfull"],
                         capture_output=True, text=True, timeout=300)
