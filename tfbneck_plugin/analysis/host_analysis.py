@@ -19,7 +19,7 @@ import numpy as np
 from ..trace import timeline
 from ..trace.xspace import Space
 from . import activity as activitymod
-from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata, whatif
+from . import breakdown, devices as devmod, host as hostmod, idle_gaps, ops as opsmod, steps as stepsmod, tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
 from .verdict import Verdict, decide
@@ -143,6 +143,21 @@ class HostAnalysis:
             return None
         starts, ends = self.windows
         return tfdata.analyze_pipeline(self.view, (int(starts[0]), int(ends[-1])) if len(starts) else None)
+
+    @cached_property
+    def ops(self) -> opsmod.OpTable:
+        """Self time per op over the analysed windows (:mod:`.ops`): host, input pipeline, device."""
+        starts, ends = self.windows
+        n = len(starts)
+        step_ps = float((ends - starts).mean()) if n else 0.0
+        if not n:
+            return opsmod.OpTable([], 0, 0.0, 0.0)
+        order = np.argsort(starts)
+        win_s, win_e = starts[order], ends[order]
+        rows = opsmod.host_ops(self.view, self.pipeline, win_s, win_e) if self.view is not None else []
+        planes = [(devmod.device_kind(p.name), p) for p in self.space.planes if devmod.device_kind(p.name)]
+        dev_rows, busy = opsmod.device_ops(planes, win_s, win_e)
+        return opsmod.OpTable(rows + dev_rows, n, step_ps, busy)
 
     @cached_property
     def device_rows(self) -> List[Dict]:

@@ -7,7 +7,7 @@ from typing import Dict
 import numpy as np
 
 from ..causes import cause_text
-from . import breakdown, evidence, tfdata
+from . import breakdown, evidence, op_report, tfdata
 from .sync import sync_section
 
 
@@ -83,6 +83,8 @@ def host_report(a) -> Dict:
         "evidence_detail": [{"text": str(e), "basis": evidence.basis(e)} for e in v.evidence],
         "recommendations": v.recommendations,
         "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
+        "top_ops": op_report.top_ops(a.ops, a.origin),
+        "op_summary": op_report.op_summary(a.ops),
     }
     sync = sync_section(a)  # steps with collectives: what a multi-worker job's root cause needs
     if sync is not None:
