@@ -1,6 +1,7 @@
 """``tfbneck``: the command line.
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+                    [--ops [--sort self|device|host] [--row-limit N]]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
@@ -14,7 +15,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
-from . import __version__
+from . import __version__, op_table
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
@@ -46,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--remote-timeout", type=_seconds, metavar="S",
                    help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
                         "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
+    a.add_argument("--ops", action="store_true",
+                   help="with --format table: also print each session's top ops (self time per steady step)")
+    a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
+                   help="with --ops: all ops by self time (default), or only the device's or the host's")
+    a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
     return p
 
@@ -196,6 +202,9 @@ def _emit(args, results: List[dict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
+    if getattr(args, "ops", False) and args.format == "table":
+        text = text.rstrip("\n") + "\n\n" + "\n".join(op_table.to_text(r, args.sort, args.row_limit)
+                                                   for r in results if r.get("status") == "ok")
     if args.output:
         try:
             # Names that are not UTF-8 (kept by Python as surrogates) are written as the

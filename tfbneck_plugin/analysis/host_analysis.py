@@ -20,6 +20,7 @@ from ..trace import timeline
 from ..trace.xspace import Space
 from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, idle_gaps, ops as opsmod, steps as stepsmod, tfdata, whatif
+from . import op_report
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
 from .verdict import Verdict, decide
@@ -176,7 +177,7 @@ class HostAnalysis:
             eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
-            timing=whatif.step_timing(self))
+            timing=whatif.step_timing(self), ops=op_report.op_summary(self.ops))
 
     @cached_property
     def device_kind(self) -> str:

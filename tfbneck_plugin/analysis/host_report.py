@@ -84,7 +84,7 @@ def host_report(a) -> Dict:
         "recommendations": v.recommendations,
         "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
         "top_ops": op_report.top_ops(a.ops, a.origin),
-        "op_summary": op_report.op_summary(a.ops),
+        "op_summary": a.findings.ops,
     }
     sync = sync_section(a)  # steps with collectives: what a multi-worker job's root cause needs
     if sync is not None:

@@ -13,6 +13,7 @@ from ..causes import CAUSES
 from . import evidence as ev
 from .advice import advice_for
 from .findings import Findings
+from .op_advice import name_ops
 
 
 @dataclass
@@ -64,6 +65,8 @@ def decide(f: Findings) -> Verdict:
         return v
     from .whatif import rank  # the what-if models read the findings only
     v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
+    blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
+    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking)  # the first names the measured ops
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:
