@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from html.parser import HTMLParser
 
 import pytest
 
@@ -209,3 +210,48 @@ def test_host_op_type_ranking_agrees_with_xprof_on_a_fresh_run(width_pair, tmp_p
     theirs = xprof_host_types(_xplane(folder), tmp_path)
     (s,) = analyze(folder)
     assert_ranking_agrees(our_host_types(s), theirs)
+
+
+class _OpsTable(HTMLParser):
+    """The rows of the notebook display's top-ops table: (data-where, data-op, cell texts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._in, self._cell = [], False, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and "tfb-ops-table" in (a.get("class") or ""):
+            self._in = True
+        elif self._in and tag == "tr" and "data-op" in a:
+            self.rows.append([a["data-where"], a["data-op"], []])
+        elif self._in and tag == "td" and self.rows:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._in = False
+        elif tag == "td" and self._cell is not None:
+            self.rows[-1][2].append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+@pytest.mark.parametrize("demo", ["compute_bound", "cpu_bound_input"])
+def test_notebook_display_shows_the_json_numbers(demo):
+    """Acceptance 4: the notebook display (notebook.session_html, what ``display(report)``
+    renders) shows the first ``top_ops`` rows with the JSON's numbers."""
+    from tfbneck_plugin.notebook import session_html
+    from tfbneck_plugin.notebook_ops import MAX_OPS
+    (s,) = analyze(os.path.join(DEMO_LOGS, demo))
+    parser = _OpsTable()
+    parser.feed(session_html(s))
+    want = s["top_ops"][:MAX_OPS]
+    assert len(parser.rows) == len(want) == MAX_OPS
+    for (where, op, cells), r in zip(parser.rows, want):
+        assert (where, op) == (r["where"], r["name"])
+        assert cells[0] == r["name"] and cells[1] == r["type"]
+        assert [float(c) for c in cells[3:6]] == [r["self_ms_per_step"], r["pct"], r["count_per_step"]]

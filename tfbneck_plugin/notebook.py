@@ -23,6 +23,8 @@ import math
 import sys
 from typing import Dict, Iterable, List, Optional
 
+from .notebook_ops import ops_section
+
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",
               "collective", "kernel_launch", "idle"]
@@ -412,7 +414,7 @@ def recommendations_section(s: Dict) -> str:
 def _session_body(s: Dict) -> str:
     if s.get("status") != "ok":
         return verdict_card(s)
-    return verdict_card(s) + breakdown_section(s) + stages_section(s) + recommendations_section(s)
+    return verdict_card(s) + breakdown_section(s) + ops_section(s) + stages_section(s) + recommendations_section(s)
 
 
 def session_html(s: Dict) -> str:
