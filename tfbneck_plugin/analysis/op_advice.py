@@ -63,14 +63,19 @@ def _compute_note(summary: Dict, where: str) -> Optional[str]:
     return f"Measured op types: {named}; MatMul/Conv ops are {share:.0f} % of the op time, so {helps}."
 
 
-def name_ops(cause: str, recs: List[Dict], summary: Optional[Dict], blocking: Optional[str]) -> List[Dict]:
-    """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's ``op_summary``;
-    ``blocking``: the blocking tf.data stage's path."""
+def name_ops(cause: str, recs: List[Dict], summary: Optional[Dict], blocking: Optional[str],
+             device_kind: str = "CPU") -> List[Dict]:
+    """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's
+    ``op_summary``; ``blocking``: the blocking tf.data stage's path; ``device_kind``: the
+    breakdown's device (an accelerator whose ops the trace lacks gets no note: the host's
+    ops would only be the launching side)."""
     if not recs or not summary:
         return recs
     note = None
     if cause in COMPUTE_CAUSES:
         where = "device" if _groups(summary, "device") else "host"
+        if where == "host" and device_kind != "CPU":
+            return recs
         note = _compute_note(summary, where)
     elif cause in INPUT_CAUSES and blocking:
         named = measured_types(summary, "input_pipeline", blocking)

@@ -129,12 +129,13 @@ def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps, total_
     dur = e - s
     order = np.lexsort((dur, inv))
     last = order[np.searchsorted(inv[order], np.arange(n), side="right") - 1]
-    for k, key in enumerate(uniq.tolist()):
+    columns = zip(uniq.tolist(), self_sum.tolist(), total_sum.tolist(), count.tolist(), dur[last].tolist(),
+                  s[last].tolist(), per_step)  # Python scalars: one conversion per column, not per value
+    for key, self_k, total_k, count_k, longest, start, steps in columns:
         row = rows.get(key)
         if row is None:
             row = rows[key] = make(key)
-        row.add(float(self_sum[k]), float(total_sum[k]), int(count[k]), int(dur[last[k]]), int(s[last[k]]),
-                per_step[k])
+        row.add(self_k, total_k, count_k, longest, start, steps)
 
 
 def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, win_e: np.ndarray) -> List[OpRow]:
@@ -146,11 +147,12 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
 
     def make(key):
         name_id, code = divmod(key, n_codes)
-        name, kind = split_op_name(plane.event_names.get(name_id, ""))
+        name, _, kind = plane.event_names.get(name_id, "").rpartition(":")  # an op TraceMe: name:type
         if code == 0:
             return OpRow("host", name, kind)
         return OpRow("input_pipeline", name, kind, stage=stages.paths[code - 2] if code >= 2 else None)
 
+    cols = []  # per line: keys, self, start, end, window of the ops inside the windows
     for li, idx in view.select(view.ids(("op-events",), is_op_name)):
         line = plane.lines[li]
         s, e = line.start_ps[idx], line.end_ps[idx]
@@ -159,10 +161,11 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
         if not m.any():
             continue
         selfs = _nested_self(s, e)
-        code = stages.codes(li, s, e)
-        keys = line.name_id[idx].astype(np.int64) * n_codes + code
-        _aggregate(rows, keys[m], make, selfs[m].astype(np.float64), (e - s)[m].astype(np.float64), s[m], e[m],
-                   step[m], len(win_s))
+        keys = line.name_id[idx].astype(np.int64) * n_codes + stages.codes(li, s, e)
+        cols.append((keys[m], selfs[m], s[m], e[m], step[m]))
+    if cols:  # one pass over all threads: one row per op, whatever thread ran it
+        keys, selfs, s, e, step = (np.concatenate(c) for c in zip(*cols))
+        _aggregate(rows, keys, make, selfs.astype(np.float64), (e - s).astype(np.float64), s, e, step, len(win_s))
     return list(rows.values())
 
 

@@ -66,7 +66,7 @@ def decide(f: Findings) -> Verdict:
     from .whatif import rank  # the what-if models read the findings only
     v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
     blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
-    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking)  # the first names the measured ops
+    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:
