@@ -15,7 +15,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
-from . import __version__, op_table
+from .version import __version__
+from . import op_table
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
