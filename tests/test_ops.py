@@ -255,3 +255,14 @@ def test_notebook_display_shows_the_json_numbers(demo):
         assert (where, op) == (r["where"], r["name"])
         assert cells[0] == r["name"] and cells[1] == r["type"]
         assert [float(c) for c in cells[3:6]] == [r["self_ms_per_step"], r["pct"], r["count_per_step"]]
+
+
+def test_eager_ops_are_host_ops_named_by_type():
+    """An eager program (demo_logs/pair_eager: the same MLP run op by op) has no op TraceMes:
+    its ops are its ``EagerExecute`` events, named by their ``eager_op`` type; the MLP's
+    MatMuls come first, as in the compiled run (XProf's framework_op_stats lists none of them)."""
+    (s,) = analyze(os.path.join(DEMO_LOGS, "pair_eager"))
+    host = [r for r in s["top_ops"] if r["where"] == "host"]
+    assert host[0]["name"] == "MatMul (eager)" and host[0]["type"] == "MatMul"
+    assert all(r["name"] == f"{r['type']} (eager)" for r in host)
+    assert host[0]["count_per_step"] >= 2  # the forward and backward MatMuls of each Dense layer

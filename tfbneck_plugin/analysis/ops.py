@@ -145,8 +145,12 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
     n_codes = 2 + len(stages.paths)
     rows: Dict[tuple, OpRow] = {}
 
+    eager = _EagerOps(view, max(plane.event_names, default=0) + 1)
+
     def make(key):
         name_id, code = divmod(key, n_codes)
+        if name_id in eager.types:  # an eager op has no name of its own: its type
+            return OpRow("host", f"{eager.types[name_id]} (eager)", eager.types[name_id])
         name, _, kind = plane.event_names.get(name_id, "").rpartition(":")  # an op TraceMe: name:type
         if code == 0:
             return OpRow("host", name, kind)
@@ -163,10 +167,47 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
         selfs = _nested_self(s, e)
         keys = line.name_id[idx].astype(np.int64) * n_codes + stages.codes(li, s, e)
         cols.append((keys[m], selfs[m], s[m], e[m], step[m]))
+    for ids, s, e in eager.events():
+        step = window_of(s, win_s, win_e)
+        m = step >= 0
+        cols.append((ids[m] * n_codes, (e - s)[m], s[m], e[m], step[m]))
     if cols:  # one pass over all threads: one row per op, whatever thread ran it
         keys, selfs, s, e, step = (np.concatenate(c) for c in zip(*cols))
         _aggregate(rows, keys, make, selfs.astype(np.float64), (e - s).astype(np.float64), s, e, step, len(win_s))
     return list(rows.values())
+
+
+#: An op or function run eagerly (core/common_runtime/eager/execute.cc): its ``eager_op``
+#: stat names the op type (or the function), ``is_func`` tells which.
+EAGER_EXECUTE = "EagerExecute"
+
+
+class _EagerOps:
+    """The eagerly executed ops (not functions: their ops are op events) on the host's
+    non-tf.data threads: an ``EagerExecute`` event per op, its time the op's (dispatch and
+    kernel; nothing nests in it but the kernel). ``types``: synthetic id (from ``first_id``
+    on, beyond the plane's event names) -> op type."""
+
+    def __init__(self, view: HostView, first_id: int):
+        self.view, self.first_id = view, first_id
+        self.types: Dict[int, str] = {}
+
+    def events(self):
+        """(synthetic op ids, starts, ends) of each line's eager ops."""
+        view = self.view
+        ids_of: Dict[str, int] = {}
+        for li, idx in view.select(view.ids_named([EAGER_EXECUTE]), view.non_data_lines):
+            is_func, present = view.stat_ints(li, idx, "is_func")
+            idx = idx[~(present & (is_func != 0))]
+            if not len(idx):
+                continue
+            kinds = view.stat_column(li, idx, "eager_op")
+            keep = np.array([isinstance(k, str) and bool(k) for k in kinds], dtype=bool)
+            codes = np.array([ids_of.setdefault(k, self.first_id + len(ids_of)) if ok else -1
+                              for k, ok in zip(kinds, keep)], dtype=np.int64)
+            line = view.plane.lines[li]
+            yield codes[keep], line.start_ps[idx[keep]], line.end_ps[idx[keep]]
+        self.types.update({v: k for k, v in ids_of.items()})
 
 
 #: A tf.data function call on a tf.data thread (core/data/captured_function.cc
