@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
+import numpy as np
+
 from .ops import WHERE, OpRow, OpTable, scope_of
 
 #: Rows kept per place (device, host, input pipeline) and per grouped view: what a
@@ -43,7 +45,7 @@ def op_row(r: OpRow, table: OpTable, origin: int) -> Dict:
            "self_ms_per_step": _ms(r.self_ps, n), "total_ms_per_step": _ms(r.total_ps, n),
            "pct": _pct(r.self_ps, table, r.where), "count_per_step": round(r.count / max(n, 1), 2),
            "scope": scope_of(r.name),
-           "self_ms_steps": [round(float(v) / 1e9, 3) for v in r.per_step] if r.per_step is not None else [],
+           "self_ms_steps": np.round(r.per_step / 1e9, 3).tolist() if r.per_step is not None else [],
            "longest": {"start_ms": round((r.longest_start_ps - origin) / 1e9, 3),
                        "duration_ms": round(r.longest_ps / 1e9, 3)}}
     if r.where == "input_pipeline":

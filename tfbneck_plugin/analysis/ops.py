@@ -120,15 +120,20 @@ def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps, total_
     ``step``: each event's window. The longest event of each key is kept for the Trace Viewer link."""
     if not len(keys):
         return
-    uniq, inv = np.unique(keys, return_inverse=True)
-    n = len(uniq)
+    # Keys are small ints (name id x code): a dense table ranks them in O(n), no sort.
+    count = np.bincount(keys)
+    uniq = np.flatnonzero(count)
+    rank = np.zeros(len(count), dtype=np.int64)
+    rank[uniq] = np.arange(len(uniq))
+    inv, count, n = rank[keys], count[uniq], len(uniq)
     per_step = np.bincount(inv * n_steps + step, weights=self_ps, minlength=n * n_steps).reshape(n, n_steps)
     self_sum = np.bincount(inv, weights=self_ps, minlength=n)
     total_sum = np.bincount(inv, weights=total_ps, minlength=n)
-    count = np.bincount(inv, minlength=n)
     dur = e - s
-    order = np.lexsort((dur, inv))
-    last = order[np.searchsorted(inv[order], np.arange(n), side="right") - 1]
+    # The longest event of each key: one sort on (key, duration) packed in an int64 when it fits.
+    span = int(dur.max()) + 1
+    order = np.argsort(inv * span + dur) if n * span < 2 ** 62 else np.lexsort((dur, inv))
+    last = order[np.cumsum(count) - 1]
     columns = zip(uniq.tolist(), self_sum.tolist(), total_sum.tolist(), count.tolist(), dur[last].tolist(),
                   s[last].tolist(), per_step)  # Python scalars: one conversion per column, not per value
     for key, self_k, total_k, count_k, longest, start, steps in columns:
@@ -257,10 +262,13 @@ class _FunctionStages:
             if not len(calls) or not len(own):
                 continue
             c = _innermost_container(line.start_ps[own], line.end_ps[own], line.start_ps[calls], line.end_ps[calls])
-            names = [view.plane.event_names.get(int(line.name_id[own[k]]), "") if k >= 0 else None for k in c]
-            code = [self._code(owner_stage(stages, n if n.startswith("Iterator::") else
-                                           "Produce:" + n[:-len(PRODUCE_SUFFIX)])) if n else 1 for n in names]
-            parts.append((line.start_ps[calls], line.end_ps[calls], np.array(code, dtype=np.int64)))
+            owner = np.where(c >= 0, line.name_id[own[np.maximum(c, 0)]], -1)
+            code = np.ones(len(calls), dtype=np.int64)
+            for mid in np.unique(owner[owner >= 0]).tolist():  # one lookup per owning stage, not per call
+                n = view.plane.event_names.get(mid, "")
+                key = n if n.startswith("Iterator::") else "Produce:" + n[:-len(PRODUCE_SUFFIX)]
+                code[owner == mid] = self._code(owner_stage(stages, key))
+            parts.append((line.start_ps[calls], line.end_ps[calls], code))
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         s, e, code = (np.concatenate(x) for x in zip(*parts))
