@@ -3,8 +3,9 @@
 Three places run ops, each read from the columns the other modules already decode:
 
 * ``host``: TensorFlow ops run by the executor on host threads (the model's math on a
-  CPU-only host, the host side of a GPU model, eager ops on the training thread). Each op
-  is a TraceMe ``<op name>:<op type>`` (core/profiler/utils/tf_op_utils.cc).
+  CPU-only host, the host side of a GPU model). Each op is a TraceMe ``<op name>:<op
+  type>`` (core/profiler/utils/tf_op_utils.cc); an op run eagerly is its ``EagerExecute``
+  event, named by its ``eager_op`` stat.
 * ``input_pipeline``: the ops of a tf.data function (map/filter fns): op events inside an
   ``ExecutorState::Process`` linked to a tf.data ``FunctionRun`` (``_c`` = ``_p``,
   :func:`.tfdata.function_links`), or on a tf.data thread; each is credited to its stage.
