@@ -199,6 +199,8 @@ def test_compare_names_the_widened_layer_as_the_largest_change(width_pair):
     assert top_scope["change_ms"] > 0 and top_scope["p_value"] < 0.05
     grown = [o for o in changes["ops"] if o["change_ms"] > 0]
     assert "/wide" in grown[0]["name"], changes["ops"][:5]
+    grown_types = [t for t in changes["types"] if t["change_ms"] > 0]
+    assert "MatMul" in grown_types[0]["type"], changes["types"][:5]  # a wider layer: more matrix math
     text = subprocess.run(tfbneck_cmd() + ["compare", *width_pair], capture_output=True, text=True, timeout=300).stdout
     assert f"{top_scope['scope']}: {top_scope['baseline_ms']:.3f} -> {top_scope['candidate_ms']:.3f}" in text
 

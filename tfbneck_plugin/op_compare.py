@@ -2,7 +2,7 @@
 between two session reports, in ms and %, each with the per-step significance test the
 step-time comparison uses (:func:`.comparison.significance`, Mann-Whitney U over the steps).
 
-Reads each side's ``top_ops`` rows (their ``self_ms_steps``: self ms in each steady step,
+Reads each side's ``top_ops`` rows (so an op type's time is that of its ops among them) (their ``self_ms_steps``: self ms in each steady step,
 divided by the batches per step). An op kept in one side's ``top_ops`` only (below the
 other side's cut) counts 0 ms there and is flagged ``only_in``.
 """
@@ -50,8 +50,8 @@ def _changes(before: Dict, after: Dict, label: str, significance) -> List[Dict]:
 
 
 def op_changes(baseline: Dict, candidate: Dict, significance) -> Dict[str, List[Dict]]:
-    """``{"ops": [...], "scopes": [...]}``: the ops and the layer scopes whose self time per
-    batch changed most (``baseline_ms``, ``candidate_ms``, ``change_ms``, ``change_pct``,
+    """``{"ops": [...], "scopes": [...], "types": [...]}``: the ops, layer scopes and op types
+    whose self time per batch changed most (``baseline_ms``, ``candidate_ms``, ``change_ms``, ``change_pct``,
     ``p_value``), largest absolute change first. ``significance(a, b) -> p``."""
     def op(r):
         return (r["where"], r["name"])
@@ -59,8 +59,13 @@ def op_changes(baseline: Dict, candidate: Dict, significance) -> Dict[str, List[
     def scope(r):
         return (r["where"], r["scope"]) if r.get("scope") else None
 
+    def kind(r):
+        return (r["where"], r["type"])
+
     return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance),
-            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance)}
+            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance),
+            # Op types match where names do not (Keras 3 and tf-keras name the same layers differently).
+            "types": _changes(_series(baseline, kind), _series(candidate, kind), "type", significance)}
 
 
 def _line(r: Dict, label: str) -> str:
@@ -77,7 +82,8 @@ def text_lines(changes: Optional[Dict], limit: int = 5) -> List[str]:
         return []
     out = ["  ops that changed most (self time per batch):"]
     out += [f"    {_line(r, 'name')}" for r in changes["ops"][:limit]]
-    if changes.get("scopes"):
-        out.append("  layer scopes that changed most:")
-        out += [f"    {_line(r, 'scope')}" for r in changes["scopes"][:limit]]
+    for key, title in (("scopes", "layer scopes"), ("types", "op types")):
+        if changes.get(key):
+            out.append(f"  {title} that changed most:")
+            out += [f"    {_line(r, key[:-1])}" for r in changes[key][:limit]]
     return out
