@@ -2,9 +2,10 @@
 between two session reports, in ms and %, each with the per-step significance test the
 step-time comparison uses (:func:`.comparison.significance`, Mann-Whitney U over the steps).
 
-Reads each side's ``top_ops`` rows (so an op type's time is that of its ops among them) (their ``self_ms_steps``: self ms in each steady step,
-divided by the batches per step). An op kept in one side's ``top_ops`` only (below the
-other side's cut) counts 0 ms there and is flagged ``only_in``.
+Reads each side's ``top_ops`` rows: their ``self_ms_steps`` (self ms in each steady step),
+divided by the batches per step; a layer scope's or op type's time is that of its ops among
+those rows. An op kept in one side's ``top_ops`` only (below the other side's cut) counts 0 ms
+there and is flagged ``only_in``.
 """
 from __future__ import annotations
 
