@@ -268,3 +268,18 @@ def test_eager_ops_are_host_ops_named_by_type():
     assert host[0]["name"] == "MatMul (eager)" and host[0]["type"] == "MatMul"
     assert all(r["name"] == f"{r['type']} (eager)" for r in host)
     assert host[0]["count_per_step"] >= 2  # the forward and backward MatMuls of each Dense layer
+
+
+@pytest.mark.parametrize("kernel, tensor_core, reduced", [
+    ("volta_sgemm_128x64_nn", False, False),                       # fp32 SGEMM (the shared GPU traces)
+    ("volta_h884gemm_64x64_ldg8_nn", True, True),                  # Volta half-precision MMA
+    ("turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1", True, True),
+    ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16", True, True),
+    ("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", True, False),   # TF32 on Tensor Cores
+    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>", False, False),
+])
+def test_tensor_core_and_reduced_precision_from_kernel_names(kernel, tensor_core, reduced):
+    """XProf's kernel_stats rule (MMA shapes 884/1688, hmma/xmma) and the 16-bit type in the name."""
+    from tfbneck_plugin.analysis.op_report import REDUCED_PRECISION_RE, TENSOR_CORE_RE
+    assert bool(TENSOR_CORE_RE.search(kernel)) is tensor_core
+    assert bool(REDUCED_PRECISION_RE.search(kernel)) is reduced
