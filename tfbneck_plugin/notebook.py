@@ -362,7 +362,7 @@ def _stage_row(st: Dict) -> str:
     auto = st.get("autotune")
     return (f'<tr class="{"tfb-blocking" if blocking else ""}" data-stage="{_e(st.get("kind"))}">'
             f'<td><strong>{_e(st.get("kind"))}</strong>{badge}<div class="tfb-stage-path">{_e(st.get("name"))}</div></td>'
-            f'<td>{_e(STAGE_CATEGORY_NAMES.get(st.get("category"), st.get("category") or ""))}</td>'
+            f'<td>{_e(STAGE_CATEGORY_NAMES.get(str(st.get("category")), st.get("category") or ""))}</td>'
             f'<td class="num">{_e(st.get("calls", ""))}</td><td class="num">{fmt_ms(st.get("self_ms"), 2)}</td>'
             f'<td class="num">{fmt_ms(st.get("function_ms"), 2) if st.get("function_ms") else "–"}</td>'
             f'<td>{"–" if par is None else _e(par)}</td><td>{"–" if auto is None else _e(auto)}</td></tr>')

@@ -17,7 +17,7 @@ def _e(value) -> str:
 
 def _row(r: Dict) -> str:
     kernels = ", ".join(r.get("kernels") or [])
-    where = WHERE_LABEL.get(r.get("where"), r.get("where"))
+    where = WHERE_LABEL.get(str(r.get("where")), str(r.get("where")))
     return (f'<tr data-where="{_e(r.get("where"))}" data-op="{_e(r.get("name"))}">'
             f'<td><code>{_e(r.get("name"))}</code>'
             + (f'<div class="tfb-stage-path">{_e(kernels)}</div>' if kernels else "") +

@@ -6,14 +6,16 @@ Reads only the report's ``top_ops`` and ``op_summary`` (:mod:`.analysis.op_repor
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import List
+
+from .schema import SessionDict, TopOp
 
 #: ``--sort`` choices: which place's ops come first (each sorted by self time).
 SORTS = {"self": (), "device": ("device",), "host": ("host", "input_pipeline")}
 WHERE_LABEL = {"device": "device", "host": "host", "input_pipeline": "tf.data"}
 
 
-def sorted_ops(report: Dict, sort: str = "self", row_limit: int = 10) -> List[Dict]:
+def sorted_ops(report: SessionDict, sort: str = "self", row_limit: int = 10) -> List[TopOp]:
     """``row_limit`` rows of ``top_ops``: with ``sort="device"`` or ``"host"`` only that
     place's ops (host includes the tf.data functions' ops), else all; costliest self time first."""
     first = SORTS[sort]
@@ -21,12 +23,12 @@ def sorted_ops(report: Dict, sort: str = "self", row_limit: int = 10) -> List[Di
     return sorted(rows, key=lambda r: -r["self_ms_per_step"])[:max(row_limit, 0)]
 
 
-def _name(r: Dict, width: int) -> str:
+def _name(r: TopOp, width: int) -> str:
     name = r["name"]
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
-def to_text(report: Dict, sort: str = "self", row_limit: int = 10, name_width: int = 60) -> str:
+def to_text(report: SessionDict, sort: str = "self", row_limit: int = 10, name_width: int = 60) -> str:
     """The op table of one session report, then its costliest op types."""
     summary = report.get("op_summary") or {}
     title = f"{report.get('run')}/{report.get('session')}"

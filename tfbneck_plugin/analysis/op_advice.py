@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
+from ..schema import Recommendation
+
 #: Op types that are matrix math (MatMul, BatchMatMulV2, _FusedMatMul, _MklMatMul, Conv2D,
 #: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm).
 MATRIX_RE = re.compile(r"MatMul|Conv|Einsum|^dot|convolution|gemm", re.I)
@@ -63,8 +65,8 @@ def _compute_note(summary: Dict, where: str) -> Optional[str]:
     return f"Measured op types: {named}; MatMul/Conv ops are {share:.0f} % of the op time, so {helps}."
 
 
-def name_ops(cause: str, recs: List[Dict], summary: Optional[Dict], blocking: Optional[str],
-             device_kind: str = "CPU") -> List[Dict]:
+def name_ops(cause: str, recs: List[Recommendation], summary: Optional[Dict], blocking: Optional[str],
+             device_kind: str = "CPU") -> List[Recommendation]:
     """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's
     ``op_summary``; ``blocking``: the blocking tf.data stage's path; ``device_kind``: the
     breakdown's device (an accelerator whose ops the trace lacks gets no note: the host's
@@ -83,5 +85,6 @@ def name_ops(cause: str, recs: List[Dict], summary: Optional[Dict], blocking: Op
             note = f"The costliest ops in `{blocking.split('::')[-1]}`'s function: {named}."
     if note is None:
         return recs
-    first = dict(recs[0], detail=f"{recs[0].get('detail', '')} {note}".strip())
+    first = recs[0].copy()
+    first["detail"] = f"{recs[0].get('detail', '')} {note}".strip()
     return [first] + list(recs[1:])

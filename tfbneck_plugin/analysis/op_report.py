@@ -60,7 +60,7 @@ def op_row(r: OpRow, table: OpTable, origin: int) -> Dict:
 
 def top_ops(table: OpTable, origin: int, limit: int = ROW_LIMIT) -> List[Dict]:
     """The ``limit`` costliest ops (self time) of each place, costliest first."""
-    out = []
+    out: List[Dict] = []
     for where in WHERE:
         rows = sorted((r for r in table.rows if r.where == where), key=lambda r: -r.self_ps)[:limit]
         out.extend(op_row(r, table, origin) for r in rows)

@@ -192,7 +192,9 @@ def function_links(view: HostView, window=None) -> FunctionLinks:
     plane = view.plane
     fr_ids = view.ids_named([FUNCTION_RUN])
     owner_ids = function_owner_ids(view)
-    prod_values, prod_owner, owner_names = [], [], []
+    prod_values: List = []
+    prod_owner: List = []
+    owner_names: List[str] = []
     for li in view.tfdata_lines:
         line = plane.lines[li]
         fr = np.flatnonzero(np.isin(line.name_id, fr_ids))
