@@ -3,6 +3,7 @@
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
                     [--ops [--sort self|device|host] [--row-limit N]]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
+    tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -51,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --ops: all ops by self time (default), or only the device's or the host's")
     a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
+    from .watch import add_parser as add_watch_parser
+    add_watch_parser(sub)
     return p
 
 
@@ -203,6 +206,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_analyze(args)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "watch":
+        from .watch import cmd_watch
+        return cmd_watch(args)
     return 2
 
 
