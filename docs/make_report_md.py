@@ -61,6 +61,9 @@ MEANING: Dict[str, str] = {
     "system_metrics": "what BottleneckProfiler sampled during the window: CPU per core, the training process "
                       "tree, I/O wait, disk, network, GPUs (means and per-sample series); absent without a sidecar",
     "worst_step": "the step the Trace Viewer link opens (object below), or null",
+    "top_ops": "the costliest ops of each place (`host`, `input_pipeline`, `device`), costliest first (object "
+               "below; README, Which operations take the time)",
+    "op_summary": "what `top_ops` covers, and the ops summed by op type and by layer scope (object below)",
     "trace_viewer": "the run (`<run>/<session>`, as TensorBoard names it) and host to open in the Trace Viewer",
     "warnings": "problems that did not stop the analysis (a host that could not be read, a bad sidecar), one "
                 "line each",
