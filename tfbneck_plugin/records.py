@@ -98,6 +98,20 @@ read by the TensorBoard tab's ``/trend`` route::
      "steps_per_execution": int,        # step times are per execution when > 1
      "trigger": null | {thresholds as above},
      "baseline": null | {"p50_ms", "p90_ms", "steps", "threshold_ms"},
+     "trigger_state": null | {           # the slowdown trigger's record (issue 24); absent in older files
+         "armed": bool, "captures": int,
+         "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)
+         "log": [{"event": "armed", "step", "baseline_p50_ms", "baseline_steps", "threshold_ms",
+                  "level_steps", "t_unix_ns"}
+               | {"event": "run", "direction": "slower" | "faster", "first_step", "last_step",
+                  "steps", "seconds", "observed_p50_ms", "baseline_p50_ms",
+                  "confirmed_at_step": int | null,      # step its thresholds were all met
+                  "held_by": null | "analysis" | "cooldown",
+                  "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"
+                           | "not captured: max_captures reached" | "training ended: too late"
+                           | "faster: new baseline",
+                  "at_step", "t_unix_ns"}
+               | {"event": "rebaselined", "step", "why", "t_unix_ns"}]},
      "points": [{"step": int,           # last batch of the period (x of the scalars)
                  "first_step": int, "epoch": int | null, "n": int,   # steps timed
                  "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int}],

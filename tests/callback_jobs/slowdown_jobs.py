@@ -101,8 +101,8 @@ def trend_file(log_dir):
     return [os.path.join(folder, n) for n in names]
 
 
-def finish(prof, log_dir, clock):
-    prof.close(wait=True, timeout=300)
+def finish(prof, log_dir, clock, timeout=300):
+    prof.close(wait=True, timeout=timeout)
     result["windows"] = [dict(record(w), kind=w.kind, trigger=w.trigger,
                               change=w.change, cause=(w.report or {}).get("cause")) for w in prof.windows]
     result["log_dir"] = log_dir
@@ -160,6 +160,164 @@ def display():
     result["report_html"] = w.report._repr_html_() if hasattr(w.report, "_repr_html_") else None
     result["report_is_dict"] = isinstance(w.report, dict)
     result["display_flag"] = prof.display
+    finish(prof, log, clock)
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 24: the scenario corpus (benchmarks/slowdown_corpus.py) and the issue's own fit
+# ----------------------------------------------------------------------------------------
+
+class Phases:
+    """When the input turns slow, decided per batch by the input pipeline itself.
+
+    ``phases``: ``[[onset_s, slow_s], ...]``: from ``onset_s`` seconds of the job's clock
+    (counted from its third step, after tracing and compilation) on, every batch the map
+    makes costs ``factor`` times the base step time of busy CPU work (numpy), for ``slow_s``
+    seconds, then it is light again. The base step time is the median of the job's own
+    steps before the first onset (measured, so that a 1 ms and a 300 ms job slow down by
+    the same factor, on an idle machine or a loaded one)."""
+
+    def __init__(self, phases, factor, spe):
+        self.phases, self.factor, self.spe = [list(p) for p in phases], factor, spe
+        self.t0 = None      # the job's clock starts at its third step
+        self.base_s = None  # per batch
+        self.seen = [[None, None, None, None] for _ in phases]  # first/last heavy batch, t0, t1
+
+    def cost(self, batch):
+        if self.t0 is None or self.base_s is None:
+            return 0.0
+        now = time.perf_counter()
+        for (onset, slow_s), seen in zip(self.phases, self.seen):
+            if now - self.t0 < onset:
+                continue
+            if seen[2] is None:
+                seen[0], seen[2] = batch, now
+            if now - seen[2] < slow_s:
+                seen[1], seen[3] = batch, now
+                return self.factor * self.base_s
+        return 0.0
+
+
+def _busy(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        np.sort(np.random.rand(20000))
+
+
+def scenario_pipeline(spec, phases, n_batches):
+    """Batches of ``spec['batch']`` rows of ``spec['features']`` features; a ``tf.cond`` on the
+    batch index runs the heavy numpy map (``Phases.cost``) only inside a slow phase."""
+    b, f = spec["batch"], spec["features"]
+    heavy_from = 1 if spec["phases"] else 10 ** 12
+
+    def heavy(i):
+        _busy(phases.cost(int(i.numpy()) + 1))
+        return np.float32(1.0)
+
+    def make(i):
+        v = tf.cond(i + 1 >= heavy_from, lambda: tf.reshape(tf.py_function(heavy, [i], tf.float32), []),
+                    lambda: tf.constant(1.0))
+        x = tf.random.stateless_uniform((b, f), seed=tf.stack([i, i])) * v
+        return x, tf.reduce_sum(x, axis=1, keepdims=True)
+
+    return tf.data.Dataset.range(n_batches).map(make).prefetch(2)
+
+
+def scenario_model(spec):
+    layers = [keras.layers.Input((spec["features"],))]
+    layers += [keras.layers.Dense(spec["width"], activation="relu") for _ in range(spec["depth"])]
+    m = keras.Sequential(layers + [keras.layers.Dense(1)])
+    m.compile(keras.optimizers.SGD(1e-4), "mse", steps_per_execution=spec.get("spe", 1))
+    return m
+
+
+class ScenarioClock(keras.callbacks.Callback):
+    """Before the profiler: the begin time of every step; measures the base step time
+    before the first onset; stops the fit ``tail_s`` after the last slow phase (or after
+    ``steady_s`` for a steady run)."""
+
+    def __init__(self, spec, phases):
+        super().__init__()
+        self.spec, self.phases, self.t = spec, phases, []
+        self.stop = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.t.append(time.perf_counter())
+        self.tick()
+
+    def tick(self):
+        t, ph, spec = self.t, self.phases, self.spec
+        now = t[-1]
+        if len(t) == 3:
+            ph.t0 = now
+        if ph.t0 is None:
+            return
+        elapsed = now - ph.t0
+        if ph.base_s is None and spec["phases"] and elapsed >= spec["phases"][0][0] - 0.5:
+            d = np.diff(t[2 + (len(t) - 2) // 3:]) if len(t) > 8 else np.array([0.01])
+            ph.base_s = float(np.median(d)) / ph.spe
+        if elapsed > spec.get("max_s", 150):
+            self.stop = True  # a safety net: a scenario never runs away
+        elif not spec["phases"]:
+            self.stop = elapsed > spec["steady_s"]
+        else:
+            last = ph.seen[-1][2]
+            self.stop = last is not None and now > last + spec["phases"][-1][1] + spec["tail_s"]
+        if self.stop and getattr(self, "model", None) is not None:
+            self.model.stop_training = True
+
+
+def corpus():
+    """One scenario of the corpus: the JSON spec in ``$SLOWDOWN_SPEC`` (keys: api keras|loop,
+    batch, features, width, depth, spe, steps_per_epoch, phases, factor, tail_s, steady_s,
+    profile_steps, trigger (SlowdownTrigger kwargs or null for the defaults))."""
+    spec = json.loads(os.environ["SLOWDOWN_SPEC"])
+    seed()
+    log = os.path.join(OUT, "logs")
+    trig = SlowdownTrigger(**spec["trigger"]) if spec.get("trigger") else True
+    prof = BottleneckProfiler(log, profile_steps=tuple(spec["profile_steps"]) if spec["profile_steps"] else [],
+                              on_slowdown=trig, verbose=0)
+    phases = Phases(spec["phases"], spec.get("factor", 1.0), spec.get("spe", 1))
+    clock = ScenarioClock(spec, phases)
+    n = spec["steps_per_epoch"] * spec.get("epochs", 1)
+    ds = scenario_pipeline(spec, phases, 10 ** 7)
+    m = scenario_model(spec)
+    if spec["api"] == "loop":
+        opt, loss = keras.optimizers.SGD(1e-4), keras.losses.MeanSquaredError()
+
+        @tf.function
+        def train(x, y):
+            with tf.GradientTape() as tape:
+                lo = loss(y, m(x, training=True))
+            opt.apply_gradients(zip(tape.gradient(lo, m.trainable_variables), m.trainable_variables))
+            return lo
+        for step, (x, y) in enumerate(ds.take(n), start=1):
+            clock.t.append(time.perf_counter())
+            clock.tick()
+            if clock.stop:
+                break
+            with prof.step(step):
+                train(x, y)
+    else:
+        m.fit(ds, steps_per_epoch=spec["steps_per_epoch"], epochs=spec.get("epochs", 1), verbose=0,
+              callbacks=[clock, prof])
+    # A steady run needs no verdict (only whether a window was triggered): no long wait for
+    # the scheduled window's analysis, which a busy machine starves.
+    finish(prof, log, clock, timeout=300 if spec["phases"] else 10)
+    result["phases"] = phases.seen
+    result["base_s"] = phases.base_s
+    result["spec"] = spec
+
+
+def issue24():
+    """The fit of issue 24: one epoch of 140 steps, ``profile_steps=(5, 8)``, the map turns
+    heavy from batch 60 (about 6x the early steps) to the end."""
+    seed()
+    log = os.path.join(OUT, "logs")
+    prof = BottleneckProfiler(log, profile_steps=(5, 8), on_slowdown=True)
+    clock = StepClock()
+    model().fit(pipeline(140, 60, 0.05), epochs=1, verbose=0, callbacks=[clock, prof])
+    result["heavy_from_step"] = 60
     finish(prof, log, clock)
 
 
