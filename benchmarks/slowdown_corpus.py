@@ -36,7 +36,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOB = os.path.join(ROOT, "tests", "callback_jobs", "slowdown_jobs.py")
-UNDER_LOAD = os.path.join(ROOT, "..", "shared", "tools", "under-load")
+UNDER_LOAD = os.path.join(os.environ.get("TFBNECK_SHARED") or os.path.join(os.path.dirname(ROOT), "shared"),
+                          "tools", "under-load")
 DEFAULT_OUT = os.path.join(HERE, "out", "slowdown_corpus")
 
 #: Models by their step time on an idle 2-core machine (measured): batch, features, width, depth.
