@@ -31,6 +31,7 @@ from tfbneck_plugin import BottleneckProfiler, SlowdownTrigger  # noqa: E402
 keras = tf.keras
 BATCH = 4
 result = {"out": OUT}
+HEAVY_T0 = []  # perf_counter when the map made its first heavy element
 
 
 def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float):
@@ -40,6 +41,8 @@ def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float):
 
     def sort_for(i):
         t = time.perf_counter()
+        if not HEAVY_T0:
+            HEAVY_T0.append(t)
         while time.perf_counter() - t < heavy_s:
             np.sort(np.random.rand(100000))
         return np.float32(i.numpy() % 7)
@@ -133,15 +136,29 @@ def steady():
     finish(prof, log, clock)
 
 
+class StopAfterHeavy(keras.callbacks.Callback):
+    """Stops the fit ``seconds`` after the map made its first heavy element (HEAVY_T0), so
+    that the slow phase lasts that long on an idle machine as on a busy one."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        if HEAVY_T0 and time.perf_counter() - HEAVY_T0[0] > self.seconds:
+            self.model.stop_training = True
+
+
 def too_late():
-    """The map turns heavy near the end: slow for about 3 s, the trigger wants 6 s."""
+    """The map turns heavy at step 380 and training stops 7 s later; the trigger wants 10 s."""
     seed()
     log = os.path.join(OUT, "logs")
     prof = BottleneckProfiler(log, profile_steps=(30, 34), analyze=False,
-                              on_slowdown=SlowdownTrigger(min_seconds=6.0))
+                              on_slowdown=SlowdownTrigger(min_seconds=10.0))
     clock = StepClock()
-    model().fit(pipeline(500, 450, 0.03), epochs=1, verbose=0, callbacks=[clock, prof])
-    result["heavy_from_step"] = 450
+    model().fit(pipeline(3000, 380, 0.03), epochs=1, verbose=0, callbacks=[clock, prof, StopAfterHeavy(7.0)])
+    result["heavy_from_step"] = 380
+    result["steps_run"] = len(clock.t)
     finish(prof, log, clock)
 
 
