@@ -63,16 +63,17 @@ def scenario(name, api="keras3", model="1ms", factor=2.0, onset_s=5.0, slow_s=10
             "profile_steps": [40, 44] if sched else [10 ** 8, 10 ** 8 + 4], "load": load, "trigger": None}
 
 
-#: The corpus. Onsets: "early" is right after the trigger can arm (warm-up and a short
-#: baseline), "middle" after a steady stretch, "late" ends training inside the slow phase.
+#: The corpus. Onsets: "early" is soon after the trigger can arm (20 warm-up steps, then a
+#: baseline of 20 steps and 0.25 s), "middle" after a steady stretch, "late" ends training
+#: inside the slow phase.
 SCENARIOS = [
     # Slowdowns on an idle machine (as idle as a shared one is).
-    scenario("k3-1ms-x2-early", onset_s=1, slow_s=10),
+    scenario("k3-1ms-x2-early", onset_s=2, slow_s=10),
     scenario("k3-1ms-x4-middle-nosched", factor=4, onset_s=6, slow_s=8, sched=False),
     scenario("k3-1ms-x10-late", factor=10, onset_s=6, slow_s=9, tail_s=0),
     scenario("k3-1ms-x1.5-middle", factor=1.5, onset_s=6, slow_s=10),
     scenario("k3-1ms-x2-middle-spe8", onset_s=6, slow_s=10, spe=8),
-    scenario("tfk-1ms-x4-early", api="tf_keras", factor=4, onset_s=1, slow_s=10),
+    scenario("tfk-1ms-x4-early", api="tf_keras", factor=4, onset_s=2, slow_s=10),
     scenario("tfk-15ms-x2-middle-epochs", api="tf_keras", model="15ms", onset_s=8, slow_s=10, epochs=2),
     scenario("tfk-15ms-x4-early-spe8", api="tf_keras", model="15ms", factor=4, onset_s=2, slow_s=8, spe=8),
     scenario("loop-1ms-x2-middle", api="loop", onset_s=6, slow_s=10),

@@ -189,55 +189,83 @@ class Phases:
 
     ``phases``: ``[[onset_s, slow_s], ...]``: from ``onset_s`` seconds of the job's clock
     (counted from its third step, after tracing and compilation) on, every batch the map
-    makes costs ``factor`` times the base step time of busy CPU work (numpy), for ``slow_s``
-    seconds, then it is light again. The base step time is the median of the job's own
-    steps before the first onset (measured, so that a 1 ms and a 300 ms job slow down by
-    the same factor, on an idle machine or a loaded one)."""
+    makes also runs ``reps`` small matrix products (TensorFlow ops in tf.data's threads: no
+    GIL, recorded in the trace as input work), for ``slow_s`` seconds, then it is light
+    again. ``reps`` is steered by :class:`ScenarioClock` so that the steps take ``factor``
+    times the base step time (the median of the job's own steps before the first onset), on
+    an idle machine or a loaded one."""
 
     def __init__(self, phases, factor, spe):
         self.phases, self.factor, self.spe = [list(p) for p in phases], factor, spe
         self.t0 = None      # the job's clock starts at its third step
         self.base_s = None  # per batch
+        self.reps = 0       # matrix products per batch while slow
+        self.unit_s = None  # seconds per product (measured at the start)
         self.seen = [[None, None, None, None] for _ in phases]  # first/last heavy batch, t0, t1
 
-    def cost(self, batch):
+    def active(self):
+        """The slow phase now, or None."""
         if self.t0 is None or self.base_s is None:
-            return 0.0
+            return None
         now = time.perf_counter()
         for (onset, slow_s), seen in zip(self.phases, self.seen):
-            if now - self.t0 < onset:
-                continue
-            if seen[2] is None:
-                seen[0], seen[2] = batch, now
-            if now - seen[2] < slow_s:
-                seen[1], seen[3] = batch, now
-                return self.factor * self.base_s
-        return 0.0
+            if now - self.t0 >= onset and (seen[2] is None or now - seen[2] < slow_s):
+                return seen
+        return None
+
+    def reps_for(self, batch):
+        seen = self.active()
+        if seen is None:
+            return 0
+        now = time.perf_counter()
+        if seen[2] is None:
+            seen[0], seen[2] = batch, now
+            self.reps = max(1, int((self.factor - 1) * self.base_s / self.unit_s))
+        seen[1], seen[3] = batch, now
+        return self.reps
 
 
-def _busy(seconds):
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        np.sort(np.random.rand(20000))
+PRODUCT = 96  # size of the square matrices of the heavy map
 
 
 def scenario_pipeline(spec, phases, n_batches):
-    """Batches of ``spec['batch']`` rows of ``spec['features']`` features; a ``tf.cond`` on the
-    batch index runs the heavy numpy map (``Phases.cost``) only inside a slow phase."""
+    """Batches of ``spec['batch']`` rows of ``spec['features']`` features; from the first
+    onset on, each batch asks ``Phases.reps_for`` (a py_function: microseconds) how many
+    matrix products to run (a ``tf.while_loop``), 0 outside a slow phase."""
     b, f = spec["batch"], spec["features"]
     heavy_from = 1 if spec["phases"] else 10 ** 12
+    w = tf.constant(np.random.RandomState(2).rand(PRODUCT, PRODUCT).astype("float32") / PRODUCT)
+
+    def reps(i):
+        return np.int32(phases.reps_for(int(i.numpy()) + 1))
 
     def heavy(i):
-        _busy(phases.cost(int(i.numpy()) + 1))
-        return np.float32(1.0)
+        n = tf.reshape(tf.py_function(reps, [i], tf.int32), [])
+        _, m = tf.while_loop(lambda k, m: k < n, lambda k, m: (k + 1, tf.tanh(tf.matmul(m, w))),
+                             [tf.constant(0), tf.eye(PRODUCT)])
+        return 1.0 + 0.0 * tf.reduce_sum(m)
 
     def make(i):
-        v = tf.cond(i + 1 >= heavy_from, lambda: tf.reshape(tf.py_function(heavy, [i], tf.float32), []),
-                    lambda: tf.constant(1.0))
+        v = tf.cond(i + 1 >= heavy_from, lambda: heavy(i), lambda: tf.constant(1.0))
         x = tf.random.stateless_uniform((b, f), seed=tf.stack([i, i])) * v
         return x, tf.reduce_sum(x, axis=1, keepdims=True)
 
     return tf.data.Dataset.range(n_batches).map(make).prefetch(2)
+
+
+def product_seconds():
+    """Seconds per matrix product of the heavy map (measured once, in a tf.function)."""
+    w = tf.constant(np.random.rand(PRODUCT, PRODUCT).astype("float32") / PRODUCT)
+
+    @tf.function
+    def loop(n):
+        _, m = tf.while_loop(lambda k, m: k < n, lambda k, m: (k + 1, tf.tanh(tf.matmul(m, w))),
+                             [tf.constant(0), tf.eye(PRODUCT)])
+        return tf.reduce_sum(m)
+    loop(tf.constant(10))
+    t = time.perf_counter()
+    loop(tf.constant(2000)).numpy()
+    return (time.perf_counter() - t) / 2000
 
 
 def scenario_model(spec):
@@ -273,6 +301,7 @@ class ScenarioClock(keras.callbacks.Callback):
         if ph.base_s is None and spec["phases"] and elapsed >= spec["phases"][0][0] - 0.5:
             d = np.diff(t[2 + (len(t) - 2) // 3:]) if len(t) > 8 else np.array([0.01])
             ph.base_s = float(np.median(d)) / ph.spe
+        self.steer()
         if elapsed > spec.get("max_s", 150):
             self.stop = True  # a safety net: a scenario never runs away
         elif not spec["phases"]:
@@ -282,6 +311,22 @@ class ScenarioClock(keras.callbacks.Callback):
             self.stop = last is not None and now > last + spec["phases"][-1][1] + spec["tail_s"]
         if self.stop and getattr(self, "model", None) is not None:
             self.model.stop_training = True
+
+
+    def steer(self):
+        """Inside a slow phase, every 8 steps: scale ``reps`` so that the median of the last
+        16 steps comes to ``factor`` x the base step time (a loaded machine slows the map too)."""
+        ph, t = self.phases, self.t
+        seen = ph.active()
+        if seen is None or seen[2] is None or len(t) < 18 or len(t) % 8:
+            return
+        recent = np.diff(t[-17:])
+        if t[-17] < seen[2]:
+            return  # not 16 slow steps yet
+        measured = float(np.median(recent)) / ph.spe
+        target = ph.factor * ph.base_s
+        ratio = min(1.25, max(0.8, (target / measured) ** 0.5))  # gently: the machine's load comes and goes
+        ph.reps = int(max(1, min(ph.reps * ratio, 10 ** 6)))
 
 
 def corpus():
@@ -295,6 +340,7 @@ def corpus():
     prof = BottleneckProfiler(log, profile_steps=tuple(spec["profile_steps"]) if spec["profile_steps"] else [],
                               on_slowdown=trig, verbose=0)
     phases = Phases(spec["phases"], spec.get("factor", 1.0), spec.get("spe", 1))
+    phases.unit_s = product_seconds()
     clock = ScenarioClock(spec, phases)
     n = spec["steps_per_epoch"] * spec.get("epochs", 1)
     ds = scenario_pipeline(spec, phases, 10 ** 7)

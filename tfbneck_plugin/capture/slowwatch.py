@@ -6,29 +6,33 @@ of what it did (issue 24). Pure Python, no TensorFlow; fed one step time at a ti
 How it decides (each part fixes a way issue 24's fit was missed):
 
 * **Baseline** = one *level*: the clean steps since the last level change (at most
-  ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them, so a slowdown a few
-  seconds into training is compared with the steps before it. Steps of a slow stretch never
-  join it while the stretch lasts. After a capture, or when a slow stretch was confirmed
-  but could not be captured (``max_captures``), or when the steps got lastingly *faster*
-  (a slowdown that recovered), the baseline starts again from the next steps: it learns the
-  new level instead of mixing two, so a slowdown that returns is seen again.
-* **Slow stretch**: the median of the last ``k`` steps is above ``factor`` x the baseline's
-  median, ``k`` about :data:`LEVEL_SECONDS` of baseline steps, odd, between
+  ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them lasting
+  :data:`MIN_BASELINE_SECONDS`, so a slowdown a few seconds into training is compared with
+  the steps before it. Steps of a stretch never join it, even when the stretch ends
+  unconfirmed (a slowdown that dips for a moment must not teach it the slow level). After
+  a capture, or when a slow stretch was confirmed but could not be captured
+  (``max_captures``), or when the steps got lastingly *faster* (a slowdown that recovered),
+  the baseline starts again from the next steps: it learns the new level instead of mixing
+  two, so a slowdown that returns is seen again.
+* **Slow stretch**: the level of the last ``k`` steps (their :func:`trimmed_mean`) is above
+  ``factor`` x the baseline's, ``k`` about :data:`LEVEL_SECONDS` of baseline steps, odd, between
   :data:`LEVEL_MIN_STEPS` and :data:`LEVEL_MAX_STEPS`, and fewer (not under
   :data:`LEVEL_MIN_STEPS`) when the last ones are long: only those that ended within
-  :data:`LEVEL_SECONDS`. A median ignores a minority of fast
-  steps (issue 24's single 30 ms step among 100 ms ones ended the old run) and of noisy
-  slow ones, so no separate 90th-percentile guard is needed.
-* **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold lasting
-  ``min_seconds`` together (counted as their number x their median, so that one stall of
-  seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
-  lasting ``quick_seconds`` (a 2 ms step job is confirmed in
-  well under a second instead of ``min_seconds``). While an analysis runs (``holds``) or
+  :data:`LEVEL_SECONDS`. A level of several steps ignores a minority of fast steps (issue
+  24's single 30 ms step among 100 ms ones ended the old run), the trimming one stall, and
+  i.i.d. noise averages out, so no separate 90th-percentile guard is needed. A stretch ends
+  when the level has stayed back for the span of a level (``k`` steps or
+  :data:`LEVEL_SECONDS`), or at once when it crossed to the other side.
+* **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
+  ``min_seconds`` (counted as its number of steps x their :func:`trimmed_mean`, so that one
+  stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
+  lasting ``quick_seconds`` (a job of 1 ms steps slowed 2x is confirmed after 2 s instead
+  of ``min_seconds``). While an analysis runs (``holds``) or
   during the cooldown, a confirmed stretch waits and fires at its first slow step after,
   if it still lasts (a window opens after a slow step, never after a fast one).
 
 Every stretch that reached ``consecutive`` steps, and why it ended or was not captured, is
-kept in :attr:`SlowdownWatch.log` (the trend file's ``trigger_log``).
+kept in :attr:`SlowdownWatch.log` (the trend file's ``trigger_state.log``).
 """
 from __future__ import annotations
 
@@ -41,8 +45,11 @@ from typing import Dict, List, Optional
 #: steps is within 10% of the median of 200 on every steady run of the corpus
 #: (docs/slowdown_capture.md).
 MIN_BASELINE_STEPS = 20
-#: The baseline's p50/p90 are recomputed every this many clean steps (sorting <= 256
-#: values, ~20 us, amortised to about 1 us per step).
+#: ... lasting this long together (a job of 1 ms steps: 250 steps, not 20: on a busy
+#: machine its first steps after warm-up can be off its level by 10x).
+MIN_BASELINE_SECONDS = 0.25
+#: The baseline's statistics are recomputed every this many clean steps, or every 1/16 of
+#: the baseline's steps when more (sorting n values every n/16 steps: about 1 us per step).
 RECOMPUTE_EVERY = 16
 #: The level is the median of about this many seconds of baseline steps ...
 LEVEL_SECONDS = 0.5
@@ -63,6 +70,16 @@ def percentile(sorted_values: List[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def trimmed_mean(sorted_values: List[float]) -> float:
+    """The mean of an ascending list without its largest tenth (at least its largest value
+    from 5 values on): a step time level that one stall does not move, yet that follows an
+    input-bound slowdown whose steps alternate between waiting and finding a batch ready
+    (a median of such steps can stay at the fast ones). Raises ZeroDivisionError on []."""
+    n = len(sorted_values)
+    keep = n - (max(1, n // 10) if n >= 5 else 0)
+    return sum(sorted_values[:keep]) / keep
+
+
 def _median(sorted_values: List[float]) -> float:
     n = len(sorted_values)
     mid = n // 2
@@ -76,7 +93,7 @@ class SlowdownWatch:
       trigger: a :class:`~tfbneck_plugin.capture.steptime.SlowdownTrigger`.
 
     Attributes:
-      p50, p90: the baseline (seconds), None before it exists.
+      p50, p90, mean: the baseline (seconds; ``mean`` is :func:`trimmed_mean`), None before it exists.
       captures: windows fired so far.
       fired: what the last firing saw (:meth:`describe`'s dict).
       log: the trigger's record (dicts with ``event``: ``armed``, ``run``, ``rebaselined``).
@@ -86,6 +103,7 @@ class SlowdownWatch:
     def __init__(self, trigger):
         self.trigger = trigger
         self.p50: Optional[float] = None
+        self.mean: Optional[float] = None   # trimmed mean: the level the thresholds use
         self.p90: Optional[float] = None
         self.captures = 0
         self.fired: Optional[Dict] = None
@@ -116,24 +134,31 @@ class SlowdownWatch:
             ring[self._ring_i] = dt
             self._ring_i = (self._ring_i + 1) % horizon
         self._since += 1
-        if self._since >= RECOMPUTE_EVERY or (not self.armed and len(ring) >= MIN_BASELINE_STEPS):
+        if self._since >= max(RECOMPUTE_EVERY, len(ring) // 16) or (not self.armed and self._enough(ring)):
             self._recompute(step)
 
     def _recompute(self, step: int) -> None:
         self._since = 0
         values = sorted(self._ring)
         n = len(values)
-        if n < MIN_BASELINE_STEPS:
+        if not (self._enough(values) if not self.armed else n >= MIN_BASELINE_STEPS):
             return
-        self.p50, self.p90 = percentile(values, 0.5), percentile(values, 0.9)
-        k = int(LEVEL_SECONDS / self.p50) if self.p50 > 0 else LEVEL_MAX_STEPS
+        self.p50, self.p90, self.mean = percentile(values, 0.5), percentile(values, 0.9), trimmed_mean(values)
+        k = int(LEVEL_SECONDS / self.mean) if self.mean > 0 else LEVEL_MAX_STEPS
         self._k = min(LEVEL_MAX_STEPS, max(LEVEL_MIN_STEPS, k | 1))
-        self._slow_at = self.trigger.factor * self.p50
-        self._fast_at = self.p50 / self.trigger.factor
+        self._slow_at = self.trigger.factor * self.mean
+        self._fast_at = self.mean / self.trigger.factor
         if not self.armed:
             self.armed = True
             self._add_log({"event": "armed", "step": step, "baseline_p50_ms": _ms(self.p50),
+                           "baseline_mean_ms": _ms(self.mean),
                            "baseline_steps": n, "threshold_ms": _ms(self._slow_at), "level_steps": self._k})
+
+    def _enough(self, steps: List[float], share: float = 1.0) -> bool:
+        """Enough steps for a baseline: :data:`MIN_BASELINE_STEPS` lasting
+        :data:`MIN_BASELINE_SECONDS` (or a full horizon)."""
+        return len(steps) >= MIN_BASELINE_STEPS and (sum(steps) >= share * MIN_BASELINE_SECONDS
+                                                     or len(steps) >= self.trigger.horizon_steps)
 
     def rebaseline(self, step: int, why: str) -> None:
         """Learn the baseline again from the next steps (a new level)."""
@@ -157,23 +182,40 @@ class SlowdownWatch:
             srt.pop(bisect.bisect_left(srt, recent.pop(0)))
             self._recent_first.pop(0)
             self._recent_end.pop(0)
-        level = _median(srt) if len(recent) >= LEVEL_MIN_STEPS else None
+        level = trimmed_mean(srt) if len(recent) >= LEVEL_MIN_STEPS else None
         run = self._run
+        if run is not None:
+            self._extend(run, dt, last, level, at)
+            run = self._run  # None when it ended
         if run is None:
             if self.armed and level is not None and (level > self._slow_at or level < self._fast_at):
                 run = self._run = self._open_run(level > self._slow_at, first, last, dt, start)
             else:
                 self._push(dt, first)
                 return False
-        else:
-            run["times"].append(dt)
-            run["last"] = last
-            if (dt > self._slow_at) if run["slow"] else (dt < self._fast_at):
-                bisect.insort(run["side"], dt)
-            if (level <= self._slow_at) if run["slow"] else (level >= self._fast_at):
-                self._end_run(at, "fast_steps" if run["slow"] else "slow_steps")
-                return False
         return self._confirm(run, at, now, held)
+
+    def _extend(self, run: Dict, dt: float, last: int, level: float, at: int) -> None:
+        """One more step in the stretch; it ends when the level has been back for the span
+        of a level (``k`` steps or :data:`LEVEL_SECONDS`, at least :data:`LEVEL_MIN_STEPS`),
+        or at once when the level crossed to the other side (a slowdown during a faster
+        stretch is a slow stretch of its own)."""
+        slow, up, down = run["slow"], self._slow_at, self._fast_at
+        if (level < down) if slow else (level > up):
+            self._end_run(at, "fast_steps" if slow else "slow_steps")
+            return
+        run["times"].append(dt)
+        bisect.insort(run["sorted"], dt)
+        run["last"] = last
+        if (dt > up) if slow else (dt < down):
+            bisect.insort(run["side"], dt)
+        if (level <= up) if slow else (level >= down):
+            run["back"] += 1
+            run["back_s"] += dt
+        else:
+            run["back"], run["back_s"] = 0, 0.0
+        if run["back"] >= LEVEL_MIN_STEPS and (run["back"] >= self._k or run["back_s"] >= LEVEL_SECONDS):
+            self._end_run(at, "fast_steps" if slow else "slow_steps")
 
     def _open_run(self, slow: bool, first: int, last: int, dt: float, start: float) -> Dict:
         """The level crossed: the stretch began at the oldest of the recent steps that are
@@ -189,7 +231,7 @@ class SlowdownWatch:
         return {"slow": slow, "first": self._recent_first[len(self._recent) - 1 - back], "last": last,
                 "start": start - sum(times[:-1]),
                 "times": list(times), "pushed": back, "held_by": None, "confirmed_at": None,
-                "side": side}
+                "side": side, "sorted": sorted(times), "back": 0, "back_s": 0.0}
 
     def _confirm(self, run: Dict, first: int, now: float, held: bool) -> bool:
         if not self._long_enough(run):
@@ -223,21 +265,25 @@ class SlowdownWatch:
         return True
 
     def _long_enough(self, run: Dict, share: float = 1.0) -> bool:
-        """The stretch's confirmation: counted are its steps beyond the threshold on its side
-        (a few slow steps inside a faster stretch must not confirm it, nor fast ones a slow
-        one), and their time as their number x their median (one stall of seconds among
-        them, as a busy machine gives, is not a slowdown of seconds)."""
+        """The stretch's confirmation. It needs ``consecutive`` steps beyond the threshold on
+        its side. Its time: for a slower stretch, all its steps (those that find a batch
+        ready between those that wait belong to the slowdown too) less the largest tenth,
+        as their number x their :func:`trimmed_mean` (one stall of seconds, as a busy machine
+        gives, is not a slowdown of seconds). A faster stretch (it only re-learns the
+        baseline) is confirmed as a baseline arms: by its fast steps alone (a few slow ones
+        inside must not confirm it)."""
         trig, side = self.trigger, run["side"]
-        n = len(side)
-        if n < trig.consecutive:
+        if len(side) < trig.consecutive:
             return False
-        level_s = n * _median(side)
+        if not run["slow"]:  # enough fast steps to be a baseline of their own
+            return self._enough(side, share)
+        n, level_s = len(run["sorted"]), len(run["sorted"]) * trimmed_mean(run["sorted"])
         return level_s >= share * trig.min_seconds or (n >= trig.quick_steps and level_s >= share * trig.quick_seconds)
 
     def _end_run(self, first: int, why: str) -> None:
-        """The level came back before the stretch fired: the steps of jitter (a stretch never
-        confirmed) join the baseline; those of a confirmed one held back do not (they were
-        not the job's normal level)."""
+        """The level came back before the stretch fired. Its steps do not join the baseline
+        (issue 24: the steps of stretches that ended taught the old baseline a slowdown that
+        dipped for a moment); the baseline learns only steps outside stretches."""
         run, self._run = self._run, None
         spent = sum(run["times"])
         if run["slow"]:
@@ -246,9 +292,6 @@ class SlowdownWatch:
                 self._log_run(run, first, spent, reason + ("" if run["held_by"] else ": too short"))
             else:
                 self.short_runs += 1
-        if run["confirmed_at"] is None:
-            for dt in run["times"][run["pushed"]:]:  # the first ones joined it before the level crossed
-                self._push(dt, first)
 
     def unfinished(self, at_step: int, now: Optional[float]) -> Optional[Dict]:
         """Training ends: the slow stretch in progress when it has ``consecutive`` steps and
@@ -272,8 +315,9 @@ class SlowdownWatch:
                 "slow_steps": [run["first"], run["last"]], "slow_step_count": len(times),
                 "slow_for_s": round(spent, 3), "observed_p50_ms": _ms(observed),
                 "baseline_p50_ms": _ms(self.p50), "baseline_p90_ms": _ms(self.p90),
+                "baseline_mean_ms": _ms(self.mean), "observed_mean_ms": _ms(trimmed_mean(times)),
                 "baseline_steps": len(self._ring), "threshold_ms": _ms(self._slow_at),
-                "slower_by": round(observed / self.p50, 3) if self.p50 else None,
+                "slower_by": round(trimmed_mean(times) / self.mean, 3) if self.mean else None,
                 "held_by": run["held_by"], "confirmed_at_step": run["confirmed_at"],
                 "capture": self.captures, "thresholds": self.trigger.to_dict()}
 
@@ -282,7 +326,8 @@ class SlowdownWatch:
         self._add_log({"event": "run", "direction": "slower" if run["slow"] else "faster",
                        "first_step": run["first"], "last_step": run["last"], "steps": len(times),
                        "seconds": round(spent, 3), "observed_p50_ms": _ms(_median(times)),
-                       "baseline_p50_ms": _ms(self.p50), "confirmed_at_step": run["confirmed_at"],
+                       "observed_mean_ms": _ms(trimmed_mean(times)), "baseline_p50_ms": _ms(self.p50),
+                       "baseline_mean_ms": _ms(self.mean), "confirmed_at_step": run["confirmed_at"],
                        "held_by": run["held_by"], "outcome": outcome, "at_step": at_step})
 
     def _add_log(self, entry: Dict) -> None:

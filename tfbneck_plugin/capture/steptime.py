@@ -50,24 +50,28 @@ _clock = time.perf_counter
 class SlowdownTrigger:
     """When ``BottleneckProfiler(on_slowdown=...)`` opens a profiling window by itself.
 
-    A *slow stretch* begins when the median of the last few steps (about 0.5 s of them,
-    5 to 31 steps) rises above ``factor`` times the baseline's median step time; a few fast
-    steps inside it do not end it. It is *confirmed* (a window opens) when it has lasted
+    A *slow stretch* begins when the level of the last few steps (about 0.5 s of them, 5 to
+    31 steps; their mean without the largest tenth) rises above ``factor`` times the
+    baseline's level; a few fast steps inside it do not end it. It is *confirmed* (a window opens) when it has lasted
     ``consecutive`` steps and ``min_seconds``, or ``quick_steps`` steps and
     ``quick_seconds`` (jobs of short steps are confirmed sooner).
 
     Args:
       factor: how much slower than the baseline's median a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
-      min_seconds: ... and how long it must last (default 3.0 s; from the corpus: the
-        longest stretch of a steady run under load lasted well under it).
+      min_seconds: ... and how long it must last (default 4.0 s; the longest stretch of a
+        steady run of the corpus on a busy machine, CPU taken by other processes, counted
+        3.0 s: docs/slowdown_capture.md).
       quick_steps, quick_seconds: or this many steps lasting this long (defaults 1000 steps,
-        1.5 s: a job of 1.5 ms steps is confirmed after 1.5 s, not 3).
+        2.0 s: a job of 1 ms steps slowed 2x is confirmed after 2 s, not 4; the steady runs'
+        stretches had at most a few hundred steps).
       window_steps: steps profiled by a window it opens (default 5).
       cooldown_steps: after a window opened by the trigger, a confirmed stretch waits this
         many steps more (default 100); the baseline meanwhile learns the new level.
       max_captures: at most this many windows opened by the trigger per profiler (default 3).
-      horizon_steps: the baseline holds at most the last this many clean steps (default 256).
+      horizon_steps: the baseline holds at most the last this many clean steps (default 2048:
+        2 s of a job of 1 ms steps, whose step time follows the machine's load from second
+        to second; 256 steps, a quarter second, made a quiet moment its baseline).
       warmup_steps: the first this many timed steps of the job are not timed (default 20).
 
     Raises:
@@ -75,14 +79,14 @@ class SlowdownTrigger:
     """
     factor: float = 1.5
     consecutive: int = 5
-    min_seconds: float = 3.0
+    min_seconds: float = 4.0
     window_steps: int = 5
     cooldown_steps: int = 100
     max_captures: int = 3
-    horizon_steps: int = 256
+    horizon_steps: int = 2048
     warmup_steps: int = 20
     quick_steps: int = 1000
-    quick_seconds: float = 1.5
+    quick_seconds: float = 2.0
 
     def __post_init__(self):
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor > 1:
@@ -117,7 +121,7 @@ def as_trigger(on_slowdown) -> Optional[SlowdownTrigger]:
     if isinstance(on_slowdown, SlowdownTrigger):
         return on_slowdown
     raise ValueError(f"on_slowdown={on_slowdown!r}: pass True (default thresholds), False, or "
-                     f"SlowdownTrigger(factor=1.5, min_seconds=3.0, ...)")
+                     f"SlowdownTrigger(factor=1.5, min_seconds=4.0, ...)")
 
 
 class StepTimer:
@@ -216,12 +220,14 @@ class StepTimer:
                 "mean_ms": round(1e3 * sum(values) / len(values), 4)}
 
     def baseline(self) -> Optional[Dict]:
-        """The baseline now: ``{"p50_ms", "p90_ms", "steps", "threshold_ms"}`` (threshold
-        None while the trigger is not armed), or None before it exists."""
+        """The baseline now: ``{"p50_ms", "p90_ms", "mean_ms", "steps", "threshold_ms"}``
+        (``mean_ms``: its trimmed mean, which the threshold multiplies; threshold None while
+        the trigger is not armed), or None before it exists."""
         w = self.watch
         if w is None or w.p50 is None:
             return None
-        return {"p50_ms": round(1e3 * w.p50, 4), "p90_ms": round(1e3 * w.p90, 4), "steps": len(w._ring),
+        return {"p50_ms": round(1e3 * w.p50, 4), "p90_ms": round(1e3 * w.p90, 4), "mean_ms": round(1e3 * w.mean, 4),
+                "steps": len(w._ring),
                 "threshold_ms": round(1e3 * w._slow_at, 4) if w.armed else None}
 
     def trigger_state(self) -> Optional[Dict]:
