@@ -2,7 +2,7 @@
 ones, each run once with ``BottleneckProfiler(on_slowdown=True)``; a table of what the
 trigger captured.
 
-    python benchmarks/slowdown_corpus.py run [--only NAME,...] [--out DIR]   # real runs (slow)
+    python benchmarks/slowdown_corpus.py run [--only NAME,...] [--out DIR] [--jobs N]  # real runs (slow)
     python benchmarks/slowdown_corpus.py table [--out DIR] [--md FILE]       # the table from them
     python benchmarks/slowdown_corpus.py replay [--out DIR]                  # defaults, fit/judge halves
 
@@ -107,27 +107,38 @@ SCENARIOS = [
 ]
 
 
-def run(names, out):
-    for spec in SCENARIOS:
-        if names and spec["name"] not in names:
-            continue
-        folder = os.path.join(out, spec["name"])
-        if os.path.exists(os.path.join(folder, "result.json")) and not names:
-            continue  # already run: delete the folder to run it again
-        os.makedirs(folder, exist_ok=True)
-        env = dict(os.environ, SLOWDOWN_SPEC=json.dumps(spec), TF_CPP_MIN_LOG_LEVEL="2",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        env.pop("TF_USE_LEGACY_KERAS", None)
-        if spec["api"] == "tf_keras":
-            env["TF_USE_LEGACY_KERAS"] = "1"
-        cmd = [sys.executable, JOB, "corpus", folder]
-        if spec["load"]:
-            cmd = [UNDER_LOAD, "-j", "2"] + cmd
-        t = time.time()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        with open(os.path.join(folder, "job.log"), "w") as f:
-            f.write(proc.stdout[-20000:] + proc.stderr[-20000:])
-        print(f"{spec['name']}: exit {proc.returncode}, {time.time() - t:.0f} s", flush=True)
+def run_one(spec, out):
+    folder = os.path.join(out, spec["name"])
+    os.makedirs(folder, exist_ok=True)
+    env = dict(os.environ, SLOWDOWN_SPEC=json.dumps(spec), TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if spec["api"] == "tf_keras":
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    cmd = [sys.executable, JOB, "corpus", folder]
+    if spec["load"]:
+        cmd = [UNDER_LOAD, "-j", "2"] + cmd
+    t = time.time()
+    with open("/proc/loadavg") as f:
+        load_before = f.read().split()[0]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    with open("/proc/loadavg") as f:
+        load_after = f.read().split()[0]
+    with open(os.path.join(folder, "job.log"), "w") as f:
+        f.write(f"load average before {load_before}, after {load_after}\n")
+        f.write(proc.stdout[-20000:] + proc.stderr[-20000:])
+    print(f"{spec['name']}: exit {proc.returncode}, {time.time() - t:.0f} s, load average {load_before} -> "
+          f"{load_after}", flush=True)
+
+
+def run(names, out, jobs=1):
+    """Runs the scenarios (``jobs`` at a time: each one's timing is in seconds of its own
+    clock, so running several at once only adds load, as other processes do)."""
+    from concurrent.futures import ThreadPoolExecutor
+    todo = [s for s in SCENARIOS if (s["name"] in names if names else
+                                     not os.path.exists(os.path.join(out, s["name"], "result.json")))]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda spec: run_one(spec, out), todo))
 
 
 def main(argv=None):
@@ -136,10 +147,11 @@ def main(argv=None):
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--md", default=None, help="write the table as Markdown to this file")
+    ap.add_argument("--jobs", type=int, default=1, help="scenarios run at once (default 1)")
     a = ap.parse_args(argv)
     names = [n for n in a.only.split(",") if n]
     if a.what == "run":
-        run(names, a.out)
+        run(names, a.out, a.jobs)
     else:
         from slowdown_table import replay_report, table_report  # noqa: E402 - beside this file
         text = table_report(a.out) if a.what == "table" else replay_report(a.out)
