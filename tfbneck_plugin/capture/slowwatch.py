@@ -24,8 +24,8 @@ How it decides (each part fixes a way issue 24's fit was missed):
   when the level has stayed back for the span of a level (``k`` steps or
   :data:`LEVEL_SECONDS`), or at once when it crossed to the other side.
 * **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
-  ``min_seconds`` (counted as its number of steps x their :func:`trimmed_mean`, so that one
-  stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
+  ``min_seconds`` (its steps' time, each counted at most :data:`STALL_CAP` x their median,
+  so that one stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
   lasting ``quick_seconds`` (a job of 1 ms steps slowed 2x is confirmed after 2 s instead
   of ``min_seconds``). While an analysis runs (``holds``) or
   during the cooldown, a confirmed stretch waits and fires at its first slow step after,
@@ -55,6 +55,8 @@ RECOMPUTE_EVERY = 16
 LEVEL_SECONDS = 0.5
 #: ... and at least / at most this many steps (odd: a median of whole steps).
 LEVEL_MIN_STEPS, LEVEL_MAX_STEPS = 5, 31
+#: A step of a stretch counts at most this many times the stretch's median (:func:`capped_sum`).
+STALL_CAP = 4.0
 #: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
 MAX_LOG = 40
 
@@ -78,6 +80,15 @@ def trimmed_mean(sorted_values: List[float]) -> float:
     n = len(sorted_values)
     keep = n - (max(1, n // 10) if n >= 5 else 0)
     return sum(sorted_values[:keep]) / keep
+
+
+def capped_sum(sorted_values: List[float]) -> float:
+    """The time of a stretch: the sum of its step times, each counted at most
+    :data:`STALL_CAP` x their median (one stall of seconds among steps of 30 ms, as a busy
+    machine gives, is not a slowdown of seconds; skewed slow steps still count in full)."""
+    cap = STALL_CAP * _median(sorted_values)
+    i = bisect.bisect_right(sorted_values, cap)
+    return sum(sorted_values[:i]) + cap * (len(sorted_values) - i)
 
 
 def _median(sorted_values: List[float]) -> float:
@@ -267,9 +278,8 @@ class SlowdownWatch:
     def _long_enough(self, run: Dict, share: float = 1.0) -> bool:
         """The stretch's confirmation. It needs ``consecutive`` steps beyond the threshold on
         its side. Its time: for a slower stretch, all its steps (those that find a batch
-        ready between those that wait belong to the slowdown too) less the largest tenth,
-        as their number x their :func:`trimmed_mean` (one stall of seconds, as a busy machine
-        gives, is not a slowdown of seconds). A faster stretch (it only re-learns the
+        ready between those that wait belong to the slowdown too), each counted at most
+        :data:`STALL_CAP` x their median (:func:`capped_sum`). A faster stretch (it only re-learns the
         baseline) is confirmed as a baseline arms: by its fast steps alone (a few slow ones
         inside must not confirm it)."""
         trig, side = self.trigger, run["side"]
@@ -277,7 +287,7 @@ class SlowdownWatch:
             return False
         if not run["slow"]:  # enough fast steps to be a baseline of their own
             return self._enough(side, share)
-        n, level_s = len(run["sorted"]), len(run["sorted"]) * trimmed_mean(run["sorted"])
+        n, level_s = len(run["sorted"]), capped_sum(run["sorted"])
         return level_s >= share * trig.min_seconds or (n >= trig.quick_steps and level_s >= share * trig.quick_seconds)
 
     def _end_run(self, first: int, why: str) -> None:

@@ -59,11 +59,11 @@ class SlowdownTrigger:
     Args:
       factor: how much slower than the baseline's median a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
-      min_seconds: ... and how long it must last (default 4.0 s; the longest stretch of a
-        steady run of the corpus on a busy machine, CPU taken by other processes, counted
-        3.0 s: docs/slowdown_capture.md).
+      min_seconds: ... and how long it must last (default 3.0 s: chosen on the fit half of
+        the corpus, docs/slowdown_capture.md, the shortest that opened the windows of its
+        slowdowns inside their slow phases).
       quick_steps, quick_seconds: or this many steps lasting this long (defaults 1000 steps,
-        2.0 s: a job of 1 ms steps slowed 2x is confirmed after 2 s, not 4; the steady runs'
+        2.0 s: a job of 1 ms steps slowed 2x is confirmed after 2 s, not 3; the steady runs'
         stretches had at most a few hundred steps).
       window_steps: steps profiled by a window it opens (default 5).
       cooldown_steps: after a window opened by the trigger, a confirmed stretch waits this
@@ -79,7 +79,7 @@ class SlowdownTrigger:
     """
     factor: float = 1.5
     consecutive: int = 5
-    min_seconds: float = 4.0
+    min_seconds: float = 3.0
     window_steps: int = 5
     cooldown_steps: int = 100
     max_captures: int = 3
@@ -121,7 +121,7 @@ def as_trigger(on_slowdown) -> Optional[SlowdownTrigger]:
     if isinstance(on_slowdown, SlowdownTrigger):
         return on_slowdown
     raise ValueError(f"on_slowdown={on_slowdown!r}: pass True (default thresholds), False, or "
-                     f"SlowdownTrigger(factor=1.5, min_seconds=4.0, ...)")
+                     f"SlowdownTrigger(factor=1.5, min_seconds=3.0, ...)")
 
 
 class StepTimer:
