@@ -5,6 +5,7 @@ trigger captured.
     python benchmarks/slowdown_corpus.py run [--only NAME,...] [--out DIR] [--jobs N]  # real runs (slow)
     python benchmarks/slowdown_corpus.py table [--out DIR] [--md FILE]       # the table from them
     python benchmarks/slowdown_corpus.py replay [--out DIR]                  # defaults, fit/judge halves
+    python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md   # all of it
 
 ``run`` runs every scenario of :data:`SCENARIOS` in its own interpreter
 (``tests/callback_jobs/slowdown_jobs.py corpus``, one profiler per process), under
@@ -143,7 +144,7 @@ def run(names, out, jobs=1):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["run", "table", "replay"])
+    ap.add_argument("what", choices=["run", "table", "replay", "report"])
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--md", default=None, help="write the table as Markdown to this file")
@@ -153,8 +154,8 @@ def main(argv=None):
     if a.what == "run":
         run(names, a.out, a.jobs)
     else:
-        from slowdown_table import replay_report, table_report  # noqa: E402 - beside this file
-        text = table_report(a.out) if a.what == "table" else replay_report(a.out)
+        from slowdown_table import full_report, replay_report, table_report  # noqa: E402 - beside this file
+        text = {"table": table_report, "replay": replay_report, "report": full_report}[a.what](a.out)
         print(text)
         if a.md:
             with open(a.md, "w") as f:

@@ -26,12 +26,21 @@ REQUIRED_FACTOR, REQUIRED_SECONDS = 2.0, 8.0
 
 
 def load(out: str) -> List[Dict]:
+    """The runs' results (sorted by scenario name), each with ``_load``: the machine's load
+    average before and after the run (``job.log``'s first line)."""
     rows = []
     for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
         path = os.path.join(out, name, "result.json")
         if os.path.exists(path):
             with open(path) as f:
-                rows.append(json.load(f))
+                r = json.load(f)
+            try:
+                with open(os.path.join(out, name, "job.log")) as f:
+                    words = f.readline().split()
+                r["_load"] = f"{float(words[3]):.0f}-{float(words[5]):.0f}"
+            except (OSError, IndexError, ValueError):
+                r["_load"] = "?"
+            rows.append(r)
     return rows
 
 
@@ -79,21 +88,22 @@ def _verdict(w: Dict) -> str:
 
 def table_report(out: str) -> str:
     rows = load(out)
-    lines = ["| scenario | load | slow phase (steps, s, slowdown) | required | captured | delay (steps, s) | "
-             "window verdict |", "|---|---|---|---|---|---|---|"]
+    lines = ["| scenario | under-load | load avg | slow phase (steps, s, slowdown) | required | captured | "
+             "delay (steps, s) | window verdict |", "|---|---|---|---|---|---|---|---|"]
     tot = {"required": 0, "req_captured": 0, "req_input": 0, "req_contention": 0, "phases": 0, "captured": 0,
            "steady": 0, "steady_windows": 0, "late": 0}
     delays = []
     for r in rows:
         spec = r["spec"]
-        load_word = "under load" if spec["load"] else "idle"
+        load_word = ("yes" if spec["load"] else "no") + f" | {r.get('_load', '?')}"
         trig = [w for w in r["windows"] if w["kind"] == "triggered"]
         if not spec["phases"]:
             tot["steady"] += 1
             n = len([w for w in trig if w["status"] == "profiled"])
             tot["steady_windows"] += n
             steps = len(r["step_begin_s"])
-            lines.append(f"| {spec['name']} | {load_word} | steady, {steps} steps | - | "
+            lines.append(f"| {spec['name']} | {load_word} | steady, {steps} steps, "
+                         f"{r['step_begin_s'][-1] - r['step_begin_s'][0]:.0f} s | - | "
                          f"{'**' + str(n) + ' triggered**' if n else 'none (right)'} | - | - |")
             continue
         for i, ph in enumerate(phases_of(r)):
@@ -155,7 +165,7 @@ def replay_one(r: Dict, **trigger_kw) -> Dict:
 
 
 GRID = [dict(min_seconds=m, quick_seconds=q, quick_steps=n)
-        for m in (1.5, 2.0, 3.0, 4.0, 5.0) for q in (0.5, 1.0, 2.0) for n in (100, 300, 1000) if q <= m]
+        for m in (1.5, 2.0, 3.0, 4.0, 5.0) for q in (1.0, 2.0) for n in (300, 1000) if q < m]
 
 
 def _score(rows: List[Dict], kw: Dict) -> Dict:
@@ -182,8 +192,11 @@ def replay_report(out: str) -> str:
     fit = [r for i, r in enumerate(rows) if i % 2 == 0]
     judge = [r for i, r in enumerate(rows) if i % 2 == 1]
     scored = [(kw, _score(fit, kw)) for kw in GRID]
-    ok = [(kw, s) for kw, s in scored if s["false"] == 0]
-    # Among the settings with no false capture on the fit half: the best recall, then the shortest delay.
+    # A margin of 2x: a setting qualifies when the fit half's steady runs show no capture
+    # even with its seconds halved; then the best recall, then the shortest delay.
+    ok = [(kw, s) for kw, s in scored if s["false"] == 0 and _score(
+        [r for r in fit if not r["spec"]["phases"]],
+        dict(kw, min_seconds=kw["min_seconds"] / 2, quick_seconds=kw["quick_seconds"] / 2))["false"] == 0]
     best = max(ok, key=lambda x: (x[1]["recall"] or 0, -(x[1]["mean_delay_s"] or 1e9)), default=None)
     lines = ["| min_seconds | quick_seconds | quick_steps | fit recall | fit false | fit mean delay s |",
              "|---|---|---|---|---|---|"]
@@ -193,8 +206,46 @@ def replay_report(out: str) -> str:
                      f"{s['false']} | {s['mean_delay_s'] and round(s['mean_delay_s'], 2)} |")
     if best:
         j = _score(judge, best[0])
-        lines += ["", f"Fit half ({len(fit)} runs) chooses {best[0]}: recall {best[1]['recall']}, "
-                      f"false {best[1]['false']}.",
+        lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady) "
+                      f"chooses {best[0]} (no capture in its steady runs even at half these seconds): "
+                      f"recall {best[1]['recall']}, false {best[1]['false']}.",
                   f"Judge half ({len(judge)} runs): recall {j['recall']} of {j['required']} required phases, "
                   f"false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
     return "\n".join(lines) + "\n"
+
+
+LIMITS = """## What the trigger cannot catch, and why
+
+- **A slowdown that begins before the trigger is armed**: the first 20 timed steps are warm-up, then the
+  baseline needs 20 steps lasting 0.25 s. A job slow from its start, or slowed during those steps, has no
+  faster past to be compared with (the scheduled window sees it).
+- **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 1000 steps lasting 2 s, counted
+  with each step capped at 4x the stretch's median; plus the window's own steps. A phase shorter than
+  about 4 s is left out on purpose (a busy machine slows a job for seconds at a time).
+- **Fewer than 5 slow steps**: a phase of 3 steps of 3 s each is three steps; `consecutive` (5) guards
+  against a few stalls.
+- **Below `factor` (1.5x)**: a level 1.4x above the baseline is learned as the new normal (the baseline
+  follows slow drifts).
+- **The machine itself**: CPU taken by other processes slows every step; when it lasts seconds the
+  trigger captures it, and the window's verdict then says `cpu_contention`, which is the right answer for
+  that slowdown but is not a slowdown of the job's own making.
+"""
+
+
+def full_report(out: str) -> str:
+    """docs/slowdown_capture.md: how it was made, the table, the replay, the limits."""
+    rows = load(out)
+    head = ["# Slowdown capture: the scenario corpus (issue 24)", "",
+            "Made by `python benchmarks/slowdown_corpus.py run --jobs 4` (real fits, CPU) then "
+            "`python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md`. "
+            f"{len(rows)} runs. Each run's slowdown is measured by the job's own clock (a callback before the "
+            "profiler): the median step time inside the slow phase over the median of the 3 s before it; the "
+            "input pipeline's extra work is TensorFlow matrix products in `tf.data`, steered to the "
+            "requested factor, so the measured factor differs from the requested one on a busy machine. "
+            "`load avg` is the machine's 1-minute load average before and after each run (2 cores, shared "
+            "with other work; `under-load` adds `../shared/tools/under-load -j 2` around the run; runs went "
+            "4 at a time).", "", "## Captures", ""]
+    return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
+        + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \
+        + "split by name into a fit half (even positions) and a judge half (odd).\n\n" \
+        + replay_report(out) + "\n" + LIMITS
