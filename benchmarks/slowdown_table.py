@@ -37,7 +37,7 @@ def load(out: str) -> List[Dict]:
             try:
                 with open(os.path.join(out, name, "job.log")) as f:
                     words = f.readline().split()
-                r["_load"] = f"{float(words[3]):.0f}-{float(words[5]):.0f}"
+                r["_load"] = f"{float(words[3].strip(',')):.0f}-{float(words[5]):.0f}"
             except (OSError, IndexError, ValueError):
                 r["_load"] = "?"
             rows.append(r)
