@@ -33,6 +33,7 @@ class LongJobMixin:
     _disabled: Optional[str]
     _analysis: BackgroundAnalysis
     _hold_lock: threading.Lock
+    analyze: object  # False, "process" or "thread"
     _warn: Callable[..., None]
 
     def _flush_step_times(self, upto: int, epoch: Optional[int]) -> None:

@@ -111,7 +111,7 @@ class SlowdownWatch:
       short_runs: slow stretches that ended before ``consecutive`` steps (not logged one by one).
     """
 
-    def __init__(self, trigger):
+    def __init__(self, trigger) -> None:
         self.trigger = trigger
         self.p50: Optional[float] = None
         self.mean: Optional[float] = None   # trimmed mean: the level the thresholds use
@@ -195,7 +195,7 @@ class SlowdownWatch:
             self._recent_end.pop(0)
         level = trimmed_mean(srt) if len(recent) >= LEVEL_MIN_STEPS else None
         run = self._run
-        if run is not None:
+        if run is not None and level is not None:
             self._extend(run, dt, last, level, at)
             run = self._run  # None when it ended
         if run is None:
@@ -295,6 +295,8 @@ class SlowdownWatch:
         (issue 24: the steps of stretches that ended taught the old baseline a slowdown that
         dipped for a moment); the baseline learns only steps outside stretches."""
         run, self._run = self._run, None
+        if run is None:
+            return
         spent = sum(run["times"])
         if run["slow"]:
             reason = f"ended: {why}" + (f" (held by {run['held_by']})" if run["held_by"] else "")

@@ -224,7 +224,7 @@ class StepTimer:
         (``mean_ms``: its trimmed mean, which the threshold multiplies; threshold None while
         the trigger is not armed), or None before it exists."""
         w = self.watch
-        if w is None or w.p50 is None:
+        if w is None or w.p50 is None or w.p90 is None or w.mean is None:
             return None
         return {"p50_ms": round(1e3 * w.p50, 4), "p90_ms": round(1e3 * w.p90, 4), "mean_ms": round(1e3 * w.mean, 4),
                 "steps": len(w._ring),
