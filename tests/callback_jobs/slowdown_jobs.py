@@ -34,10 +34,15 @@ result = {"out": OUT}
 HEAVY_T0 = []  # perf_counter when the map made its first heavy element
 
 
-def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float):
+def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float, light_s: float = 0.0):
     """``n_steps`` batches; from batch ``heavy_from_step`` (1-based) on, every element costs
-    ``heavy_s`` seconds of numpy work."""
+    ``heavy_s`` seconds of numpy work; before, ``light_s`` seconds of waiting (a sleep, as
+    a read: no CPU) when above 0."""
     heavy_from = (heavy_from_step - 1) * BATCH
+
+    def wait_for(i):
+        time.sleep(light_s)
+        return np.float32(i.numpy() % 7)
 
     def sort_for(i):
         t = time.perf_counter()
@@ -48,8 +53,9 @@ def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float):
         return np.float32(i.numpy() % 7)
 
     def element(i):
-        v = tf.cond(i >= heavy_from, lambda: tf.py_function(sort_for, [i], tf.float32),
-                    lambda: tf.cast(i % 7, tf.float32))
+        light = (lambda: tf.py_function(wait_for, [i], tf.float32)) if light_s > 0 else \
+            (lambda: tf.cast(i % 7, tf.float32))
+        v = tf.reshape(tf.cond(i >= heavy_from, lambda: tf.py_function(sort_for, [i], tf.float32), light), [])
         x = tf.fill((8,), v)
         return x, tf.reduce_sum(x, keepdims=True)
 
@@ -375,15 +381,12 @@ def corpus():
 def issue24():
     """The fit of issue 24: one epoch of 140 steps, ``profile_steps=(5, 8)``, the map turns
     heavy from batch 60 (about 100 ms a step) to the end; the early steps are ~10-20 ms as in
-    the issue (two Dense(2048) layers)."""
+    the issue (each element waits 5 ms before: 4 elements, 2 at a time)."""
     seed()
     log = os.path.join(OUT, "logs")
     prof = BottleneckProfiler(log, profile_steps=(5, 8), on_slowdown=True)
     clock = StepClock()
-    m = keras.Sequential([keras.layers.Input((8,)), keras.layers.Dense(2048, activation="relu"),
-                          keras.layers.Dense(2048, activation="relu"), keras.layers.Dense(1)])
-    m.compile(keras.optimizers.SGD(1e-4), "mse")
-    m.fit(pipeline(140, 60, 0.05), epochs=1, verbose=0, callbacks=[clock, prof])
+    model().fit(pipeline(140, 60, 0.05, light_s=0.005), epochs=1, verbose=0, callbacks=[clock, prof])
     result["heavy_from_step"] = 60
     finish(prof, log, clock)
 
