@@ -19,7 +19,7 @@ import json
 import shlex
 from typing import Iterable, List, Optional, Tuple
 
-from .analysis.session import analyze_session
+from .cache import cached_analyze
 from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError, find_sessions
 from .report import COLUMNS, row
@@ -51,7 +51,7 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, analyze_session(session)
+    return key, cached_analyze(session)  # the report cache: a local runner's rerun reads JSON
 
 
 def to_csv_row(result: dict) -> str:

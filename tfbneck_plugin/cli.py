@@ -80,7 +80,7 @@ def _add_fleet_parser(sub) -> None:
 def cmd_fleet(args) -> int:
     """``tfbneck fleet``: 0, or 1 when some sessions have no report (they are counted in
     the output); 2 for a usage error or no session."""
-    from . import fleet as fleetmod
+    from . import fleet_report as fleetmod
     from .fleet_render import RENDERERS as FLEET_RENDERERS
     try:
         since = fleetmod.parse_since(args.since)
@@ -204,6 +204,16 @@ def _discover(paths: List[str]):
 
 
 def _analyze_all(sessions: List[Session], jobs: int, use_cache: bool = True) -> List[dict]:
+    """One report per session (same order), from the report cache when ``use_cache`` and
+    the traces did not change, each with what its run's trend files say
+    (:func:`tfbneck_plugin.runs.annotate`)."""
+    from .runs import annotate
+    results = _analyze_each(sessions, jobs, use_cache)
+    annotate(results, sessions)
+    return results
+
+
+def _analyze_each(sessions: List[Session], jobs: int, use_cache: bool) -> List[dict]:
     from tqdm import tqdm
 
     from . import cache

@@ -1,4 +1,4 @@
-"""Renderings of the fleet report (:func:`tfbneck_plugin.fleet.build`): JSON (the whole
+"""Renderings of the fleet report (:func:`tfbneck_plugin.fleet_report.build`): JSON (the whole
 dict), a terminal table, Markdown, and CSV (one row per run, ranked). No TensorFlow here."""
 from __future__ import annotations
 

@@ -17,6 +17,12 @@ from .analysis.breakdown import CATEGORIES
 COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",
            "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error"]
 
+#: Columns the CSV and the DataFrame add after the breakdown shares: the fix to make first
+#: and its predicted speedup, the time per batch (not per execution), the window that
+#: recorded the session (from the run's trend file), its folder and when it was recorded.
+EXTRA_COLUMNS = ["fix_first", "fix_speedup", "time_per_batch_ms", "window_kind", "window_trigger", "path",
+                 "session_time"]
+
 
 def build_report(sessions: List[Dict]) -> Dict:
     """The contract's top level: ``{"version", "sessions"}``."""
@@ -37,6 +43,21 @@ def row(s: schema.SessionReport) -> Dict:
     }
 
 
+def extra_row(s: schema.SessionReport) -> Dict:
+    """One session's :data:`EXTRA_COLUMNS` ("" when unknown); ``session_time`` as local
+    ``YYYY-MM-DDTHH:MM:SS``."""
+    import datetime
+    fix = schema.first_fix(s) or {}
+    window = s.get("window") or {}
+    t = s.get("session_time")
+    values = {"fix_first": fix.get("fix"), "fix_speedup": (fix.get("predicted") or {}).get("speedup"),
+              "time_per_batch_ms": (s.get("steps") or {}).get("time_per_batch_ms"),
+              "window_kind": window.get("kind"), "window_trigger": window.get("trigger"), "path": s.get("path"),
+              "session_time": datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+              if isinstance(t, (int, float)) and t > 0 else None}
+    return {k: "" if v is None else v for k, v in values.items()}
+
+
 def to_json(report: Dict) -> str:
     """The report as indented JSON (the contract)."""
     return json.dumps(report, indent=2, sort_keys=False)
@@ -45,13 +66,15 @@ def to_json(report: Dict) -> str:
 def to_csv(report: Dict) -> str:
     """One CSV row per session: ``COLUMNS`` plus every breakdown share (%)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"], lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"] + EXTRA_COLUMNS,
+                       lineterminator="\n")
     w.writeheader()
     for s in report["sessions"]:
         r = row(s)
         for c in CATEGORIES:
             if c != "input":
                 r[f"{c}_pct"] = (s.get("breakdown_pct") or {}).get(c, "")
+        r.update(extra_row(s))
         w.writerow(r)
     return buf.getvalue()
 

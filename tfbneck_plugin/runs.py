@@ -155,3 +155,24 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
     trig = w.get("trigger")
     return {"index": w.get("index"), "kind": w.get("kind") or "scheduled",
             "trigger": trig.get("kind") if isinstance(trig, dict) else None, "steps": w.get("steps")}
+
+
+def annotate(reports: List[Dict], sessions: List[Session]) -> None:
+    """Add to each report what its run's trend files say (in place): ``session_time``
+    (unix s, None when unknown), ``window`` (:func:`window_of`, when a trend file names the
+    session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known).
+    ``reports[i]`` is the report of ``sessions[i]``. Never raises."""
+    contexts: Dict[str, RunContext] = {}
+    for report, s in zip(reports, sessions):
+        if s.incomplete:
+            continue
+        d = run_dir_of(s)
+        ctx = contexts.get(d)
+        if ctx is None:
+            ctx = contexts[d] = read_run(d)
+        report["session_time"] = session_time(s) or None
+        w = window_of(ctx, s.name)
+        if w is not None:
+            report["window"] = w
+        if ctx.length_known:
+            report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}

@@ -98,6 +98,10 @@ class SessionReport(TypedDict, total=False):
     worst_step: Optional[Dict[str, float]]
     trace_viewer: Dict[str, str]
     warnings: List[str]
+    # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
+    session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
+    window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps
+    run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
 
 
 def step_time_ms(report: SessionReport, stat: str = "mean") -> Optional[float]:
