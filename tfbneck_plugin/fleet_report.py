@@ -8,7 +8,8 @@ or made by analysing the session) and each run's :class:`~tfbneck_plugin.runs.Ru
 
 * **Categories.** ``categories_ms``: each breakdown category's time in the profiled steps
   (share x mean step x steady steps), summed over the sessions; ``categories_pct`` its share
-  of their sum. ``accelerator_hours``: over the runs whose length a trend file gives, each
+  of their sum. ``accelerator_hours``: over the runs whose length a trend file gives (and
+  whose sessions found steps, to split the length by), each
   run's time (:mod:`tfbneck_plugin.runs`) split by the run's profiled shares (its sessions'
   ``categories_ms`` over their ``profiled_ms``), in hours.
 * **A run's state** is its latest session with a report (by session time, then name).
@@ -79,7 +80,7 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
     cats: Dict[str, float] = {}
     for i in ok:
         _add(cats, i.get("categories_ms") or {})
-    profiled = sum(cats.values())
+    profiled = sum(float(i.get("profiled_ms") or 0.0) for i in ok)
     entry = {"run": latest.get("run"), "path": run_dir, "group": group, "sessions": len(items),
              "errors": len(items) - len(ok), "session": latest.get("session"), "session_time": latest.get("time"),
              "status": latest.get("status"), "bottleneck": latest.get("bottleneck", "error" if not ok else None),

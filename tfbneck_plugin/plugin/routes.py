@@ -24,12 +24,13 @@ from werkzeug import wrappers
 
 from .. import __version__
 from .. import report as report_mod
-from ..analysis.session import analyze_session
+from ..cache import cached_analyze
 from ..logdir import Session, find_sessions, is_remote
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
 from .reports import ANALYSIS_WORKERS, SUMMARY_KEYS, JobGrouper, ReportService, job_members, regroup, sibling_sessions
+from .fleet import FleetService
 from .trend import TrendService
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``analyze_session``); tests inject their own.
+      analyze: ``Session -> report`` (default ``cache.cached_analyze``: ``analyze_session``
+        through the persistent report cache the CLI shares); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -71,7 +73,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_session,
+    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = cached_analyze,
                  find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S, report_wait_s: float = REPORT_WAIT_S):
         self._logdir = plugin_logdir(context)
@@ -79,6 +81,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         self._reports = ReportService(analyze, workers=workers)
         self._jobs = JobGrouper()
         self._trends = TrendService(self._index.inside_logdir)
+        self._fleet = FleetService(lambda s: self._reports.latest(s.key),
+                                   lambda s: self._reports.request(s, wait_s=0))
         self._report_wait_s = report_wait_s
         self._active = False
         self._index.current(wait_s=0)  # start the first scan now, in the background
@@ -92,6 +96,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/report": self._serve_report,
             "/job": self._serve_job,
             "/trend": self._serve_trend,
+            "/fleet": self._serve_fleet,
         }
 
     def is_active(self) -> bool:
@@ -243,6 +248,29 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         runs, problems = self._trends.runs(snap.sessions, run)
         return 200, {"version": __version__, "runs": runs, "problems": problems[:100]}, ""
 
+    def fleet_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
+        """``/fleet[?group_by=REGEX][&group_level=N][&since=DATE]``: the fleet report of every
+        session in the logdir (:func:`tfbneck_plugin.fleet_report.build`; runs reduced to
+        :data:`.fleet.RUN_FIELDS`), plus ``pending``: sessions still being analysed.
+
+        Raises:
+          RouteError: 400 for a pattern, level or date that cannot be read; 503 while the
+            first scan has not finished.
+        """
+        from ..fleet_report import parse_since
+        level = params.get("group_level", "1")
+        if not level.isdigit() or not 1 <= int(level) <= 64:
+            raise RouteError(400, f"group_level={level!r}: pass a whole number from 1 to 64")
+        try:
+            since = parse_since(params.get("since"))
+            snap = self._index.current(wait_s=SCAN_WAIT_S)
+            if not snap.scanned:
+                raise RouteError(503, "the logdir is still being scanned for sessions; try again in a moment")
+            body = self._fleet.view(snap.sessions, params.get("group_by") or None, int(level), since)
+        except ValueError as err:
+            raise RouteError(400, str(err).replace("--group-by", "group_by").replace("--since", "since")) from None
+        return 200, body, ""
+
     # -- WSGI wrappers ---------------------------------------------------------------------
 
     @wrappers.Request.application
@@ -268,6 +296,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
+
+    @wrappers.Request.application
+    def _serve_fleet(self, request):
+        return self._dispatch(request, self.fleet_impl)
 
     def _dispatch(self, request, impl):
         if request.method not in ("GET", "HEAD"):
