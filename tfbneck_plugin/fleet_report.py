@@ -278,27 +278,30 @@ def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Opti
 
 
 def _summaries(sessions, jobs: int, use_cache: bool, progress: bool) -> List[Dict]:
+    """One summary per session: cache hits read here, the rest analysed (``jobs`` processes)."""
     import functools
     import sys
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
 
-    from .cache import cached_summary
+    from .cache import cached_summary, get_summary
+    out: List[Optional[Dict]] = [get_summary(s) if use_cache else None for s in sessions]
+    todo = [i for i, summ in enumerate(out) if summ is None]
     work = functools.partial(cached_summary, use_cache=use_cache)
-    bar = tqdm(total=len(sessions), desc="fleet", unit="session", file=sys.stderr, disable=not progress)
+    bar = tqdm(total=len(todo), desc="analysing", unit="session", file=sys.stderr, disable=not (progress and todo))
     try:
-        if jobs <= 1 or len(sessions) <= 1:
-            out = []
-            for s in sessions:
-                out.append(work(s))
+        if jobs <= 1 or len(todo) <= 1:
+            results = map(work, (sessions[i] for i in todo))
+            for i, r in zip(todo, results):
+                out[i] = r
                 bar.update()
-            return out
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            out = []
-            for r in pool.map(work, sessions, chunksize=max(1, len(sessions) // (jobs * 8))):
-                out.append(r)
-                bar.update()
-            return out
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                chunk = max(1, len(todo) // (jobs * 8))
+                for i, r in zip(todo, pool.map(work, [sessions[i] for i in todo], chunksize=chunk)):
+                    out[i] = r
+                    bar.update()
     finally:
         bar.close()
+    return out  # type: ignore[return-value]
