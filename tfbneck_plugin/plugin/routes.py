@@ -25,6 +25,7 @@ from werkzeug import wrappers
 from .. import __version__
 from .. import report as report_mod
 from ..cache import cached_analyze
+from ..runs import annotate
 from ..logdir import Session, find_sessions, is_remote
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
@@ -179,6 +180,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         if report is None:
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
+        report = dict(report)
+        annotate([report], [session])  # what the run's trend files say, as `tfbneck analyze` adds it
         return 200, report_mod.build_report([report]), source
 
     def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
