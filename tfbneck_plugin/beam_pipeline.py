@@ -20,6 +20,7 @@ import shlex
 from typing import Iterable, List, Optional, Tuple
 
 from .cache import cached_analyze
+from .runs import annotate
 from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError, find_sessions
 from .report import COLUMNS, row
@@ -51,7 +52,9 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, cached_analyze(session)  # the report cache: a local runner's rerun reads JSON
+    report = dict(cached_analyze(session))  # the report cache: a local runner's rerun reads JSON
+    annotate([report], [session])  # what the run's trend files say, as the local run adds it
+    return key, report
 
 
 def to_csv_row(result: dict) -> str:
