@@ -43,7 +43,15 @@ from support.fleet_logs import build_fleet, real_sessions  # noqa: E402
 REALTRACES = os.path.join(os.path.dirname(ROOT), "shared", "realtraces")
 
 
+def children_cpu() -> float:
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def timed_fleet(logdir: str, cache_dir: str, jobs: int):
+    """(wall seconds, CPU seconds of the command and its workers, its JSON)."""
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "fleet", logdir, "--format", "json",
                         "--jobs", str(jobs)], capture_output=True, text=True,
@@ -51,7 +59,7 @@ def timed_fleet(logdir: str, cache_dir: str, jobs: int):
     took = time.perf_counter() - t0
     if r.returncode not in (0, 1):
         raise SystemExit(f"tfbneck fleet failed: {r.stderr[-2000:]}")
-    return took, json.loads(r.stdout)
+    return took, children_cpu() - cpu0, json.loads(r.stdout)
 
 
 def fill_cache(logdir: str, sources, cache_dir: str) -> int:
@@ -79,11 +87,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str, timeout: float = 120.0):
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def get(url: str, timeout: float = 300.0, pid: int = 0):
+    """(wall seconds, CPU seconds the server ``pid`` used meanwhile (its scan threads too), body)."""
+    cpu0 = proc_cpu(pid) if pid else 0.0
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=timeout) as r:
         body = r.read()
-    return time.perf_counter() - t0, json.loads(body)
+    took = time.perf_counter() - t0
+    return took, (proc_cpu(pid) - cpu0 if pid else 0.0), json.loads(body)
 
 
 def tab_request(logdir: str, cache_dir: str):
@@ -99,17 +117,17 @@ def tab_request(logdir: str, cache_dir: str):
         deadline = time.monotonic() + 600
         while True:
             try:
-                if get(base + "sessions")[1].get("scanned"):
+                if get(base + "sessions")[2].get("scanned"):
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"tensorboard did not finish its scan; log in {log.name}")
             time.sleep(1.0)
-        first, body = get(base + "fleet")
-        second, again = get(base + "fleet")
-        assert again["sessions"] == body["sessions"]
-        return first, second, body
+        first = get(base + "fleet", pid=proc.pid)
+        second = get(base + "fleet", pid=proc.pid)
+        assert second[2]["sessions"] == first[2]["sessions"]
+        return first[:2], second[:2], first[2]
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -124,12 +142,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the table as Markdown to this file")
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="tfbneck-bench-fleet-")
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     sources = real_sessions(os.path.join(ROOT, "demo_logs"), REALTRACES if os.path.isdir(REALTRACES) else None)
     try:
         cli_logs = os.path.join(work, "cli")
         build_fleet(cli_logs, sources, runs=args.sessions // 2, sessions_per_run=2)
-        cold, a = timed_fleet(cli_logs, os.path.join(work, "cache-cli"), args.jobs)
-        warm, b = timed_fleet(cli_logs, os.path.join(work, "cache-cli"), args.jobs)
+        cold, cold_cpu, a = timed_fleet(cli_logs, os.path.join(work, "cache-cli"), args.jobs)
+        warm, warm_cpu, b = timed_fleet(cli_logs, os.path.join(work, "cache-cli"), args.jobs)
         assert a == b, "the cached fleet differs from the first one"
         tab_logs = os.path.join(work, "tab")
         build_fleet(tab_logs, sources, runs=args.tab_sessions // 2, sessions_per_run=2)
@@ -140,17 +159,20 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, load average {load:.1f} at the end "
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, load average {load0:.1f} at the start and "
+        f"{load:.1f} at the end "
         f"(shared with other work); Python {platform.python_version()}; {len(sources)} real source sessions.",
         "",
-        "| measurement | sessions | seconds | note |",
-        "|---|---|---|---|",
-        f"| `tfbneck fleet` first run (empty cache, --jobs {args.jobs}) | {a['sessions']} | {cold:.2f} "
+        "| measurement | sessions | wall s | CPU s | note |",
+        "|---|---|---|---|---|",
+        f"| `tfbneck fleet` first run (empty cache, --jobs {args.jobs}) | {a['sessions']} | {cold:.2f} | {cold_cpu:.2f} "
         "| every session analysed |",
-        f"| `tfbneck fleet` second run (cached) | {b['sessions']} | {warm:.2f} | {cold / warm:.0f}x faster, same JSON |",
-        f"| tab `GET /fleet`, first request | {body['sessions']} | {first:.2f} | {stored} cached reports, "
-        f"{body['pending']} pending |",
-        f"| tab `GET /fleet`, second request | {body['sessions']} | {second:.2f} | summaries in the tab's memory |",
+        f"| `tfbneck fleet` second run (cached) | {b['sessions']} | {warm:.2f} | {warm_cpu:.2f} "
+        f"| {cold / warm:.0f}x faster (wall), same JSON |",
+        f"| tab `GET /fleet`, first request | {body['sessions']} | {first[0]:.2f} | {first[1]:.2f} "
+        f"| {stored} cached reports, {body['pending']} pending; CPU: the server's, all threads |",
+        f"| tab `GET /fleet`, second request | {body['sessions']} | {second[0]:.2f} | {second[1]:.2f} "
+        "| summaries in the tab's memory |",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

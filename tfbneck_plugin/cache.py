@@ -134,10 +134,11 @@ def remote_stat(url: str) -> Tuple[int, str]:
     return int(info.get("size") or 0), str(stamp)
 
 
-def key_of(session: Session) -> Optional[str]:
+def key_of(session: Session, fp: Optional[Tuple[object, ...]] = None) -> Optional[str]:
     """The entry name of a session's report (hex SHA-256), or None when it must not be
-    cached: an incomplete window, or a file whose size or time cannot be read."""
-    fp = fingerprint(session)
+    cached: an incomplete window, or a file whose size or time cannot be read. ``fp``: the
+    session's :func:`fingerprint` when the caller has it already."""
+    fp = fingerprint(session) if fp is None else fp
     if session.incomplete or any(isinstance(x, tuple) and x[1] == -1 for x in fp):
         return None
     text = json.dumps([analyzer_version(), session.run, session.name, list(fp)], default=str)

@@ -13,6 +13,7 @@ length is the sum over its files.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -30,7 +31,8 @@ def run_dir_of(session: Session) -> str:
     """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL)."""
     if is_remote(session.path):
         return session.path.rstrip("/").rsplit("/", 3)[0]
-    return os.path.dirname(os.path.dirname(os.path.dirname(session.path.rstrip(os.sep))))
+    parts = session.path.rstrip(os.sep).rsplit(os.sep, 3)  # string work: called for every session of a fleet
+    return parts[0] if len(parts) == 4 else ""
 
 
 def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
@@ -60,16 +62,24 @@ def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
     return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
 
 
-def session_time(s: Session) -> float:
-    """When the session was recorded (unix seconds): the time its folder is named after
-    (local time, as the profiler names it), else its newest trace file's modification
-    time, else 0."""
-    m = _SESSION_TIME_RE.match(s.name)
+@functools.lru_cache(maxsize=65536)
+def _named_time(prefix: str) -> Optional[float]:
+    m = _SESSION_TIME_RE.match(prefix)
     if m:
         try:
             return time.mktime(tuple(int(g) for g in m.groups()) + (0, 0, -1))
         except (OverflowError, ValueError):
             pass
+    return None
+
+
+def session_time(s: Session) -> float:
+    """When the session was recorded (unix seconds): the time its folder is named after
+    (local time, as the profiler names it), else its newest trace file's modification
+    time, else 0."""
+    named = _named_time(s.name[:19])
+    if named is not None:
+        return named
     newest = 0.0
     for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped,) if x]:
         if not is_remote(p):

@@ -39,23 +39,25 @@ class FleetService:
     def __init__(self, report_of: Callable[[Session], Optional[Dict]], request: Callable[[Session], None]):
         self._report_of = report_of
         self._request = request
-        self._summaries: Dict[str, Dict] = {}
+        self._summaries: Dict[tuple, Dict] = {}
         self._runs: Dict[str, Tuple[tuple, RunContext]] = {}
         self._lock = threading.Lock()
 
     def _summary(self, session: Session) -> Optional[Dict]:
-        key = cache.key_of(session)
+        fp = cache.fingerprint(session)  # the files' sizes and times: a changed trace is a new entry
+        mem_key = (session.run, session.name, fp)
+        with self._lock:
+            hit = self._summaries.get(mem_key)
+        if hit is not None:
+            return dict(hit)
+        key = cache.key_of(session, fp)
         if key is not None:
-            with self._lock:
-                hit = self._summaries.get(key)
-            if hit is not None:
-                return dict(hit)
             hit = cache.get_summary(session, key)
             if hit is not None:
                 with self._lock:
                     if len(self._summaries) >= MAX_SUMMARIES:
                         self._summaries.clear()
-                    self._summaries[key] = hit
+                    self._summaries[mem_key] = hit
                 return dict(hit)
         report = self._report_of(session)
         if report is not None:
