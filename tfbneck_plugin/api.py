@@ -294,7 +294,8 @@ def fleet(path_or_paths: Union[PathLike, Iterable[PathLike]], group_by: Optional
     start = fleetmod.parse_since(since)
     fleetmod.grouper(group_by, group_level)
     try:
-        items, contexts, problems = fleetmod.collect(paths, jobs or (os.cpu_count() or 1), use_cache, start)
+        from .cli import _discover  # the CLI's discovery, as analyze() uses
+        items, contexts, problems = fleetmod.collect(paths, _discover, jobs or (os.cpu_count() or 1), use_cache, start)
     except DiscoveryError as err:
         raise DiscoveryError(str(err), err.cause) from None
     if not items:

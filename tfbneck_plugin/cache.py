@@ -77,21 +77,30 @@ def max_bytes() -> int:
     return int(max(mb, 0.0) * 2**20)
 
 
+#: What a report depends on besides its files: the analysis and trace-reading packages and
+#: the top-level modules they read (records, logdir, causes, errors, schema, version).
+ANALYZER_PARTS = ("analysis", "trace", "causes.py", "errors.py", "logdir.py", "records.py", "schema.py",
+                  "version.py", "__init__.py")
+
+
 def analyzer_version() -> str:
     """``__version__`` plus a stamp of the analyzer's source (names, sizes, mtimes of the
-    package's ``.py`` and extension files): a development checkout that changed never
-    reads a report its old code made. Computed once per process (~1 ms)."""
+    ``.py`` and extension files of :data:`ANALYZER_PARTS`): a development checkout whose
+    analyzer changed never reads a report its old code made, while edits elsewhere (the
+    CLI, the tab) keep the cache. Computed once per process (~1 ms)."""
     global _analyzer_stamp
     if _analyzer_stamp is None:
         root = os.path.dirname(os.path.abspath(__file__))
         h = hashlib.sha256()
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if d not in ("plugin", "__pycache__", "static"))
-            for name in sorted(files):
-                if name.endswith((".py", ".so", ".pyd")):
-                    st = os.stat(os.path.join(folder, name))
-                    h.update(f"{os.path.relpath(os.path.join(folder, name), root)}:{st.st_size}:{st.st_mtime_ns};"
-                             .encode())
+        for part in ANALYZER_PARTS:
+            full = os.path.join(root, part)
+            files = [full] if os.path.isfile(full) else sorted(
+                os.path.join(folder, n) for folder, dirs, names in os.walk(full) for n in names
+                if "__pycache__" not in folder)
+            for path in files:
+                if path.endswith((".py", ".so", ".pyd")):
+                    st = os.stat(path)
+                    h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns};".encode())
         _analyzer_stamp = f"{__version__}+{h.hexdigest()[:16]}"
     return _analyzer_stamp
 

@@ -91,7 +91,7 @@ def cmd_fleet(args) -> int:
     _prepare_remote(args)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     try:
-        items, contexts, problems = fleetmod.collect(args.paths, jobs=jobs, use_cache=not args.no_cache,
+        items, contexts, problems = fleetmod.collect(args.paths, _discover, jobs=jobs, use_cache=not args.no_cache,
                                                       since=since, progress=True)
     except DiscoveryError as err:
         print(f"tfbneck: {err}", file=sys.stderr)

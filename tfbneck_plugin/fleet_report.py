@@ -244,12 +244,14 @@ def parse_since(text: Optional[str]) -> Optional[float]:
         raise ValueError(f"--since {text!r}: not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
 
 
-def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Optional[float] = None,
-            progress: bool = False):
+def collect(paths: List[str], discover: Callable, jobs: int = 1, use_cache: bool = True,
+            since: Optional[float] = None, progress: bool = False):
     """Find, analyse (or read from the cache) and summarise the sessions under ``paths``.
 
     Args:
       paths: logdirs, session folders or trace files (local or fsspec URLs).
+      discover: ``paths -> (sessions, problems)``: the front door's discovery (the CLI's,
+        so that ``analyze`` and ``fleet`` find the same sessions).
       jobs: processes that analyse sessions at once (1: this process).
       use_cache: read and fill the report cache (:mod:`tfbneck_plugin.cache`).
       since: keep sessions recorded at or after this time (unix s); sessions whose time is
@@ -261,9 +263,8 @@ def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Opti
       tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched.
     """
     from . import cache
-    from .cli import _discover  # the same discovery as `tfbneck analyze`
     from .runs import read_run, run_dir_of, session_time
-    sessions, problems = _discover(paths)
+    sessions, problems = discover(paths)
     times = [session_time(s) for s in sessions]
     if since is not None:
         undated = sum(1 for t in times if not t)
