@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__
+from .version import __version__
 from .logdir import Session, is_remote
 from .summary import SUMMARY_FORMAT, summarize
 

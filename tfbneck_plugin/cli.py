@@ -15,7 +15,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
-from . import __version__
+from .version import __version__
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError, Session, find_sessions
 from .report import RENDERERS, build_report

@@ -31,7 +31,7 @@ import re
 from collections import Counter, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional
 
-from . import __version__
+from .version import __version__
 from .analysis.breakdown import CATEGORIES
 from .runs import RunContext, window_of
 
