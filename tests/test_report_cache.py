@@ -151,3 +151,33 @@ def test_tab_fleet_route_answers_from_the_cache(logs, tmp_path, monkeypatch):
     with pytest.raises(Exception) as err:
         plugin.fleet_impl({"group_by": "("})
     assert err.value.status == 400 and "group_by" in str(err.value.body())
+
+
+def test_remote_logdir_keyed_by_the_stores_size_and_time(tmp_path, monkeypatch):
+    """An fsspec logdir (memory://, as s3:// or gs:// would be): the entry is keyed by what
+    the store says of each file; a file written again is a new key, and the report read
+    back from the cache is the one analysed."""
+    fsspec = pytest.importorskip("fsspec")
+    from tfbneck_plugin import cache
+    from tfbneck_plugin.logdir import find_sessions
+    monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path / "c"))
+    fs = fsspec.filesystem("memory")
+    root = f"memory://tfb-cache-test-{os.getpid()}-{time.monotonic_ns()}/logs"
+    trace = next(iter(sorted(
+        os.path.join(d, f) for d, _, fs_ in os.walk(os.path.join(DEMO_LOGS, "cpu_bound_input")) for f in fs_
+        if f.endswith(".xplane.pb"))))
+    path = f"{root}/run/plugins/profile/2026_11_30_12_21_03/vm.xplane.pb"
+    try:
+        with fs.open(path, "wb") as f:
+            f.write(open(trace, "rb").read())
+        s = find_sessions(root).sessions[0]
+        key = cache.key_of(s)
+        assert key is not None and cache.get(s, key) is None
+        first = cache.cached_analyze(s)
+        assert first["status"] == "ok" and cache.get(s, key) == first
+        time.sleep(0.01)  # the memory store stamps files with their creation time
+        with fs.open(path, "wb") as f:
+            f.write(open(trace, "rb").read())
+        assert cache.key_of(s) != key
+    finally:
+        fs.rm(root.split("/logs")[0], recursive=True)

@@ -51,7 +51,11 @@ _IDENTITY_KEYS = ("run", "session", "path")
 #: s3fs, gcsfs, adlfs, memory...), tried in order.
 STAMP_KEYS = ("mtime", "LastModified", "updated", "last_modified", "generation", "ETag", "etag", "created")
 
+#: A process trims the cache after this many new entries (besides the CLI's trim at the end).
+TRIM_EVERY = 500
+
 _analyzer_stamp: Optional[str] = None
+_puts = 0
 
 
 def cache_dir() -> str:
@@ -203,8 +207,13 @@ def put(session: Session, report: Dict, key: Optional[str] = None) -> bool:
     if key is None or not isinstance(report, dict) or report.get("status") != "ok":
         return False
     # The summary first: a reader that finds the report finds its summary too, or makes it.
-    return (_write_entry(_entry_path(key, SUMMARY_SUFFIX), key, "summary", summarize(report))
-            and _write_entry(_entry_path(key), key, "report", report))
+    written = (_write_entry(_entry_path(key, SUMMARY_SUFFIX), key, "summary", summarize(report))
+               and _write_entry(_entry_path(key), key, "report", report))
+    global _puts
+    _puts += 1
+    if _puts % TRIM_EVERY == 0:  # a long-lived writer (the tab, a Beam worker) stays bounded too
+        trim()
+    return written
 
 
 def _write_entry(final: str, key: str, field: str, value: Dict) -> bool:

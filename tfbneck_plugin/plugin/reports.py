@@ -4,7 +4,9 @@
 request first. A request never waits for another session's analysis: it waits at most a
 given time for its own, then the route answers 202 ("analysing") and the frontend polls.
 Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
-reads; a changed file is a new key. Nothing is written anywhere. No TensorFlow here.
+reads; a changed file is a new key. The default analyzer (``cache.cached_analyze``) also keeps
+them in the persistent report cache the CLI shares, outside the logdir: nothing is written
+into the logdir. No TensorFlow here.
 """
 from __future__ import annotations
 
