@@ -66,8 +66,9 @@ def _pct(parts: Dict[str, float]) -> Dict[str, float]:
 
 
 def _add(into: Dict[str, float], more: Dict[str, float]) -> None:
-    for c in CATEGORIES:
-        into[c] = into.get(c, 0.0) + float(more.get(c) or 0.0)
+    # Summaries hold every category (summary.summarize); added up once per session per total.
+    for c, v in more.items():
+        into[c] = into.get(c, 0.0) + (v or 0.0)
 
 
 @functools.lru_cache(maxsize=4096)

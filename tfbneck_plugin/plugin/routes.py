@@ -269,7 +269,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             snap = self._index.current(wait_s=SCAN_WAIT_S)
             if not snap.scanned:
                 raise RouteError(503, "the logdir is still being scanned for sessions; try again in a moment")
-            body = self._fleet.view(snap.sessions, params.get("group_by") or None, int(level), since)
+            body = self._fleet.view(snap.sessions, params.get("group_by") or None, int(level), since, snap.scans)
         except ValueError as err:
             raise RouteError(400, str(err).replace("--group-by", "group_by").replace("--since", "since")) from None
         return 200, body, ""
