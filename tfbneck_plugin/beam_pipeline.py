@@ -23,9 +23,9 @@ from .cache import cached_analyze
 from .runs import annotate
 from .analysis.breakdown import CATEGORIES
 from .logdir import DiscoveryError, find_sessions
-from .report import COLUMNS, row
+from .report import COLUMNS, EXTRA_COLUMNS, extra_row, row
 
-CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
+CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"] + EXTRA_COLUMNS  # as analyze --format csv
 
 
 def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None
@@ -62,6 +62,7 @@ def to_csv_row(result: dict) -> str:
     for c in CATEGORIES:
         if c != "input":
             r[f"{c}_pct"] = (result.get("breakdown_pct") or {}).get(c, "")
+    r.update(extra_row(result))
     buf = io.StringIO()
     csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(r)
     return buf.getvalue()
