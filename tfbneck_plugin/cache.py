@@ -29,10 +29,11 @@ import json
 import os
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, cast
 
 from .version import __version__
 from .logdir import Session, is_remote
+from .schema import SessionDict
 from .summary import SUMMARY_FORMAT, summarize
 
 CACHE_DIR_ENV = "TFBNECK_CACHE_DIR"
@@ -200,7 +201,7 @@ def _touch(path: str) -> None:
         pass
 
 
-def put(session: Session, report: Dict, key: Optional[str] = None) -> bool:
+def put(session: Session, report: Mapping[str, Any], key: Optional[str] = None) -> bool:
     """Store ``report`` (only a ``status: ok`` one) and its fleet summary
     (:func:`tfbneck_plugin.summary.summarize`); True when written. Never raises: a cache
     that cannot be written (read-only home, disk full) only costs the next run time."""
@@ -217,7 +218,7 @@ def put(session: Session, report: Dict, key: Optional[str] = None) -> bool:
     return written
 
 
-def _write_entry(final: str, key: str, field: str, value: Dict) -> bool:
+def _write_entry(final: str, key: str, field: str, value: Mapping[str, Any]) -> bool:
     folder = os.path.dirname(final)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -238,7 +239,7 @@ def _write_entry(final: str, key: str, field: str, value: Dict) -> bool:
         return False
 
 
-def cached_analyze(session: Session, use_cache: bool = True) -> Dict:
+def cached_analyze(session: Session, use_cache: bool = True) -> SessionDict:
     """``analysis.session.analyze_session(session)``, read from the cache when a report of
     the same files by the same analyzer is there, and stored there otherwise. Never raises
     for bad input (as ``analyze_session``)."""
@@ -248,7 +249,7 @@ def cached_analyze(session: Session, use_cache: bool = True) -> Dict:
     key = key_of(session)
     hit = get(session, key) if key else None
     if hit is not None:
-        return hit
+        return cast(SessionDict, hit)
     report = analyze_session(session)
     if key:
         put(session, report, key)
@@ -266,13 +267,8 @@ def cached_summary(session: Session, use_cache: bool = True) -> Dict:
     return summarize(cached_analyze(session, use_cache))
 
 
-def analyze_uncached(session: Session) -> Dict:
-    """``cached_analyze`` with the cache bypassed (a picklable callable for process pools)."""
-    return cached_analyze(session, use_cache=False)
-
-
 def _entries(folder: str) -> List[Tuple[float, int, str]]:
-    out = []
+    out: List[Tuple[float, int, str]] = []
     try:
         subdirs = [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
     except OSError:

@@ -102,11 +102,12 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
     if not ok:
         return entry
     bps = int(latest.get("batches_per_step") or 1)
-    entry["batches"] = ctx.batches if entry["length_known"] else int(latest.get("steps") or 0) * bps
-    if entry["length_known"]:
-        entry["run_time_ms"] = ctx.time_ms
+    entry["batches"] = int(latest.get("steps") or 0) * bps
+    if ctx is not None and ctx.batches is not None and ctx.time_ms is not None:  # the run's length is known
+        run_ms = ctx.time_ms
+        entry.update(batches=ctx.batches, run_time_ms=run_ms)
         if profiled > 0:
-            entry["hours_by_category"] = {c: v / profiled * ctx.time_ms / _MS_PER_HOUR for c, v in cats.items()}
+            entry["hours_by_category"] = {c: v / profiled * run_ms / _MS_PER_HOUR for c, v in cats.items()}
     best, tpb = latest.get("best_fix"), latest.get("time_per_batch_ms")
     if best and isinstance(tpb, (int, float)):
         entry.update(fix=best.get("fix"), fix_title=best.get("title"),
@@ -245,14 +246,12 @@ def parse_since(text: Optional[str]) -> Optional[float]:
         raise ValueError(f"--since {text!r}: not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
 
 
-def collect(paths: List[str], discover: Callable, jobs: int = 1, use_cache: bool = True,
-            since: Optional[float] = None, progress: bool = False):
+def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Optional[float] = None,
+            progress: bool = False):
     """Find, analyse (or read from the cache) and summarise the sessions under ``paths``.
 
     Args:
       paths: logdirs, session folders or trace files (local or fsspec URLs).
-      discover: ``paths -> (sessions, problems)``: the front door's discovery (the CLI's,
-        so that ``analyze`` and ``fleet`` find the same sessions).
       jobs: processes that analyse sessions at once (1: this process).
       use_cache: read and fill the report cache (:mod:`tfbneck_plugin.cache`).
       since: keep sessions recorded at or after this time (unix s); sessions whose time is
@@ -263,9 +262,9 @@ def collect(paths: List[str], discover: Callable, jobs: int = 1, use_cache: bool
     Raises:
       tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched.
     """
-    from . import cache
+    from . import batch, cache
     from .runs import read_run, run_dir_of, session_time
-    sessions, problems = discover(paths)
+    sessions, problems = batch.discover(paths)  # as `tfbneck analyze` finds them
     times = [session_time(s) for s in sessions]
     if since is not None:
         undated = sum(1 for t in times if not t)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .logdir import Session, is_remote, open_any
+from .logdir import Session, is_remote, open_any, session_folder_time
 from .records import STEP_TIMES_DIR, SidecarError, read_step_times
+from .schema import SessionDict
 
 _PREFIX, _SUFFIX = "steptimes_", ".json"
-_SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
 
 
 def run_dir_of(session: Session) -> str:
@@ -62,22 +60,16 @@ def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
     return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
 
 
-@functools.lru_cache(maxsize=65536)
-def _named_time(prefix: str) -> Optional[float]:
-    m = _SESSION_TIME_RE.match(prefix)
-    if m:
-        try:
-            return time.mktime(tuple(int(g) for g in m.groups()) + (0, 0, -1))
-        except (OverflowError, ValueError):
-            pass
-    return None
+#: The folder-name time of a session (logdir.session_folder_time), memoized: a fleet asks it
+#: for every session, and many share a name prefix.
+_named_time = functools.lru_cache(maxsize=65536)(session_folder_time)
 
 
 def session_time(s: Session) -> float:
     """When the session was recorded (unix seconds): the time its folder is named after
     (local time, as the profiler names it), else its newest trace file's modification
     time, else 0."""
-    named = _named_time(s.name[:19])
+    named = _named_time(s.name[:19])  # the time part of the name
     if named is not None:
         return named
     newest = 0.0
@@ -167,7 +159,7 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
             "trigger": trig.get("kind") if isinstance(trig, dict) else None, "steps": w.get("steps")}
 
 
-def annotate(reports: List[Dict], sessions: List[Session]) -> None:
+def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
     """Add to each report what its run's trend files say (in place): ``session_time``
     (unix s, None when unknown), ``window`` (:func:`window_of`, when a trend file names the
     session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known).
@@ -184,5 +176,5 @@ def annotate(reports: List[Dict], sessions: List[Session]) -> None:
         w = window_of(ctx, s.name)
         if w is not None:
             report["window"] = w
-        if ctx.length_known:
+        if ctx.batches is not None and ctx.time_ms is not None:
             report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}

@@ -22,7 +22,7 @@ from .analysis.breakdown import CATEGORIES
 SUMMARY_FORMAT = 1
 
 
-def best_fix(report: Dict) -> Optional[Dict]:
+def best_fix(report: schema.Report) -> Optional[Dict]:
     """``{"fix", "title", "time_per_batch_ms", "step_time_ms", "speedup"}`` of the
     recommendation predicted to give the smallest time per batch (ties: the report's
     order), or None when none has a prediction."""
@@ -36,7 +36,7 @@ def best_fix(report: Dict) -> Optional[Dict]:
     return best
 
 
-def summarize(report: Dict) -> Dict:
+def summarize(report: schema.Report) -> Dict:
     """The fleet's figures of one session report (format in the module docstring), plus its
     identity (``run``, ``session``, ``path``), ``status``, ``error_kind``, ``error``,
     ``bottleneck``, ``cause``, ``device_kind``, ``hosts``, ``kind`` and ``steps`` (steady

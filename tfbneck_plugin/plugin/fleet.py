@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .. import cache
 from ..fleet_report import attach_context, build
@@ -40,7 +40,8 @@ class FleetService:
       request: ``Session -> None``: queue the session's analysis (never waits).
     """
 
-    def __init__(self, report_of: Callable[[Session], Optional[Dict]], request: Callable[[Session], None]):
+    def __init__(self, report_of: Callable[[Session], Optional[Mapping[str, Any]]],
+                 request: Callable[[Session], object]):
         self._report_of = report_of
         self._request = request
         self._summaries: Dict[tuple, Dict] = {}
@@ -71,6 +72,7 @@ class FleetService:
         return None
 
     def _context(self, run_dir: str) -> RunContext:
+        listing: tuple
         try:
             listing = tuple(list_trend_files(run_dir))
         except Exception:  # noqa: BLE001 - read_run says why, once

@@ -22,11 +22,12 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..version import __version__
 from .. import report as report_mod
-from ..cache import cached_analyze
+from ..batch import analyze_one
 from ..runs import annotate
 from ..logdir import Session, find_sessions, is_remote
+from ..schema import SessionDict
+from ..version import __version__
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
@@ -64,8 +65,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``cache.cached_analyze``: ``analyze_session``
-        through the persistent report cache the CLI shares); tests inject their own.
+      analyze: ``Session -> report`` (default ``batch.analyze_one``: through the persistent
+        report cache the CLI shares); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -74,8 +75,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = cached_analyze,
-                 find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
+    def __init__(self, context: base_plugin.TBContext,
+                 analyze: Callable[[Session], SessionDict] = analyze_one, find: Callable = find_sessions,
+                 workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S, report_wait_s: float = REPORT_WAIT_S):
         self._logdir = plugin_logdir(context)
         self._index = SessionIndex(self._logdir, find=find, max_age_s=rescan_interval_s)
@@ -180,9 +182,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         if report is None:
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
-        report = dict(report)
-        annotate([report], [session])  # what the run's trend files say, as `tfbneck analyze` adds it
-        return 200, report_mod.build_report([report]), source
+        shown = report.copy()
+        annotate([shown], [session])  # what the run's trend files say, as `tfbneck analyze` adds it
+        return 200, report_mod.build_report([shown]), source
 
     def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
         """``/job?run=R&session=S``: the one report of the multi-worker job whose worker
@@ -276,7 +278,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     # -- WSGI wrappers ---------------------------------------------------------------------
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_index_js(self, request):
         try:
             _, body = self.index_js_impl()
@@ -284,23 +286,23 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return _json(request, err.status, err.body())
         return http_util.Respond(request, body, "text/javascript")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_sessions(self, request):
         return self._dispatch(request, lambda _params: self.sessions_impl() + ("",))  # no parameters
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_report(self, request):
         return self._dispatch(request, self.report_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_job(self, request):
         return self._dispatch(request, self.job_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_fleet(self, request):
         return self._dispatch(request, self.fleet_impl)
 
