@@ -1,8 +1,10 @@
 """``tfbneck``: the command line.
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+                    [--ops [--sort self|device|host] [--row-limit N]]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
     tfbneck fleet PATH [PATH ...] [--group-by REGEX | --group-level N] [--since DATE] [--format ...] [--no-cache]
+    tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -15,6 +17,7 @@ import sys
 from typing import List, Optional
 
 from . import batch
+from . import op_table
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError
 from .report import RENDERERS, build_report
@@ -47,8 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--no-cache", action="store_true",
                    help="analyse every session again, neither reading nor filling the report cache "
                         "($TFBNECK_CACHE_DIR, default the user cache folder)")
+    a.add_argument("--ops", action="store_true",
+                   help="with --format table: also print each session's top ops (self time per steady step)")
+    a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
+                   help="with --ops: all ops by self time (default), or only the device's or the host's")
+    a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
     _add_fleet_parser(sub)
+    from .watch import add_parser as add_watch_parser
+    add_watch_parser(sub)
     return p
 
 
@@ -227,6 +237,9 @@ def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
+    if getattr(args, "ops", False) and args.format == "table":
+        text = text.rstrip("\n") + "\n\n" + "\n".join(op_table.to_text(r, args.sort, args.row_limit)
+                                                   for r in results if r.get("status") == "ok")
     if args.output:
         try:
             # Names that are not UTF-8 (kept by Python as surrogates) are written as the
@@ -266,6 +279,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_compare(args)
     if args.command == "fleet":
         return cmd_fleet(args)
+    if args.command == "watch":
+        from .watch import cmd_watch
+        return cmd_watch(args)
     return 2
 
 

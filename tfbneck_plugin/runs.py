@@ -33,13 +33,14 @@ def run_dir_of(session: Session) -> str:
     return parts[0] if len(parts) == 4 else ""
 
 
-def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
-    """``(path, size in bytes, modification time)`` of the run's trend files, newest name
-    first (names start with the job's start time). Raises OSError when listing fails."""
+def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int, float]]:
+    """``(path, size in bytes, modification time)`` of the run's trend files (or, with
+    ``prefix="system_"``, its system records), newest name first (names start with the
+    job's start time). Raises OSError when listing fails."""
     if is_remote(run_dir):
         from . import remote
         fs, root = remote.filesystem(run_dir)
-        pattern = root.rstrip("/") + "/plugins/bottleneck/" + _PREFIX + "*" + _SUFFIX
+        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + _SUFFIX
         scheme = run_dir.split("://", 1)[0]
         out = []
         for p in fs.glob(pattern):
@@ -54,7 +55,7 @@ def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
         return []
     out = []
     for n in names:
-        if n.startswith(_PREFIX) and n.endswith(_SUFFIX):
+        if n.startswith(prefix) and n.endswith(_SUFFIX):
             st = os.stat(os.path.join(folder, n))
             out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
     return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
