@@ -9,8 +9,8 @@ order they are declared), the error kinds (``tfbneck_plugin/errors.py``), the ca
 (``tfbneck_plugin/causes.py``) and the ``bottleneck/*`` scalars' numbers
 (``tfbneck_plugin/capture/background.py``). What is written here: the longer meaning of the
 session report's keys (:data:`MEANING`); ``tests/test_report_doc.py`` fails when a key of the
-schema has no meaning, when this file's output differs from docs/report.md, or when a
-meaning names a key the schema lacks.
+schema has neither a meaning here nor a comment there, when this file's output differs from
+docs/report.md, or when a meaning names a key the schema lacks.
 """
 from __future__ import annotations
 

@@ -252,6 +252,7 @@ OTHER_TOOLS_FLAGS = {
     "--cap-add": "docker run", "--resolution": "uv pip install (the lowest-versions job)",
     "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
     "--epochs": "the reader's own train.py, in a tfbneck watch example",
+    "--md": "benchmarks/slowdown_corpus.py report",
 }
 
 

@@ -127,9 +127,8 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         string ``"10,14"``, or a schedule from :func:`tfbneck_plugin.profile_steps`, e.g.
         ``profile_steps(every=1000, length=5, start=100)`` for one window every 1000 steps,
         ``profile_steps(every_epochs=5, length=5)`` for steps 10-14 of every fifth epoch.
-        Default ``(10, 14)``: step 1 traces and compiles the tf.function (seconds, often)
-        and the next few still warm caches, allocators and the tf.data autotuner, so their
-        times mislead.
+        Default ``(10, 14)``: step 1 traces and compiles the tf.function and the next few
+        warm caches, allocators and the tf.data autotuner: their times mislead.
       max_window_steps: cap on a window's length (default 100) in marked steps (executions
         when ``steps_per_execution`` > 1): a longer one is cut there, said when ``fit`` begins;
         windows over 20 steps get a warning (traces grow with every step; 1 GB stalls tools).
@@ -261,6 +260,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
+        self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record (issue 24)
         self._period_first = 1  # first step of the current step-time period
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
