@@ -143,8 +143,14 @@ def _step_pairs():
 
 
 def all_pairs():
-    """Every pair of the corpus (list of dicts: name, fix, code, cores, load, before, after)."""
-    return _map_pairs() + _fused_pairs() + _source_pairs() + _step_pairs()
+    """Every pair of the corpus (list of dicts: name, fix, code, cores, load, before, after),
+    the families interleaved and the busy-machine pairs (the slowest) last, so that a corpus
+    cut short still covers every kind of change."""
+    families = [_map_pairs(), _fused_pairs(), _source_pairs(), _step_pairs()]
+    out = []
+    for i in range(max(len(f) for f in families)):
+        out += [f[i] for f in families if i < len(f)]
+    return [p for p in out if p["load"] == "idle"] + [p for p in out if p["load"] != "idle"]
 
 
 def half(name: str) -> str:
@@ -152,12 +158,6 @@ def half(name: str) -> str:
     depends on the results or on the order of the pairs."""
     digest = hashlib.sha256(f"{SEED}:{name}".encode()).digest()
     return "fit" if digest[0] % 2 == 0 else "validation"
-
-
-def run_id(cfg: dict, cores: int, load: str) -> str:
-    """A run's folder name: its settings' hash, so that pairs sharing a before-run share it."""
-    key = json.dumps({"cfg": cfg, "cores": cores, "load": load}, sort_keys=True)
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 # ---- one run (in its own process; imports TensorFlow) -----------------------------------------
@@ -187,7 +187,9 @@ def _tf_dataset(cfg, x, y, tf, folder):
             for row in x:
                 w.write(row.tobytes())
         rows = tf.data.TFRecordDataset(path).repeat()
-        decode = (lambda r: tf.io.decode_raw(r, tf.float32))
+
+        def decode(r):
+            return tf.io.decode_raw(r, tf.float32)
         labels = tf.data.Dataset.from_tensor_slices(y).repeat()
         ds = tf.data.Dataset.zip((rows, labels))
     else:
@@ -243,20 +245,19 @@ def _py_dataset(cfg, x, y):
     return Batches(workers=cfg["workers"], use_multiprocessing=cfg["mp"], max_queue_size=8)
 
 
-def job(cfg: dict, cores: int, folder: str) -> None:
-    """One profiled training run (settings ``cfg``) writing under ``folder``."""
-    if cores < (os.cpu_count() or 1):
-        os.sched_setaffinity(0, set(range(cores)))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import numpy as np
-    import tensorflow as tf
+#: Each pair is run as before, after, before, after in one process (seconds apart, so
+#: that both sides see the same load on a shared machine); the table takes the medians.
+REPS = 2
 
+
+def _fit_one(cfg: dict, folder: str, tf, keras, np) -> None:
+    """One profiled training run (settings ``cfg``) writing under ``folder``/logs."""
     from tfbneck_plugin import BottleneckProfiler
     tf.random.set_seed(0)
     n = cfg["batch"] * 24
     x = np.random.default_rng(0).normal(size=(n, FEATURES)).astype("float32")
     y = np.random.default_rng(1).integers(0, 10, size=n).astype("int32")
+    os.makedirs(folder, exist_ok=True)
     data = _py_dataset(cfg, x, y) if cfg["src"] in ("pyds", "gen") else _tf_dataset(cfg, x, y, tf, folder)
     layers = [keras.Input((FEATURES,))] + [keras.layers.Dense(cfg["width"], activation="relu")
                                             for _ in range(cfg["depth"])]
@@ -273,77 +274,107 @@ def job(cfg: dict, cores: int, folder: str) -> None:
         raise SystemExit(f"window not captured: {bad[0].reason}")
 
 
-def _make_run(out: str, cfg: dict, cores: int, load: str) -> str:
-    rid = run_id(cfg, cores, load)
-    folder = os.path.join(out, rid)
+def job(pair: dict, folder: str) -> None:
+    """A pair's runs, before and after alternately :data:`REPS` times, under ``folder``."""
+    if pair["cores"] < (os.cpu_count() or 1):
+        os.sched_setaffinity(0, set(range(pair["cores"])))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    for rep in range(REPS):
+        for side in ("before", "after"):
+            _fit_one(pair[side], os.path.join(folder, f"{side}-{rep}"), tf, keras, np)
+
+
+def pair_folder(out: str, p: dict) -> str:
+    """A pair's folder: its name and a hash of its settings (a changed pair is run anew)."""
+    key = json.dumps({k: p[k] for k in ("before", "after", "cores", "load")}, sort_keys=True)
+    return os.path.join(out, f"{p['name']}-{hashlib.sha256(key.encode()).hexdigest()[:8]}")
+
+
+def _make_pair(out: str, p: dict) -> str:
+    folder = pair_folder(out, p)
     if os.path.exists(os.path.join(folder, "done.json")):
-        return rid
+        return "kept"
     os.makedirs(folder, exist_ok=True)
-    cmd = [sys.executable, os.path.abspath(__file__), "job", json.dumps(cfg), str(cores), folder]
-    if load == "busy":
+    cmd = [sys.executable, os.path.abspath(__file__), "job", json.dumps(p), folder]
+    if p["load"] == "busy":
         cmd = [UNDER_LOAD, "-j", "2"] + cmd
-    started = time.time()
-    load_before = os.getloadavg()[0]
+    started, load_before = time.time(), os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     if proc.returncode != 0:
-        print(f"  run {rid} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
-        return rid
+        return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
     with open(os.path.join(folder, "done.json"), "w") as f:
-        json.dump({"cfg": cfg, "cores": cores, "load": load, "wall_s": round(time.time() - started, 1),
-                   "loadavg_before": load_before}, f)
-    return rid
+        json.dump({"pair": p, "wall_s": round(time.time() - started, 1), "loadavg_before": load_before}, f)
+    return f"made in {time.time() - started:.0f} s (load {load_before:.1f})"
 
 
 def make_runs(out: str, only=None) -> None:
-    """Make every pair's runs (before, then after) under ``out``; runs already made are kept."""
+    """Make every pair's runs under ``out``; pairs already made are kept."""
     os.makedirs(out, exist_ok=True)
     for p in all_pairs():
-        if only and p["name"] not in only:
-            continue
-        t0 = time.time()
-        b = _make_run(out, p["before"], p["cores"], p["load"])
-        a = _make_run(out, p["after"], p["cores"], p["load"])
-        print(f"{p['name']}: {b} -> {a} ({time.time() - t0:.0f} s)", flush=True)
+        if not only or p["name"] in only:
+            print(f"{p['name']}: {_make_pair(out, p)}", flush=True)
 
 
 # ---- scoring (no TensorFlow) --------------------------------------------------------------------
 
-def _report(out: str, rid: str):
-    from tfbneck_plugin.analysis.session import analyze_session
+def analyse_run(folder: str):
+    """(host report, findings) of one run, or None when it holds no trace. The findings are
+    what the what-if models read (:class:`tfbneck_plugin.analysis.findings.Findings`)."""
+    from tfbneck_plugin import records
+    from tfbneck_plugin.analysis import sysmetrics
+    from tfbneck_plugin.analysis.host_analysis import HostAnalysis
     from tfbneck_plugin.logdir import find_sessions
-    logs = os.path.join(out, rid, "logs")
-    if not os.path.exists(os.path.join(out, rid, "done.json")):
+    from tfbneck_plugin.trace.xspace import read_space
+    if not os.path.isdir(os.path.join(folder, "logs")):
         return None
-    sessions = find_sessions(logs).sessions
-    return analyze_session(sessions[0]) if sessions else None
+    sessions = find_sessions(os.path.join(folder, "logs")).sessions
+    if not sessions or not sessions[0].files:
+        return None
+    s = sessions[0]
+    system = sysmetrics.summarize(records.read_sidecar(s.sidecar, open)) if s.sidecar else None
+    a = HostAnalysis(read_space(s.files[0], open), system)
+    if not a.findings.steps.found:
+        return None
+    return a.report(), a.findings
 
 
-def score_pair(out: str, p: dict, cache: dict) -> dict:
-    """One pair's row: the before-run's prediction for the change against the after-run."""
-    from tfbneck_plugin.analysis.whatif import predict_report
-    rids = [run_id(p[k], p["cores"], p["load"]) for k in ("before", "after")]
-    for rid in rids:
-        if rid not in cache:
-            cache[rid] = _report(out, rid)
-    before, after = (cache[r] for r in rids)
-    row = {"pair": p["name"], "fix": p["fix"], "half": half(p["name"]), "cores": p["cores"], "load": p["load"],
-           "before_run": rids[0], "after_run": rids[1]}
-    if before is None or after is None or not before.get("steps", {}).get("time_per_batch_ms") \
-            or not after.get("steps", {}).get("time_per_batch_ms"):
-        row["missing"] = "run not made or no steady steps"
+def load_pair(out: str, p: dict):
+    """{"before": [(report, findings)], "after": [report]} of a pair's runs, or None when
+    the pair was not made (or a run holds no steady step)."""
+    folder = pair_folder(out, p)
+    if not os.path.exists(os.path.join(folder, "done.json")):
+        return None
+    runs = {side: [analyse_run(os.path.join(folder, f"{side}-{rep}")) for rep in range(REPS)]
+            for side in ("before", "after")}
+    if any(r is None for side in runs.values() for r in side):
+        return None
+    return {"before": runs["before"], "after": [r[0] for r in runs["after"]]}
+
+
+def score_pair(p: dict, loaded) -> dict:
+    """One pair's row: the before-runs' prediction for the change against the after-runs
+    (medians over the repetitions)."""
+    import numpy as np
+    from tfbneck_plugin.analysis.whatif import predict
+    row = {"pair": p["name"], "fix": p["fix"], "half": half(p["name"]), "cores": p["cores"], "load": p["load"]}
+    if loaded is None:
+        row["missing"] = "runs not made, or no steady steps"
         return row
-    row["before_ms"] = before["steps"]["time_per_batch_ms"]
-    row["measured_ms"] = after["steps"]["time_per_batch_ms"]
-    recommended = [r["fix"] for r in before.get("recommendations", [])]
+    row["before_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r, _ in loaded["before"]])), 3)
+    row["measured_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r in loaded["after"]])), 3)
+    recommended = [r["fix"] for r in loaded["before"][0][0].get("recommendations", [])]
     row["recommended"] = p["fix"] in recommended
     row["rank"] = recommended.index(p["fix"]) + 1 if row["recommended"] else None
-    pred, why = predict_report(before, {"fix": p["fix"], "code": p["code"]})
-    if pred is None:
-        row["predicted_ms"], row["why_not"] = None, why
+    preds = [predict({"fix": p["fix"], "code": p["code"]}, f) for _, f in loaded["before"]]
+    if any(pred is None for pred, _ in preds):
+        row["predicted_ms"], row["why_not"] = None, next(why for pred, why in preds if pred is None)
         return row
-    row["predicted_ms"] = pred["time_per_batch_ms"]
-    row["range_ms"] = pred["range_ms"]
-    row["error_pct"] = round(100.0 * (pred["time_per_batch_ms"] - row["measured_ms"]) / row["measured_ms"], 1)
+    row["predicted_ms"] = round(float(np.median([pred["time_per_batch_ms"] for pred, _ in preds])), 3)
+    row["range_ms"] = [min(pred["range_ms"][0] for pred, _ in preds), max(pred["range_ms"][1] for pred, _ in preds)]
+    row["error_pct"] = round(100.0 * (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"], 1)
     row["wrong_direction"] = _wrong_direction(row)
     return row
 
@@ -365,8 +396,7 @@ def _wrong_direction(row) -> bool:
 
 def score(out: str) -> list:
     """Every pair's row (see :func:`score_pair`)."""
-    cache: dict = {}
-    return [score_pair(out, p, cache) for p in all_pairs()]
+    return [score_pair(p, load_pair(out, p)) for p in all_pairs()]
 
 
 def summary(rows) -> dict:
@@ -427,8 +457,8 @@ def main(argv=None) -> None:
                     help="where the runs were made (for the table's header)")
     a = ap.parse_args(argv)
     if a.command == "job":
-        cfg, cores, folder = a.args
-        job(json.loads(cfg), int(cores), folder)
+        pair, folder = a.args
+        job(json.loads(pair), folder)
     elif a.command == "list":
         for p in all_pairs():
             print(f"{p['name']:32s} {p['fix']:20s} {half(p['name'])}")

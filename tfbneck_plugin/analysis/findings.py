@@ -101,6 +101,7 @@ class Findings:
     gaps: List[GapFact] = field(default_factory=list)
     shared_clock_only: bool = False   # steps from one device's own Steps line
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
+    xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

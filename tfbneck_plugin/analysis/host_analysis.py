@@ -161,7 +161,7 @@ class HostAnalysis:
             eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
-            timing=whatif.step_timing(self))
+            timing=whatif.step_timing(self), xla=whatif.runs_xla(self.view))
 
     @cached_property
     def device_kind(self) -> str:

@@ -62,8 +62,8 @@ def decide(f: Findings) -> Verdict:
     assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
     if v.cause == "not_tensorflow":
         return v
-    from .whatif import rank  # the what-if models read the findings only
-    v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
+    from .fit_to_run import fit  # the what-if models read the findings only
+    v.recommendations = fit(advice_for(v.cause, f), f)  # what fits this run, with `predicted`, largest gain first
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:

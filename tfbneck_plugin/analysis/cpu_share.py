@@ -1,0 +1,87 @@
+"""The cores the training process tree had while profiling, and the cores it could have
+after a change that adds runnable threads (a prefetch thread, parallel map calls, more
+PyDataset workers): what the what-if models (:mod:`.whatif`) and the advice's "why here"
+(:mod:`.fit_to_run`) read about the machine.
+
+Facts, all from the sampler's summary (:func:`.sysmetrics.summarize`): the cores the
+process may run on (``usable_cores``: its CPU affinity), the cores its process tree used
+(``tree_cpu_cores``), the cores other processes used (``others_cpu_cores``), and the tree's
+threads that were runnable but waiting for a core (``tree_runq_wait_cores``).
+
+Two bounds on the cores the tree gets after adding runnable threads:
+
+* at least what it had plus the cores nobody used (the idle ones): other processes keep
+  what they had. This is the model's point: it never counts on more parallelism than the
+  cores that were free.
+* at most its fair share among all runnable threads: Linux's CFS scheduler gives runnable
+  threads of equal weight equal CPU time (kernel documentation,
+  ``Documentation/scheduler/sched-design-CFS.rst``), so a tree with m runnable threads
+  among o others' gets about ``n m / (m + o)`` of n busy cores; o is read from the shares
+  measured (``o = m x others / tree``). Autogroups and nice levels weigh groups instead of
+  threads, so this is the optimistic end (the range's low time).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+#: A machine counts as saturated when fewer cores than this sat idle on average (cores;
+#: one 50 ms sample of a 2-core machine resolves about 0.02 cores; our choice, a tenth of
+#: a core, is well above the sampler's noise).
+IDLE_SLACK_CORES = 0.1
+#: Fewest cores a process is assumed to get (guards the divisions; our choice).
+MIN_CORES = 0.1
+
+
+@dataclass
+class Cores:
+    """The cores of one profiling window (means over the window)."""
+    n: int             # cores the training process may run on (its CPU affinity)
+    tree: float        # cores its process tree used
+    others: float      # cores other processes used
+    waiting: float     # the tree's runnable threads that waited for a core (0 when unknown)
+
+    @property
+    def idle(self) -> float:
+        """Cores nobody used (>= 0)."""
+        return max(self.n - self.tree - self.others, 0.0)
+
+    @property
+    def free(self) -> float:
+        """Cores the tree can count on: what it used plus the idle ones (at most n)."""
+        return min(float(self.n), max(self.tree + self.idle, MIN_CORES))
+
+    @property
+    def saturated(self) -> bool:
+        """Every core was busy (with the tree's work or other processes')."""
+        return self.idle < IDLE_SLACK_CORES
+
+    def fair_share(self, added_threads: float) -> float:
+        """Cores the tree would get with ``added_threads`` more runnable threads, were the
+        cores shared equally between runnable threads (the optimistic end, see the module
+        docstring); never below :attr:`free`."""
+        if added_threads <= 0:
+            return self.free
+        m = max(self.tree + self.waiting, self.tree, MIN_CORES)
+        if self.others <= 0 or not self.saturated:
+            return min(float(self.n), self.free + added_threads)
+        o = m * self.others / max(self.tree, MIN_CORES)
+        share = self.n * (m + added_threads) / (m + added_threads + o)
+        return min(float(self.n), max(share, self.free))
+
+
+def cores_of(system: Optional[Dict]) -> Optional[Cores]:
+    """The window's :class:`Cores` from a sampler summary, or None without one (or without the
+    core count)."""
+    if not system or not system.get("cpu_count"):
+        return None
+    n = int(system.get("usable_cores") or system["cpu_count"])
+    tree = system.get("tree_cpu_cores")
+    tree = float(tree if tree is not None else system.get("proc_cpu_cores") or 0.0)
+    others = system.get("others_cpu_cores")
+    if others is None:  # machine-wide figures only
+        others = max((system.get("cpu_mean_pct") or 0.0) * int(system["cpu_count"]) / 100.0 - tree, 0.0)
+    # Other processes may run on cores outside this process's affinity: count only what
+    # could have been on its own cores.
+    others = min(float(others), max(n - tree, 0.0))
+    return Cores(n=n, tree=tree, others=others, waiting=float(system.get("tree_runq_wait_cores") or 0.0))
