@@ -18,6 +18,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 from . import __version__, notebook
 from .analysis.breakdown import CATEGORIES
 from .report import COLUMNS, build_report, row, to_table
+from .schema import first_fix
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -84,6 +85,17 @@ class SessionReport(dict):
         return notebook.session_html(self)
 
 
+#: The DataFrame's columns about the fix to make first (see :meth:`Report.to_dataframe`).
+FIX_FIRST_COLUMNS = ["fix_first", "fix_first_predicted_ms", "fix_first_speedup", "fix_first_range_ms"]
+
+
+def _fix_first_columns(s: Dict) -> Dict:
+    fix = first_fix(s) or {}
+    p = fix.get("predicted") or {}
+    return {"fix_first": fix.get("fix"), "fix_first_predicted_ms": p.get("time_per_batch_ms"),
+            "fix_first_speedup": p.get("speedup"), "fix_first_range_ms": p.get("range_ms")}
+
+
 class Report:
     """The reports of one ``analyze`` call: one :class:`SessionReport` per session found.
 
@@ -142,7 +154,10 @@ class Report:
           ``status``, ``device_kind``, ``step_source``, ``steps``, ``step_ms`` (mean step
           time, ms), ``bottleneck``, ``cause``, ``confidence`` (0-1), ``input_pct``,
           ``blocking_stage``, ``error``, then ``<category>_pct`` for the other breakdown
-          categories (% of step time). Missing values are None/NaN.
+          categories (% of step time), then the fix to make first and its worth:
+          ``fix_first`` (fix id), ``fix_first_predicted_ms`` (predicted time per batch, ms),
+          ``fix_first_speedup`` and ``fix_first_range_ms`` ([low, high] ms). Missing values
+          are None/NaN.
         Raises:
           ImportError: pandas is not installed (one line saying how to install it).
         """
@@ -156,8 +171,9 @@ class Report:
             r = row(s)
             pct = s.get("breakdown_pct") or {}
             r.update({f"{c}_pct": pct.get(c) for c in PCT_CATEGORIES})
+            r.update(_fix_first_columns(s))
             rows.append({k: (None if v == "" else v) for k, v in r.items()})
-        return pd.DataFrame(rows, columns=COLUMNS + [f"{c}_pct" for c in PCT_CATEGORIES])
+        return pd.DataFrame(rows, columns=COLUMNS + [f"{c}_pct" for c in PCT_CATEGORIES] + FIX_FIRST_COLUMNS)
 
     def __repr__(self) -> str:
         if not self.sessions:
