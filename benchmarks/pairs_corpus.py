@@ -343,10 +343,28 @@ def analyse_run(folder: str):
 
 def load_pair(out: str, p: dict):
     """{"before": [(report, findings)], "after": [report]} of a pair's runs, or None when
-    the pair was not made (or a run holds no steady step)."""
+    the pair was not made (or a run holds no steady step). The analysis is kept in the
+    pair's folder (``analysis.pickle``) for the next call; ``--fresh`` drops it."""
+    import pickle
     folder = pair_folder(out, p)
     if not os.path.exists(os.path.join(folder, "done.json")):
         return None
+    cached = os.path.join(folder, "analysis.pickle")
+    if os.path.exists(cached) and not FRESH:
+        with open(cached, "rb") as f:
+            return pickle.load(f)
+    loaded = _analyse_pair(folder)
+    with open(cached, "wb") as f:
+        pickle.dump(loaded, f)
+    return loaded
+
+
+#: Analyse the runs again, ignoring the analysis kept beside them (``score --fresh``): after
+#: a change to the analysis itself, not to the models.
+FRESH = False
+
+
+def _analyse_pair(folder: str):
     runs = {side: [analyse_run(os.path.join(folder, f"{side}-{rep}")) for rep in range(REPS)]
             for side in ("before", "after")}
     if any(r is None for side in runs.values() for r in side):
@@ -365,7 +383,8 @@ def score_pair(p: dict, loaded) -> dict:
         return row
     row["before_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r, _ in loaded["before"]])), 3)
     row["measured_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r in loaded["after"]])), 3)
-    recommended = [r["fix"] for r in loaded["before"][0][0].get("recommendations", [])]
+    from tfbneck_plugin.analysis.verdict import decide
+    recommended = [r["fix"] for r in decide(loaded["before"][0][1]).recommendations]
     row["recommended"] = p["fix"] in recommended
     row["rank"] = recommended.index(p["fix"]) + 1 if row["recommended"] else None
     preds = [predict({"fix": p["fix"], "code": p["code"]}, f) for _, f in loaded["before"]]
@@ -453,6 +472,7 @@ def main(argv=None) -> None:
     ap.add_argument("args", nargs="*")
     ap.add_argument("--out", default=DEFAULT_OUT, help="folder of the runs (default: %(default)s)")
     ap.add_argument("--only", default="", help="comma-separated pair names")
+    ap.add_argument("--fresh", action="store_true", help="analyse the runs again (after a change to the analysis)")
     ap.add_argument("--meta", default="2-core VM shared with other agents' jobs",
                     help="where the runs were made (for the table's header)")
     a = ap.parse_args(argv)
@@ -465,6 +485,8 @@ def main(argv=None) -> None:
     elif a.command == "runs":
         make_runs(a.out, set(a.only.split(",")) if a.only else None)
     else:
+        global FRESH
+        FRESH = a.fresh
         rows = score(a.out)
         with open(TABLE_JSON, "w") as f:
             json.dump({"seed": SEED, "meta": a.meta, "rows": rows,

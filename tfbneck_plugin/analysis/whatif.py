@@ -492,15 +492,15 @@ def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
 
 def _order(rec: Dict, now: float) -> Tuple[int, float]:
     """Sort key: changes with a gain first, by their predicted time per batch or, without a
-    model, their bound (a best case: it yields to a prediction within :data:`NO_GAIN` of
-    it); then changes of unknown worth; then those predicted to gain nothing; those
-    predicted to slow the run last."""
+    model, the middle of [bound, now] (the expected time were its gain anywhere between
+    none and all of the share it acts on, equally likely); then changes of unknown worth;
+    then those predicted to gain nothing; those predicted to slow the run last."""
     p = rec.get("predicted")
     t = p["time_per_batch_ms"] if p else rec.get("bound_ms")
     if t is None:
         return 1, 0.0
     if not p:
-        t += NO_GAIN * now
+        t = (t + now) / 2.0
     if t > now * (1 + NO_GAIN) and p:
         return 3, t
     if t >= now * (1 - NO_GAIN):
