@@ -321,7 +321,8 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     now = f.timing.time_per_batch_ms
     workers = max(int(f.system.get("tree_children") or 0), 1)  # worker processes (threads are not seen)
     k = _code_int(rec, "workers", DEFAULT_WORKERS)
-    computing = cores.tree >= BUSY_PROCESS_CORES
+    # Threads that ran or waited for a core want the CPU: a starved tree still computes.
+    computing = cores.tree + cores.waiting >= BUSY_PROCESS_CORES
     at_once = (lambda w: min(w, cores.n)) if computing else (lambda w: w)
     if at_once(k) <= at_once(workers):
         return _prediction(f, now, now, now, (
@@ -334,7 +335,7 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     after = one / at_once(k)
     return _overlap(f, pipe, after, at_once(k) - at_once(workers), (
         f"{k} workers run the Python input ({'computing' if computing else 'waiting'}, from the sampled CPU "
-        f"use: {cores.tree:.2f} cores), {at_once(k)} at a time instead of {at_once(workers)}, ahead of the step"))
+        f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of {at_once(workers)}, ahead of the step"))
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
