@@ -57,6 +57,7 @@ class StepTiming:
     eager_ops: float = 0.0            # eager op kernels run per step (outside input waits)
     eager_kernel_ms: float = 0.0      # their time per step
     eager_op_floor_us: float = 0.0    # the fixed cost of one eager kernel run (low percentile of their durations)
+    model_cpu_ms: Optional[float] = None  # core-ms per step of the training function's executor work on host threads
 
     @property
     def time_per_batch_ms(self) -> float:

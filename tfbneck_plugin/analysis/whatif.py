@@ -128,6 +128,7 @@ def step_timing(a) -> Optional[StepTiming]:
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
+        timing.model_cpu_ms = _core_ms(view.model_executor_intervals(), steps)
     else:  # no training function: the ops ran eagerly, one kernel run each
         _eager_kernels(a, timing)
     return timing
@@ -162,6 +163,15 @@ def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
     lo = np.maximum(s[first[ok]], steps.starts[ok])
     hi = np.minimum(e[last[ok]], steps.ends[ok])
     return float((hi - lo).mean()) / 1e9
+
+
+def _core_ms(iv: timeline.Intervals, steps) -> float:
+    """Core-ms per step of intervals on any number of threads (not merged: two threads busy
+    at once count twice) inside the span of the steady steps."""
+    s, e = iv
+    lo, hi = int(steps.starts.min()), int(steps.ends.max())
+    inside = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None)
+    return float(inside.sum()) / steps.count / 1e9
 
 
 def _eager_kernels(a, timing: StepTiming) -> None:
@@ -266,7 +276,7 @@ def _overlap(f: Findings, pipe: PipelineWall, after: float, added_threads: float
             f"{what}; the step becomes the longer of the rest of the step ({pipe.rest:.1f} ms) and the pipeline "
             f"({after:.1f} ms per batch). Without system metrics the cores it shares with the model are unknown: "
             "at worst nothing overlaps."))
-    work = cores.tree * now  # core-ms the training process tree used per batch; the change keeps the work
+    work = _cpu_work(f, pipe, cores)  # core-ms per batch; the change keeps the work
     share = cores.fair_share(added_threads)
     gets = cores.free + SHARE_GAIN * (share - cores.free)
     point = min(max(ideal, work / gets), now)
@@ -274,10 +284,21 @@ def _overlap(f: Findings, pipe: PipelineWall, after: float, added_threads: float
     high = min(max(ideal, work / cores.free) * (1 + MODEL_SPREAD), now)
     return _prediction(f, point, low, high, (
         f"{what}; the step becomes the longest of the rest of the step ({pipe.rest:.1f} ms), the pipeline "
-        f"({after:.1f} ms per batch) and the CPU work the training process tree did per batch ({cores.tree:.2f} "
-        f"cores x {now:.1f} ms) over the cores it gets: {cores.free:.2f} of {cores.n} (what it used plus the idle "
+        f"({after:.1f} ms per batch) and the CPU work per batch of model and pipeline ({work:.1f} core-ms, at most "
+        f"the process tree's {cores.tree:.2f} cores x {now:.1f} ms) over the cores the tree gets: {cores.free:.2f} of {cores.n} (what it used plus the idle "
         f"ones) and {SHARE_GAIN:.0%} of the {share - cores.free:.2f} more a fair share among runnable threads "
         f"would give it ({cores.others:.2f} cores were busy with other processes); never longer than now."))
+
+
+def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
+    """Core-ms of CPU work per batch that model and pipeline share: the model's executor work
+    and the limiting stage's work, both from the trace (threads that spin while idle add CPU
+    time but no work), at most what the sampler saw the process tree use."""
+    t = f.timing
+    sampled = cores.tree * t.time_per_batch_ms
+    if t.model_cpu_ms is None or f.device_kind != "CPU":
+        return sampled
+    return min(t.model_cpu_ms / t.batches_per_step + pipe.stage, sampled)
 
 
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
