@@ -50,7 +50,8 @@ def test_prefetch_on_a_fused_map_is_never_slower_than_the_step_and_its_range_hol
 def test_cores_the_tree_gets_never_exceed_the_free_ones_at_the_point():
     c = cpu_share.cores_of({"cpu_count": 2, "tree_cpu_cores": 1.41, "others_cpu_cores": 0.59})
     assert c.saturated and c.free == pytest.approx(1.41)
-    assert c.free <= c.fair_share(4) <= 2.0
+    assert c.gets(0.0) == pytest.approx(1.41) and c.gets(1.0) == pytest.approx(2.0)
+    assert c.gets(0.5) == pytest.approx(1.41 + 0.5 * 0.59)
     one = cpu_share.cores_of({"cpu_count": 2, "usable_cores": 1, "tree_cpu_cores": 0.5, "others_cpu_cores": 1.2})
     # one core of its own: others count only up to what is left of it (0.5), all of it taken
     assert one.n == 1 and one.others == pytest.approx(0.5) and one.free == pytest.approx(0.5)

@@ -102,11 +102,24 @@ def test_fix_first_on_a_sequential_heavy_map_reduces_the_wait_most(reports):
         order.index("parallel_map") < order.index("cache")
 
 
+def _model_cpu_ms(run):
+    """Core-ms per step of the training function's executor events (the one number the
+    report does not hold), from the analysis of the run's trace."""
+    from tfbneck_plugin import records
+    from tfbneck_plugin.analysis import sysmetrics
+    from tfbneck_plugin.analysis.host_analysis import HostAnalysis
+    from tfbneck_plugin.logdir import find_sessions
+    from tfbneck_plugin.trace.xspace import read_space
+    (s,) = find_sessions(os.path.join(DEMO_LOGS, run)).sessions
+    system = sysmetrics.summarize(records.read_sidecar(s.sidecar, open))
+    return HostAnalysis(read_space(s.files[0], open), system).findings.timing.model_cpu_ms
+
+
 def test_overlap_models_rederived_from_the_report(reports):
     """The prefetch and parallel-map predictions, recomputed from the report's own numbers
     (per-step breakdown, stage table, system metrics) rather than the analysis objects: the
-    longest of the rest of the step, the pipeline and the tree's CPU work over the cores it
-    gets (what it used plus the idle ones, and SHARE_GAIN of a fair share's extra)."""
+    longest of the rest of the step, the pipeline and the CPU work over the cores the tree
+    gets (what it used plus the idle ones, and SHARE_GAIN of the others')."""
     from tfbneck_plugin.analysis.whatif import SHARE_GAIN
     s = reports["pair_map_sequential"]
     items = s["steps"]["items"]
@@ -115,19 +128,13 @@ def test_overlap_models_rederived_from_the_report(reports):
     blocking = next(r for r in s["input_pipeline"]["stages"] if r["blocking"])
     stage = min(blocking["work_ms"] / len(items), wait)  # a synchronous stage: inside the wait
     m = s["system_metrics"]
-    n, tree, others, waiting = m["usable_cores"], m["tree_cpu_cores"], m["others_cpu_cores"], m["tree_runq_wait_cores"]
-    idle = max(n - tree - others, 0)
-    free = min(n, tree + idle)
-
-    def gets(added):
-        runnable = max(tree + waiting, tree)
-        o = runnable * others / tree
-        share = max(min(n, n * (runnable + added) / (runnable + added + o)), free) if idle < 0.1 and others > 0 \
-            else min(n, free + added)
-        return free + SHARE_GAIN * (share - free)
-
-    expect = {"prefetch": min(max(now - wait, wait, tree * now / gets(1)), now),
-              "parallel_map": min(max(now - wait, wait - stage + stage / n, tree * now / gets(n)), now)}
+    n, tree, others = m["usable_cores"], m["tree_cpu_cores"], m["others_cpu_cores"]
+    free = min(n, tree + max(n - tree - others, 0))
+    gets = free + SHARE_GAIN * (n - free)
+    # CPU work per batch: the model's executor work and the map's, at most the tree's sampled use
+    work = min(_model_cpu_ms("pair_map_sequential") + stage, tree * now)
+    expect = {"prefetch": min(max(now - wait, wait, work / gets), now),
+              "parallel_map": min(max(now - wait, wait - stage + stage / n, work / gets), now)}
     got = {r["fix"]: r["predicted"]["time_per_batch_ms"] for r in s["recommendations"] if r["predicted"]}
     for fix, value in expect.items():
         assert got[fix] == pytest.approx(value, rel=0.01), fix

@@ -8,17 +8,18 @@ process may run on (``usable_cores``: its CPU affinity), the cores its process t
 (``tree_cpu_cores``), the cores other processes used (``others_cpu_cores``), and the tree's
 threads that were runnable but waiting for a core (``tree_runq_wait_cores``).
 
-Two bounds on the cores the tree gets after adding runnable threads:
+Between two bounds lie the cores the tree gets once it wants more (a prefetch thread,
+parallel map calls, more PyDataset workers):
 
-* at least what it had plus the cores nobody used (the idle ones): other processes keep
-  what they had. This is the model's point: it never counts on more parallelism than the
-  cores that were free.
-* at most its fair share among all runnable threads: Linux's CFS scheduler gives runnable
-  threads of equal weight equal CPU time (kernel documentation,
-  ``Documentation/scheduler/sched-design-CFS.rst``), so a tree with m runnable threads
-  among o others' gets about ``n m / (m + o)`` of n busy cores; o is read from the shares
-  measured (``o = m x others / tree``). Autogroups and nice levels weigh groups instead of
-  threads, so this is the optimistic end (the range's low time).
+* at least what it had plus the cores nobody used (the idle ones), were the other processes
+  to keep what they had: :attr:`Cores.free`. Predictions never count on fewer.
+* at most every core it may run on, were the other processes to yield theirs (the
+  scheduler weighs them against the training's threads: Linux's CFS shares CPU time by
+  weight among runnable threads, ``Documentation/scheduler/sched-design-CFS.rst``; a job
+  reniced above the others, or with more runnable threads, takes more).
+
+:meth:`Cores.gets` interpolates between the two with the share of the others' cores the
+training takes; the what-if models fit that share on the fit half of the pairs corpus.
 """
 from __future__ import annotations
 
@@ -56,18 +57,10 @@ class Cores:
         """Every core was busy (with the tree's work or other processes')."""
         return self.idle < IDLE_SLACK_CORES
 
-    def fair_share(self, added_threads: float) -> float:
-        """Cores the tree would get with ``added_threads`` more runnable threads, were the
-        cores shared equally between runnable threads (the optimistic end, see the module
-        docstring); never below :attr:`free`."""
-        if added_threads <= 0:
-            return self.free
-        m = max(self.tree + self.waiting, self.tree, MIN_CORES)
-        if self.others <= 0 or not self.saturated:
-            return min(float(self.n), self.free + added_threads)
-        o = m * self.others / max(self.tree, MIN_CORES)
-        share = self.n * (m + added_threads) / (m + added_threads + o)
-        return min(float(self.n), max(share, self.free))
+    def gets(self, share_of_others: float) -> float:
+        """Cores the tree gets once it wants more: :attr:`free` plus ``share_of_others`` (0-1)
+        of the cores other processes used."""
+        return min(float(self.n), self.free + share_of_others * max(self.n - self.free, 0.0))
 
 
 def cores_of(system: Optional[Dict]) -> Optional[Cores]:

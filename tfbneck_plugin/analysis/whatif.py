@@ -76,10 +76,10 @@ GAP_RECUR = 0.05
 DEFAULT_STEPS_PER_EXECUTION = 32
 #: Workers assumed when a PyDataset recommendation's code names none (advice.py's value).
 DEFAULT_WORKERS = 8
-#: Share of the extra cores a fair share among runnable threads would give the training
-#: process tree that it gets in fact (0: it keeps only what it used plus the idle cores;
-#: 1: CFS's equal share per thread; see :mod:`.cpu_share`). Fit by benchmarks/fit_whatif.py
-#: on the fit half of the pairs corpus (benchmarks/whatif_fit.json).
+#: Share of the cores other processes used that the training process tree takes once it
+#: wants more (0: it keeps what it used plus the idle cores; 1: it gets every core it may
+#: run on; see :mod:`.cpu_share`). Fit by benchmarks/fit_whatif.py on the fit half of the
+#: pairs corpus (benchmarks/whatif_fit.json).
 SHARE_GAIN = 0.5
 #: Relative spread given to a model's point value when nothing tighter bounds it (our
 #: choice: the step-to-step spread of the demo runs is about this size).
@@ -263,7 +263,7 @@ def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: s
 
 # ---- the models -------------------------------------------------------------------------------
 
-def _overlap(f: Findings, pipe: PipelineWall, after: float, added_threads: float, what: str) -> Prediction:
+def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Prediction:
     """The step once the input pipeline (``after`` ms per batch) runs beside the rest of the
     step: the longer of the two, unless the CPU work per batch does not fit the cores the
     training process tree gets (a CPU-only host shares them between model and pipeline).
@@ -277,17 +277,16 @@ def _overlap(f: Findings, pipe: PipelineWall, after: float, added_threads: float
             f"({after:.1f} ms per batch). Without system metrics the cores it shares with the model are unknown: "
             "at worst nothing overlaps."))
     work = _cpu_work(f, pipe, cores)  # core-ms per batch; the change keeps the work
-    share = cores.fair_share(added_threads)
-    gets = cores.free + SHARE_GAIN * (share - cores.free)
+    gets = cores.gets(SHARE_GAIN)
     point = min(max(ideal, work / gets), now)
-    low = min(max(ideal, work / share), now)
+    low = min(max(ideal, work / cores.n), now)
     high = min(max(ideal, work / cores.free) * (1 + MODEL_SPREAD), now)
     return _prediction(f, point, low, high, (
         f"{what}; the step becomes the longest of the rest of the step ({pipe.rest:.1f} ms), the pipeline "
         f"({after:.1f} ms per batch) and the CPU work per batch of model and pipeline ({work:.1f} core-ms, at most "
-        f"the process tree's {cores.tree:.2f} cores x {now:.1f} ms) over the cores the tree gets: {cores.free:.2f} of {cores.n} (what it used plus the idle "
-        f"ones) and {SHARE_GAIN:.0%} of the {share - cores.free:.2f} more a fair share among runnable threads "
-        f"would give it ({cores.others:.2f} cores were busy with other processes); never longer than now."))
+        f"the process tree's {cores.tree:.2f} cores x {now:.1f} ms) over the cores the tree gets: the {cores.free:.2f} "
+        f"of {cores.n} it used or found idle and {SHARE_GAIN:.0%} of the {cores.others:.2f} other processes used; "
+        "never longer than now. The range runs from all the cores to none of the others'."))
 
 
 def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
@@ -309,7 +308,7 @@ def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
         return CannotHelp("The pipeline already prefetches.")
     what = ("Prefetch runs the pipeline on its own thread beside the step" if pipe.synchronous else
             f"The `{pipe.kind}` stage already runs ahead on its own threads; prefetch adds a buffer")
-    return _overlap(f, pipe, pipe.now, 1.0 if pipe.synchronous else 0.0, what)
+    return _overlap(f, pipe, pipe.now, what)
 
 
 def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
@@ -326,8 +325,7 @@ def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
             "would run no more."))
     others = max(pipe.now - pipe.stage / pipe.threads, 0.0) if pipe.synchronous else 0.0
     after = others + pipe.stage / k
-    added = k - (0 if pipe.synchronous else pipe.threads)
-    return _overlap(f, pipe, after, added, (
+    return _overlap(f, pipe, after, (
         f"The `{pipe.kind}` stage ({pipe.stage:.1f} ms of work per batch, {pipe.threads} call(s) at a time) runs "
         f"{k} calls at once (AUTOTUNE, one per core) ahead of the step"))
 
@@ -354,7 +352,7 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     # else the step (the workers are late: they deliver a batch per step) times those at work.
     one = pipe.wait if workers == 1 else now * at_once(workers)
     after = one / at_once(k)
-    return _overlap(f, pipe, after, at_once(k) - at_once(workers), (
+    return _overlap(f, pipe, after, (
         f"{k} workers run the Python input ({'computing' if computing else 'waiting'}, from the sampled CPU "
         f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of {at_once(workers)}, ahead of the step"))
 
@@ -394,7 +392,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
         return CannotHelp("The model does not run eagerly: it is already a tf.function.")
     compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
     cores = cpu_share.cores_of(f.system)
-    n = cores.free if cores else 1.0  # the cores the run had: what it used plus the idle ones
+    n = cores.gets(SHARE_GAIN) if cores else 1.0  # the cores the run gets (see _overlap)
     together = max(min(n, GRAPH_CONCURRENCY), 1.0)  # independent ops of one graph run at once
     fixed = t.eager_ops * GRAPH_OP_US / 1e3 + COMPILED_CALL_MS + t.breakdown_ms["input"]
     b = t.batches_per_step
@@ -403,7 +401,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
     return _prediction(f, point, (compute / max(n, 1.0) + fixed) / b, min((compute + fixed) / b, now), (
         f"In one graph the {t.eager_ops:.0f} ops per step keep their kernel time ({t.eager_kernel_ms:.1f} ms) less "
         f"the fixed cost of an eager kernel run ({t.eager_op_floor_us:.0f} us each, the {EAGER_FLOOR_PERCENTILE}th "
-        f"percentile of their durations), {together:.1f} at a time on the {n:.1f} core(s) free (at most "
+        f"percentile of their durations), {together:.1f} at a time on the {n:.1f} core(s) it gets (at most "
         f"{GRAPH_CONCURRENCY}, as the executor ran compiled dense models here); each op pays the executor's "
         f"{GRAPH_OP_US:.1f} us and the step one compiled Keras "
         f"call ({COMPILED_CALL_MS} ms); Python between the ops disappears."))
