@@ -11,6 +11,7 @@ cores the training process tree uses (:mod:`.cpu_share`).
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Dict, List, Optional
 
 from . import cpu_share, whatif
@@ -49,7 +50,7 @@ def fit(recs: List[Dict], f: Findings) -> List[Dict]:
       input parallelism is capped by the machine, the first is one that reduces the work
       (or more cores) and its ``why_here`` says so.
     """
-    recs = [r for r in recs if already_done(r, f) is None]
+    recs = [_fit_code(r, f) for r in recs if already_done(r, f) is None]
     kept, _done = whatif.rank(recs, f)
     capped = [r for r in kept if r["fix"] in CAPPED_BY_CORES and _no_gain(r)]
     kept = [r for r in kept if r not in capped]
@@ -65,6 +66,19 @@ def fit(recs: List[Dict], f: Findings) -> List[Dict]:
                                f"predicted {capped[0]['predicted']['time_per_batch_ms']:.1f} ms per batch). "
                                + kept[0]["why_here"])
     return kept
+
+
+def _fit_code(r: Dict, f: Findings) -> Dict:
+    """The snippet's worker count fitted to the machine: Python input that computes gets one
+    worker per core it may use (more would wait for a core), input that waits keeps the
+    catalogue's count (waiting workers all wait at once)."""
+    c = cpu_share.cores_of(f.system)
+    if r.get("fix") != "pydataset_workers" or c is None or not r.get("code"):
+        return r
+    from .sysmetrics import BUSY_PROCESS_CORES
+    if c.tree + c.waiting >= BUSY_PROCESS_CORES:
+        r["code"] = re.sub(r"\bworkers=\d+", f"workers={max(c.n, 2)}", r["code"])
+    return r
 
 
 def _no_gain(r: Dict) -> bool:

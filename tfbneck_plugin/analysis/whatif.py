@@ -348,13 +348,15 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
             f"{workers} worker process(es) already run the Python input"
             f"{f', computing, on all {cores.n} core(s) the run may use' if computing else ''}: {k} workers would run "
             "no more at once."))
-    # One batch's Python work: the input wait when one worker feeds the step synchronously,
-    # else the step (the workers are late: they deliver a batch per step) times those at work.
-    one = pipe.wait if workers == 1 else now * at_once(workers)
+    # One batch's Python work on one worker: the generator stage's time per batch (the
+    # Python code itself with one worker; with several, the wait for the next batch they
+    # deliver) times the workers that were at work at once.
+    one = pipe.stage * at_once(workers)
     after = one / at_once(k)
     return _overlap(f, pipe, after, (
         f"{k} workers run the Python input ({'computing' if computing else 'waiting'}, from the sampled CPU "
-        f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of {at_once(workers)}, ahead of the step"))
+        f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of "
+        f"{at_once(workers)}, ahead of the step"))
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
