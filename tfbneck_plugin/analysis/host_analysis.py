@@ -22,7 +22,8 @@ from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
-from .verdict import Verdict, decide
+from .rules import decide
+from .verdict import Verdict
 
 _PS_PER_MS = 1e9
 
@@ -203,7 +204,7 @@ class HostAnalysis:
 
     @cached_property
     def verdict(self) -> Verdict:
-        """The verdict (:func:`.verdict.decide`)."""
+        """The verdict (:func:`.rules.decide`)."""
         return decide(self.findings)
 
     def report(self) -> Dict:
