@@ -127,3 +127,33 @@ def test_a_fix_predicted_to_slow_the_run_is_never_first_and_unmodelled_ones_rank
     flat = {"fix": "e", "predicted": {"time_per_batch_ms": 9.9}}
     ranked = sorted([slower, unknown, flat, small, bounded], key=lambda r: whatif._order(r, now))
     assert [r["fix"] for r in ranked] == ["c", "b", "d", "e", "a"]
+
+
+def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():
+    """Issue 23, point 5: the CLI table's "fix first", the markdown, the notebook's HTML and
+    DataFrame carry the predicted time per batch, speedup and range (the demo's sequential map)."""
+    import os
+
+    from conftest import DEMO_LOGS
+    from tfbneck_plugin import api, notebook, schema
+    from tfbneck_plugin.report import build_report, to_markdown, to_table
+    report = api.analyze(os.path.join(DEMO_LOGS, "pair_map_sequential"))
+    (s,) = report.sessions
+    first = schema.first_fix(s)
+    worth = schema.worth(first, s["steps"]["time_per_batch_ms"])
+    assert worth and (f"{first['predicted']['time_per_batch_ms']:.2f} ms per batch" in worth or "at best" in worth)
+    table = to_table(build_report([s]))
+    assert f"fix first: {first['title']} ({worth})" in table and f"why here: {first['why_here']}" in table
+    md = to_markdown(build_report([s]))
+    for r in s["recommendations"]:
+        w = schema.worth(r, s["steps"]["time_per_batch_ms"])
+        assert f"**{r['title']}**" + (f" ({w})" if w else "") in md
+    assert "*Why here:*" in md
+    html = notebook.recommendations_section(s)
+    assert 'class="tfb-worth"' in html and "Why here:" in html
+    predicted = next(r for r in s["recommendations"] if r["predicted"])
+    assert f"{predicted['predicted']['speedup']:.2f}x" in html
+    df = report.to_dataframe()
+    assert df.loc[0, "fix_first"] == first["fix"]
+    if first["predicted"]:
+        assert df.loc[0, "fix_first_predicted_ms"] == first["predicted"]["time_per_batch_ms"]
