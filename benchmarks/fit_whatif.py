@@ -9,10 +9,11 @@ that use it is kept. Writes ``benchmarks/whatif_fit.json`` (committed): each con
 the pairs it was fit on and the errors along the grid. ``tfbneck_plugin/analysis/whatif.py``
 holds the values (tests/test_whatif.py checks they are these). No TensorFlow.
 
-The constants: ``SHARE_GAIN`` (prefetch, parallel_map, pydataset_workers: the share of a fair
-share's extra cores the training gets), ``GAP_RECUR`` (steps_per_execution: the share of the
-gaps between ops that recur per batch), ``GRAPH_CONCURRENCY`` (tf_function: ops of one graph
-at once).
+The constants: ``SHARE_GAIN`` (prefetch, parallel_map, pydataset_workers: the share of the
+cores other processes used that the training takes once it wants more) and ``GAP_RECUR``
+(steps_per_execution: the share of the gaps between ops that recur per batch). The
+tf_function model's constants are measurements, not fits (whatif.py says on which runs; none
+is a corpus pair).
 """
 from __future__ import annotations
 
@@ -31,8 +32,7 @@ OUT_JSON = os.path.join(HERE, "whatif_fit.json")
 #: constant -> (the changes whose predictions use it, the grid of values tried).
 CONSTANTS = {
     "SHARE_GAIN": (("prefetch", "parallel_map", "pydataset_workers"), [round(x, 2) for x in np.arange(0, 1.01, 0.05)]),
-    "GAP_RECUR": (("steps_per_execution",), [round(x, 3) for x in np.arange(0, 0.51, 0.025)]),
-    "GRAPH_CONCURRENCY": (("tf_function",), [round(x, 2) for x in np.arange(1.0, 2.01, 0.05)]),
+    "GAP_RECUR": (("steps_per_execution",), [round(x, 3) for x in np.arange(0, 1.01, 0.025)]),
 }
 
 

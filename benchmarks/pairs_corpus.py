@@ -372,6 +372,12 @@ def _analyse_pair(folder: str):
     return {"before": runs["before"], "after": [r[0] for r in runs["after"]]}
 
 
+def _others(report) -> float:
+    """Cores other processes kept busy during a run (the machine's load on it)."""
+    m = report.get("system_metrics") or {}
+    return round(float(m.get("others_cpu_cores") or 0.0), 2)
+
+
 def score_pair(p: dict, loaded) -> dict:
     """One pair's row: the before-runs' prediction for the change against the after-runs
     (medians over the repetitions)."""
@@ -381,9 +387,10 @@ def score_pair(p: dict, loaded) -> dict:
     if loaded is None:
         row["missing"] = "runs not made, or no steady steps"
         return row
+    row["others_cores"] = [_others(r) for r in [b for b, _ in loaded["before"]] + loaded["after"]]
     row["before_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r, _ in loaded["before"]])), 3)
     row["measured_ms"] = round(float(np.median([r["steps"]["time_per_batch_ms"] for r in loaded["after"]])), 3)
-    from tfbneck_plugin.analysis.verdict import decide
+    from tfbneck_plugin.analysis.rules import decide
     recommended = [r["fix"] for r in decide(loaded["before"][0][1]).recommendations]
     row["recommended"] = p["fix"] in recommended
     row["rank"] = recommended.index(p["fix"]) + 1 if row["recommended"] else None
@@ -470,7 +477,10 @@ def markdown(rows, meta) -> str:
            "`python benchmarks/pairs_corpus.py runs` makes (seed "
            f"{SEED}; {meta}). Times are ms per batch, steady steps; error = (predicted - measured) / measured. "
            "A pair's half is fixed by a seeded hash of its name; the models' constants are fit "
-           "(`benchmarks/fit_whatif.py`) on the fit half only.", ""]
+           "(`benchmarks/fit_whatif.py`) on the fit half only. Others' cores: the cores other processes kept busy "
+           "in each run (before, before, after, after): the machine's load moved under the pairs. Rank: the "
+           "change's place among the first before-run's recommendations (not offered: left out, e.g. capped by "
+           "the cores, or not the verdict's advice).", ""]
     for name in ("validation", "fit"):
         part = [r for r in rows if r["half"] == name]
         s = summary(part)
@@ -478,8 +488,8 @@ def markdown(rows, meta) -> str:
                 f"{s['pairs']} pairs, {s['predicted']} with a prediction: median absolute error "
                 f"{s['median_abs_error_pct']} %, 90th percentile {s['p90_abs_error_pct']} %, "
                 f"{s['within_25_pct']} % within 25 %; wrong direction: {', '.join(s['wrong_direction']) or 'none'}.",
-                "", "| pair | change | cores | machine | before | predicted (range) | measured | error | rank |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "", "| pair | change | cores | machine | others' cores (before, after runs) | before | predicted (range) "
+                "| measured | error | rank |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in part:
             out.append(_md_row(r))
         out.append("")
@@ -487,7 +497,8 @@ def markdown(rows, meta) -> str:
 
 
 def _md_row(r) -> str:
-    head = f"| `{r['pair']}` | `{r['fix']}` | {r['cores']} | {r['load']} |"
+    load = " ".join(f"{v:.1f}" for v in r.get("others_cores", []))
+    head = f"| `{r['pair']}` | `{r['fix']}` | {r['cores']} | {r['load']} | {load} |"
     if r.get("missing"):
         return head + f" | | | {r['missing']} | |"
     rank = r["rank"] if r["rank"] else "not offered"

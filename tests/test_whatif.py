@@ -349,7 +349,7 @@ def test_constants_are_fit_on_the_fit_half_only():
     from tfbneck_plugin.analysis import whatif
     pc = _corpus()
     fit = json.load(open(os.path.join(BENCHMARKS, "whatif_fit.json")))
-    assert fit["seed"] == pc.SEED and set(fit["constants"]) == {"SHARE_GAIN", "GAP_RECUR", "GRAPH_CONCURRENCY"}
+    assert fit["seed"] == pc.SEED and set(fit["constants"]) == {"SHARE_GAIN", "GAP_RECUR"}
     for name, c in fit["constants"].items():
         assert getattr(whatif, name) == c["value"], name
         assert c["fit_pairs"] and all(pc.half(p) == "fit" for p in c["fit_pairs"]), name
