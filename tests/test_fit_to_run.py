@@ -143,11 +143,11 @@ def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():
     worth = schema.worth(first, s["steps"]["time_per_batch_ms"])
     assert worth and (f"{first['predicted']['time_per_batch_ms']:.2f} ms per batch" in worth or "at best" in worth)
     table = to_table(build_report([s]))
-    assert f"fix first: {first['title']} ({worth})" in table and f"why here: {first['why_here']}" in table
+    assert f"fix first: {first['title']} — {worth}" in table and f"why here: {first['why_here']}" in table
     md = to_markdown(build_report([s]))
     for r in s["recommendations"]:
         w = schema.worth(r, s["steps"]["time_per_batch_ms"])
-        assert f"**{r['title']}**" + (f" ({w})" if w else "") in md
+        assert f"**{r['title']}**" + (f" — {w}" if w else "") in md
     assert "*Why here:*" in md
     html = notebook.recommendations_section(s)
     assert 'class="tfb-worth"' in html and "Why here:" in html

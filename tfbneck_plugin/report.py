@@ -85,7 +85,7 @@ def to_table(report: Dict) -> str:
         fix = schema.first_fix(s)
         if fix:
             worth = schema.worth(fix, (s.get("steps") or {}).get("time_per_batch_ms"))
-            lines.append(f"  fix first: {fix['title']}" + (f" ({worth})" if worth else ""))
+            lines.append(f"  fix first: {fix['title']}" + (f" — {worth}" if worth else ""))
             if fix.get("why_here"):
                 lines.append(f"    why here: {fix['why_here']}")
         lines.append("")
@@ -137,7 +137,7 @@ def to_markdown(report: Dict) -> str:
         now = (s.get("steps") or {}).get("time_per_batch_ms")
         for r in s.get("recommendations") or []:
             worth = schema.worth(r, now)
-            out.append(f"\n**{r['title']}**" + (f" ({worth})" if worth else "") + f": {r['detail']}")
+            out.append(f"\n**{r['title']}**" + (f" — {worth}" if worth else "") + f": {r['detail']}")
             if r.get("why_here"):
                 out.append(f"\n*Why here:* {r['why_here']}")
             if r.get("code"):
