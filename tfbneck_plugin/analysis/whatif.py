@@ -12,20 +12,24 @@ trace. ``predicted``:
     ``speedup``            today's time per batch / the predicted one
     ``basis``              one sentence: the model and its assumptions
 
-The models (times per steady step, ms; T the step, I its input wait, R = T - I the rest):
+The models (per batch, ms; T today's time, I its input wait, R = T - I the rest; cores from
+the sampler, :mod:`.cpu_share`: G those the training process tree gets once it wants more):
 
-``prefetch``            the input pipeline overlaps the step: max(R, P, W/n), where P is the
-                        pipeline's own time per batch (the larger of the input wait and the
-                        work its stages recorded) and W/n the CPU work the training process
-                        did per step (sampled cores x T) spread over the machine's n cores:
-                        on a CPU-only host the pipeline shares cores with the model. (The
-                        range's top: the other processes keep the cores they used.)
-``parallel_map`` / ``pydataset_workers``  the limiting stage runs on k threads or workers
-                        (and, being asynchronous, overlaps the step): P becomes
-                        (P - S) + S/k for the stage's work S per batch.
-``steps_per_execution`` the ops' own time in a step, and a small part of the gaps between
-                        them (the span from first op start to last op end, less the ops'
-                        time), recur per batch; the rest of the median step (Python, Keras,
+``prefetch``            the input pipeline runs beside the rest of the step:
+                        min(T, max(R, P, W/G)). P, the pipeline's wall time per batch: the
+                        input wait when the consumer runs it itself; else its limiting
+                        stage's work per batch over the calls it runs at once (an
+                        asynchronous stage's self time is the wait for that work, never added
+                        to it). W: the CPU work per batch of model and pipeline (the model's
+                        executor work and the limiting stage's, from the trace, at most the
+                        sampled tree's): on a CPU-only host they share the cores.
+``parallel_map``        the same with P = (P - S) + S/n: the limiting stage's work S per
+                        batch on one call per core (AUTOTUNE).
+``pydataset_workers``   the same with P = S1/k': one worker's Python time per batch over the
+                        workers at work at once (all when they wait, at most n when they
+                        compute).
+``steps_per_execution`` the ops' own time in a step, and ``GAP_RECUR`` of the gaps between
+                        them, recur per batch; the rest of the median step (Python, Keras,
                         callbacks, the call and the executor's start-up) is paid once per
                         call of k batches.
 ``tf_function``         eager op by op -> one graph: each op keeps its kernel time less
@@ -33,8 +37,12 @@ The models (times per steady step, ms; T the step, I its input wait, R = T - I t
                         as far as the cores and the graph allow, each op pays an executor's
                         cost instead, and the step one compiled call.
 
-The checks against reality: ``demo_logs/PAIRS.json`` (before/after runs made here, each
-changing one thing) and ``tests/test_whatif.py``.
+A change that overlaps or adds parallelism is never predicted slower than today; every
+range holds its point. A change with no model gets ``bound_ms`` where the share of the step
+it acts on bounds it (:data:`ACTS_ON`). The checks against reality: the validation half of
+``benchmarks/pairs_corpus.py`` (``docs/predictions.md``), the ``demo_logs`` pairs and
+``tests/test_whatif.py``; the constants ``SHARE_GAIN`` and ``GAP_RECUR`` are fit on the
+corpus's fit half only (``benchmarks/fit_whatif.py``).
 """
 from __future__ import annotations
 
@@ -68,9 +76,8 @@ COMPILED_CALL_MS = 0.61
 GRAPH_CONCURRENCY = 1.7
 #: Fraction of the gaps between a step's ops (executor hand-offs between threads) that
 #: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
-#: loop does not pay again. Fit here on four pairs of runs like demo_logs' pair_spe1 ->
-#: pair_spe32, made before the committed ones (2-core VM under other jobs' load): from 0 to
-#: 0.1 every prediction was within 25 % (-23 % to +17 % at 0.05); 0.5 gave up to +69 %.
+#: loop does not pay again. Fit by benchmarks/fit_whatif.py on the steps_per_execution
+#: pairs of the corpus's fit half (benchmarks/whatif_fit.json).
 GAP_RECUR = 0.05
 #: steps_per_execution assumed when a recommendation's code names none (advice.py's value).
 DEFAULT_STEPS_PER_EXECUTION = 32
