@@ -338,7 +338,9 @@ def analyse_run(folder: str):
     a = HostAnalysis(read_space(s.files[0], open), system)
     if not a.findings.steps.found:
         return None
-    return a.report(), a.findings
+    report = a.report()
+    report["system_metrics"] = system  # as analyze_session adds it
+    return report, a.findings
 
 
 def load_pair(out: str, p: dict):
