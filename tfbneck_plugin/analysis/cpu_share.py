@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from . import sysmetrics
+
 #: A machine counts as saturated when fewer cores than this sat idle on average (cores;
 #: one 50 ms sample of a 2-core machine resolves about 0.02 cores; our choice, a tenth of
 #: a core, is well above the sampler's noise).
@@ -71,9 +73,7 @@ def cores_of(system: Optional[Dict]) -> Optional[Cores]:
     n = int(system.get("usable_cores") or system["cpu_count"])
     tree = system.get("tree_cpu_cores")
     tree = float(tree if tree is not None else system.get("proc_cpu_cores") or 0.0)
-    others = system.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only
-        others = max((system.get("cpu_mean_pct") or 0.0) * int(system["cpu_count"]) / 100.0 - tree, 0.0)
+    others = sysmetrics.other_cores(system, tree, int(system["cpu_count"]))
     # Other processes may run on cores outside this process's affinity: count only what
     # could have been on its own cores.
     others = min(float(others), max(n - tree, 0.0))

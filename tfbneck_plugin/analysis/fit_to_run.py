@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 
 from . import cpu_share, whatif
 from .advice import rec as make_rec
-from .findings import Findings
+from .findings import Findings, StepTiming
 
 #: Changes that add parallelism or overlap to the input: the machine's free cores cap them.
 CAPPED_BY_CORES = ("prefetch", "parallel_map", "pydataset_workers")
@@ -103,8 +103,14 @@ def _capped_sentence(f: Findings) -> str:
 
 # ---- why here ----------------------------------------------------------------------------------
 
+def _tm(f: Findings) -> StepTiming:
+    """The step timing: the sentences run only when there is one (:func:`why_here`)."""
+    assert f.timing is not None
+    return f.timing
+
+
 def _t(f: Findings):
-    t = f.timing
+    t = _tm(f)
     now = t.time_per_batch_ms
     wait = t.breakdown_ms.get("input", 0.0) / t.batches_per_step
     return now, wait, 100.0 * wait / now if now > 0 else 0.0
@@ -124,7 +130,7 @@ def _why_prefetch(f):
 def _why_parallel(f):
     st = f.pipeline.blocking
     now, wait, pct = _t(f)
-    per_batch = st.work_ps / max(f.steps.count * f.timing.batches_per_step, 1) / 1e9
+    per_batch = st.work_ps / max(f.steps.count * _tm(f).batches_per_step, 1) / 1e9
     return (f"The `{st.kind}` stage does {per_batch:.1f} ms of work per batch, {st.threads} call at a time, while "
             f"the step waits {wait:.1f} ms per batch ({pct:.0f} %){_cores_clause(f)}.")
 
@@ -139,7 +145,7 @@ def _why_workers(f):
 def _why_vectorise(f):
     st = f.pipeline.map_per_element
     now, wait, pct = _t(f)
-    batches = max(f.steps.count * f.timing.batches_per_step, 1)
+    batches = max(f.steps.count * _tm(f).batches_per_step, 1)
     calls = f" ({st.calls / batches:.0f} calls per batch)" if st.calls > batches else ""
     return (f"The `{st.kind}` stage calls its function once per element{calls} and the step waits {wait:.1f} ms "
             f"per batch ({pct:.0f} %) for the input.")
@@ -152,20 +158,20 @@ def _why_cache(f):
 
 
 def _why_spe(f):
-    t = f.timing
+    t = _tm(f)
     outside = t.time_per_batch_ms - (t.op_span_ms or 0.0) / t.batches_per_step
     return (f"Each batch pays one call of the training function ({t.batches_per_step} batch(es) per call): "
             f"{max(outside, 0.0):.2f} of its {t.time_per_batch_ms:.2f} ms lie outside the model's ops.")
 
 
 def _why_tf_function(f):
-    t = f.timing
+    t = _tm(f)
     return (f"The model runs eagerly: {t.eager_ops:.0f} ops per step each dispatched from Python, their kernels "
             f"{t.eager_kernel_ms:.1f} ms of the {t.step_ms:.1f} ms step.")
 
 
 def _why_xla(f):
-    t = f.timing
+    t = _tm(f)
     ops = t.breakdown_ms.get("device_compute", 0.0)
     return (f"The model's ops take {ops:.1f} ms of the {t.step_ms:.1f} ms step on the {f.device_kind} and no XLA "
             "executable ran in the trace.")
@@ -176,8 +182,8 @@ def _why_more_cores(f):
 
 
 def _why_share(r: Dict, f: Findings) -> str:
-    cats = whatif.ACTS_ON.get(r.get("fix"))
-    t = f.timing
+    cats = whatif.ACTS_ON.get(str(r.get("fix")))
+    t = _tm(f)
     if not cats:
         return f"The step takes {t.time_per_batch_ms:.1f} ms per batch."
     ms = sum(t.breakdown_ms.get(c, 0.0) for c in cats) / t.batches_per_step
@@ -197,10 +203,10 @@ def why_here(r: Dict, f: Findings) -> str:
     """One sentence with this run's numbers: why ``r`` fits it."""
     if f.timing is None or not f.steps.found:
         return "No steady step was found: the advice follows the verdict's cause alone."
-    fn = WHY.get(r.get("fix"))
+    fn = WHY.get(str(r.get("fix")))
     needs_pipeline = r.get("fix") in ("parallel_map", "vectorise_map")
     if fn is None or (needs_pipeline and (f.pipeline is None or f.pipeline.blocking is None)):
         return _why_share(r, f)
-    if r.get("fix") == "vectorise_map" and f.pipeline.map_per_element is None:
+    if r.get("fix") == "vectorise_map" and (f.pipeline is None or f.pipeline.map_per_element is None):
         return _why_share(r, f)
     return fn(f)

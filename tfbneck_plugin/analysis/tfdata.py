@@ -100,10 +100,9 @@ class Stage:
     def threads(self) -> int:
         """Elements it works on at once: its ``parallelism`` stat for an asynchronous stage
         (at least 1), 1 for a synchronous one."""
-        par = self.parallelism
         try:
-            par = int(par)
-        except (TypeError, ValueError):
+            par = int(str(self.parallelism))
+        except ValueError:  # None, or a stat that is not a number
             par = 1
         return max(par, 1) if self.asynchronous else 1
 
@@ -204,7 +203,9 @@ def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
     fr_ids = view.ids_named([FUNCTION_RUN])
     owner_ids = view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
                          (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
-    prod_values, prod_owner, owner_names = [], [], []
+    prod_values: List = []
+    prod_owner: List = []
+    owner_names: List[str] = []
     for li in view.tfdata_lines:
         line = plane.lines[li]
         fr = np.flatnonzero(np.isin(line.name_id, fr_ids))

@@ -104,25 +104,25 @@ Model = Callable[[Dict, Findings], Union[Prediction, str]]
 
 # ---- the facts the models read ------------------------------------------------------------
 
-def step_timing(a) -> Optional[StepTiming]:
-    """Per-step times of a :class:`.host_analysis.HostAnalysis` for the what-if models.
+def step_timing(steps, parts: Dict[str, np.ndarray], view, activity) -> Optional[StepTiming]:
+    """Per-step times of one host for the what-if models.
 
     Args:
-      a: the host analysis (its steady steps, breakdown parts and host view).
+      steps: the steady steps (:class:`.steps.Steps`) or None.
+      parts: ps per breakdown category per step (:func:`.breakdown.per_step`).
+      view: the host view with its training thread (:class:`.host.HostView`) or None.
+      activity: the breakdown categories' intervals (:class:`.breakdown.Activity`).
 
     Returns:
       None without steady steps, else a :class:`.findings.StepTiming` (ms per step).
     """
-    steps = a.steps
     if steps is None or not steps.count:
         return None
     n = steps.count
-    parts = a.parts
     timing = StepTiming(
         step_ms=float(steps.durations_ps.mean()) / 1e9, batches_per_step=int(steps.batches_per_step),
         breakdown_ms={c: float(parts[c].sum()) / n / 1e9 for c in breakdown.CATEGORIES},
         durations_ms=[float(d) / 1e9 for d in steps.durations_ps])
-    view = a.view
     if view is None or view.training_line is None:
         return timing
     from .host import INFERENCE_FUNCTION_RE
@@ -131,13 +131,13 @@ def step_timing(a) -> Optional[StepTiming]:
     if fn:
         inside = timeline.overlap_per_window(view.intervals(fn), steps.starts, steps.ends)
         timing.function_ms = float(inside.sum()) / n / 1e9
-        act = a.activity  # the step's work: ops on host threads or devices, copies, launches
+        act = activity  # the step's work: ops on host threads or devices, copies, launches
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
         timing.model_cpu_ms = _core_ms(view.model_executor_intervals(), steps)
     else:  # no training function: the ops ran eagerly, one kernel run each
-        _eager_kernels(a, timing)
+        _eager_kernels(view, steps, timing)
     return timing
 
 
@@ -181,9 +181,8 @@ def _core_ms(iv: timeline.Intervals, steps) -> float:
     return float(inside.sum()) / steps.count / 1e9
 
 
-def _eager_kernels(a, timing: StepTiming) -> None:
+def _eager_kernels(view, steps, timing: StepTiming) -> None:
     """Eager kernel runs inside the steady steps, less those that wait for input."""
-    view, steps = a.view, a.steps
     sel = view.select(view.ids_named(EAGER_KERNEL_RUNS), [view.training_line])
     if not sel:
         return
@@ -255,14 +254,20 @@ def _code_int(rec: Dict, name: str, default: int) -> int:
     return int(m.group(1)) if m else default
 
 
+def _timing(f: Findings) -> StepTiming:
+    """The findings' step timing: the models run only when there is one (:func:`predict`)."""
+    assert f.timing is not None
+    return f.timing
+
+
 def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: str,
                 batches_per_step: Optional[int] = None) -> Prediction:
     """A prediction whose range holds its point (the point is clipped into [low, high] where
     the bounds are tighter than the model)."""
-    now = f.timing.time_per_batch_ms
+    now = _timing(f).time_per_batch_ms
     low, high = max(min(low, high), 1e-6), max(low, high)
     per_batch = min(max(per_batch, low), high)
-    b = batches_per_step or f.timing.batches_per_step
+    b = batches_per_step or _timing(f).batches_per_step
     return {"time_per_batch_ms": round(per_batch, 3), "step_time_ms": round(per_batch * b, 3),
             "range_ms": [round(low, 3), round(high, 3)],
             "speedup": round(now / per_batch, 2), "basis": basis}
@@ -275,7 +280,7 @@ def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Predic
     step: the longer of the two, unless the CPU work per batch does not fit the cores the
     training process tree gets (a CPU-only host shares them between model and pipeline).
     A change that only overlaps or adds parallelism never makes the step longer than now."""
-    now = f.timing.time_per_batch_ms
+    now = _timing(f).time_per_batch_ms
     ideal = max(pipe.rest, after)
     cores = cpu_share.cores_of(f.system)
     if cores is None:
@@ -300,7 +305,7 @@ def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
     """Core-ms of CPU work per batch that model and pipeline share: the model's executor work
     and the limiting stage's work, both from the trace (threads that spin while idle add CPU
     time but no work), at most what the sampler saw the process tree use."""
-    t = f.timing
+    t = _timing(f)
     sampled = cores.tree * t.time_per_batch_ms
     if t.model_cpu_ms is None or f.device_kind != "CPU":
         return sampled
@@ -311,7 +316,7 @@ def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
     pipe = _pipeline_wall(f)
     if pipe is None:
         return "The trace holds no tf.data stages: the input pipeline's own time is unknown."
-    if f.pipeline.has_prefetch:
+    if f.pipeline is not None and f.pipeline.has_prefetch:
         return CannotHelp("The pipeline already prefetches.")
     what = ("Prefetch runs the pipeline on its own thread beside the step" if pipe.synchronous else
             f"The `{pipe.kind}` stage already runs ahead on its own threads; prefetch adds a buffer")
@@ -326,7 +331,7 @@ def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
         return "Without system metrics the number of cores a parallel stage could use is unknown."
     k = cores.n  # AUTOTUNE runs up to one call per core
     if pipe.threads >= k:
-        now = f.timing.time_per_batch_ms
+        now = _timing(f).time_per_batch_ms
         return _prediction(f, now, now, now, (
             f"The `{pipe.kind}` stage already runs {pipe.threads} calls at once on {cores.n} core(s): AUTOTUNE "
             "would run no more."))
@@ -344,8 +349,8 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     if cores is None:
         return "Without system metrics it is unknown whether the Python input computes or waits."
     from .sysmetrics import BUSY_PROCESS_CORES
-    now = f.timing.time_per_batch_ms
-    workers = max(int(f.system.get("tree_children") or 0), 1)  # worker processes (threads are not seen)
+    now = _timing(f).time_per_batch_ms
+    workers = max(int((f.system or {}).get("tree_children") or 0), 1)  # worker processes (threads are not seen)
     k = _code_int(rec, "workers", DEFAULT_WORKERS)
     # Threads that ran or waited for a core want the CPU: a starved tree still computes.
     computing = cores.tree + cores.waiting >= BUSY_PROCESS_CORES
@@ -367,7 +372,7 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if t.function_ms is None or t.function_ms <= 0 or not t.op_span_ms:
         return ("The trace shows no call of Keras' training function (eager execution, or a custom loop), so the "
                 "step cannot be split into work per batch and overhead per call.")
@@ -396,7 +401,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if not f.eager or t.eager_ops <= 0:
         return CannotHelp("The model does not run eagerly: it is already a tf.function.")
     compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
@@ -417,7 +422,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    st, t = f.steps, f.timing
+    st, t = f.steps, _timing(f)
     if not st.graph_build_ms:
         return "No steady step built a graph."
     build = st.graph_build_ms / st.count / t.batches_per_step
@@ -428,7 +433,7 @@ def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _overlap_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
     if h2d <= 0:
         return "No host-to-device copy held the step up."
@@ -502,9 +507,10 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     """
     if f.timing is None or not f.steps.found:
         return None, "No steady step was found: there is no step time to predict from."
-    model = MODELS.get(rec.get("fix"))
+    fix = rec.get("fix") or ""
+    model = MODELS.get(fix)
     if model is None:
-        return None, WHY_NOT.get(rec.get("fix"), "No model of this change from the trace's numbers.")
+        return None, WHY_NOT.get(fix, "No model of this change from the trace's numbers.")
     out = model(rec, f)
     return (None, out) if isinstance(out, str) else (out, None)
 
@@ -512,7 +518,7 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
 def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
     """The best time per batch a change with no model could reach: today's less the share of
     the step it acts on (:data:`ACTS_ON`), or None when that is not known."""
-    cats = ACTS_ON.get(rec.get("fix"))
+    cats = ACTS_ON.get(str(rec.get("fix")))
     if not cats or f.timing is None or not f.steps.found:
         return None
     t = f.timing
@@ -538,7 +544,7 @@ def _order(rec: Dict, now: float) -> Tuple[int, float]:
     return 0, t
 
 
-def rank(recs: List[Dict], f: Findings) -> List[Dict]:
+def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, str]]]:
     """Each recommendation with ``predicted`` (or ``predicted: None``, ``predicted_why_not``
     and, where the trace bounds it, ``bound_ms``), those that cannot help this run left
     out, ordered by what they gain (:func:`_order`).
@@ -551,7 +557,8 @@ def rank(recs: List[Dict], f: Findings) -> List[Dict]:
       (kept, dropped): the kept recommendations reordered, ``kept[0]`` the fix to make
       first; ``dropped``: (recommendation, why it cannot help) of those left out.
     """
-    kept, dropped = [], []
+    kept: List[Dict] = []
+    dropped: List[Tuple[Dict, str]] = []
     for rec in recs:
         pred, why = predict(rec, f)
         if isinstance(why, CannotHelp):
