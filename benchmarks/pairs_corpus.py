@@ -327,7 +327,7 @@ def analyse_run(folder: str):
     from tfbneck_plugin.analysis import sysmetrics
     from tfbneck_plugin.analysis.host_analysis import HostAnalysis
     from tfbneck_plugin.logdir import find_sessions
-    from tfbneck_plugin.trace.xspace import read_space
+    from tfbneck_plugin.trace.tracefile import read_space
     if not os.path.isdir(os.path.join(folder, "logs")):
         return None
     sessions = find_sessions(os.path.join(folder, "logs")).sessions

@@ -119,7 +119,7 @@ def _model_cpu_ms(run):
     from tfbneck_plugin.analysis import sysmetrics
     from tfbneck_plugin.analysis.host_analysis import HostAnalysis
     from tfbneck_plugin.logdir import find_sessions
-    from tfbneck_plugin.trace.xspace import read_space
+    from tfbneck_plugin.trace.tracefile import read_space
     (s,) = find_sessions(os.path.join(DEMO_LOGS, run)).sessions
     system = sysmetrics.summarize(records.read_sidecar(s.sidecar, open))
     return HostAnalysis(read_space(s.files[0], open), system).findings.timing.model_cpu_ms

@@ -177,6 +177,30 @@ def _why_xla(f):
             "executable ran in the trace.")
 
 
+def _why_retracing(f):
+    st = f.steps
+    per_batch = st.graph_build_ms / max(st.count * _tm(f).batches_per_step, 1)
+    return (f"Steady steps spent {per_batch:.1f} ms per batch ({st.graph_build_pct:.0f} % of their time) building "
+            f"graphs, in {st.graph_build_steps} of {st.count} steps.")
+
+
+def _why_copies(f):
+    t = _tm(f)
+    h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
+    return f"Host-to-device copies held the step {h2d:.1f} of its {t.time_per_batch_ms:.1f} ms per batch."
+
+
+def _why_trace(f):
+    return (f"The breakdown of the {_tm(f).time_per_batch_ms:.1f} ms per batch rests on what the trace recorded: "
+            "this makes it record the rest.")
+
+
+def _why_math(f):
+    t = _tm(f)
+    ops = t.breakdown_ms.get("device_compute", 0.0)
+    return f"The model's ops take {ops:.1f} ms of the {t.step_ms:.1f} ms step on the {f.device_kind}."
+
+
 def _why_more_cores(f):
     return _capped_sentence(f)
 
@@ -196,6 +220,9 @@ WHY: Dict[str, Callable[[Findings], str]] = {
     "prefetch": _why_prefetch, "parallel_map": _why_parallel, "pydataset_workers": _why_workers,
     "vectorise_map": _why_vectorise, "cache": _why_cache, "steps_per_execution": _why_spe,
     "tf_function": _why_tf_function, "xla": _why_xla, "more_cores": _why_more_cores,
+    "tensor_arguments": _why_retracing, "input_signature": _why_retracing, "reduce_retracing": _why_retracing,
+    "prefetch_to_device": _why_copies, "mixed_precision": _why_math, "use_gpu": _why_math,
+    "fix_device_trace": _why_trace, "step_markers": _why_trace,
 }
 
 

@@ -78,7 +78,7 @@ GRAPH_CONCURRENCY = 1.7
 #: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
 #: loop does not pay again. Fit by benchmarks/fit_whatif.py on the steps_per_execution
 #: pairs of the corpus's fit half (benchmarks/whatif_fit.json).
-GAP_RECUR = 0.05
+GAP_RECUR = 0.525
 #: steps_per_execution assumed when a recommendation's code names none (advice.py's value).
 DEFAULT_STEPS_PER_EXECUTION = 32
 #: Workers assumed when a PyDataset recommendation's code names none (advice.py's value).
@@ -87,7 +87,7 @@ DEFAULT_WORKERS = 8
 #: wants more (0: it keeps what it used plus the idle cores; 1: it gets every core it may
 #: run on; see :mod:`.cpu_share`). Fit by benchmarks/fit_whatif.py on the fit half of the
 #: pairs corpus (benchmarks/whatif_fit.json).
-SHARE_GAIN = 0.5
+SHARE_GAIN = 0.0
 #: Relative spread given to a model's point value when nothing tighter bounds it (our
 #: choice: the step-to-step spread of the demo runs is about this size).
 MODEL_SPREAD = 0.15
