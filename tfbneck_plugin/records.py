@@ -20,6 +20,7 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
 
     {"format": "tfbneck.system_metrics", "version": 1,
      "host": str, "pid": int, "cpu_count": int, "interval_s": float,
+     "cpu_affinity": int | null,          # added later: cores the process may run on (sched_getaffinity)
      "start_unix_ns": int, "end_unix_ns": int,
      "samples": [{"t_unix_ns": int,
                   "cpu_pct": [float per core, 0-100],   # psutil.cpu_percent(percpu=True)
