@@ -176,7 +176,9 @@ class HostAnalysis:
         steps, found = self.steps, self.step_search.steps
         if steps is None:
             return StepFacts(why_none=_why_none(self.step_search))
-        facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
+        facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()),
+                          custom_loop=stepsmod.is_custom_loop(self.view, steps),
+                          fetch_outside=steps.fetch_outside)
         warm = getattr(found, "warmup", None)
         if warm is not None and warm.any():
             facts.warmup_count = int(warm.sum())

@@ -178,9 +178,16 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
     callbacks)::
 
         with BottleneckProfiler("logs/run1", profile_steps=(10, 14)) as profiler:
-            for x, y in ds:
+            it = iter(ds)
+            for _ in range(num_steps):
                 with profiler.step():          # counts steps from 1; or step(step_num=n)
+                    x, y = next(it)            # fetched inside the step: its input wait is the step's
                     train_step(x, y)
+
+    Fetch the batch inside ``step()``: the step is what the loop waits for, the batch
+    included. With ``for x, y in ds:`` outside the step the analyzer finds the fetch between
+    the marked steps and counts it in the step after it (the evidence says so), at the cost
+    of the window's first step, whose fetch came before the trace began.
 
     Never hurts training: when a window cannot be captured (another profiler session is
     already running in the process, ``TF_DISABLE_PROFILING`` is set, ``log_dir`` cannot
@@ -373,10 +380,12 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
             batches per call); they count toward the schedule like Keras'
             ``steps_per_execution``.
 
-        Example::
+        Example (the batch fetched inside the step, so its input wait counts in it)::
 
-            for x, y in ds:
+            it = iter(ds)
+            for _ in range(num_steps):
                 with profiler.step():
+                    x, y = next(it)
                     loss = train_step(x, y)
 
         Raises:
