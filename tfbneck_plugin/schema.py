@@ -38,6 +38,8 @@ class Steps(TypedDict, total=False):
     tried: List[Dict[str, str]]       # {"finder", "why_not"}
     why_none: str
     warmup: Dict[str, object]         # count, time_ms, steps, reason, excluded
+    outliers: Dict[str, object]       # odd steps left out of the verdict: steps, time_ms, reason
+    notes: List[str]                  # how the steps were read (e.g. a batch fetched outside the marked step)
     graph_builds: Dict[str, float]    # steps, time_ms, pct
 
 
@@ -62,7 +64,8 @@ class Recommendation(TypedDict, total=False):
 
 class InputPipeline(TypedDict, total=False):
     """The tf.data stages and the one that blocks the consumer."""
-    bottleneck_stage: Optional[str]   # full tf.data iterator name
+    bottleneck_stage: Optional[str]   # full iterator name of the stage the step waits on; None below 5 % input
+    busiest_stage: Optional[str]      # the stage with the most work, whether or not the step waits for it
     stages: List[Dict[str, object]]
     has_prefetch: bool
 

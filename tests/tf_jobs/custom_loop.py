@@ -3,13 +3,15 @@
 Usage: custom_loop.py INPUT PLACEMENT LOGDIR
 
 INPUT: ``slow`` (a tf.data map doing far more CPU work per batch than the model, no
-parallelism) or ``fast`` (in-memory batches, prefetched). PLACEMENT: ``outside`` (the
+parallelism), ``fast`` (in-memory batches, prefetched) or ``outlier`` (in-memory batches,
+not prefetched, batch 23 (step 24) sleeping 100 ms: one odd step among quiet ones). PLACEMENT: ``outside`` (the
 batch is fetched by ``for x, y in ds`` before ``with profiler.step():``, the loop as most
 people write it) or ``inside`` (``next(it)`` inside the step). The loop runs 40 steps of a
 ``tf.function`` train step and profiles steps 20-27; it times every step with its own
 clock (``time.perf_counter`` at each step's start, so the period covers fetch and train)
 and prints ``PERIODS <step>:<ms> ...`` for the window's steps 20-27 (step n's period: from
 its start to step n+1's start; step 20's holds the profiler's start, step 27's its stop)
+and ``ENDS <step>:<ms> ...`` (the clock at the end of each step's body, from step 1's)
 then ``DONE``.
 """
 import os
@@ -34,9 +36,20 @@ def heavy(x, y):
     return x, y
 
 
+def one_slow_batch(i, batch):
+    # Batch 23 (step 24) sleeps 100 ms in Python: one odd step among quiet ones.
+    late = tf.cond(i == 23, lambda: tf.py_function(lambda: time.sleep(0.1) or 0, [], tf.int32),
+                   lambda: tf.constant(0))
+    return tf.nest.map_structure(lambda t: t + tf.cast(late, t.dtype), batch)
+
+
 ds = tf.data.Dataset.from_tensor_slices((features, labels))
-ds = ds.map(heavy).batch(32) if kind == "slow" else ds.batch(32).cache().repeat().prefetch(4)
-ds = ds.repeat()
+if kind == "slow":
+    ds = ds.map(heavy).batch(32).repeat()
+elif kind == "outlier":
+    ds = ds.batch(32).enumerate().map(one_slow_batch)
+else:
+    ds = ds.batch(32).cache().repeat().prefetch(4).repeat()
 options = tf.data.Options()
 options.experimental_optimization.inject_prefetch = False  # each fetch computes its batch: a steady slow input
 ds = ds.with_options(options)
@@ -54,13 +67,14 @@ def train_step(x, y):
     return loss
 
 
-starts = []
+starts, ends = [], []
 with BottleneckProfiler(logdir, profile_steps=(20, 27), analyze=False) as profiler:
     if placement == "outside":
         for i, (x, y) in enumerate(ds.take(40)):
             starts.append(time.perf_counter())
             with profiler.step():
                 train_step(x, y)
+                ends.append(time.perf_counter())
     else:
         it = iter(ds)
         for i in range(40):
@@ -68,7 +82,9 @@ with BottleneckProfiler(logdir, profile_steps=(20, 27), analyze=False) as profil
             with profiler.step():
                 x, y = next(it)
                 train_step(x, y)
+                ends.append(time.perf_counter())
 starts.append(time.perf_counter())
 periods = np.diff(starts) * 1e3
 print("PERIODS " + " ".join(f"{n}:{periods[n - 1]:.4f}" for n in range(20, 28)))
+print("ENDS " + " ".join(f"{n}:{(ends[n - 1] - ends[0]) * 1e3:.4f}" for n in range(20, 28)))
 print("DONE")

@@ -21,6 +21,7 @@ from ..trace.xspace import Space
 from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
+from .odd_steps import odd_sentence, odd_steps
 from .placement import Placement, find_placement
 from .verdict import Verdict, decide
 
@@ -32,6 +33,11 @@ TF_HOST_EVENTS = (hostmod.EXECUTOR_EVENT, hostmod.FUNCTION_RUN, "EagerExecute", 
                   "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
 #: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
 JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
+
+
+#: A step is input-bound when it waited for input this share (%) of its time: the verdict's
+#: input-bound level (rules.INPUT_BOUND_PCT, XProf's "HIGHLY input-bound") applied per step.
+INPUT_BOUND_STEP_PCT = 20.0
 
 
 def ms(ps) -> float:
@@ -82,13 +88,33 @@ class HostAnalysis:
         tracing, graph building, compilation), which would distort the breakdown. When every
         step is warm-up they are all kept (and the confidence says so)."""
         found = self.step_search.steps
+        if found is None:
+            return None
         warm = getattr(found, "warmup", None)
-        if found is None or warm is None or not len(warm) or not warm.any() or warm.all():
+        keep = np.ones(found.count, dtype=bool)
+        if warm is not None and len(warm) and warm.any() and not warm.all():
+            keep = ~warm
+        odd = np.zeros(found.count, dtype=bool)
+        odd[keep] = odd_steps(found.durations_ps[keep])
+        self._odd = odd
+        keep &= ~odd
+        if keep.all():
             return found
-        keep = ~warm
         return dataclasses.replace(found, numbers=found.numbers[keep], starts=found.starts[keep],
                                    ends=found.ends[keep], graph_build_ps=found.graph_build_ps[keep],
-                                   warmup=warm[keep])
+                                   warmup=found.warmup[keep] if len(found.warmup) else found.warmup)
+
+    @cached_property
+    def odd(self) -> Optional[str]:
+        """The sentence naming the odd steps left out of the steady steps (:mod:`.odd_steps`), or None."""
+        steps, found = self.steps, self.step_search.steps
+        odd = getattr(self, "_odd", None)
+        if steps is None or odd is None or not odd.any():
+            return None
+        starts, ends = found.starts[odd], found.ends[odd]
+        waited = breakdown.per_step(self.activity, starts, ends)["input"]
+        median = float(np.median(np.concatenate([steps.durations_ps, ends - starts])))
+        return odd_sentence(found.numbers[odd], ends - starts, waited, median)
 
     @cached_property
     def window(self) -> Optional[Tuple[int, int]]:
@@ -178,7 +204,11 @@ class HostAnalysis:
             return StepFacts(why_none=_why_none(self.step_search))
         facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()),
                           custom_loop=stepsmod.is_custom_loop(self.view, steps),
-                          fetch_outside=steps.fetch_outside)
+                          fetch_outside=steps.fetch_outside, odd=self.odd)
+        parts = self.parts
+        if steps.count and len(parts["input"]) == steps.count:
+            share = parts["input"] / np.maximum(steps.durations_ps, 1)
+            facts.input_bound_steps = int((100.0 * share >= INPUT_BOUND_STEP_PCT).sum())
         warm = getattr(found, "warmup", None)
         if warm is not None and warm.any():
             facts.warmup_count = int(warm.sum())

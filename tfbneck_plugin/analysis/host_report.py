@@ -8,6 +8,7 @@ import numpy as np
 
 from ..causes import cause_text
 from . import breakdown, evidence, tfdata
+from .rules import INPUT_MODERATE_PCT
 from .sync import sync_section
 
 
@@ -43,6 +44,11 @@ def steps_section(a) -> Dict:
         found = search.steps
         out["warmup"] = {"count": facts.warmup_count, "time_ms": facts.warmup_ms, "reason": facts.warmup_reason,
                          "steps": [int(n) for n in found.numbers[found.warmup]], "excluded": not facts.all_warmup}
+    odd = getattr(a, "_odd", None)
+    if facts.odd and odd is not None and odd.any():
+        found = search.steps
+        out["outliers"] = {"steps": [int(n) for n in found.numbers[odd]],
+                           "time_ms": _ms(int(found.durations_ps[odd].sum())), "reason": facts.odd}
     if facts.graph_build_steps:
         out["graph_builds"] = {"steps": facts.graph_build_steps, "time_ms": facts.graph_build_ms,
                                "pct": round(facts.graph_build_pct, 2)}
@@ -64,6 +70,9 @@ def host_report(a) -> Dict:
     pipeline = a.pipeline
     v = a.verdict
     device_kind = a.devices[0].kind if a.devices else a.device_kind
+    # The busiest stage blocks only when the step waits for input at all (XProf's "moderately
+    # input-bound" level): a pipeline that keeps ahead of the step has no blocking stage.
+    blocks = bool(pipeline and pipeline.blocking) and a.breakdown_pct.get("input", 0.0) >= INPUT_MODERATE_PCT
     out = {
         "framework": a.framework,
         "device_kind": device_kind,
@@ -74,8 +83,9 @@ def host_report(a) -> Dict:
         "steps": steps_section(a),
         "breakdown_pct": a.breakdown_pct,
         "input_pipeline": {
-            "bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
-            "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
+            "bottleneck_stage": pipeline.blocking.path if blocks else None,
+            "busiest_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
+            "stages": tfdata.stage_rows(pipeline, 0, blocks) if pipeline else [],
             "has_prefetch": bool(pipeline and pipeline.has_prefetch),
         },
         "bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),

@@ -156,7 +156,9 @@ def input_bound(f: Findings) -> Optional[Verdict]:
     p = f.pipeline if (f.pipeline and f.pipeline.stages) else None
     st = p.blocking if p else None
     ev = context(f) + [f"The training step waits for input {inp:.1f}% of the time (IteratorGetNext blocking with "
-                       f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)."]
+                       f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)"
+                       + (f"; {f.steps.input_bound_steps} of {f.steps.count} steps waited that long." if f.steps.count
+                          else ".")]
     if st is not None:
         par = f", parallelism {st.parallelism}" if st.parallelism not in (None, "") else ""
         fn = f" plus {st.function_ps / 1e9:.1f} ms of CPU time in its function" if st.function_ps else ""

@@ -64,6 +64,8 @@ def decide(f: Findings) -> Verdict:
         return v
     from .whatif import rank  # the what-if models read the findings only
     v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
+    if f.steps.odd:
+        v.evidence.insert(0, f.steps.odd)
     if f.steps.fetch_outside:
         v.evidence.insert(0, f.steps.fetch_outside)
     if f.steps.warmup_count:
