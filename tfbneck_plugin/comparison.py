@@ -5,14 +5,22 @@ No TensorFlow: both sides are analysed from their traces (:func:`.analysis.sessi
 
 The comparison of two session reports (:func:`compare_reports`):
 
-``time_per_batch_ms``  mean, p50, p90 of each side's steady steps (a step's time divided by
-                       its batches, so that a change of ``steps_per_execution`` compares)
-``change_pct``         candidate mean over baseline mean, less 1, in %
-``p_value``            two-sided Mann-Whitney U test over the per-step times per batch
-                       (``scipy.stats.mannwhitneyu``; exact for small samples without ties).
-                       Rank-based: one preempted step does not sway it, and it assumes no
-                       normal distribution, which step times seldom follow.
-``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA`, else ``no_change``
+``time_per_batch_ms``  mean, p50, p90 of each side's steady steps in the compared window (a
+                       step's time divided by its batches, so that a change of
+                       ``steps_per_execution`` compares)
+``evidence``           the timings the test rests on (:mod:`.compare_evidence`): ``level``
+                       (``periods`` of the step-time trend, ``windows`` of the run, or the
+                       ``steps`` of one window), units per side, the test, the bootstrap
+                       interval of the ratio, the run-to-run floor, and ``missing``: one
+                       line saying what would settle an ``inconclusive`` comparison
+``change_pct``         candidate mean over baseline mean at that level, less 1, in %
+``p_value``            the test's two-sided p-value
+``load``               each side's other processes' load (cores, sidecars) and whether it differed
+``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA` and the change exceeds the
+                       run-to-run spread of identical code (:data:`RUN_TO_RUN_FLOOR_PCT`) and is
+                       not explained by a difference of machine load; ``inconclusive`` when it
+                       is significant but within that spread or explained by the load;
+                       else ``no_change``
 ``breakdown_ms``       per breakdown category: each side's mean ms per batch and the change
 ``verdicts``           each side's bottleneck / cause / confidence
 ``predictions``        for each change detected between the sides (or named with
@@ -26,12 +34,21 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import compare_evidence as evid
 from .analysis.breakdown import CATEGORIES
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
-#: The test, as the reports name it.
-TEST = "Mann-Whitney U, two-sided, over the per-step times per batch (scipy.stats.mannwhitneyu)"
+#: The test over one window's steps, as the reports name it (the weakest evidence).
+TEST = evid.TESTS["steps"]
+#: Largest change (%, either way, as |log ratio|) between two runs of identical code at each
+#: level of evidence: a significant change within it is ``inconclusive``. Fitted by
+#: benchmarks/compare_noise.py on half of its identical-code pairs (docs/compare_noise.md).
+RUN_TO_RUN_FLOOR_PCT = {"periods": 10.0, "windows": 15.0, "steps": 60.0}
+#: Other processes' load (cores, sidecars) that differs by this much between the sides is a
+#: cause of a change in its direction (our choice: half a core, a quarter of the 2-core
+#: machines measured; issue 25's identical pair differed by 0.93-0.97 cores).
+LOAD_DIFF_CORES = 0.5
 
 
 class CompareError(Exception):
@@ -79,19 +96,64 @@ def _breakdown_per_batch(report: Dict) -> Dict[str, float]:
 def significance(baseline: np.ndarray, candidate: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value of the two samples of step times (1.0 when they
     cannot differ: identical values)."""
-    from scipy.stats import mannwhitneyu
-    if np.array_equal(np.sort(baseline), np.sort(candidate)):
-        return 1.0
-    return float(mannwhitneyu(baseline, candidate, alternative="two-sided").pvalue)
+    return evid.step_test(baseline, candidate)["p_value"]
 
 
-def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = None) -> Dict:
+def _load(baseline: Dict, candidate: Dict, t: Tuple[evid.SideTimings, evid.SideTimings]) -> Dict:
+    """Each side's other processes' load (cores) and how much slower it alone could make the
+    more loaded side: ``explains_x`` = cores left on the less loaded side over cores left on
+    the more loaded one (CPU-bound work slows at most in that ratio), 1.0 when equal or unknown."""
+    lb = t[0].others_cpu_cores if t[0].others_cpu_cores is not None else evid.load_of(baseline)
+    lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else evid.load_of(candidate)
+    cpus = min(int((r.get("system_metrics") or {}).get("cpu_count") or 0) for r in (baseline, candidate))
+    out = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "differs": False, "explains_x": 1.0}
+    if lb is None or lc is None or cpus <= 0:
+        return out
+    out["differs"] = bool(abs(lc - lb) >= LOAD_DIFF_CORES)
+    if out["differs"]:
+        left = sorted(max(cpus - x, MIN_CORES_LEFT) for x in (lb, lc))
+        out["explains_x"] = round(left[1] / left[0], 3)
+    return out
+
+
+#: Cores left to the training when other processes are busy on the rest (floor of the load
+#: model: a machine fully taken still runs the training on its share; our choice).
+MIN_CORES_LEFT = 0.25
+
+
+def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
+    """(verdict, the line saying what is missing when inconclusive). A significant change is
+    called when it exceeds the run-to-run floor times what a difference of load explains in
+    its direction; else it is inconclusive, naming the load when the load could explain it."""
+    if p >= ALPHA:
+        return "no_change", None
+    word = "slower" if change_pct > 0 else "faster"
+    floor = RUN_TO_RUN_FLOOR_PCT[lvl]
+    size = abs(np.log1p(change_pct / 100.0))
+    allowed = np.log1p(floor / 100.0)
+    loaded_slower = load["differs"] and (
+        (load["candidate_others_cpu_cores"] > load["baseline_others_cpu_cores"]) == (word == "slower"))
+    if loaded_slower and size <= allowed + np.log(load["explains_x"]):
+        return "inconclusive", (
+            f"the machine's load differed: other processes kept {load['baseline_others_cpu_cores']:.2f} cores busy in "
+            f"the baseline's window, {load['candidate_others_cpu_cores']:.2f} in the candidate's, enough to make it up "
+            f"to {load['explains_x']:.2f}x slower; the change may be the load's, not the code's: compare runs made "
+            "under the same load")
+    if size <= allowed:
+        return "inconclusive", f"{change_pct:+.1f} % is within the {floor:.0f} % spread of identical code: {missing}"
+    return word, None
+
+
+def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = None,
+                    timings: Optional[Tuple[evid.SideTimings, evid.SideTimings]] = None) -> Dict:
     """The comparison of two session reports (module docstring for the fields).
 
     Args:
       baseline, candidate: session reports (``analyze_session`` dicts) with steps.
       change: the fix id of the change made (``parallel_map``, ``prefetch``...); None to
         detect it from the reports (:func:`detect_changes`).
+      timings: each side's timings beyond the window (:func:`.compare_evidence`); None: the
+        window's steps and the sidecars' load only.
 
     Raises:
       CompareError: a side failed to analyse or has no steady steps.
@@ -105,19 +167,41 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
             raise CompareError(f"{name} {r.get('path')}: no steps found, so no step times to compare")
         sides.append(times)
     b, c = sides
-    change_pct = 100.0 * (c.mean() - b.mean()) / b.mean()
-    p = significance(b, c)
-    verdict = "no_change" if p >= ALPHA else ("slower" if change_pct > 0 else "faster")
+    if timings is None:
+        timings = (evid.SideTimings(steps=b), evid.SideTimings(steps=c))
+    timings[0].steps, timings[1].steps = b, c
+    lvl = evid.level(*timings)
+    ub, uc = evid.units(timings[0], lvl), evid.units(timings[1], lvl)
+    change_pct = 100.0 * (uc.mean() - ub.mean()) / ub.mean()
+    test = evid.step_test(ub, uc) if lvl == "steps" else evid.unit_test(ub, uc)
+    load = _load(baseline, candidate, timings)
+    missing_why = evid.missing_line(lvl, *timings)
+    verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why)
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
     return {
         "baseline": _side(baseline, b), "candidate": _side(candidate, c),
-        "change_pct": round(change_pct, 2), "p_value": round(p, 6), "verdict": verdict, "alpha": ALPHA,
-        "test": TEST,
+        "change_pct": round(change_pct, 2), "p_value": round(test["p_value"], 6), "verdict": verdict,
+        "alpha": ALPHA, "test": evid.TESTS[lvl],
+        "evidence": {"level": lvl, "units": [int(len(ub)), int(len(uc))], "ratio_ci": test["ratio_ci"],
+                     "floor_pct": RUN_TO_RUN_FLOOR_PCT[lvl], "missing": missing,
+                     "window_change_pct": round(100.0 * (c.mean() - b.mean()) / b.mean(), 2),
+                     "trend_files": [timings[0].trend_file, timings[1].trend_file]},
+        "load": load,
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
-        "predictions": [_prediction_check(baseline, fix, float(c.mean())) for fix in fixes],
+        "predictions": _credited([_prediction_check(baseline, fix, float(c.mean())) for fix in fixes]),
     }
+
+
+def _credited(predictions: List[Dict]) -> List[Dict]:
+    """Marks ``credited`` the change whose prediction explains the measured time best (the
+    smallest error; a measured time inside a prediction's range wins), when several were made."""
+    scored = [p for p in predictions if p.get("predicted_ms") is not None]
+    best = min(scored, key=lambda p: (not p["within_range"], abs(p["error_pct"])), default=None)
+    for p in predictions:
+        p["credited"] = p is best
+    return predictions
 
 
 def _prediction_check(baseline: Dict, fix: str, measured: float) -> Dict:
@@ -135,18 +219,40 @@ def _prediction_check(baseline: Dict, fix: str, measured: float) -> Dict:
                 within_range=bool(low <= measured <= high), basis=pred.get("basis"))
 
 
-def _stage_kinds(report: Dict) -> List[str]:
-    return [s.get("kind", "") for s in (report.get("input_pipeline") or {}).get("stages") or []]
-
-
 def _fixes(report: Dict) -> List[str]:
     return [r.get("fix") for r in report.get("recommendations") or []]
 
 
+def _parallelism(stage: Dict) -> Optional[int]:
+    try:
+        return int(stage.get("parallelism"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _map_stages(report: Dict) -> List[Dict]:
+    return [s for s in (report.get("input_pipeline") or {}).get("stages") or []
+            if s.get("kind") in ("Map", "MapAndBatch") or str(s.get("kind", "")).startswith("ParallelMap")]
+
+
+def _sequential_maps(report: Dict) -> List[Dict]:
+    """Map stages that run one element at a time: ``Map``, or a (fused ``MapAndBatch`` /
+    ``ParallelMap``) stage whose recorded parallelism is 1."""
+    return [s for s in _map_stages(report) if s.get("kind") == "Map" or _parallelism(s) == 1]
+
+
+def _parallel_maps(report: Dict) -> List[Dict]:
+    """Map stages running several elements at once (parallelism > 1, or AUTOTUNE: -1)."""
+    def parallel(s: Dict) -> bool:
+        return _parallelism(s) not in (1, None, 0) or s.get("autotune") not in (None, False, 0, "0", "false")
+    return [s for s in _map_stages(report) if s.get("kind") != "Map" and parallel(s)]
+
+
 def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     """Fix ids of the changes visible between two reports, as far as the reports show them:
-    more batches per step (``steps_per_execution``); a sequential ``Map`` that became a
-    parallel map (``parallel_map``: a parallel map is asynchronous and overlaps the step, so
+    more batches per step (``steps_per_execution``); a sequential map (``Map``, or a fused
+    ``MapAndBatch`` / ``ParallelMap`` at parallelism 1) that became a parallel one
+    (``parallel_map``: parallelism above 1 or AUTOTUNE; a parallel map is asynchronous and overlaps the step, so
     a prefetch added with it is part of the same change); a prefetch added
     (``prefetch``); a baseline advised to compile its eager step that the candidate no longer
     is (``tf_function``: offered to eager programs only)."""
@@ -154,8 +260,7 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     b_steps, c_steps = baseline.get("steps") or {}, candidate.get("steps") or {}
     if (c_steps.get("batches_per_step") or 1) > (b_steps.get("batches_per_step") or 1):
         out.append("steps_per_execution")
-    b_kinds, c_kinds = _stage_kinds(baseline), _stage_kinds(candidate)
-    if "Map" in b_kinds and "Map" not in c_kinds and any(k.startswith("ParallelMap") for k in c_kinds):
+    if _sequential_maps(baseline) and not _sequential_maps(candidate) and _parallel_maps(candidate):
         out.append("parallel_map")
     elif not (baseline.get("input_pipeline") or {}).get("has_prefetch") and \
             (candidate.get("input_pipeline") or {}).get("has_prefetch"):
@@ -167,8 +272,8 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
 
 # ---- two paths -----------------------------------------------------------------------------
 
-def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
-    """run name -> its latest session (session folders are named by time), and notes."""
+def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
+    """run name -> its sessions, oldest first (session folders are named by time), and notes."""
     from .logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
@@ -178,22 +283,21 @@ def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
     for s in found.sessions:
         by_run.setdefault(s.run, []).append(s)
     notes = [f"{path}: {p}" for p in found.problems]
-    latest = {}
     for run, sessions in by_run.items():
         sessions.sort(key=lambda s: s.name)
-        latest[run] = sessions[-1]
         if len(sessions) > 1:
-            notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, {sessions[-1].name}")
-    if not latest:
+            notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, "
+                         f"{sessions[-1].name} (the others' step times are evidence)")
+    if not by_run:
         raise CompareError(f"{path}: no profiling session found (looked for <run>/plugins/profile/<session>/*.xplane.pb)")
-    return latest, notes
+    return by_run, notes
 
 
 def _matched(baseline: str, candidate: str):
-    """[(baseline session, candidate session)] and notes: one session each, else the runs
-    of the same name."""
-    base, notes_b = _latest_per_run(baseline)
-    cand, notes_c = _latest_per_run(candidate)
+    """[(baseline sessions, candidate sessions)] and notes: one run each, else the runs of
+    the same name; each side's sessions oldest first (the latest is compared)."""
+    base, notes_b = _sessions_per_run(baseline)
+    cand, notes_c = _sessions_per_run(candidate)
     if len(base) == 1 and len(cand) == 1:
         return [(next(iter(base.values())), next(iter(cand.values())))], notes_b + notes_c
     common = sorted(set(base) & set(cand))
@@ -205,20 +309,54 @@ def _matched(baseline: str, candidate: str):
     return [(base[r], cand[r]) for r in common], notes
 
 
-def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict:
+#: Most windows of a run analysed as evidence (the newest; each costs an analysis).
+MAX_EVIDENCE_WINDOWS = 12
+
+
+def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = True,
+                 analyze=None) -> evid.SideTimings:
+    """One side's timings: the compared session's steps (``report``), its run's trend
+    periods, and, from :data:`.compare_evidence.MIN_UNITS` sessions of the run on, each
+    window's mean step (the newest :data:`MAX_EVIDENCE_WINDOWS`).
+
+    Args:
+      run_sessions: the run's sessions, oldest first; compared: the one compared (its report
+        is ``report``); analyze: ``Session -> report`` for the other windows (default
+        ``analyze_session``; the plugin passes its cache); a report without steps is skipped.
+    """
+    if analyze is None:
+        from .analysis.session import analyze_session as analyze
+    t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report))
+    if use_trend:
+        t.periods, t.trend_file = evid.trend_periods(evid.run_dir(compared.path))
+    if len(run_sessions) >= evid.MIN_UNITS:
+        others = [s for s in run_sessions if s.name != compared.name][-(MAX_EVIDENCE_WINDOWS - 1):]
+        means = [float(t.steps.mean())]
+        for s in others:
+            times = per_batch_times(analyze(s) or {})
+            if len(times):
+                means.append(float(times.mean()))
+        t.windows = np.array(means)
+    return t
+
+
+def compare(baseline: str, candidate: str, change: Optional[str] = None, use_trend: bool = True) -> Dict:
     """Compare the sessions under two paths (logdirs, run folders, session folders, local or
     remote, as ``tfbneck analyze`` takes them): one session each, or the runs of the same
-    name (the latest session of each run).
+    name (the latest session of each run, with the run's other windows and its step-time
+    trend as evidence: :mod:`.compare_evidence`).
 
     Args:
       baseline, candidate: the paths.
       change: the fix id of the change made, or None to detect it.
+      use_trend: read the runs' trend files (False: the windows' steps only).
 
     Returns:
       ``{"baseline", "candidate", "comparisons": [compare_reports(...)], "notes", and the
       summary "change_pct", "p_value", "verdict"}``: the summary is the comparison that
       decides: the most slowed down of those that are ``slower``, else the most sped up of
-      those that are ``faster``, else the one with the largest change.
+      those that are ``faster``, else an ``inconclusive`` one, else the one with the
+      largest change.
 
     Raises:
       CompareError: a path holds no session, the runs do not match, or a side cannot be
@@ -226,24 +364,38 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict
     """
     from .analysis.session import analyze_session
     pairs, notes = _matched(baseline, candidate)
-    comparisons = [compare_reports(analyze_session(b), analyze_session(c), change) for b, c in pairs]
+    comparisons = []
+    for b_sessions, c_sessions in pairs:
+        rb, rc = analyze_session(b_sessions[-1]), analyze_session(c_sessions[-1])
+        timings = None
+        if rb.get("status") == "ok" and rc.get("status") == "ok":
+            timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend),
+                       side_timings(c_sessions, c_sessions[-1], rc, use_trend))
+        comparisons.append(compare_reports(rb, rc, change, timings))
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
-            "verdict": top["verdict"], "comparisons": comparisons, "notes": notes}
+            "verdict": top["verdict"], "missing": top["evidence"]["missing"], "comparisons": comparisons,
+            "notes": notes}
 
 
 def decisive(comparisons: List[Dict]) -> Dict:
     """The comparison that sums up several (see :func:`compare`)."""
-    for verdict, sign in (("slower", 1), ("faster", -1)):
+    for verdict, sign in (("slower", 1), ("faster", -1), ("inconclusive", 0)):
         hits = [c for c in comparisons if c["verdict"] == verdict]
         if hits:
-            return max(hits, key=lambda c: sign * c["change_pct"])
+            return max(hits, key=lambda c: sign * c["change_pct"] if sign else abs(c["change_pct"]))
     return max(comparisons, key=lambda c: abs(c["change_pct"]))
 
 
 def slower_than(result: Dict, pct: float) -> List[Dict]:
-    """The comparisons whose candidate is significantly slower by more than ``pct`` %."""
+    """The comparisons whose candidate is significantly slower by more than ``pct`` %
+    (an ``inconclusive`` comparison never is)."""
     return [c for c in result["comparisons"] if c["verdict"] == "slower" and c["change_pct"] > pct]
+
+
+def inconclusive(result: Dict) -> List[Dict]:
+    """The comparisons the evidence could not settle."""
+    return [c for c in result["comparisons"] if c["verdict"] == "inconclusive"]
 
 
 # ---- renderings ----------------------------------------------------------------------------
@@ -251,9 +403,11 @@ def slower_than(result: Dict, pct: float) -> List[Dict]:
 def _title(c: Dict) -> str:
     b, k = c["baseline"], c["candidate"]
     names = b["run"] if b["run"] == k["run"] else f"{b['run']} -> {k['run']}"
-    word = {"faster": "FASTER", "slower": "SLOWER", "no_change": "no significant change"}[c["verdict"]]
+    word = {"faster": "FASTER", "slower": "SLOWER", "no_change": "no significant change",
+            "inconclusive": "INCONCLUSIVE"}[c["verdict"]]
+    ev = c.get("evidence") or {"level": "steps", "units": [b["steps"], k["steps"]]}
     return (f"{names}: {word} ({c['change_pct']:+.1f} % time per batch, p = {c['p_value']:.4g}, "
-            f"{b['steps']} vs {k['steps']} steps)")
+            f"{ev['units'][0]} vs {ev['units'][1]} {ev['level']})")
 
 
 def _verdict_text(side: Dict) -> str:
@@ -281,6 +435,21 @@ def _rows(c: Dict) -> List[Tuple[str, str, str, str]]:
     return rows
 
 
+def _evidence_lines(c: Dict) -> List[str]:
+    """The test, the machine load and, when inconclusive, what is missing."""
+    out = [f"test: {c.get('test', TEST)}; significant below p = {ALPHA}"]
+    ev, load = c.get("evidence") or {}, c.get("load") or {}
+    if ev.get("ratio_ci"):
+        lo, hi = ev["ratio_ci"]
+        out.append(f"95 % interval of the change: {100 * (lo - 1):+.1f} % to {100 * (hi - 1):+.1f} %")
+    if load.get("baseline_others_cpu_cores") is not None and load.get("candidate_others_cpu_cores") is not None:
+        out.append(f"machine load (other processes): {load['baseline_others_cpu_cores']:.2f} -> "
+                   f"{load['candidate_others_cpu_cores']:.2f} cores" + (" (differs)" if load.get("differs") else ""))
+    if ev.get("missing"):
+        out.append(f"inconclusive: {ev['missing']}")
+    return out
+
+
 def to_table(result: Dict) -> str:
     out = [f"tfbneck compare: {result['baseline']} -> {result['candidate']}: {result['verdict']} "
            f"({result['change_pct']:+.1f} %, p = {result['p_value']:.4g})"]
@@ -290,8 +459,8 @@ def to_table(result: Dict) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         out += [f"  predicted vs measured: {_prediction_text(p)}" for p in c["predictions"]]
+        out += [f"  {line}" for line in _evidence_lines(c)]
     out += [f"note: {n}" for n in result.get("notes") or []]
-    out.append(f"test: {TEST}; significant below p = {ALPHA}")
     return "\n".join(out) + "\n"
 
 
@@ -307,8 +476,8 @@ def to_markdown(result: Dict) -> str:
         out += [f"| {' | '.join(_md(x) for x in r)} |" for r in _rows(c)]
         if c["predictions"]:
             out += ["", "Predicted vs measured:", ""] + [f"- {_md(_prediction_text(p))}" for p in c["predictions"]]
+        out += [""] + [f"- {_md(line)}" for line in _evidence_lines(c)]
     out += [""] + [f"> note: {_md(n)}" for n in result.get("notes") or []]
-    out.append(f"Test: {TEST}; significant below p = {ALPHA}.")
     return "\n".join(out) + "\n"
 
 

@@ -92,6 +92,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/report": self._serve_report,
             "/job": self._serve_job,
             "/trend": self._serve_trend,
+            "/compare": self._serve_compare,
         }
 
     def is_active(self) -> bool:
@@ -243,6 +244,54 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         runs, problems = self._trends.runs(snap.sessions, run)
         return 200, {"version": __version__, "runs": runs, "problems": problems[:100]}, ""
 
+    def compare_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
+        """``/compare?before_run=&before_session=&after_run=&after_session=``: the comparison
+        of two sessions, the one ``tfbneck compare`` makes (:func:`tfbneck_plugin.comparison.
+        compare_reports`, with each run's trend and windows as evidence).
+
+        Returns:
+          ``(200, {"version", "comparison": {...}, "before": [run, session], "after": [...]}, source)``,
+          ``(202, {"status": "analysing", ...}, "analysing")`` while a side is analysed, or
+          ``(200, {"version", "comparison": None, "error": str}, ...)`` when the two sessions
+          cannot be compared (a side failed or has no steps).
+
+        Raises:
+          RouteError: 400 for a bad parameter; 404 for a session not in the logdir; 503
+            while the first scan has not finished.
+        """
+        from .. import comparison
+        keys = []
+        for side in ("before", "after"):
+            run, name = required(params, f"{side}_run"), required(params, f"{side}_session")
+            check_run_name(run)
+            check_session_name(name)
+            keys.append((run, name))
+        sessions = [self._index.fresh(self._index.lookup(*k)) for k in keys]
+        wait = self._report_wait_s if wait_s is None else wait_s
+        reports = []
+        for s in sessions:
+            report, source = self._reports.request(s, wait_s=wait)
+            if report is None:
+                return 202, {"status": "analysing", "run": s.run, "session": s.name,
+                             "retry_after_ms": RETRY_AFTER_MS}, source
+            reports.append(report)
+        snap = self._index.current(wait_s=0)
+
+        def analyze(other: Session):
+            return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
+
+        body = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
+        try:
+            timings = None
+            if all(r.get("status") == "ok" for r in reports):
+                timings = tuple(comparison.side_timings(
+                    sorted((x for k, x in snap.sessions.items() if k[0] == s.run), key=lambda x: x.name), s, r,
+                    analyze=analyze) for s, r in zip(sessions, reports, strict=True))
+            body["comparison"] = comparison.compare_reports(reports[0], reports[1], timings=timings)
+        except comparison.CompareError as err:
+            body.update(comparison=None, error=str(err))
+        return 200, body, source
+
     # -- WSGI wrappers ---------------------------------------------------------------------
 
     @wrappers.Request.application
@@ -268,6 +317,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
+
+    @wrappers.Request.application
+    def _serve_compare(self, request):
+        return self._dispatch(request, self.compare_impl)
 
     def _dispatch(self, request, impl):
         if request.method not in ("GET", "HEAD"):

@@ -1,0 +1,53 @@
+"""``tfbneck compare`` on real runs of identical and changed code (issue 25 point 3): each
+run is benchmarks/noise_job.py (a custom loop, one profiling window, the step-time trend
+every 25 steps). Two runs of the same code never fail the 5 % gate (they may be
+``no_change`` or ``inconclusive``, with the line saying what is missing); the code made 2x
+slower is seen slower on the trend's periods and fails it. The false-alarm and detection
+rates over many pairs are benchmarks/compare_noise.py's (docs/compare_noise.md)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, tfbneck_cmd
+
+pytestmark = pytest.mark.tf
+JOB = os.path.join(ROOT, "benchmarks", "noise_job.py")
+
+
+def _run(work, out):
+    import importlib.util
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed (pip install 'tfbneck-plugin[tensorflow]')")
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run([sys.executable, JOB, str(work), str(out)], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0 and "DONE" in r.stdout, r.stderr[-3000:]
+    return float(next(x.split()[1] for x in r.stdout.splitlines() if x.startswith("CLOCK_MS")))
+
+
+def _compare(a, b):
+    r = subprocess.run(tfbneck_cmd() + ["compare", str(a), str(b), "--format", "json", "--fail-if-slower", "5"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def test_identical_code_never_fails_the_gate_and_2x_does(tmp_path):
+    runs = {name: tmp_path / name for name in ("base_a", "base_b", "double")}
+    clocks = {name: _run(40 if name == "double" else 20, path) for name, path in runs.items()}
+    rc, out, err = _compare(runs["base_a"], runs["base_b"])
+    (c,) = out["comparisons"]
+    assert rc == 0 and c["verdict"] != "slower", (c["verdict"], c["change_pct"], clocks, err)
+    assert c["evidence"]["level"] == "periods" and min(c["evidence"]["units"]) >= 4, c["evidence"]
+    if c["verdict"] == "inconclusive":
+        assert err.count("\n") == 1 and "inconclusive" in err and c["evidence"]["missing"] in err
+    # The doubled work: its own clock says how much slower it really ran; when that is clear
+    # of the floor, compare must see it and fail the gate.
+    rc, out, err = _compare(runs["base_a"], runs["double"])
+    (c,) = out["comparisons"]
+    real = clocks["double"] / clocks["base_a"] - 1
+    if real > 0.6 and not c["load"]["differs"]:
+        assert rc == 1 and c["verdict"] == "slower", (c, clocks)
+        assert "slower than" in err
