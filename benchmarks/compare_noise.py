@@ -82,7 +82,7 @@ def load_sides(root, index):
         (sessions,) = by_run.values()
         report = analyze_session(sessions[-1])
         full = comparison.side_timings(sessions, sessions[-1], report, use_trend=True)
-        out[name] = (report, full, dataclasses.replace(full, periods=np.zeros(0), trend_file=None))
+        out[name] = (report, full, dataclasses.replace(full, periods=np.zeros(0), period_cpu=np.zeros(0), trend_file=None))
     return out
 
 
@@ -102,9 +102,10 @@ def pairs(index):
 def evaluate(sides, index, floors=None):
     """Rows of (pair kind, evidence, baseline, candidate, verdict, change %, gate failed)."""
     from tfbneck_plugin import comparison
-    saved = dict(comparison.RUN_TO_RUN_FLOOR_PCT)
+    saved, saved_cpu = dict(comparison.RUN_TO_RUN_FLOOR_PCT), comparison.CPU_FLOOR_PCT
     if floors:
-        comparison.RUN_TO_RUN_FLOOR_PCT.update(floors)
+        comparison.RUN_TO_RUN_FLOOR_PCT.update({k: v for k, v in floors.items() if k != "cpu"})
+        comparison.CPU_FLOOR_PCT = floors.get("cpu", saved_cpu)
     rows = []
     try:
         for kind, a, b in pairs(index):
@@ -113,10 +114,11 @@ def evaluate(sides, index, floors=None):
                 gate = c["verdict"] == "slower" and c["change_pct"] > 5
                 rows.append({"pair": kind, "evidence": evidence, "baseline": a, "candidate": b,
                              "level": c["evidence"]["level"], "verdict": c["verdict"], "change_pct": c["change_pct"],
-                             "gate_failed": gate, "p": c["p_value"]})
+                             "gate_failed": gate, "p": c["p_value"], "cpu_change_pct": c["load"].get("cpu_change_pct")})
     finally:
         comparison.RUN_TO_RUN_FLOOR_PCT.clear()
         comparison.RUN_TO_RUN_FLOOR_PCT.update(saved)
+        comparison.CPU_FLOOR_PCT = saved_cpu
     return rows
 
 
@@ -131,6 +133,9 @@ def fit_floors(rows):
         sizes = [abs(math.log1p(r["change_pct"] / 100)) for r in fit if r["level"] == lvl]
         if sizes:
             floors[lvl] = 5.0 * math.ceil(100 * math.expm1(max(sizes)) / 5.0)
+    cpu = [abs(math.log1p(r["cpu_change_pct"] / 100)) for r in fit if r.get("cpu_change_pct") is not None]
+    if cpu:
+        floors["cpu"] = 5.0 * math.ceil(100 * math.expm1(max(cpu)) / 5.0)
     return floors, {id(r) for r in fit}
 
 
@@ -170,6 +175,7 @@ def main():
     sides = load_sides(args.runs_dir, index)
     from tfbneck_plugin import comparison
     floors, _ = fit_floors(evaluate(sides, index, floors={k: 0.0 for k in comparison.RUN_TO_RUN_FLOOR_PCT}))
+    floors.setdefault("cpu", comparison.CPU_FLOOR_PCT)
     rows = evaluate(sides, index)
     _, fit_ids = fit_floors(rows)
     clocks = {k: sorted(r["clock_ms"] for r in index.values() if r["kind"] == k) for k in
@@ -179,7 +185,8 @@ def main():
         "step, by kind: " + "; ".join(f"{k} {', '.join(f'{c:.2f}' for c in v)}" for k, v in clocks.items()),
         "",
         f"Floors fitted on the fit half (largest |change| of same-load identical pairs, rounded up to 5 %): {floors}; "
-        f"in use (tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT): {comparison.RUN_TO_RUN_FLOOR_PCT}.",
+        f"in use (tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT, CPU_FLOOR_PCT): {comparison.RUN_TO_RUN_FLOOR_PCT}, "
+        f"cpu {comparison.CPU_FLOOR_PCT}.",
         "", "Judged pairs (the fit half left out):", "", table(rows, fit_ids)])
     print(text)
     if args.markdown:

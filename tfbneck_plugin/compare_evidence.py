@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,8 +35,9 @@ import numpy as np
 #: two-sided permutation p is 2/70 = 0.029 < 0.05; with 3 it is 0.1, never significant.
 MIN_UNITS = 4
 #: Fewest steps a trend period must have timed to count (our choice: a median of fewer
-#: steps is one step's jitter).
-MIN_PERIOD_STEPS = 5
+#: steps is one step's jitter; the callback's first period after its 20 untimed steps can
+#: be that short, and on a run measured here it was 15x the others).
+MIN_PERIOD_STEPS = 10
 #: Resamples of the permutation test and the bootstrap (fixed seed: reproducible output).
 RESAMPLES = 4999
 SEED = 0
@@ -46,12 +47,18 @@ SEED = 0
 class SideTimings:
     """One side's timings (ms per batch). ``periods``: the trend's period medians;
     ``windows``: each profiling window's mean step; ``steps``: the compared window's
-    steps; ``others_cpu_cores``: the sidecar's load of other processes (None: no sidecar)."""
+    steps; ``others_cpu_cores``: the sidecar's load of other processes, ``contention``: its
+    run-queue slowdown factor (:func:`contention_of`; None: no sidecar); ``period_cpu``:
+    the process's CPU time per step in each period (NaN where unknown); ``device_kind``:
+    the report's (``CPU`` when the host computes the model)."""
     steps: np.ndarray
     periods: np.ndarray = field(default_factory=lambda: np.zeros(0))
     windows: np.ndarray = field(default_factory=lambda: np.zeros(0))
     others_cpu_cores: Optional[float] = None
+    contention: Optional[float] = None
     trend_file: Optional[str] = None
+    period_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    device_kind: Optional[str] = None
 
 
 def run_dir(session_path: str) -> str:
@@ -62,15 +69,16 @@ def run_dir(session_path: str) -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(path)))
 
 
-def trend_periods(run: str) -> (np.ndarray, Optional[str]):
-    """The newest trend file's period medians of ``run`` (ms per batch), and its path.
-    Empty when the run has none or it cannot be read (never raises)."""
+def trend_periods(run: str) -> Tuple[np.ndarray, np.ndarray, Optional[str]]:
+    """The newest trend file of ``run``: its periods' median step and the process's CPU time
+    per step (ms per batch; NaN where the period has none), and its path. Empty when the run
+    has none or it cannot be read (never raises)."""
     from .plugin.trend import list_trend_files
     from .records import SidecarError, read_step_times
     try:
         files = list_trend_files(run)
     except OSError:
-        return np.zeros(0), None
+        return np.zeros(0), np.zeros(0), None
     for path, _size, _mtime in files:
         opener = open
         if "://" in path:
@@ -80,10 +88,22 @@ def trend_periods(run: str) -> (np.ndarray, Optional[str]):
         except SidecarError:
             continue
         spe = max(int(data.get("steps_per_execution") or 1), 1)
-        vals = [float(p["p50_ms"]) / spe for p in data["points"]
-                if isinstance(p.get("p50_ms"), (int, float)) and int(p.get("n") or 0) >= MIN_PERIOD_STEPS]
-        return np.array(vals, dtype=np.float64), path
-    return np.zeros(0), None
+        points = [p for p in data["points"]
+                  if isinstance(p.get("p50_ms"), (int, float)) and int(p.get("n") or 0) >= MIN_PERIOD_STEPS]
+        wall = np.array([float(p["p50_ms"]) / spe for p in points], dtype=np.float64)
+        cpu = np.array([float(p["cpu_ms"]) / spe if isinstance(p.get("cpu_ms"), (int, float)) else np.nan
+                        for p in points], dtype=np.float64)
+        return wall, cpu, path
+    return np.zeros(0), np.zeros(0), None
+
+
+def cpu_change(b: "SideTimings", c: "SideTimings") -> Optional[float]:
+    """The change (%) of the median CPU time per step between the sides' trend periods, None
+    when either side has fewer than :data:`MIN_UNITS` periods with it."""
+    cb, cc = b.period_cpu[np.isfinite(b.period_cpu)], c.period_cpu[np.isfinite(c.period_cpu)]
+    if len(cb) < MIN_UNITS or len(cc) < MIN_UNITS or np.median(cb) <= 0:
+        return None
+    return round(100.0 * (float(np.median(cc)) / float(np.median(cb)) - 1), 2)
 
 
 def level(b: SideTimings, c: SideTimings) -> str:
@@ -95,21 +115,22 @@ def level(b: SideTimings, c: SideTimings) -> str:
     return "steps"
 
 
-def _mean_diff(x, y, axis=-1):
-    return np.mean(y, axis=axis) - np.mean(x, axis=axis)
+def _median_diff(x, y, axis=-1):
+    return np.median(y, axis=axis) - np.median(x, axis=axis)
 
 
 def _ratio(x, y, axis=-1):
-    return np.mean(y, axis=axis) / np.mean(x, axis=axis)
+    return np.median(y, axis=axis) / np.median(x, axis=axis)
 
 
 def unit_test(b: np.ndarray, c: np.ndarray) -> Dict:
-    """Permutation p-value of the difference of means and the bootstrap 95 % interval of
-    the ratio of means (candidate / baseline) over two sets of units."""
+    """Permutation p-value of the difference of medians and the bootstrap 95 % interval of
+    the ratio of medians (candidate / baseline) over two sets of units: medians, so that
+    one odd period (a checkpoint, a burst of load) does not decide."""
     from scipy.stats import bootstrap, permutation_test
     if np.array_equal(np.sort(b), np.sort(c)):
         return {"p_value": 1.0, "ratio_ci": [1.0, 1.0]}
-    p = permutation_test((b, c), _mean_diff, vectorized=True, n_resamples=RESAMPLES, alternative="two-sided",
+    p = permutation_test((b, c), _median_diff, vectorized=True, n_resamples=RESAMPLES, alternative="two-sided",
                          random_state=SEED).pvalue
     ci = bootstrap((b, c), _ratio, vectorized=True, n_resamples=RESAMPLES, method="percentile",
                    random_state=SEED).confidence_interval
@@ -125,9 +146,10 @@ def step_test(b: np.ndarray, c: np.ndarray) -> Dict:
 
 
 TESTS = {
-    "periods": ("permutation test of the difference of mean period medians (trend files), two-sided "
-                "(scipy.stats.permutation_test), bootstrap 95 % interval of the ratio (scipy.stats.bootstrap)"),
-    "windows": ("permutation test of the difference of mean window step times, two-sided "
+    "periods": ("permutation test of the difference of the median period (trend files' per-period median "
+                "steps), two-sided (scipy.stats.permutation_test), bootstrap 95 % interval of the ratio "
+                "(scipy.stats.bootstrap)"),
+    "windows": ("permutation test of the difference of the median window (each window's mean step), two-sided "
                 "(scipy.stats.permutation_test), bootstrap 95 % interval of the ratio (scipy.stats.bootstrap)"),
     "steps": "Mann-Whitney U, two-sided, over the per-step times per batch of one window (scipy.stats.mannwhitneyu)",
 }
@@ -151,6 +173,19 @@ def load_of(report: Dict) -> Optional[float]:
     """Cores other processes kept busy during the window (the sidecar), None without one."""
     v = (report.get("system_metrics") or {}).get("others_cpu_cores")
     return float(v) if isinstance(v, (int, float)) else None
+
+
+def contention_of(report: Dict) -> Optional[float]:
+    """How much slower the training ran for want of cores during the window: (cores its
+    threads used + cores' worth of time they waited runnable in the run queue) / cores used,
+    >= 1 (the sidecar's ``tree_cpu_cores`` and ``tree_runq_wait_cores``, from
+    ``/proc/<pid>/task/*/schedstat``). None without those figures. Other processes' busy
+    cores saturate at the machine's size; the run-queue wait keeps measuring past it."""
+    sm = report.get("system_metrics") or {}
+    used, waited = sm.get("tree_cpu_cores"), sm.get("tree_runq_wait_cores")
+    if not isinstance(used, (int, float)) or not isinstance(waited, (int, float)) or used <= 0:
+        return None
+    return round((used + max(waited, 0.0)) / used, 3)
 
 
 def describe_units(lvl: str, t: List[SideTimings]) -> str:

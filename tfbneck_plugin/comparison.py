@@ -13,7 +13,8 @@ The comparison of two session reports (:func:`compare_reports`):
                        ``steps`` of one window), units per side, the test, the bootstrap
                        interval of the ratio, the run-to-run floor, and ``missing``: one
                        line saying what would settle an ``inconclusive`` comparison
-``change_pct``         candidate mean over baseline mean at that level, less 1, in %
+``change_pct``         candidate over baseline at that level (means of one window's steps,
+                       medians of periods or windows), less 1, in %
 ``p_value``            the test's two-sided p-value
 ``load``               each side's other processes' load (cores, sidecars) and whether it differed
 ``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA` and the change exceeds the
@@ -45,10 +46,14 @@ TEST = evid.TESTS["steps"]
 #: level of evidence: a significant change within it is ``inconclusive``. Fitted by
 #: benchmarks/compare_noise.py on half of its identical-code pairs (docs/compare_noise.md).
 RUN_TO_RUN_FLOOR_PCT = {"periods": 10.0, "windows": 15.0, "steps": 60.0}
-#: Other processes' load (cores, sidecars) that differs by this much between the sides is a
-#: cause of a change in its direction (our choice: half a core, a quarter of the 2-core
-#: machines measured; issue 25's identical pair differed by 0.93-0.97 cores).
-LOAD_DIFF_CORES = 0.5
+#: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
+#: the sidecars) that differ by this ratio make the machine's load a cause of a change in
+#: its direction (our choice: a quarter, beyond the window-to-window jitter of the factor).
+LOAD_DIFF_FACTOR = 1.25
+#: Largest change (%) of the process's CPU time per step (the trend's ``cpu_ms``) between
+#: two runs of identical code: a CPU-computed model whose CPU time per step stays within it
+#: did not change its own cost. Fitted by benchmarks/compare_noise.py like the floors above.
+CPU_FLOOR_PCT = 25.0
 
 
 class CompareError(Exception):
@@ -100,25 +105,31 @@ def significance(baseline: np.ndarray, candidate: np.ndarray) -> float:
 
 
 def _load(baseline: Dict, candidate: Dict, t: Tuple[evid.SideTimings, evid.SideTimings]) -> Dict:
-    """Each side's other processes' load (cores) and how much slower it alone could make the
-    more loaded side: ``explains_x`` = cores left on the less loaded side over cores left on
-    the more loaded one (CPU-bound work slows at most in that ratio), 1.0 when equal or unknown."""
+    """Each side's machine load (the sidecars) and how much slower it alone could make the
+    more contended side: ``explains_x`` = the ratio of the sides' run-queue slowdown factors
+    (:func:`.compare_evidence.contention_of`), 1.0 when they are within
+    :data:`LOAD_DIFF_FACTOR` of each other or unknown. ``differs`` when they are not."""
     lb = t[0].others_cpu_cores if t[0].others_cpu_cores is not None else evid.load_of(baseline)
     lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else evid.load_of(candidate)
-    cpus = min(int((r.get("system_metrics") or {}).get("cpu_count") or 0) for r in (baseline, candidate))
-    out = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "differs": False, "explains_x": 1.0}
-    if lb is None or lc is None or cpus <= 0:
+    fb = t[0].contention if t[0].contention is not None else evid.contention_of(baseline)
+    fc = t[1].contention if t[1].contention is not None else evid.contention_of(candidate)
+    out = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
+           "candidate_contention": fc, "differs": False, "explains_x": 1.0, "more_loaded": None}
+    if fb is None or fc is None:
         return out
-    out["differs"] = bool(abs(lc - lb) >= LOAD_DIFF_CORES)
-    if out["differs"]:
-        left = sorted(max(cpus - x, MIN_CORES_LEFT) for x in (lb, lc))
-        out["explains_x"] = round(left[1] / left[0], 3)
+    ratio = max(fb, fc) / min(fb, fc)
+    if ratio >= LOAD_DIFF_FACTOR:
+        out.update(differs=True, explains_x=round(ratio, 3), more_loaded="candidate" if fc > fb else "baseline")
     return out
 
 
-#: Cores left to the training when other processes are busy on the rest (floor of the load
-#: model: a machine fully taken still runs the training on its share; our choice).
-MIN_CORES_LEFT = 0.25
+def _cores(v) -> str:
+    return "?" if v is None else f"{v:.2f}"
+
+
+def _wait_text(load: Dict, side: str) -> str:
+    f = load[f"{side}_contention"]
+    return f"{100 * (f - 1):.0f} % of its running time"
 
 
 def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
@@ -131,16 +142,24 @@ def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> 
     floor = RUN_TO_RUN_FLOOR_PCT[lvl]
     size = abs(np.log1p(change_pct / 100.0))
     allowed = np.log1p(floor / 100.0)
-    loaded_slower = load["differs"] and (
-        (load["candidate_others_cpu_cores"] > load["baseline_others_cpu_cores"]) == (word == "slower"))
+    loaded_slower = load["differs"] and (load["more_loaded"] == "candidate") == (word == "slower")
     if loaded_slower and size <= allowed + np.log(load["explains_x"]):
         return "inconclusive", (
-            f"the machine's load differed: other processes kept {load['baseline_others_cpu_cores']:.2f} cores busy in "
-            f"the baseline's window, {load['candidate_others_cpu_cores']:.2f} in the candidate's, enough to make it up "
-            f"to {load['explains_x']:.2f}x slower; the change may be the load's, not the code's: compare runs made "
-            "under the same load")
+            f"the machine's load differed: the training waited for a core {_wait_text(load, 'baseline')} in the "
+            f"baseline's window and {_wait_text(load, 'candidate')} in the candidate's (other processes "
+            f"{_cores(load['baseline_others_cpu_cores'])} -> {_cores(load['candidate_others_cpu_cores'])} cores), "
+            f"enough to make the {load['more_loaded']} up to {load['explains_x']:.2f}x slower; the change may be the "
+            "load's, not the code's: compare runs made under the same load")
     if size <= allowed:
         return "inconclusive", f"{change_pct:+.1f} % is within the {floor:.0f} % spread of identical code: {missing}"
+    cpu = load.get("cpu_change_pct")
+    if cpu is not None and (abs(np.log1p(cpu / 100.0)) <= np.log1p(CPU_FLOOR_PCT / 100.0)
+                            or (cpu > 0) != (change_pct > 0)):
+        return "inconclusive", (
+            f"the process's CPU time per step changed {cpu:+.1f} % (within the {CPU_FLOOR_PCT:.0f} % spread of identical "
+            f"code, or the other way) while its time per step changed {change_pct:+.1f} %: on a CPU-computed model the "
+            "code's own cost did not change; the difference is the machine's (other processes' load, throttling): "
+            "compare runs made under the same load")
     return word, None
 
 
@@ -172,9 +191,13 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     timings[0].steps, timings[1].steps = b, c
     lvl = evid.level(*timings)
     ub, uc = evid.units(timings[0], lvl), evid.units(timings[1], lvl)
-    change_pct = 100.0 * (uc.mean() - ub.mean()) / ub.mean()
+    # One window's steps: their means (the reports' step time); periods and windows: medians.
+    mid = np.mean if lvl == "steps" else np.median
+    change_pct = 100.0 * (mid(uc) - mid(ub)) / mid(ub)
     test = evid.step_test(ub, uc) if lvl == "steps" else evid.unit_test(ub, uc)
     load = _load(baseline, candidate, timings)
+    if lvl == "periods" and all(t.device_kind == "CPU" for t in timings):
+        load["cpu_change_pct"] = evid.cpu_change(*timings)
     missing_why = evid.missing_line(lvl, *timings)
     verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why)
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
@@ -326,9 +349,10 @@ def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = T
     """
     if analyze is None:
         from .analysis.session import analyze_session as analyze
-    t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report))
+    t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report),
+                         contention=evid.contention_of(report), device_kind=report.get("device_kind"))
     if use_trend:
-        t.periods, t.trend_file = evid.trend_periods(evid.run_dir(compared.path))
+        t.periods, t.period_cpu, t.trend_file = evid.trend_periods(evid.run_dir(compared.path))
     if len(run_sessions) >= evid.MIN_UNITS:
         others = [s for s in run_sessions if s.name != compared.name][-(MAX_EVIDENCE_WINDOWS - 1):]
         means = [float(t.steps.mean())]
@@ -442,9 +466,10 @@ def _evidence_lines(c: Dict) -> List[str]:
     if ev.get("ratio_ci"):
         lo, hi = ev["ratio_ci"]
         out.append(f"95 % interval of the change: {100 * (lo - 1):+.1f} % to {100 * (hi - 1):+.1f} %")
-    if load.get("baseline_others_cpu_cores") is not None and load.get("candidate_others_cpu_cores") is not None:
-        out.append(f"machine load (other processes): {load['baseline_others_cpu_cores']:.2f} -> "
-                   f"{load['candidate_others_cpu_cores']:.2f} cores" + (" (differs)" if load.get("differs") else ""))
+    if load.get("baseline_contention") is not None and load.get("candidate_contention") is not None:
+        out.append(f"waiting for a core (run queue): {100 * (load['baseline_contention'] - 1):.0f} % -> "
+                   f"{100 * (load['candidate_contention'] - 1):.0f} % of the training's running time"
+                   + (" (differs)" if load.get("differs") else ""))
     if ev.get("missing"):
         out.append(f"inconclusive: {ev['missing']}")
     return out

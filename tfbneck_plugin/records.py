@@ -100,7 +100,9 @@ read by the TensorBoard tab's ``/trend`` route::
      "baseline": null | {"p50_ms", "p90_ms", "steps", "threshold_ms"},
      "points": [{"step": int,           # last batch of the period (x of the scalars)
                  "first_step": int, "epoch": int | null, "n": int,   # steps timed
-                 "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int}],
+                 "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int,
+                 "cpu_ms": float}],               # the process's CPU time per step over the period
+                                                  # (absent from the first period and older files)
      "windows": [{"index": int, "kind": "scheduled" | "triggered",
                   "requested": [[int, int]], "steps": [int, int] | null,
                   "status": "open" | "profiled" | "skipped", "reason": str | null,

@@ -133,10 +133,11 @@ function testCard(body) {
   const load = c.load || {};
   const lines = [`Test: ${c.test}; significant below p = ${c.alpha}.`];
   if (ev.ratio_ci) lines.push(`95 % interval of the change: ${signed(100 * (ev.ratio_ci[0] - 1))} % to ${signed(100 * (ev.ratio_ci[1] - 1))} %.`);
-  if (load.baseline_others_cpu_cores !== null && load.baseline_others_cpu_cores !== undefined &&
-      load.candidate_others_cpu_cores !== null && load.candidate_others_cpu_cores !== undefined) {
-    lines.push(`Machine load (other processes): ${Number(load.baseline_others_cpu_cores).toFixed(2)} -> ` +
-      `${Number(load.candidate_others_cpu_cores).toFixed(2)} cores${load.differs ? " (differs)" : ""}.`);
+  if (load.baseline_contention !== null && load.baseline_contention !== undefined &&
+      load.candidate_contention !== null && load.candidate_contention !== undefined) {
+    lines.push(`Waiting for a core (run queue): ${(100 * (load.baseline_contention - 1)).toFixed(0)} % -> ` +
+      `${(100 * (load.candidate_contention - 1)).toFixed(0)} % of the training's running time` +
+      `${load.differs ? " (differs)" : ""}.`);
   }
   return h("section", {
     class: `tfb-card tfb-compare-test ${TONE[c.verdict] || ""}`,

@@ -281,14 +281,22 @@ def gradient_sync(f: Findings) -> Optional[Verdict]:
 
 def host_device_transfer(f: Findings) -> Optional[Verdict]:
     """Host<->device copies >= ``TRANSFER_BOUND_PCT`` with no kernel running:
-    ``device``/``host_device_transfer``.
+    ``io``/``host_device_transfer``. The kind is the input side's: the device waits for data
+    to be delivered, which XProf files under "Enqueuing data" in its input-bound analysis
+    (xprof: convert/op_stats_to_input_pipeline_analysis.cc) and which nvidia-smi's GPU-Util
+    does not count as busy; its fixes (prefetch to the device, fewer host round trips) are
+    input-pipeline changes, not model changes.
     """
     xfer = f.transfer_pct
     if xfer < TRANSFER_BOUND_PCT:
         return None
-    return Verdict("device", "host_device_transfer", confidence(xfer, TRANSFER_BOUND_PCT), context(f) + [
+    h2d, d2h = f.share("host_to_device"), f.share("device_to_host")
+    return Verdict("io", "host_device_transfer", confidence(xfer, TRANSFER_BOUND_PCT), context(f) + [
         f"{xfer:.1f}% of the step is host<->device copies with no kernel running (threshold "
-        f"{TRANSFER_BOUND_PCT:.0f}%)."])
+        f"{TRANSFER_BOUND_PCT:.0f}%; {h2d:.1f}% host-to-device, {d2h:.1f}% device-to-host).",
+        "The device is not busy but waiting for data to be delivered: copies are the input side's work (XProf "
+        "counts them as \"Enqueuing data\" in its input-bound analysis, and nvidia-smi's GPU-Util does not count "
+        "them as busy), so the kind is io, not device."])
 
 
 def kernel_launch(f: Findings) -> Optional[Verdict]:

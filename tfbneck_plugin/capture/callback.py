@@ -252,6 +252,7 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
         self._period_first = 1  # first step of the current step-time period
+        self._period_cpu_s: Optional[float] = None  # process CPU time at its start (none before the first)
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
         self._capture: Optional[WindowCapture] = None  # the open window
