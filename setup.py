@@ -8,7 +8,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def version():
-    with open(os.path.join(HERE, "tfbneck_plugin", "__init__.py")) as f:
+    with open(os.path.join(HERE, "tfbneck_plugin", "version.py")) as f:
         for line in f:
             if line.startswith("__version__"):
                 return line.split("=")[1].strip().strip('"')

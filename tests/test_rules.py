@@ -8,8 +8,8 @@ from tfbneck_plugin.analysis import rules, sysmetrics
 from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts
 from tfbneck_plugin.analysis.placement import Placement
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
-from tfbneck_plugin.analysis.verdict import (INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, confidence,
-                                             decide)
+from tfbneck_plugin.analysis.rules import INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, decide
+from tfbneck_plugin.analysis.verdict import confidence
 from tfbneck_plugin.causes import CAUSES
 
 PRODUCED = set()
@@ -217,12 +217,14 @@ def test_share_rules_edges(category, threshold, cause, kind):
 
 def test_transfer_edges_sum_both_directions():
     t = rules.TRANSFER_BOUND_PCT
+    # Copies are the input side's work: the kind is io (issue 25 point 7), with the reason said.
     below = verdict(findings(placement=gpu_traced(), device_kind="GPU",
                              pct=pct(host_to_device=t / 2, device_to_host=t / 2 - EPS, device_compute=60)))
     above = verdict(findings(placement=gpu_traced(), device_kind="GPU",
                              pct=pct(host_to_device=t / 2, device_to_host=t / 2 + EPS, device_compute=60)))
     assert below.cause == "model_compute"
-    assert (above.bottleneck, above.cause) == ("device", "host_device_transfer")
+    assert (above.bottleneck, above.cause) == ("io", "host_device_transfer")
+    assert any("input side's work" in str(e) and "Enqueuing data" in str(e) for e in above.evidence)
 
 
 def test_eager_gaps_between_ops_count_as_python_overhead():
@@ -304,7 +306,7 @@ def test_device_imbalance_edges():
 
 
 def test_steps_inferred_from_the_cadence_lower_the_confidence():
-    from tfbneck_plugin.analysis.verdict import INFERRED_STEPS_PENALTY
+    from tfbneck_plugin.analysis.rules import INFERRED_STEPS_PENALTY
     marked = verdict(findings(pct=pct(device_compute=95, idle=5)))
     cadence = verdict(findings(pct=pct(device_compute=95, idle=5),
                                steps=StepFacts(source="iterator_cadence", count=10, mean_ms=10.0)))

@@ -15,9 +15,10 @@ import os
 from collections.abc import Iterable as _Iterable
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from . import __version__, notebook
+from . import notebook
 from .analysis.breakdown import CATEGORIES
 from .report import COLUMNS, build_report, row, to_table
+from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
 

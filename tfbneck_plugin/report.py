@@ -10,8 +10,9 @@ import io
 import json
 from typing import Dict, List
 
-from . import __version__, schema
+from . import schema
 from .analysis.breakdown import CATEGORIES
+from .version import __version__
 
 #: Columns of the CSV and table renderings (one row per session).
 COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",

@@ -70,6 +70,63 @@ class InputPipeline(TypedDict, total=False):
     has_prefetch: bool
 
 
+class EvidenceItem(TypedDict):
+    """One evidence sentence and what it rests on."""
+    text: str
+    basis: str                        # "trace" | "system_metrics" | "inferred"
+
+
+class VerdictFields(TypedDict):
+    """The report fields of a verdict (:func:`tfbneck_plugin.analysis.verdict.verdict_fields`)."""
+    bottleneck: str
+    cause: str
+    cause_text: str
+    confidence: float
+    evidence: List[str]
+    evidence_detail: List[EvidenceItem]
+    recommendations: List[Recommendation]
+
+
+class SyncStep(TypedDict, total=False):
+    """One step of a worker's ``sync`` section (ms; input wait measured before collectives)."""
+    step: int
+    duration_ms: float
+    collective_ms: float
+    own_ms: Dict[str, float]          # own category -> ms (analysis.sync.OWN_CATEGORIES)
+    start_unix_ns: Optional[int]
+
+
+class OwnLimit(TypedDict, total=False):
+    """A worker's own verdict: the host rules over its time outside collectives."""
+    bottleneck: str
+    cause: str
+    cause_text: str
+    confidence: float
+    evidence: List[str]
+    evidence_detail: List[EvidenceItem]
+    recommendations: List[Recommendation]
+    pct: Dict[str, float]             # % of the own time
+    own_ms: float                     # mean ms per step outside collectives
+    step_ms: float                    # mean ms per step
+
+
+class SyncClock(TypedDict):
+    """The trace's wall-clock window (unix ns)."""
+    start_unix_ns: int
+    stop_unix_ns: int
+    source: str
+
+
+class SyncSection(TypedDict, total=False):
+    """A worker's time around its collectives (analysis.sync.sync_section)."""
+    task: Optional[str]               # "worker:1"
+    group_size: Optional[int]
+    clock: Optional[SyncClock]
+    steps: List[SyncStep]
+    own: OwnLimit
+    network_recommendations: List[Recommendation]
+
+
 class SessionReport(TypedDict, total=False):
     """One element of the report's ``sessions`` list."""
     version: str
@@ -96,7 +153,7 @@ class SessionReport(TypedDict, total=False):
     per_host: List[Dict[str, object]]         # one row per host or worker (straggler flagged)
     kind: str                                 # "job" for a multi-worker job's grouped sessions
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
-    sync: Dict[str, object]                   # a worker's collective time, input measured first
+    sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: Dict[str, object]
     worst_step: Optional[Dict[str, float]]
     trace_viewer: Dict[str, str]

@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from .. import __version__
+from ..version import __version__
 from . import job as jobmod
+from .verdict import evidence_details
 
 #: How far apart (s) the clocks of two machines may be for their windows to be compared
 #: (our choice: NTP keeps machines within milliseconds; 2 s also covers a session folder's
@@ -223,7 +224,7 @@ def job_report(reports: List[Dict], names: List[str], why: str, grouped_by: str,
     """
     workers = [jobmod.Worker(name=n, report=r) for n, r in zip(names, reports)]
     d = jobmod.diagnose(workers)
-    primary = d["primary"] if d else max(range(len(workers)), key=lambda i: workers[i].step_ms)
+    primary = d.primary if d else max(range(len(workers)), key=lambda i: workers[i].step_ms)
     base = reports[primary]
     out = {"version": __version__, "kind": "job", "run": _common_run([r.get("run") for r in reports]),
            "session": f"job:{job_id or base.get('session')}", "hosts": list(names),
@@ -235,35 +236,30 @@ def job_report(reports: List[Dict], names: List[str], why: str, grouped_by: str,
     section = {"id": job_id, "grouped_by": grouped_by, "grouping": why, "workers": list(names),
                "sessions": [{"task": n, "run": r.get("run"), "session": r.get("session"), "path": r.get("path")}
                             for n, r in zip(names, reports)]}
-    per_worker: List[Dict] = []
     if d is None:
         section.update({"straggler": None, "root_cause": None})
         out["evidence"] = [why, "The workers' steps could not be matched by step number (or a worker's steps held no "
                                 "collective): the verdict is that of the slowest worker alone."] + list(base["evidence"])
-        out["evidence_detail"] = [{"text": t, "basis": "trace"} for t in out["evidence"][:2]] + list(
+        out["evidence_detail"] = evidence_details(out["evidence"][:2]) + list(
             base.get("evidence_detail") or [])
     else:
-        section.update(d.pop("job"))
-        section["root_cause"] = "lateness_at_collectives"
-        per_worker = d.pop("per_worker")
-        d.pop("primary")
-        out.update(d)
-        out["evidence"] = [why] + out["evidence"]
-        out["evidence_detail"] = [{"text": why, "basis": "trace"}] + out["evidence_detail"]
+        section.update(d.section)
+        section["root_cause"] = jobmod.ROOT_CAUSE
     out["job"] = section
-    out["per_host"] = [_worker_row(n, r, (per_worker[i] if per_worker else {})) for i, (n, r) in enumerate(zip(names, reports))]
+    out["per_host"] = [_worker_row(n, r) for n, r in zip(names, reports)]
+    if d is not None:
+        jobmod.merge_diagnosis(out, d, out["per_host"], lead=why)
     out["trace_viewer"] = base.get("trace_viewer")
     return out
 
 
-def _worker_row(name: str, r: Dict, lateness: Dict) -> Dict:
+def _worker_row(name: str, r: Dict) -> Dict:
     """A worker's row of ``per_host``: where its session is, its own report's numbers and
-    verdict, and its part in the job's root cause."""
+    verdict (:func:`.job.merge_diagnosis` adds its part in the job's root cause)."""
     row = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
            "step_time_ms": ((r.get("steps") or {}).get("step_time_ms") or {}).get("mean"),
            "breakdown_pct": r.get("breakdown_pct"), "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
            "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}
-    row.update(lateness)
     return row
 
 

@@ -23,7 +23,8 @@ from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as
 from .findings import Findings, KernelFacts, StepFacts
 from .odd_steps import odd_sentence, odd_steps
 from .placement import Placement, find_placement
-from .verdict import Verdict, decide
+from .rules import decide
+from .verdict import Verdict
 
 _PS_PER_MS = 1e9
 
@@ -235,7 +236,7 @@ class HostAnalysis:
 
     @cached_property
     def verdict(self) -> Verdict:
-        """The verdict (:func:`.verdict.decide`)."""
+        """The verdict (:func:`.rules.decide`)."""
         return decide(self.findings)
 
     def report(self) -> Dict:

@@ -6,10 +6,10 @@ from typing import Dict
 
 import numpy as np
 
-from ..causes import cause_text
-from . import breakdown, evidence, tfdata
+from . import breakdown, tfdata
 from .rules import INPUT_MODERATE_PCT
 from .sync import sync_section
+from .verdict import verdict_fields
 
 
 def _ms(ps) -> float:
@@ -88,10 +88,7 @@ def host_report(a) -> Dict:
             "stages": tfdata.stage_rows(pipeline, 0, blocks) if pipeline else [],
             "has_prefetch": bool(pipeline and pipeline.has_prefetch),
         },
-        "bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
-        "confidence": v.confidence, "evidence": [str(e) for e in v.evidence],
-        "evidence_detail": [{"text": str(e), "basis": evidence.basis(e)} for e in v.evidence],
-        "recommendations": v.recommendations,
+        **verdict_fields(v),
         "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
     }
     sync = sync_section(a)  # steps with collectives: what a multi-worker job's root cause needs

@@ -87,12 +87,11 @@ def merge(report: Dict, hosts: List[Dict]) -> None:
     if d is None:
         report["evidence"] = list(report["evidence"]) + straggler_evidence(hosts)
         return
-    primary, per_worker, section = d.pop("primary"), d.pop("per_worker"), d.pop("job")
+    primary = d.primary
     report.update({k: v for k, v in hosts[primary].items() if k not in ("host", "sync")})
-    report.update(d)
-    section.update({"grouped_by": "one_session", "root_cause": "lateness_at_collectives", "workers": names})
-    report["job"] = section
-    for row, name, extra in zip(report["per_host"], names, per_worker):
-        row.update(extra, task=name)
+    job.merge_diagnosis(report, d, report["per_host"])
+    report["job"] = dict(d.section, grouped_by="one_session", root_cause=job.ROOT_CAUSE, workers=names)
+    for row, name in zip(report["per_host"], names):
+        row["task"] = name
     if isinstance(report.get("trace_viewer"), dict):
         report["trace_viewer"]["host"] = hosts[primary]["host"]

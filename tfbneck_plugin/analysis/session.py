@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Tuple
 
-from .. import __version__, records
+from .. import records
 from ..errors import error_report
 from ..logdir import Session, open_any
 from ..trace.xspace import TraceReadError, host_name_from_file, read_space
+from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job
 from .host_analysis import HostAnalysis

@@ -25,11 +25,11 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..causes import cause_text
 from ..trace import timeline
-from . import evidence
 from .advice import advice_for
-from .verdict import decide
+from .findings import OwnTime
+from .rules import decide
+from .verdict import verdict_fields
 
 #: Priority of the categories when a step is split for the job's root cause: compute and
 #: copies first (time the worker worked), then input wait, then collectives (time it
@@ -130,8 +130,9 @@ def own_verdict(a, parts: Dict[str, np.ndarray]) -> Dict:
 
     The shares the rules read (``pct``) are shares of the worker's own time, so a worker
     that waits most of the step for a peer is judged on what it did in the rest; the
-    collective rule cannot apply (its share is 0). The evidence's breakdown sentence says
-    so.
+    collective rule cannot apply (its share is 0). The findings carry the own time
+    (:class:`.findings.OwnTime`), so the evidence's breakdown sentence is written as a
+    breakdown of that time.
 
     Args:
       a: the host analysis; parts: ps per category per step, split in :data:`SYNC_ORDER`.
@@ -144,18 +145,10 @@ def own_verdict(a, parts: Dict[str, np.ndarray]) -> Dict:
     own_total = sum(int(parts[c].sum()) for c in OWN_CATEGORIES)
     pct = {c: (round(100.0 * int(parts[c].sum()) / own_total, 2) if own_total else 0.0) for c in OWN_CATEGORIES}
     pct["collective"] = 0.0
-    f = dataclasses.replace(a.findings, pct=pct)
-    v = decide(f)
     step_ms = _ms(sum(int(p.sum()) for p in parts.values()) / n)
     own_ms = _ms(own_total / n)
-    plain = evidence.breakdown_sentence(f)
-    said = (f"Outside its collectives ({own_ms:.1f} of {step_ms:.1f} ms per step): "
-            + plain.split(": ", 1)[-1].replace(", 0.0% collectives", ""))
-    sentences = [said if s == plain else s for s in v.evidence]
-    return {"bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
-            "confidence": v.confidence, "evidence": [str(s) for s in sentences],
-            "evidence_detail": [{"text": str(s), "basis": evidence.basis(s)} for s in sentences],
-            "recommendations": v.recommendations, "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
+    v = decide(dataclasses.replace(a.findings, pct=pct, own_time=OwnTime(own_ms=own_ms, step_ms=step_ms)))
+    return {**verdict_fields(v), "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
 
 
 def steps_by_number(section: Dict) -> Dict[int, Dict]:

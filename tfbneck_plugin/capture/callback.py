@@ -43,11 +43,11 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..notebook import WindowDisplay, in_notebook
 from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_step_time_every,
                         ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
+from .display import WindowDisplay, in_notebook
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger

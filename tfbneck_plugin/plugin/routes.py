@@ -22,7 +22,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from .. import __version__
+from ..version import __version__
 from .. import report as report_mod
 from ..analysis.session import analyze_session
 from ..logdir import Session, find_sessions, is_remote
