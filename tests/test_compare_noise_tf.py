@@ -4,11 +4,13 @@ every 25 steps). Two runs of the same code never fail the 5 % gate (they may be
 ``no_change`` or ``inconclusive``, with the line saying what is missing); the code made 2x
 slower is seen slower on the trend's periods and fails it. The false-alarm and detection
 rates over many pairs are benchmarks/compare_noise.py's (docs/compare_noise.md)."""
+import glob
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import ROOT, tfbneck_cmd
 
@@ -34,9 +36,20 @@ def _compare(a, b):
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
+def _cpu_per_step(run):
+    """The trend's CPU time per step (ms) of each period after the first, which has none."""
+    (path,) = glob.glob(os.path.join(str(run), "plugins", "bottleneck", "steptimes_*.json"))
+    points = json.load(open(path))["points"]
+    assert "cpu_ms" not in points[0] and all(p["cpu_ms"] > 0 for p in points[1:]), points
+    return np.array([p["cpu_ms"] for p in points[1:]])
+
+
 def test_identical_code_never_fails_the_gate_and_2x_does(tmp_path):
     runs = {name: tmp_path / name for name in ("base_a", "base_b", "double")}
     clocks = {name: _run(40 if name == "double" else 20, path) for name, path in runs.items()}
+    # The code's own cost: twice the work, about twice the CPU time per step, whatever the load.
+    ratio = np.median(_cpu_per_step(runs["double"])) / np.median(_cpu_per_step(runs["base_a"]))
+    assert 1.4 < ratio < 2.8, ratio
     rc, out, err = _compare(runs["base_a"], runs["base_b"])
     (c,) = out["comparisons"]
     assert rc == 0 and c["verdict"] != "slower", (c["verdict"], c["change_pct"], clocks, err)

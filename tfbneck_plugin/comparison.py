@@ -42,9 +42,12 @@ from .analysis.breakdown import CATEGORIES
 ALPHA = 0.05
 #: The test over one window's steps, as the reports name it (the weakest evidence).
 TEST = evid.TESTS["steps"]
-#: Largest change (%, either way, as |log ratio|) between two runs of identical code at each
-#: level of evidence: a significant change within it is ``inconclusive``. Fitted by
-#: benchmarks/compare_noise.py on half of its identical-code pairs (docs/compare_noise.md).
+#: Change (%, either way, as |log ratio|) within which a significant change between two runs
+#: is ``inconclusive``, per level of evidence. Our choice for a machine whose load holds
+#: still; benchmarks/compare_noise.py fits it on half of its identical-code pairs and prints
+#: the fit: on the 2-core machine shared by 8 agents where docs/compare_noise.md was made
+#: (load average 20-55) identical runs differed by up to 9x, a floor no useful gate can use,
+#: so the load itself is tested instead (the run queue, the CPU time per step below).
 RUN_TO_RUN_FLOOR_PCT = {"periods": 10.0, "windows": 15.0, "steps": 60.0}
 #: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
 #: the sidecars) that differ by this ratio make the machine's load a cause of a change in
@@ -52,8 +55,9 @@ RUN_TO_RUN_FLOOR_PCT = {"periods": 10.0, "windows": 15.0, "steps": 60.0}
 LOAD_DIFF_FACTOR = 1.25
 #: Largest change (%) of the process's CPU time per step (the trend's ``cpu_ms``) between
 #: two runs of identical code: a CPU-computed model whose CPU time per step stays within it
-#: did not change its own cost. Fitted by benchmarks/compare_noise.py like the floors above.
-CPU_FLOOR_PCT = 25.0
+#: did not change its own cost. Fitted by benchmarks/compare_noise.py on half of its
+#: same-load identical pairs (largest change, rounded up to 5 %: docs/compare_noise.md).
+CPU_FLOOR_PCT = 35.0
 
 
 class CompareError(Exception):
