@@ -201,3 +201,32 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     cpu_same = dict(quiet, cpu_change_pct=CPU_FLOOR_PCT / 2)
     assert _decide(100.0, 0.001, "periods", cpu_same, "m")[0] == "inconclusive"
     assert _decide(100.0, 0.001, "periods", dict(quiet, cpu_change_pct=90.0), "m")[0] == "slower"
+
+
+def test_compare_route_is_the_cli_and_refuses_bad_parameters():
+    """``GET /compare`` (the tab's compare view) returns the CLI's comparison of the two
+    sessions; a missing or unknown session is a 400 / 404, never a traceback."""
+    if not os.path.isdir(SEQUENTIAL) or not os.path.isdir(PARALLEL):
+        pytest.skip("demo_logs/ has no before/after pairs")
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins import base_plugin
+
+    from tfbneck_plugin.logdir import find_sessions
+    from tfbneck_plugin.plugin import BottleneckPlugin, RouteError
+    plugin = BottleneckPlugin(base_plugin.TBContext(logdir=DEMO_LOGS))
+    plugin.sessions_impl()
+    names = {s.run: s.name for s in find_sessions(DEMO_LOGS).sessions}
+    params = {"before_run": "pair_map_sequential", "before_session": names["pair_map_sequential"],
+              "after_run": "pair_map_parallel", "after_session": names["pair_map_parallel"]}
+    status, body, _ = plugin.compare_impl(params, wait_s=120)
+    assert status == 200 and body["before"] == ["pair_map_sequential", names["pair_map_sequential"]]
+    cli = json.loads(compare(SEQUENTIAL, PARALLEL, "--format", "json").stdout)["comparisons"][0]
+    route = body["comparison"]
+    for key in ("verdict", "change_pct", "p_value", "test", "evidence", "load", "breakdown_ms", "predictions"):
+        assert route[key] == cli[key], key
+    with pytest.raises(RouteError) as err:
+        plugin.compare_impl({k: v for k, v in params.items() if k != "after_session"})
+    assert err.value.status == 400
+    with pytest.raises(RouteError) as err:
+        plugin.compare_impl(dict(params, after_session="2000_01_01_00_00_00"))
+    assert err.value.status == 404
