@@ -64,3 +64,25 @@ def test_identical_code_never_fails_the_gate_and_2x_does(tmp_path):
     if real > 0.6 and not c["load"]["differs"]:
         assert rc == 1 and c["verdict"] == "slower", (c, clocks)
         assert "slower than" in err
+
+
+def test_window_overhead_against_the_jobs_own_clock(tmp_path):
+    """Issue 25 point 5: a window's traced step time against the job's unprofiled step time
+    around it (the trend's periods on each side), on a real run: the figure the trend file
+    carries for every analysed window (``windows[i].overhead``)."""
+    from tfbneck_plugin.analysis.session import analyze_session
+    from tfbneck_plugin.capture.trend import OVERHEAD_PERIODS, verdict_of, window_overhead
+    from tfbneck_plugin.logdir import find_sessions
+    _run(20, tmp_path / "run")
+    (path,) = glob.glob(str(tmp_path / "run" / "plugins" / "bottleneck" / "steptimes_*.json"))
+    points = json.load(open(path))["points"]
+    (session,) = find_sessions(str(tmp_path / "run")).sessions
+    verdict = verdict_of(analyze_session(session))
+    got = window_overhead((100, 104), verdict, points)
+    near = [p["p50_ms"] for p in points if p["step"] < 100][-OVERHEAD_PERIODS:] + \
+        [p["p50_ms"] for p in points if p["first_step"] > 104][:OVERHEAD_PERIODS]
+    assert len(near) == 2 * OVERHEAD_PERIODS and all(not (p["first_step"] <= 104 and p["step"] >= 100)
+                                                     for p in points if p["p50_ms"] in near)
+    assert got["job_step_ms"] == pytest.approx(float(np.median(near)), abs=1e-3)
+    assert got["x"] == pytest.approx(verdict["step_time_ms"] / float(np.median(near)), abs=0.01)
+    assert got["x"] > 1  # the profiler's own cost: a traced step is slower than an unprofiled one

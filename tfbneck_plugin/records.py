@@ -111,7 +111,9 @@ read by the TensorBoard tab's ``/trend`` route::
                   "verdict": null | {"bottleneck", "cause", "confidence", "step_time_ms"},
                   "analysis_error": str | null,
                   "change": null | {"from_window": int, "from": {"bottleneck", "cause"},
-                                    "to": {"bottleneck", "cause"}, "text": str, ...}}]}
+                                    "to": {"bottleneck", "cause"}, "text": str, ...},
+                  "overhead": null | {"window_step_ms", "job_step_ms",   # the traced step against
+                                      "periods": int, "x": float}}]}     # the unprofiled one around it
 
 The file is written atomically (temporary file + rename): a reader never sees torn JSON.
 """
