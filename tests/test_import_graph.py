@@ -10,7 +10,7 @@ import ast
 import os
 from typing import Dict, List, Set
 
-from tests.support.paths import ROOT
+from support.paths import ROOT
 
 PACKAGE = "tfbneck_plugin"
 

@@ -13,8 +13,9 @@ import pytest
 
 from tfbneck_plugin.analysis import rules, sysmetrics
 from tfbneck_plugin.cli import main as cli_main
+from support.paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS
 sys.path.insert(0, os.path.join(HERE, "tf_jobs"))
 from multiworker_fit import run_job  # noqa: E402
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -80,9 +80,10 @@ def trend_periods(run: str) -> Tuple[np.ndarray, np.ndarray, Optional[str]]:
     except OSError:
         return np.zeros(0), np.zeros(0), None
     for path, _size, _mtime in files:
-        opener = open
+        opener: Any = open
         if "://" in path:
-            from .logdir import open_any as opener
+            from .logdir import open_any
+            opener = open_any
         try:
             data = read_step_times(path, opener)
         except SidecarError:

@@ -1,7 +1,7 @@
 """``tfbneck compare BASELINE CANDIDATE``: did a change make training faster or slower, by
 how much, how sure, where the time went, and was it what the baseline's advice predicted.
 
-No TensorFlow: both sides are analysed from their traces (:func:`.analysis.session.analyze_session`).
+No TensorFlow: both sides are analysed from their traces (:func:`.batch.analyze_one`).
 
 The comparison of two session reports (:func:`compare_reports`):
 
@@ -31,12 +31,13 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import compare_evidence as evid
 from .analysis.breakdown import CATEGORIES
+from .trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -73,11 +74,6 @@ def per_batch_times(report: Dict) -> np.ndarray:
     return np.array([float(i["duration_ms"]) / bps for i in steps.get("items") or []], dtype=np.float64)
 
 
-def _stats(times: np.ndarray) -> Dict[str, float]:
-    return {"mean": round(float(times.mean()), 3), "p50": round(float(np.percentile(times, 50)), 3),
-            "p90": round(float(np.percentile(times, 90)), 3)}
-
-
 def _run_name(report: Dict) -> str:
     """The run's name; for a run given as the path itself (``.``), its folder's name."""
     run = report.get("run") or ""
@@ -91,7 +87,7 @@ def _side(report: Dict, times: np.ndarray) -> Dict:
     steps = report.get("steps") or {}
     return {"run": _run_name(report), "session": report.get("session"), "path": report.get("path"),
             "steps": int(len(times)), "batches_per_step": int(steps.get("batches_per_step") or 1),
-            "time_per_batch_ms": _stats(times), "bottleneck": report.get("bottleneck"),
+            "time_per_batch_ms": time_stats(times), "bottleneck": report.get("bottleneck"),
             "cause": report.get("cause"), "confidence": report.get("confidence")}
 
 
@@ -117,7 +113,7 @@ def _load(baseline: Dict, candidate: Dict, t: Tuple[evid.SideTimings, evid.SideT
     lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else evid.load_of(candidate)
     fb = t[0].contention if t[0].contention is not None else evid.contention_of(baseline)
     fc = t[1].contention if t[1].contention is not None else evid.contention_of(candidate)
-    out = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
+    out: Dict[str, Any] = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
            "candidate_contention": fc, "differs": False, "explains_x": 1.0, "more_loaded": None}
     if fb is None or fc is None:
         return out
@@ -251,8 +247,9 @@ def _fixes(report: Dict) -> List[str]:
 
 
 def _parallelism(stage: Dict) -> Optional[int]:
+    value: Any = stage.get("parallelism")
     try:
-        return int(stage.get("parallelism"))
+        return int(value)
     except (TypeError, ValueError):
         return None
 
@@ -301,6 +298,7 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
 
 def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
     """run name -> its sessions, oldest first (session folders are named by time), and notes."""
+    from .batch import no_session_message
     from .logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
@@ -316,7 +314,7 @@ def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
             notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, "
                          f"{sessions[-1].name} (the others' step times are evidence)")
     if not by_run:
-        raise CompareError(f"{path}: no profiling session found (looked for <run>/plugins/profile/<session>/*.xplane.pb)")
+        raise CompareError(no_session_message([path]))
     return by_run, notes
 
 
@@ -349,10 +347,10 @@ def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = T
     Args:
       run_sessions: the run's sessions, oldest first; compared: the one compared (its report
         is ``report``); analyze: ``Session -> report`` for the other windows (default
-        ``analyze_session``; the plugin passes its cache); a report without steps is skipped.
+        ``batch.analyze_one``; the plugin passes its cache); a report without steps is skipped.
     """
     if analyze is None:
-        from .analysis.session import analyze_session as analyze
+        from .batch import analyze_one as analyze
     t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report),
                          contention=evid.contention_of(report), device_kind=report.get("device_kind"))
     if use_trend:
@@ -390,15 +388,15 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from .analysis.session import analyze_session
+    from .batch import analyze_one
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
-        rb, rc = analyze_session(b_sessions[-1]), analyze_session(c_sessions[-1])
+        rb, rc = dict(analyze_one(b_sessions[-1])), dict(analyze_one(c_sessions[-1]))
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
-            timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend),
-                       side_timings(c_sessions, c_sessions[-1], rc, use_trend))
+            timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),
+                       side_timings(c_sessions, c_sessions[-1], rc, use_trend, analyze=analyze_one))
         comparisons.append(compare_reports(rb, rc, change, timings))
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],

@@ -21,6 +21,8 @@ import html
 import math
 from typing import Dict, Iterable, List, Optional
 
+from .schema import step_time_ms
+
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",
               "collective", "kernel_launch", "idle"]
@@ -360,7 +362,7 @@ def _stage_row(st: Dict) -> str:
     auto = st.get("autotune")
     return (f'<tr class="{"tfb-blocking" if blocking else ""}" data-stage="{_e(st.get("kind"))}">'
             f'<td><strong>{_e(st.get("kind"))}</strong>{badge}<div class="tfb-stage-path">{_e(st.get("name"))}</div></td>'
-            f'<td>{_e(STAGE_CATEGORY_NAMES.get(st.get("category"), st.get("category") or ""))}</td>'
+            f'<td>{_e(STAGE_CATEGORY_NAMES.get(str(st.get("category")), st.get("category") or ""))}</td>'
             f'<td class="num">{_e(st.get("calls", ""))}</td><td class="num">{fmt_ms(st.get("self_ms"), 2)}</td>'
             f'<td class="num">{fmt_ms(st.get("function_ms"), 2) if st.get("function_ms") else "–"}</td>'
             f'<td>{"–" if par is None else _e(par)}</td><td>{"–" if auto is None else _e(auto)}</td></tr>')
@@ -434,7 +436,7 @@ def session_html(s: Dict) -> str:
 def _summary_row(s: Dict) -> str:
     ok = s.get("status") == "ok"
     kind = str(s.get("bottleneck") or "unknown") if ok else "error"
-    st = ((s.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    st = step_time_ms(s)
     conf = _num(s.get("confidence"))
     verdict = kind_label(kind) if ok else "Could not analyse"
     return (f'<tr data-run="{_e(s.get("run"))}" data-bottleneck="{_e(kind)}">'

@@ -31,7 +31,7 @@ sessions, analysed apart (and by the plugin, cached apart).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, cast
 
 import numpy as np
 
@@ -76,7 +76,7 @@ class Worker:
     a one-host session report) holding a ``sync`` section (or None when its steps held no
     collective)."""
     name: str
-    report: schema.SessionReport
+    report: schema.SessionDict
 
     @property
     def sync(self) -> Optional[schema.SyncSection]:
@@ -95,7 +95,7 @@ class Lateness:
     duration: np.ndarray
     own: List[List[Dict[str, float]]]            # [worker][step] own_ms
     last: List[Optional[int]] = field(default_factory=list)   # per step: worker index or None
-    wait: np.ndarray = None                      # per step: mean wait of the others for the last (ms)
+    wait: np.ndarray = field(default_factory=lambda: np.zeros(0))   # per step: mean wait of the others for the last (ms)
 
     @property
     def network(self) -> np.ndarray:
@@ -111,7 +111,7 @@ def match_steps(workers: List[Worker]) -> Optional[Lateness]:
     when a worker has no ``sync`` section or no step is shared."""
     if len(workers) < 2 or any(w.sync is None for w in workers):
         return None
-    by_worker = [syncmod.steps_by_number(w.sync) for w in workers]
+    by_worker = [syncmod.steps_by_number(_sync(w)) for w in workers]
     numbers = sorted(set.intersection(*(set(b) for b in by_worker)))
     if not numbers:
         return None
@@ -294,11 +294,11 @@ def diagnose(workers: List[Worker]) -> Optional[JobDiagnosis]:
     v = first_verdict(JOB_RULES, jf)
     lat, late_pct = jf.lat, jf.late_pct
     name = workers[v.straggler].name if v.straggler is not None else None
-    section = {"straggler": name, "lateness_pct": round(late_pct[jf.suspect], 2),
+    section: Dict[str, object] = {"straggler": name, "lateness_pct": round(late_pct[jf.suspect], 2),
                "network_pct": round(jf.network_pct, 2), "matched_steps": lat.numbers,
                "steps": step_rows(workers, lat),
                "thresholds": {"straggler_wait_pct": STRAGGLER_WAIT_PCT, "network_pct": COLLECTIVE_BOUND_PCT}}
-    per_worker = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": jf.last_in[i],
+    per_worker: List[Dict[str, object]] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": jf.last_in[i],
                    "matched_steps": len(lat.numbers), "collective_ms": round(float(lat.collective[i].mean()), 3),
                    "own_limit": _own_limit(w), "straggler": i == v.straggler}
                   for i, w in enumerate(workers)]
@@ -319,6 +319,12 @@ def merge_diagnosis(report: Dict, d: JobDiagnosis, rows: List[Dict], lead: Optio
         row.update(part)
 
 
+def _sync(w: Worker) -> schema.SyncSection:
+    """The worker's ``sync`` section: the job rules run only when every worker has one."""
+    assert w.sync is not None
+    return w.sync
+
+
 def _own_limit(w: Worker) -> Optional[Dict]:
     own = (w.sync or {}).get("own")
     if not own:
@@ -334,13 +340,13 @@ def _prose(name: str, start: bool = False) -> str:
 
 def _own_evidence(w: Worker) -> List[str]:
     """The worker's own verdict's evidence, each sentence of its recorded basis."""
-    return [with_basis(d["text"], d["basis"]) for d in w.sync["own"].get("evidence_detail") or []]
+    return [with_basis(d["text"], d["basis"]) for d in _sync(w)["own"].get("evidence_detail") or []]
 
 
 def _straggler_verdict(jf: JobFindings) -> JobVerdict:
     s = jf.suspect
     lat, w = jf.lat, jf.workers[s]
-    own = w.sync["own"]
+    own = _sync(w)["own"]
     name, n = _prose(w.name), len(lat.numbers)
     mine = [k for k, j in enumerate(lat.last) if j == s]
     evidence = [f"{own['bottleneck']} / {own['cause']} on {name}; the other workers wait for it in all-reduce for "
@@ -358,7 +364,7 @@ def _straggler_verdict(jf: JobFindings) -> JobVerdict:
                     f"{jf.network_pct:.1f}% of the step.")
     evidence.extend(_own_evidence(w))
     conf = own["confidence"] - (SCATTERED_PENALTY if len(mine) < CONSISTENT_FRACTION * n else 0.0)
-    recs = [dict(r, worker=w.name) for r in own.get("recommendations") or []]
+    recs = [cast(schema.Recommendation, dict(r, worker=w.name)) for r in own.get("recommendations") or []]
     return JobVerdict(bottleneck=own["bottleneck"], cause=own["cause"], confidence=round(max(conf, 0.05), 2),
                       evidence=evidence, recommendations=recs, primary=s, straggler=s)
 
@@ -390,7 +396,7 @@ def _network_verdict(jf: JobFindings, late: Optional[int] = None) -> JobVerdict:
                         + (f", {WHY[why[0]]} {why[1] - why[2]:.1f} ms longer than the others" if why else "")
                         + "): less than the all-reduce's own cost, a second link after it.")
     primary = jf.slowest
-    recs = workers[primary].sync.get("network_recommendations") or []
+    recs = _sync(workers[primary]).get("network_recommendations") or []
     return JobVerdict(bottleneck="network", cause="gradient_sync",
                       confidence=confidence(jf.network_pct, COLLECTIVE_BOUND_PCT), evidence=evidence,
                       recommendations=recs, primary=primary, straggler=None)
@@ -399,7 +405,7 @@ def _network_verdict(jf: JobFindings, late: Optional[int] = None) -> JobVerdict:
 def _own_limit_verdict(jf: JobFindings) -> JobVerdict:
     primary = jf.slowest
     w = jf.workers[primary]
-    own = w.sync["own"]
+    own = _sync(w)["own"]
     evidence = [f"No worker stands out as the one the others wait for ({_nobody(jf)}) and the collectives' own "
                 f"cost is {jf.network_pct:.1f}% of the step (network-bound from {COLLECTIVE_BOUND_PCT:.0f}%): "
                 f"each worker is limited by its own work. "

@@ -2,7 +2,7 @@
 verdict goes to ``per_host``, and hosts slower than the others are named as stragglers."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, cast
 
 import numpy as np
 
@@ -35,7 +35,7 @@ def slowest(hosts: List[Dict]) -> Dict:
 
 def per_host_rows(hosts: List[Dict]) -> List[Dict]:
     """One ``per_host`` row per host: its step time (ms), breakdown (%) and verdict."""
-    return [{"host": h["host"], "step_time_ms": (h["steps"]["step_time_ms"] or {}).get("mean"),
+    return [{"host": h["host"], "step_time_ms": schema.step_time_ms(h),
              "breakdown_pct": h["breakdown_pct"], "bottleneck": h["bottleneck"]} for h in hosts]
 
 
@@ -83,7 +83,7 @@ def merge(report: Dict, hosts: List[Dict]) -> None:
     names = [(h.get("sync") or {}).get("task") or h["host"] for h in hosts]
     if len(set(names)) != len(names):
         names = [h["host"] for h in hosts]
-    d = job.diagnose([job.Worker(n, h) for n, h in zip(names, hosts)])
+    d = job.diagnose([job.Worker(n, cast(schema.SessionDict, h)) for n, h in zip(names, hosts)])
     if d is None:
         report["evidence"] = list(report["evidence"]) + straggler_evidence(hosts)
         return

@@ -7,9 +7,10 @@ models (:mod:`.whatif`). Every threshold is a named constant with its source.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, cast
 
 from ..causes import CAUSES
+from ..schema import Recommendation
 from . import evidence as ev
 from . import sysmetrics
 from .advice import advice_for
@@ -212,10 +213,7 @@ def _input_from_system(system: dict):
 def _others_busy_pct(system: dict, own_cores: float) -> float:
     """Share (%) of the machine's CPU busy with processes outside the training tree."""
     cores = system.get("cpu_count") or 1
-    others = system.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only: the machine less the training process
-        others = max(system["cpu_mean_pct"] * cores / 100.0 - own_cores, 0.0)
-    return 100.0 * others / cores
+    return 100.0 * sysmetrics.other_cores(system, own_cores, cores) / cores
 
 
 def _remote_reads(system: dict) -> Optional[str]:
@@ -389,7 +387,7 @@ def decide(f: Findings) -> Verdict:
     assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
     if v.cause == "not_tensorflow":
         return v
-    v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
+    v.recommendations = cast(List[Recommendation], rank(advice_for(v.cause, f), f))  # `predicted`: largest gain first
     if f.steps.odd:
         v.evidence.insert(0, f.steps.odd)
     if f.steps.fetch_outside:

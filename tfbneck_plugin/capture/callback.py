@@ -39,7 +39,7 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -59,6 +59,7 @@ __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule"
            "scalars_from_report"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
+_Callback: Any = _keras.callbacks.Callback
 #: Custom loops have no epochs: the step-time statistics are written every this many steps.
 LOOP_STEP_TIME_EVERY = 1000
 
@@ -98,7 +99,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
+class BottleneckProfiler(LongJobMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -256,12 +257,12 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
         self._capture: Optional[WindowCapture] = None  # the open window
-        self._trace = None                              # the open step marker
+        self._trace: Any = None                         # the open step marker
         self._in_fit = False
         self._fit_legacy = False
         self._log_dir_problem: Optional[str] = None
         self._disabled: Optional[str] = None
-        self._warned = set()
+        self._warned: set = set()
         self._exiting = False
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
                                             self.write_scalars, bool(self.verbose), self._warn, logger.info,

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..version import __version__
 from .. import report as report_mod
-from ..analysis.session import analyze_session
+from ..batch import analyze_one
 from ..logdir import Session, find_sessions, is_remote
+from ..schema import SessionDict
+from ..version import __version__
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
@@ -62,7 +63,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``analyze_session``); tests inject their own.
+      analyze: ``Session -> report`` (default ``batch.analyze_one``); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -71,8 +72,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_session,
-                 find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
+    def __init__(self, context: base_plugin.TBContext,
+                 analyze: Callable[[Session], SessionDict] = analyze_one, find: Callable = find_sessions,
+                 workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S, report_wait_s: float = REPORT_WAIT_S):
         self._logdir = plugin_logdir(context)
         self._index = SessionIndex(self._logdir, find=find, max_age_s=rescan_interval_s)
@@ -280,21 +282,23 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         def analyze(other: Session):
             return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
 
-        body = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
+        body: Dict[str, Any] = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
+        before, after = (dict(r) for r in reports)
         try:
             timings = None
-            if all(r.get("status") == "ok" for r in reports):
-                timings = tuple(comparison.side_timings(
-                    sorted((x for k, x in snap.sessions.items() if k[0] == s.run), key=lambda x: x.name), s, r,
-                    analyze=analyze) for s, r in zip(sessions, reports, strict=True))
-            body["comparison"] = comparison.compare_reports(reports[0], reports[1], timings=timings)
+            if before.get("status") == "ok" and after.get("status") == "ok":
+                def timing_of(s: Session, r: Dict[str, Any]):
+                    run_sessions = sorted((x for k, x in snap.sessions.items() if k[0] == s.run), key=lambda x: x.name)
+                    return comparison.side_timings(run_sessions, s, r, analyze=analyze)
+                timings = (timing_of(sessions[0], before), timing_of(sessions[1], after))
+            body["comparison"] = comparison.compare_reports(before, after, timings=timings)
         except comparison.CompareError as err:
             body.update(comparison=None, error=str(err))
         return 200, body, source
 
     # -- WSGI wrappers ---------------------------------------------------------------------
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_index_js(self, request):
         try:
             _, body = self.index_js_impl()
@@ -302,23 +306,23 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return _json(request, err.status, err.body())
         return http_util.Respond(request, body, "text/javascript")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_sessions(self, request):
         return self._dispatch(request, lambda _params: self.sessions_impl() + ("",))  # no parameters
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_report(self, request):
         return self._dispatch(request, self.report_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_job(self, request):
         return self._dispatch(request, self.job_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_compare(self, request):
         return self._dispatch(request, self.compare_impl)
 
