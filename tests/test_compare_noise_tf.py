@@ -85,4 +85,5 @@ def test_window_overhead_against_the_jobs_own_clock(tmp_path):
                                                      for p in points if p["p50_ms"] in near)
     assert got["job_step_ms"] == pytest.approx(float(np.median(near)), abs=1e-3)
     assert got["x"] == pytest.approx(verdict["step_time_ms"] / float(np.median(near)), abs=0.01)
-    assert got["x"] > 1  # the profiler's own cost: a traced step is slower than an unprofiled one
+    # (Whether the traced step is slower depends on the machine's load at that moment too: on the
+    # busy 2-core machine of docs/compare_noise.md one window read 0.36x, another 5x.)
