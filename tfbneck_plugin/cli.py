@@ -1,7 +1,9 @@
 """``tfbneck``: the command line.
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+                    [--ops [--sort self|device|host] [--row-limit N]]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
+    tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -14,6 +16,7 @@ import sys
 from typing import List, Optional
 
 from . import batch
+from . import op_table
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError
 from .report import RENDERERS, build_report
@@ -43,7 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--remote-timeout", type=_seconds, metavar="S",
                    help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
                         "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
+    a.add_argument("--ops", action="store_true",
+                   help="with --format table: also print each session's top ops (self time per steady step)")
+    a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
+                   help="with --ops: all ops by self time (default), or only the device's or the host's")
+    a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
+    from .watch import add_parser as add_watch_parser
+    add_watch_parser(sub)
     return p
 
 
@@ -162,6 +172,9 @@ def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
+    if getattr(args, "ops", False) and args.format == "table":
+        text = text.rstrip("\n") + "\n\n" + "\n".join(op_table.to_text(r, args.sort, args.row_limit)
+                                                   for r in results if r.get("status") == "ok")
     if args.output:
         try:
             # Names that are not UTF-8 (kept by Python as surrogates) are written as the
@@ -199,6 +212,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_analyze(args)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "watch":
+        from .watch import cmd_watch
+        return cmd_watch(args)
     return 2
 
 

@@ -1,7 +1,8 @@
 """The report: the JSON contract and its renderings (table, CSV, Markdown).
 
-``build_report(sessions)`` wraps per-session dicts (``analysis.session.analyze_session``) into the
-contract's top level ``{"version", "sessions"}``. The renderers only format that dict.
+``build_report(sessions)`` wraps session reports (:class:`tfbneck_plugin.schema.SessionDict`, from
+:mod:`tfbneck_plugin.batch`) into the contract's top level ``{"version", "sessions"}``. The renderers
+only format that value, reading each session through :mod:`tfbneck_plugin.schema`.
 """
 from __future__ import annotations
 
@@ -51,12 +52,12 @@ def csv_row(s: schema.Report) -> Dict:
     return r
 
 
-def to_json(report: Dict) -> str:
+def to_json(report: Mapping[str, Any]) -> str:
     """The report as indented JSON (the contract)."""
     return json.dumps(report, indent=2, sort_keys=False)
 
 
-def to_csv(report: Dict) -> str:
+def to_csv(report: Mapping[str, Any]) -> str:
     """One CSV row per session: ``COLUMNS`` plus every breakdown share (%)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -70,7 +71,7 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def to_table(report: Dict) -> str:
+def to_table(report: Mapping[str, Any]) -> str:
     """A fixed-width table for terminals, then the evidence of each session."""
     cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
             "confidence", "input_pct", "blocking_stage"]
@@ -102,7 +103,7 @@ def _share(v) -> str:
     return f"{v:.1f}%" if isinstance(v, (int, float)) else ""
 
 
-def worker_lines(s: Dict) -> List[str]:
+def worker_lines(s: schema.Report) -> List[str]:
     """The table's lines for a report with several hosts or workers (``per_host``): one per
     worker with its step time, its own report's verdict, its limit outside collectives and
     how long it kept the others waiting; the straggler marked ``*``. [] for one host."""
@@ -123,7 +124,7 @@ def worker_lines(s: Dict) -> List[str]:
     return out
 
 
-def to_markdown(report: Dict) -> str:
+def to_markdown(report: Mapping[str, Any]) -> str:
     """A Markdown table of the sessions, then each session's verdict, evidence and recommendations."""
     cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
             "blocking_stage", "step_source"]
@@ -148,7 +149,7 @@ def to_markdown(report: Dict) -> str:
     return "\n".join(out)
 
 
-def _worker_table(s: Dict) -> List[str]:
+def _worker_table(s: schema.Report) -> List[str]:
     rows = s.get("per_host") or []
     if not rows:
         return []

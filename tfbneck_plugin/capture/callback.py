@@ -43,14 +43,15 @@ from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_step_time_every,
-                        ensure_handler, is_tf_keras_model, logger, steps_per_execution)
+from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step_time_every,
+                        check_system_interval, ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .display import WindowDisplay, in_notebook
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
+from .system_view import RunServicesMixin, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
 from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
@@ -75,6 +76,7 @@ class _StepContext:
         p = self._p
         if p.tracker.flush_every is None and not p._in_fit:  # first custom-loop step: no epochs
             p.tracker.set_flush_every(LOOP_STEP_TIME_EVERY)
+            p._guard(p._start_run_services)
         step = p.tracker.loop_step(self._num, self._batches)
         if step is not None:
             if p.tracker.flush_due:
@@ -99,7 +101,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, _Callback):
+class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -165,6 +167,16 @@ class BottleneckProfiler(LongJobMixin, _Callback):
         inside windows and the first 20 of the job are not counted), x axis the last step
         of the period; also in the trend file ``<log_dir>/plugins/bottleneck/steptimes_*.json``
         (format in :mod:`tfbneck_plugin.records`) that the Bottleneck tab draws.
+      system_interval_s: sample the system all run long every this many seconds (default
+        1.0; ``None`` or 0: off): machine CPU and the busiest core, the training process
+        tree's cores, busiest thread and run-queue wait, accelerators (NVML), disk and
+        network. Every 10 s the samples become scalars ``system/*`` in ``log_dir`` (x axis:
+        the training step) and a line of ``<log_dir>/plugins/bottleneck/system_*.json``
+        with the flowchart's triage (:mod:`tfbneck_plugin.triage`), which the tab's trend
+        view draws. Sampling pauses between ``fit`` calls. Cost: see the README.
+      profiler_server_port: start TensorFlow's profiler server on this port when training
+        begins (``tf.profiler.experimental.server.start``), so that ``tfbneck watch
+        --capture-port`` or the Profile tab's capture button can take a trace on demand.
       display: show each window's verdict in the notebook cell that runs ``fit``, once its
         background analysis finished (default: True inside a Jupyter kernel, else False);
         ``windows[i].report`` is a :class:`tfbneck_plugin.api.SessionReport` either way.
@@ -228,7 +240,8 @@ class BottleneckProfiler(LongJobMixin, _Callback):
     def __init__(self, log_dir, profile_steps=DEFAULT_WINDOW, *, max_window_steps: int = MAX_WINDOW_STEPS,
                  system_metrics: bool = True, sample_interval_s: float = 0.1, analyze=True,
                  write_scalars: bool = True, analysis_timeout_s: float = 600.0, profiler_options=None,
-                 verbose: int = 1, on_slowdown=False, step_time_every: Optional[int] = None, display=None):
+                 verbose: int = 1, on_slowdown=False, step_time_every: Optional[int] = None, display=None,
+                 system_interval_s: Optional[float] = 1.0, profiler_server_port: Optional[int] = None):
         super().__init__()
         self._supports_tf_logs = True  # tf-keras' __init__ sets False: logs would be synced to numpy per batch
         self.log_dir = check_log_dir(log_dir)
@@ -267,6 +280,14 @@ class BottleneckProfiler(LongJobMixin, _Callback):
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
                                             self.write_scalars, bool(self.verbose), self._warn, logger.info,
                                             on_report=self._on_report, on_done=self._on_analysis_done)
+        self.profiler_server_port = check_port(profiler_server_port)
+        #: The whole run's system view (None when ``system_interval_s`` is off).
+        self.system_view: Optional[RunSystemView] = None
+        if system_interval_s is not None and check_system_interval(system_interval_s):
+            self.system_view = RunSystemView(self.log_dir, float(system_interval_s),
+                                             self._analysis.write_values if self.write_step_times else None,
+                                             lambda: self.tracker.seen, self._warn)
+        self._server_started = False
         ensure_handler()
         for message in warnings_for(self.schedule):
             self._warn("schedule:" + message[:40], message)
@@ -306,6 +327,7 @@ class BottleneckProfiler(LongJobMixin, _Callback):
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
+        self._start_run_services()
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""
@@ -346,6 +368,8 @@ class BottleneckProfiler(LongJobMixin, _Callback):
 
     def _train_end(self):
         self._in_fit = False
+        if self.system_view is not None:
+            self.system_view.pause()
         if self._trace is not None:
             self._step_end(close_if_done=False)
         if self._capture is not None:
@@ -417,6 +441,8 @@ class BottleneckProfiler(LongJobMixin, _Callback):
         if self._log_dir_problem is None and self.tracker.seen:
             self.trend.ended = True
             self._guard(self.trend.write)
+        if self.system_view is not None:
+            self._guard(self.system_view.pause)
         if self.tracker.seen == 0 and self._disabled is None:
             self._warn("no_step", "BottleneckProfiler was closed without seeing a training step, so nothing was "
                                   "profiled: pass it to model.fit(..., callbacks=[profiler]), or wrap each step of "
