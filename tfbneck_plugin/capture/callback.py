@@ -194,13 +194,10 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
             it = iter(ds)
             for _ in range(num_steps):
                 with profiler.step():          # counts steps from 1; or step(step_num=n)
-                    x, y = next(it)            # fetched inside the step: its input wait is the step's
+                    x, y = next(it)            # fetched inside: its input wait is the step's
                     train_step(x, y)
 
-    Fetch the batch inside ``step()``: the step is what the loop waits for, the batch
-    included. With ``for x, y in ds:`` outside the step the analyzer finds the fetch between
-    the marked steps and counts it in the step after it (the evidence says so), at the cost
-    of the window's first step, whose fetch came before the trace began.
+    (Fetched outside ``step()``, the fetch is counted in the next step: README "Custom loops".)
 
     Never hurts training: when a window cannot be captured (another profiler session is
     already running in the process, ``TF_DISABLE_PROFILING`` is set, ``log_dir`` cannot
@@ -408,11 +405,9 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
 
         Example (the batch fetched inside the step, so its input wait counts in it)::
 
-            it = iter(ds)
-            for _ in range(num_steps):
-                with profiler.step():
-                    x, y = next(it)
-                    loss = train_step(x, y)
+            with profiler.step():
+                x, y = next(it)
+                loss = train_step(x, y)
 
         Raises:
           ValueError: ``step_num`` below 1 or ``batches`` below 1.
