@@ -21,8 +21,13 @@ COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "s
 #: The other breakdown categories' shares (%), after ``COLUMNS`` in the CSV (``input_pct``
 #: is one of ``COLUMNS``).
 PCT_COLUMNS = [f"{c}_pct" for c in CATEGORIES if c != "input"]
+#: Columns the CSV and the DataFrame add after the breakdown shares: the fix to make first
+#: and its predicted speedup, the time per batch (not per execution), the window that
+#: recorded the session (from the run's trend file), its folder and when it was recorded.
+EXTRA_COLUMNS = ["fix_first", "fix_speedup", "time_per_batch_ms", "window_kind", "window_trigger", "path",
+                 "session_time"]
 #: Every CSV column: the CLI's ``--format csv``, the Beam pipeline's CSV, ``Report.to_dataframe``.
-CSV_COLUMNS = COLUMNS + PCT_COLUMNS
+CSV_COLUMNS = COLUMNS + PCT_COLUMNS + EXTRA_COLUMNS
 
 
 def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -44,11 +49,27 @@ def row(s: schema.Report) -> Dict:
     }
 
 
+def extra_row(s: schema.Report) -> Dict:
+    """One session's :data:`EXTRA_COLUMNS` ("" when unknown); ``session_time`` as local
+    ``YYYY-MM-DDTHH:MM:SS``."""
+    import datetime
+    fix = schema.first_fix(s) or {}
+    window = s.get("window") or {}
+    t = s.get("session_time")
+    values = {"fix_first": fix.get("fix"), "fix_speedup": (fix.get("predicted") or {}).get("speedup"),
+              "time_per_batch_ms": (s.get("steps") or {}).get("time_per_batch_ms"),
+              "window_kind": window.get("kind"), "window_trigger": window.get("trigger"), "path": s.get("path"),
+              "session_time": datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+              if isinstance(t, (int, float)) and t > 0 else None}
+    return {k: "" if v is None else v for k, v in values.items()}
+
+
 def csv_row(s: schema.Report) -> Dict:
     """One session as a row of ``CSV_COLUMNS`` (a share missing from the report is "")."""
     r = row(s)
     pct = s.get("breakdown_pct") or {}
     r.update({f"{c}_pct": pct.get(c, "") for c in CATEGORIES if c != "input"})
+    r.update(extra_row(s))
     return r
 
 

@@ -234,6 +234,10 @@ class SessionDict(TypedDict, total=False):
     op_summary: OpSummary
     trace_viewer: Dict[str, str]
     warnings: List[str]
+    # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
+    session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
+    window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps
+    run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
 
 
 #: What the accessors below read: a ``SessionDict``, or any mapping of the report's keys (the

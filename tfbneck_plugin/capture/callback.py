@@ -262,6 +262,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
+        self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record (issue 24)
         self._period_first = 1  # first step of the current step-time period
         self._period_cpu_s: Optional[float] = None  # process CPU time at its start (none before the first)
         self._epoch: Optional[int] = None
