@@ -264,7 +264,6 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
                               self._warn)
         self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record (issue 24)
         self._period_first = 1  # first step of the current step-time period
-        self._period_cpu_s: Optional[float] = None  # process CPU time at its start (none before the first)
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
         self._capture: Optional[WindowCapture] = None  # the open window

@@ -22,11 +22,13 @@ from .window import WindowRecord
 class LongJobMixin:
     """Methods of ``BottleneckProfiler`` about step times and slowdowns (module docstring)."""
 
+    #: The process's CPU time (s) at the current period's start; None before the first period ends.
+    _period_cpu_s: Optional[float] = None
+
     # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
     # only: they tell the type checker, they create nothing).
     tracker: StepTracker
     trend: JobTrend
-    _period_cpu_s: Optional[float]
     windows: List[WindowRecord]
     write_step_times: bool
     _period_first: int
