@@ -96,6 +96,8 @@ class SessionReport(TypedDict, total=False):
     sync: Dict[str, object]                   # a worker's collective time, input measured first
     system_metrics: Dict[str, object]
     worst_step: Optional[Dict[str, float]]
+    interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
+    #                                           steps_recorded, markers_recorded, exception, detected
     trace_viewer: Dict[str, str]
     warnings: List[str]
 

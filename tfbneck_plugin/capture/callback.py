@@ -37,8 +37,8 @@ This subpackage imports TensorFlow; the rest of the package does not.
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
-import weakref
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
@@ -48,6 +48,7 @@ from .arguments import (check_arguments, check_log_dir, check_max_window_steps, 
                         ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
+from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
@@ -76,29 +77,32 @@ class _StepContext:
             p.tracker.set_flush_every(LOOP_STEP_TIME_EVERY)
         step = p.tracker.loop_step(self._num, self._batches)
         if step is not None:
+            if not p._in_fit:  # the loop's frame owns a window open now (module interrupts)
+                p._loop_owner = Owner(sys._getframe(1), "loop")
+                if p._capture is not None:
+                    p._owner = p._loop_owner
             if p.tracker.flush_due:
                 p._guard(p._flush_step_times, step[0] - 1, None)
             p._guard(p._step_begin, *step)
         return self
 
-    def __exit__(self, *exc):
-        if self._p._trace is not None:
-            self._p._guard(self._p._step_end)
+    def __exit__(self, exc_type, *exc):
+        p = self._p
+        if exc_type is not None and p._capture is not None:  # the step raised inside a window
+            p._guard(p._interrupt, exc_type.__name__, "the exception left profiler.step()")
+        elif p._trace is not None:
+            p._guard(p._step_end)
         return False
-
-
-# Profilers with an open window, closed (trace saved) if the interpreter exits first.
-_OPEN_AT_EXIT: "weakref.WeakSet[BottleneckProfiler]" = weakref.WeakSet()
 
 
 @atexit.register
 def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
-    for p in list(_OPEN_AT_EXIT):
+    for p in WATCH.profilers():
         p._exiting = True
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
+class BottleneckProfiler(InterruptMixin, LongJobMixin, _keras.callbacks.Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -188,10 +192,11 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
     is logged (logger ``"tfbneck"``), and the window is recorded as skipped with the
     reason (``tfbneck_skipped.json``, and ``windows``). The callback never stops a
     profiler session it did not start. Training that ends inside a window saves the steps
-    recorded so far; a ``fit`` cut by an exception inside a window leaves it open until the
-    next ``fit`` with this callback, ``close()``, or interpreter exit, which save its
-    complete steps. An exception in the sampler leaves the trace without (complete)
-    system metrics, with a warning. Pending background analyses finish before the
+    recorded so far. A ``fit`` left by an exception or ``KeyboardInterrupt`` inside a window
+    (Keras then skips ``on_train_end``), or an exception leaving ``step()``, closes the window
+    within 0.25 s (:mod:`.interrupts`): the profiler stops and the complete steps are saved
+    as a session marked interrupted, so a later ``fit`` profiles normally. An exception in
+    the sampler leaves the trace without (complete) system metrics, with a warning. Pending background analyses finish before the
     interpreter exits (at most ``analysis_timeout_s``). Outside windows each step costs a clock read
     and a few comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
     dispatching batch-end hooks asynchronously where its backend allows it) and accepts
@@ -247,7 +252,12 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._period_first = 1  # first step of the current step-time period
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
+        self._window_lock = threading.RLock()  # the owner watch may close a window from its thread
         self._capture: Optional[WindowCapture] = None  # the open window
+        self._fit_owner: Optional[Owner] = None   # the running fit's frame (module interrupts)
+        self._loop_owner: Optional[Owner] = None  # the custom loop's frame that entered step()
+        self._owner: Optional[Owner] = None       # the open window's owner
+        self._cut: Optional[Tuple[Optional[str], str]] = None  # (exception, how it was seen) of an interrupt
         self._trace = None                              # the open step marker
         self._in_fit = False
         self._fit_legacy = False
@@ -284,9 +294,9 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
     def _train_begin(self):
         if self._trace is not None or self._capture is not None:
             # A previous fit (or loop) ended inside a window without on_train_end: an exception.
-            self._warn("interrupted", "a previous training run ended inside a profiling window without "
-                                      "finishing (an exception?); saving the steps it completed")
-            self._close_window("interrupted")
+            self._interrupt(None, "the next fit began")
+        frame = fit_frame(sys._getframe(2))
+        self._fit_owner = Owner(frame, "fit") if frame is not None else None
         self._in_fit = True
         self._fit_legacy = is_tf_keras_model(self.model)
         self.tracker.spe = steps_per_execution(self.model)
@@ -336,7 +346,7 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._guard(self._train_end)
 
     def _train_end(self):
-        self._in_fit = False
+        self._in_fit, self._fit_owner = False, None
         if self._trace is not None:
             self._step_end(close_if_done=False)
         if self._capture is not None:
@@ -457,11 +467,15 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
             pass
         if cap is None:
             return
-        _OPEN_AT_EXIT.discard(self)
+        WATCH.discard(self)
         cap.abandon()
         cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
 
     def _step_begin(self, first: int, last: int) -> None:
+        with self._window_lock:  # the owner watch may be closing this window
+            self._step_begin_locked(first, last)
+
+    def _step_begin_locked(self, first: int, last: int) -> None:
         if self.tracker.window_passed(first):
             self._close_window("completed")  # a custom loop jumped past the window's end
         if self._capture is None:
@@ -473,20 +487,22 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self.tracker.step_began(first, last)
 
     def _step_end(self, close_if_done: bool = True) -> None:
-        tr = self._trace
-        if tr is None:
-            return
-        self._trace = None
-        tr.__exit__(None, None, None)
-        done = self.tracker.step_ended()
-        if close_if_done and done:
-            self._close_window("completed")
+        with self._window_lock:
+            tr = self._trace
+            if tr is None:
+                return
+            self._trace = None
+            tr.__exit__(None, None, None)
+            done = self.tracker.step_ended()
+            if close_if_done and done:
+                self._close_window("completed")
 
     def _open_window(self, win: Tuple[int, int]) -> bool:
         trigger = self.tracker.opening
         rec = WindowRecord(index=len(self.windows), requested=[win], kind="triggered" if trigger else "scheduled",
                            trigger=dict(trigger, outcome=None, note=None) if trigger else None)
         self.windows.append(rec)
+        self._reclaim_profiler()  # an earlier window whose fit was interrupted gives the profiler back
         problem = precheck(self._log_dir_problem)
         cap = None
         if problem is None:
@@ -500,7 +516,8 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         self._capture = cap
         self.tracker.opened(win)
         rec.markers = self.tracker.markers  # the same list: it grows while the window is open
-        _OPEN_AT_EXIT.add(self)
+        self._owner = self._fit_owner if self._in_fit else self._loop_owner
+        WATCH.add(self)
         if trigger:
             self._warn(f"slowdown:{rec.index}", f"step time rose from {trigger['baseline_p50_ms']:.3g} to "
                                                 f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
@@ -521,6 +538,10 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
         # not now, when the disk may be what failed (one warning per problem).
 
     def _close_window(self, closed_by: str) -> None:
+        with self._window_lock:  # the training thread, the owner watch or the exit hook
+            self._close_window_locked(closed_by)
+
+    def _close_window_locked(self, closed_by: str) -> None:
         cap = self._capture
         if cap is None:
             return
@@ -533,14 +554,16 @@ class BottleneckProfiler(LongJobMixin, _keras.callbacks.Callback):
                 self.tracker.step_cut()
             else:
                 self._step_end(close_if_done=False)
-        self._capture = None
-        _OPEN_AT_EXIT.discard(self)
+        self._capture, self._owner = None, None
+        WATCH.discard(self)
         rec = cap.record
         rec.closed_by = closed_by
         problem, sysdata = cap.stop(unfinished)
         closed = self.tracker.close()
         rec.steps, rec.markers = closed.steps, closed.markers
         rec.requested.extend(closed.also_covered)
+        if closed_by == "interrupted":
+            rec.interrupted = self._interruption_record(closed.markers)
         if rec.trigger is not None:
             trigger_outcome(rec.trigger, closed_by, closed.window, closed.markers)
         if problem is not None:
