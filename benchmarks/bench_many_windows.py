@@ -7,8 +7,9 @@ One custom training loop (a small ``tf.function`` step) runs under one ``Bottlen
 with a periodic schedule of 2-step windows (``profile_steps(every=--every, length=2)``) and
 the slowdown trigger armed with thresholds a benchmark can meet (``SlowdownTrigger(
 consecutive=10, min_seconds=0.02, window_steps=2, cooldown_steps=--every, max_captures=
-unlimited)``); every ``--slow-every`` windows the loop slows down (a 2 ms sleep per step for
-30 steps), so the trigger opens windows of its own. Each window: the system sampler, the
+unlimited)``); every ``--slow-every`` windows, right after a window closed and its analysis
+ended (the trigger waits while one runs), the loop slows down (a 20 ms sleep per step for 25
+steps), so the trigger opens windows of its own. Each window: the system sampler, the
 profiler's start, stop and export, and (``--analyze process``, the default) the analysis in
 a child process with its scalars. Session folders are deleted as they are published, so the
 disk stays flat too.
@@ -44,7 +45,7 @@ from tfbneck_plugin import BottleneckProfiler, SlowdownTrigger, profile_steps  #
 #: Per-step sleep while the loop is slowed (s): far above the step (and its noise on a busy
 #: machine), so the trigger fires.
 SLOW_SLEEP_S = 0.02
-SLOW_STEPS = 30
+SLOW_STEPS = 25
 
 
 def snapshot(proc: psutil.Process) -> dict:
@@ -94,7 +95,7 @@ def run(args) -> dict:
                                   verbose=0)
     step = make_step(args.width)
     proc = psutil.Process()
-    marks, slow_left, last_slow_at = {}, 0, 0
+    marks, slow_left, last_slow_at, prev_closed = {}, 0, 0, 0
     t0 = time.monotonic()
     while True:
         n_closed = sum(1 for w in profiler.windows if w.status != "open")
@@ -103,9 +104,13 @@ def run(args) -> dict:
         if n_closed >= args.settle and "start" not in marks and profiler._capture is None:
             profiler.wait_for_analysis(120)
             marks["start"] = dict(snapshot(proc), **step_cost(profiler, step, args.pairs))
-        idle = profiler.tracker.timer.holds == 0 and profiler._capture is None  # the trigger waits for analyses
-        if args.slow_every and n_closed - last_slow_at >= args.slow_every and slow_left == 0 and idle:
+        if args.slow_every and n_closed - last_slow_at >= args.slow_every and slow_left == 0 \
+                and profiler._capture is None and n_closed > prev_closed:
+            # Right after a window closed: the trigger waits while an analysis runs, so the
+            # slow run begins once they finished, and ends before the next scheduled window.
+            profiler.wait_for_analysis(120)
             slow_left, last_slow_at = SLOW_STEPS, n_closed
+        prev_closed = n_closed
         with profiler.step():
             step()
             if slow_left:
@@ -150,7 +155,7 @@ def table(r: dict) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", type=int, default=1000)
-    ap.add_argument("--every", type=int, default=40, help="steps between scheduled windows")
+    ap.add_argument("--every", type=int, default=60, help="steps between scheduled windows")
     ap.add_argument("--settle", type=int, default=10, help="windows before the start measurement")
     ap.add_argument("--slow-every", type=int, default=10, help="slow the loop down every this many windows (0: never)")
     ap.add_argument("--analyze", default="process", choices=["process", "thread", "off"])
