@@ -112,6 +112,16 @@ def test_skip_message_names_our_own_window_holding_the_profiler(tmp_path):
     assert "another profiler" not in b["reason"]
 
 
+@pytest.mark.tf
+def test_interrupt_inside_the_callbacks_own_close_does_not_leak_the_profiler(tmp_path):
+    r = run_job("cut_close", tmp_path)
+    assert r["raised"] == "KeyboardInterrupt" and r["profiler_running_after_cut"] is True
+    (first,) = r["first"]
+    assert first["status"] == "skipped" and first["reason"] == "the window's close was interrupted; its trace was dropped"
+    (second,) = r["second"]
+    assert second["status"] == "profiled" and second["steps"] == [3, 5]
+
+
 # ----------------------------------------------------------------------------------------
 # Without TensorFlow: the owner rules and the sidecar record
 # ----------------------------------------------------------------------------------------

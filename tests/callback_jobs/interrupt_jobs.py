@@ -11,6 +11,9 @@ Scenarios (each writes ``OUT_DIR/result.json``):
   (steps 3-5) in the same process.
 * ``loop_sigint``: the same in a custom loop: the SIGINT arrives inside ``profiler.step()``
   at step 10 of the window 5-30; then a new profiler's custom loop profiles steps 3-5.
+* ``cut_close``: the interrupt lands inside the callback's own close of a window, between
+  letting go of it and stopping the profiler (``WindowCapture.stop`` raises
+  ``KeyboardInterrupt`` once); then a new profiler's ``fit``.
 * ``own_holder``: two profilers in one ``fit`` whose windows overlap (steps 3-8 and 5-6):
   the second window is skipped, its reason names the first profiler's window.
 """
@@ -125,6 +128,30 @@ def loop_sigint():
     second.close()
     result["second"] = [record(w) for w in second.windows]
     result["first"] = [record(w) | {"interrupted": w.interrupted} for w in first.windows]
+
+
+def cut_close():
+    from tfbneck_plugin.capture import window as winmod
+    real_stop = winmod.WindowCapture.stop
+
+    def cut(self, unfinished=None):
+        winmod.WindowCapture.stop = real_stop
+        raise KeyboardInterrupt
+
+    seed()
+    first = BottleneckProfiler(os.path.join(OUT, "first"), profile_steps=(3, 5), analyze=False)
+    winmod.WindowCapture.stop = cut
+    try:
+        model().fit(slow_dataset(8, delay_s=0.01), epochs=1, verbose=0, callbacks=[first])
+        result["raised"] = None
+    except KeyboardInterrupt:
+        result["raised"] = "KeyboardInterrupt"
+    result["profiler_running_after_cut"] = profiler_running()
+    second = BottleneckProfiler(os.path.join(OUT, "second"), profile_steps=(3, 5), analyze=False)
+    model().fit(slow_dataset(8, delay_s=0.01), epochs=1, verbose=0, callbacks=[second])
+    second.close()
+    result["second"] = [record(w) for w in second.windows]
+    result["first"] = [record(w) for w in first.windows]
 
 
 def own_holder():

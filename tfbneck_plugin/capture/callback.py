@@ -54,7 +54,7 @@ from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
-from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
+from .window import WindowCapture, WindowRecord, precheck, record_skip, release_cut_close, writable_problem
 
 __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger",
            "scalars_from_report"]
@@ -503,6 +503,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _keras.callbacks.Callback
                            trigger=dict(trigger, outcome=None, note=None) if trigger else None)
         self.windows.append(rec)
         self._reclaim_profiler()  # an earlier window whose fit was interrupted gives the profiler back
+        release_cut_close()
         problem = precheck(self._log_dir_problem)
         cap = None
         if problem is None:

@@ -356,6 +356,19 @@ class WindowCapture:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
+def release_cut_close() -> bool:
+    """Stop the profiler of a window whose close was itself cut (a ``KeyboardInterrupt``
+    between the callback letting go of the window and the profiler's stop): nothing owns
+    that session any more. Its trace is dropped, its record says why. Returns True when
+    there was one."""
+    held = WindowCapture.holding
+    if held is None or held.record.closed_by is None or running_session() is not held.session:
+        return False
+    held.abandon()
+    held.record.status, held.record.reason = "skipped", "the window's close was interrupted; its trace was dropped"
+    return True
+
+
 def current_job() -> Optional[Dict]:
     """The multi-worker job of this process (:func:`.job.job_info`: ``TF_CONFIG``, else the
     strategy in scope), or None. Never raises."""
