@@ -168,3 +168,13 @@ def test_interrupted_record_of_the_sidecar():
     assert old == {"steps_recorded": None, "markers_recorded": 2, "exception": None, "detected": None}
     bad = interrupted_window({"window": {"closed_by": "interrupted", "interrupted": {"steps_recorded": "5"}}})
     assert bad["steps_recorded"] is None
+
+
+def test_multiworker_job_profiled_repeatedly_is_warned_once_about_the_profiler_crash():
+    from tfbneck_plugin.capture.job import from_tf_config, repeated_profiling_risk
+    info = from_tf_config(json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}))
+    assert repeated_profiling_risk(info, 1, False) is None      # one window: the README's advice
+    assert repeated_profiling_risk(None, 2, True) is None       # not a multi-worker job
+    for planned, triggered in ((2, False), (1, True)):
+        text = repeated_profiling_risk(info, planned, triggered)
+        assert text.startswith("this is worker worker:1 of a 2-worker job") and "docs/profiler_abort.md" in text

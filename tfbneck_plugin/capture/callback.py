@@ -49,12 +49,14 @@ from .arguments import (check_arguments, check_log_dir, check_max_window_steps, 
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
+from .job import repeated_profiling_risk
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
-from .window import WindowCapture, WindowRecord, precheck, record_skip, release_cut_close, writable_problem
+from .window import (WindowCapture, WindowRecord, current_job, precheck, record_skip, release_cut_close,
+                     writable_problem)
 
 __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger",
            "scalars_from_report"]
@@ -295,6 +297,9 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _keras.callbacks.Callback
         if self._trace is not None or self._capture is not None:
             # A previous fit (or loop) ended inside a window without on_train_end: an exception.
             self._interrupt(None, "the next fit began")
+        risk = repeated_profiling_risk(current_job(), len(list(self.schedule.iter_windows(limit=2))), bool(self.trigger))
+        if risk:
+            self._warn("multiworker_risk", risk)
         frame = fit_frame(sys._getframe(2))
         self._fit_owner = Owner(frame, "fit") if frame is not None else None
         self._in_fit = True
