@@ -100,7 +100,7 @@ def main():
                            capture_output=True, text=True, check=True)
         trace = r.stdout.strip().splitlines()[-1]
     size_mb = os.path.getsize(trace) / 2**20
-    from tfbneck_plugin.trace.xspace import read_space
+    from tfbneck_plugin.trace.tracefile import read_space
     events = read_space(trace).n_events
     print(f"trace: {trace}\n  {size_mb:.1f} MB, {events:,} events")
     runs = {t: [] for t in TOOLS}

@@ -19,13 +19,9 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.environ.get("TFBNECK_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
-REALTRACES = os.path.join(SHARED, "realtraces")
-DEMO_LOGS = os.path.join(ROOT, "demo_logs")
-#: Small real traces committed with the tests (made by tests/data/make_traces.py).
-DATA = os.path.join(HERE, "data")
+from support.paths import DATA, DEMO_LOGS, REALTRACES, ROOT, SHARED, TESTS  # noqa: F401 (re-exported)
+
+HERE = TESTS
 ARTIFACTS = os.path.join(HERE, "_artifacts")
 
 if HERE not in sys.path:

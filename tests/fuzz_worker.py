@@ -27,7 +27,8 @@ if _MEM_MB > 0:
 from tfbneck_plugin.trace import wire  # noqa: E402  (after the limit, so imports count against it)
 from tfbneck_plugin.analysis.session import analyze_session  # noqa: E402
 from tfbneck_plugin.logdir import find_sessions  # noqa: E402
-from tfbneck_plugin.trace.xspace import TraceReadError, read_space  # noqa: E402
+from tfbneck_plugin.trace.tracefile import read_space  # noqa: E402
+from tfbneck_plugin.trace.xspace import TraceReadError  # noqa: E402
 
 
 def _reset_peak() -> None:

@@ -28,7 +28,9 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 status=0
-"$VENV/bin/python" -m pytest tests "$@" || status=$?
+# The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
+"$VENV/bin/python" -m mypy || status=$?
+"$VENV/bin/python" -m pytest tests "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 # The lowest-versions job (issue 12.1): the floors setup.py declares, in their own venvs.
 bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 exit "$status"

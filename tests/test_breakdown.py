@@ -1,11 +1,33 @@
 """Exact breakdowns of synthetic traces with known timings (tests/support/xspace_builder.py)."""
+import numpy as np
 import pytest
 
+from tfbneck_plugin.analysis import breakdown
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from support.traces import STEP_US, cpu_input_bound
 from support.xspace_builder import SpaceBuilder, session_path
 
+
+def iv(*pairs):
+    """An interval set (ps) from (start, end) pairs."""
+    return np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64)
+
+
+def test_priority_order_splits_each_instant_once():
+    """breakdown.per_step on hand-made activity: compute hides the input wait under it, the
+    rest of the wait counts, host overhead fills what remains, the gap is idle."""
+    none = iv()
+    act = breakdown.Activity(collective=none, device_compute=iv((0, 40)), host_to_device=none,
+                             device_to_host=none, input=iv((20, 70)), kernel_launch=none,
+                             host_compute=iv((60, 90)))
+    parts = breakdown.per_step(act, np.array([0, 100]), np.array([100, 200]))
+    assert {c: parts[c].tolist() for c in breakdown.CATEGORIES} == {
+        "collective": [0, 0], "device_compute": [40, 0], "host_to_device": [0, 0], "device_to_host": [0, 0],
+        "input": [30, 0], "kernel_launch": [0, 0], "host_compute": [20, 0], "idle": [10, 100]}
+    pct = breakdown.percentages(parts)
+    assert pct["idle"] == 55.0 and pct["device_compute"] == 20.0 and sum(pct.values()) == pytest.approx(100.0)
+    assert breakdown.percentages({c: np.zeros(0, dtype=np.int64) for c in breakdown.CATEGORIES})["idle"] == 0.0
 
 
 def analyze_one(root):

@@ -20,10 +20,10 @@ from tfbneck_plugin.analysis.sysmetrics import BUSY_PROCESS_CORES, summarize
 from tfbneck_plugin.capture import schedule as sched
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME
-from tfbneck_plugin.trace import xspace
+from tfbneck_plugin.trace import tracefile, xspace
+from support.paths import ROOT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "jobs.py")
 TFBNECK = [sys.executable, "-m", "tfbneck_plugin.cli"]
 MARKERS = "step_markers ('train')"
@@ -78,7 +78,7 @@ def trace_info(session_dir):
     start/stop times (unix ns), read with the package's XSpace schema."""
     path = [os.path.join(session_dir, f) for f in os.listdir(session_dir) if f.endswith(".xplane.pb")]
     assert len(path) == 1, os.listdir(session_dir)
-    space = xspace.XSpace.FromString(xspace.read_bytes(path[0]))
+    space = xspace.XSpace.FromString(tracefile.read_bytes(path[0]))
     env = {}
     for plane in space.planes:
         names = {k: v.name for k, v in plane.stat_metadata.items()}

@@ -29,9 +29,9 @@ from tfbneck_plugin import logdir
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, write_sidecar
+from support.paths import ROOT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = TESTS
 FAULT_JOBS = os.path.join(HERE, "callback_jobs", "fault_jobs.py")
 TFBNECK = [sys.executable, "-m", "tfbneck_plugin.cli"]
 TABLE = os.path.join(ROOT, "docs", "capture_faults.md")

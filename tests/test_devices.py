@@ -3,7 +3,7 @@ several hosts, missing device data (tests/support/xspace_builder.py)."""
 
 import pytest
 
-from tfbneck_plugin.analysis import multihost
+from tfbneck_plugin.analysis import devices, multihost
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from support.xspace_builder import SpaceBuilder, session_path
@@ -166,3 +166,19 @@ def test_a_corrupt_host_file_does_not_hide_the_other_hosts(tmp_path):
     assert r["status"] == "ok" and r["hosts"] == ["worker-0", "worker-1"]
     assert len(r["warnings"]) == 1 and bad in r["warnings"][0]
     assert r["breakdown_pct"]["device_compute"] == pytest.approx(80.0, abs=0.1)
+
+
+def test_device_planes_are_read_and_summarised(tmp_path):
+    """devices.read_devices and devices.summarize on the device-bound trace: one GPU, its
+    kernels, H2D copies and busy share over the steps."""
+    from tfbneck_plugin.analysis.host_analysis import HostAnalysis
+    from tfbneck_plugin.trace.tracefile import read_space
+    space = read_space(gpu_space(kernels=[(0.5, 9.0)], h2d=[(0.0, 0.5)]).write(session_path(tmp_path)))
+    assert devices.device_kind("/device:GPU:0") == "GPU" and devices.device_kind("/host:CPU") is None
+    found = devices.read_devices(space)
+    assert [d.kind for d in found] == ["GPU"]
+    steps = HostAnalysis(space).steps  # the three 10 ms steps of the trace
+    assert steps is not None and steps.count == STEPS
+    rows = devices.summarize(found, steps.starts, steps.ends)
+    assert rows[0]["device"] == "/device:GPU:0" and rows[0]["kernels"] == STEPS
+    assert rows[0]["busy_pct"] == pytest.approx(95.0, abs=0.1)

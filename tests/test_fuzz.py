@@ -44,8 +44,9 @@ from support import fuzz_harness as fh
 from conftest import DATA, REALTRACES
 from support import wire_tree as wt
 from support.faults_table import Section
+from support.paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS
 REGRESSION_DIR = os.path.join(HERE, "fuzz_regressions")
 FAILURES_DIR = os.path.join(HERE, "_artifacts", "fuzz_failures")
 

@@ -8,8 +8,9 @@ import pytest
 
 from conftest import need_shared
 from golden.make_goldens import INPUTS, reports_for
+from support.paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS
 
 
 def differences(golden, current, where="$"):

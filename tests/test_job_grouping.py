@@ -21,8 +21,9 @@ from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.capture import job as capture_job
 from tfbneck_plugin.cli import main as cli_main
 from tfbneck_plugin.logdir import find_sessions
+from support.paths import TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS
 DATA = os.path.join(HERE, "data", "multiworker")
 
 

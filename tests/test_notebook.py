@@ -26,7 +26,7 @@ ANALYSIS_CELL = 'import tfbneck_plugin as tfb\n\nr = tfb.analyze(logdir)\nr'
 # What BottleneckProfiler(display=True) does: reserve an output on the training thread when
 # a window closes, fill it from the background analysis thread.
 WINDOW_CELL = """import threading
-from tfbneck_plugin.notebook import WindowDisplay, in_notebook
+from tfbneck_plugin.capture.display import WindowDisplay, in_notebook
 w = WindowDisplay("steps 6-10")
 t = threading.Thread(target=lambda: print("shown", w.show(dict(r["slow_file_reads"]))))
 t.start(); t.join()

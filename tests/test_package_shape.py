@@ -8,8 +8,8 @@ import sys
 
 from conftest import need_shared
 from tfbneck_plugin.causes import markdown_table
+from support.paths import REALTRACES, ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "tfbneck_plugin")
 README = os.path.join(ROOT, "README.md")
 #: Limits from issue 10's acceptance: code lines of a function (docstring not counted), lines of a module.
@@ -92,7 +92,7 @@ def test_readme_cause_table_is_the_code_table():
 def test_readme_calibration_table_is_current_and_no_confident_verdict_is_wrong():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import calibration
-    need_shared(os.path.join(os.path.dirname(ROOT), "shared", "realtraces"),
+    need_shared(REALTRACES,
                 "../shared (the README's calibration table covers its labelled traces)")
     pairs = calibration.labelled_reports()
     assert generated(open(README, encoding="utf-8").read(), "calibration.py") == calibration.table(pairs)
@@ -105,3 +105,20 @@ def test_ruff_is_clean():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "tfbneck_plugin", "tests", "benchmarks",
                         "demo_logs"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-1000:]
+
+
+def test_every_module_is_in_the_test_index():
+    """tests/README.md names every module of the package with the tests that cover it."""
+    index = open(os.path.join(ROOT, "tests", "README.md"), encoding="utf-8").read()
+    listed = set(re.findall(r"`([a-z_.]+)`", index))
+    missing = []
+    for folder, _dirs, files in os.walk(PKG):
+        for name in files:
+            if name.endswith(".py"):
+                dotted = os.path.relpath(os.path.join(folder, name), PKG)[:-3].replace(os.sep, ".")
+                dotted = dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted
+                if dotted not in listed:
+                    missing.append(dotted)
+    assert missing == []
+    named = set(re.findall(r"\btest_[a-z_0-9]+\b", index))
+    assert {n for n in named if not os.path.exists(os.path.join(ROOT, "tests", n + ".py"))} == set()

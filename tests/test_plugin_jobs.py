@@ -20,8 +20,9 @@ import pytest
 from tensorboard.plugins import base_plugin
 
 from tfbneck_plugin.plugin import BottleneckPlugin, RouteError
+from support import paths
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multiworker")
+DATA = os.path.join(paths.DATA, "multiworker")
 STRAGGLER = [("straggler/worker0", "2026_11_30_11_55_59_steps6-12_worker0"),
              ("straggler/worker1", "2026_11_30_11_55_59_steps6-12_worker1")]
 BALANCED = [("balanced/worker0", "2026_11_30_11_56_18_steps6-12_worker0"),

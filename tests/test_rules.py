@@ -8,8 +8,8 @@ from tfbneck_plugin.analysis import rules, sysmetrics
 from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts
 from tfbneck_plugin.analysis.placement import Placement
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
-from tfbneck_plugin.analysis.verdict import (INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, confidence,
-                                             decide)
+from tfbneck_plugin.analysis.rules import INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, decide
+from tfbneck_plugin.analysis.verdict import confidence
 from tfbneck_plugin.causes import CAUSES
 
 PRODUCED = set()
@@ -304,7 +304,7 @@ def test_device_imbalance_edges():
 
 
 def test_steps_inferred_from_the_cadence_lower_the_confidence():
-    from tfbneck_plugin.analysis.verdict import INFERRED_STEPS_PENALTY
+    from tfbneck_plugin.analysis.rules import INFERRED_STEPS_PENALTY
     marked = verdict(findings(pct=pct(device_compute=95, idle=5)))
     cadence = verdict(findings(pct=pct(device_compute=95, idle=5),
                                steps=StepFacts(source="iterator_cadence", count=10, mean_ms=10.0)))

@@ -20,9 +20,9 @@ import pytest
 
 from tfbneck_plugin.analysis.sysmetrics import TREE_KEYS, summarize
 from tfbneck_plugin.capture.sampler import NOT_TRAINING_PIDS, SystemSampler
+from support.paths import ROOT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = TESTS
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 linux = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
 

@@ -31,9 +31,9 @@ from conftest import SHARED, need_shared
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, read_step_times
+from support.paths import ROOT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "slowdown_jobs.py")
 UNDER_LOAD = os.path.join(SHARED, "tools", "under-load")
 WARMUP = 20  # SlowdownTrigger.warmup_steps: the first timed steps of a job are left out

@@ -22,7 +22,7 @@ from tfbneck_plugin.analysis import host as hostmod
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.analysis.steps import find_steps
 from tfbneck_plugin.logdir import find_sessions
-from tfbneck_plugin.trace import xspace
+from tfbneck_plugin.trace import tracefile
 
 pytestmark = pytest.mark.tf
 JOB = os.path.join(HERE, "tf_jobs", "step_kinds.py")
@@ -46,7 +46,7 @@ def _run(kind, out, legacy_keras=False):
 def _search(folder):
     files = glob.glob(os.path.join(str(folder), "**", "*.xplane.pb"), recursive=True)
     assert len(files) == 1, files
-    space = xspace.read_space(files[0])
+    space = tracefile.read_space(files[0])
     view = hostmod.host_view(space)
     return find_steps(space, view), view
 
@@ -136,7 +136,7 @@ def test_graph_mode_steps_are_session_runs(runs, sub):
     assert st.source == "session_run"
     assert st.numbers.tolist() == list(range(15)) and st.dropped_partial == 1
     assert (st.starts == np.sort(runs_[0])[:-1]).all() and (st.ends == np.sort(runs_[0])[1:]).all()
-    assert view.plane.lines[view.training_line].name.startswith("python")
+    assert view.plane.lines[found.training_line].name.startswith("python")
     assert [f for f, _ in found.tried] == ["step_markers", "trace_context", "keras_profiled_batch",
                                            "user_step_annotations"]
 

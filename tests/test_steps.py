@@ -11,7 +11,7 @@ from tfbneck_plugin.analysis import host as hostmod
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.analysis.steps import find_steps, host_window, warmup_steps
 from tfbneck_plugin.logdir import find_sessions
-from tfbneck_plugin.trace import xspace
+from tfbneck_plugin.trace import tracefile
 
 
 def analyze_one(root):
@@ -95,7 +95,7 @@ CASES = os.path.join(SHARED, "cases")
 
 
 def search(builder, tmp_path):
-    space = xspace.read_space(builder.write(session_path(tmp_path)))
+    space = tracefile.read_space(builder.write(session_path(tmp_path)))
     view = hostmod.host_view(space)
     return find_steps(space, view), view
 
@@ -118,7 +118,7 @@ def test_user_annotations_without_r_are_steps_numbered_by_the_user(tmp_path):
     assert st.numbers.tolist() == [100, 101, 102, 103]
     assert (st.durations_ps == 900 * US).all()
     assert any("3 function launches" in n for n in st.notes)
-    assert view.plane.lines[view.training_line].name == "python"
+    assert view.plane.lines[found.training_line].name == "python"
     assert [f for f, _ in found.tried] == ["step_markers", "trace_context", "keras_profiled_batch"]
 
 
@@ -147,7 +147,7 @@ def test_session_runs_are_steps_in_graph_mode(tmp_path):
     assert st.source == "session_run"
     assert st.numbers.tolist() == [0, 1, 2, 3] and st.dropped_partial == 1
     assert (st.durations_ps == 1200 * US).all()
-    assert view.plane.lines[view.training_line].name == "python"
+    assert view.plane.lines[found.training_line].name == "python"
     assert dict(found.tried)["user_step_annotations"] == "no such events in the trace"
 
 
@@ -203,7 +203,7 @@ def case(name):
                     "not in a user's clone)")
     files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".xplane.pb")]
     assert len(files) == 1
-    space = xspace.read_space(files[0])
+    space = tracefile.read_space(files[0])
     view = hostmod.host_view(space)
     return find_steps(space, view)
 
@@ -230,3 +230,18 @@ def test_case_retracing_builds_a_graph_every_step_and_is_not_warmup():
     assert (st.graph_build_ps > 0).all()
     assert (st.graph_build_ps > 0.5 * st.durations_ps).all()  # mostly host time spent tracing
     assert not st.warmup.any() and st.warmup_reason is None
+
+
+def test_the_step_search_leaves_the_host_view_alone(tmp_path):
+    """No side effect between stages: find_steps returns the training thread, the view it
+    was given is not modified."""
+    b = SpaceBuilder()
+    host = b.plane("/host:CPU")
+    py = host.line("python")
+    for k in range(3):
+        py.event("FunctionRun", k * 1000 + 20, 150)
+        py.event("__inference_train_function_7", k * 1000 + 10, 800)
+    found, view = search(b, tmp_path)
+    assert found.steps is not None and found.training_line is not None
+    assert found.steps.training_line == found.training_line
+    assert view.training_line is None

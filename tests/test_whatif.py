@@ -110,7 +110,7 @@ def test_overlap_models_rederived_from_the_report(reports):
 def _events(path, line_ok, name_ok):
     """(start_ps, end_ps) of the events on the host lines ``line_ok`` accepts whose names
     ``name_ok`` accepts, read from the raw XSpace (not through the analysis)."""
-    from tfbneck_plugin.trace.xspace import read_space
+    from tfbneck_plugin.trace.tracefile import read_space
     plane = read_space(path).plane("/host:CPU")
     starts, ends = [], []
     for line in plane.lines:

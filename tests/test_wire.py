@@ -41,10 +41,10 @@ def test_split_and_columns_of_a_built_line():
 
 #: Per line of every plane of each file: sums over its columns and over the ``_p`` stat.
 COLUMN_SUMS = ("import json, sys, numpy as np\n"
-               "from tfbneck_plugin.trace import xspace\n"
+               "from tfbneck_plugin.trace import tracefile, xspace\n"
                "out = []\n"
                "for f in sys.argv[1:]:\n"
-               "    sp = xspace.read_space(f)\n"
+               "    sp = tracefile.read_space(f)\n"
                "    for p in sp.planes:\n"
                "        for l in p.lines:\n"
                "            idx = np.arange(len(l))\n"
@@ -90,8 +90,8 @@ def test_corrupt_line_is_reported_by_both_paths(tmp_path):
     p = tmp_path / "c.xplane.pb"
     p.write_bytes(bytes(raw))
     for env in ({}, {"TFBNECK_PURE_PYTHON": "1"}):
-        code = ("import sys\nfrom tfbneck_plugin.trace import xspace\n"
-                "try:\n    xspace.read_space(sys.argv[1])\nexcept xspace.TraceReadError as e:\n    print('ERR', e)\n")
+        code = ("import sys\nfrom tfbneck_plugin.trace import tracefile, xspace\n"
+                "try:\n    tracefile.read_space(sys.argv[1])\nexcept xspace.TraceReadError as e:\n    print('ERR', e)\n")
         r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, **env))
         assert r.stdout.startswith("ERR ") and str(p) in r.stdout, (env, r.stdout, r.stderr)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import DATA
-from tfbneck_plugin.trace import xspace
+from tfbneck_plugin.trace import tracefile, xspace
 from support.xspace_builder import SpaceBuilder
 
 TF_XPLANE = "tensorflow.tsl.profiler.protobuf.xplane_pb2"
@@ -54,7 +54,7 @@ def test_schema_field_numbers_match_tensorflows_own_xplane_proto():
 
 def test_roundtrip_times_names_and_stats(tmp_path):
     p = small_space().write(tmp_path / "h.xplane.pb")
-    sp = xspace.read_space(p)
+    sp = tracefile.read_space(p)
     plane = sp.plane("/host:CPU")
     line = plane.lines[0]
     assert line.name == "python"
@@ -70,7 +70,7 @@ def test_gzipped_trace_reads_the_same(tmp_path):
     raw = small_space().bytes()
     p = tmp_path / "h.xplane.pb.gz"
     p.write_bytes(gzip.compress(raw))
-    assert xspace.read_space(str(p)).n_events == 2
+    assert tracefile.read_space(str(p)).n_events == 2
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -83,7 +83,7 @@ def test_bad_files_raise_one_line_error_naming_the_file(tmp_path, content, needl
     p = tmp_path / "bad.xplane.pb"
     p.write_bytes(content)
     with pytest.raises(xspace.TraceReadError) as ei:
-        xspace.read_space(str(p))
+        tracefile.read_space(str(p))
     msg = str(ei.value)
     assert str(p) in msg and needle in msg and "\n" not in msg
 
@@ -93,7 +93,7 @@ def test_truncated_trace_is_rejected(tmp_path):
     p = tmp_path / "t.xplane.pb"
     p.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(xspace.TraceReadError) as ei:
-        xspace.read_space(str(p))
+        tracefile.read_space(str(p))
     assert "truncated or corrupt" in str(ei.value)
 
 
@@ -103,11 +103,11 @@ def test_truncated_real_trace_is_rejected(tmp_path):
     src = glob.glob(os.path.join(DATA, "keras_profiled_batch", "plugins", "profile", "*", "*.xplane.pb"))[0]
     with open(src, "rb") as f:
         raw = f.read()
-    assert xspace.read_space(src).n_events > 1000
+    assert tracefile.read_space(src).n_events > 1000
     p = tmp_path / "t.xplane.pb"
     p.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(xspace.TraceReadError) as ei:
-        xspace.read_space(str(p))
+        tracefile.read_space(str(p))
     assert "truncated or corrupt" in str(ei.value) and str(p) in str(ei.value)
 
 
@@ -115,12 +115,12 @@ def test_bad_gzip_is_reported(tmp_path):
     p = tmp_path / "h.xplane.pb.gz"
     p.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(xspace.TraceReadError, match="not a valid gzip"):
-        xspace.read_space(str(p))
+        tracefile.read_space(str(p))
 
 
 def test_missing_file_is_reported(tmp_path):
     with pytest.raises(xspace.TraceReadError, match="cannot read file"):
-        xspace.read_space(str(tmp_path / "nope.xplane.pb"))
+        tracefile.read_space(str(tmp_path / "nope.xplane.pb"))
 
 
 def test_reader_uses_protobuf_c_backend():

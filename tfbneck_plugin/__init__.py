@@ -7,15 +7,19 @@
 
 The analyzer (``tfbneck analyze``, :func:`analyze`), the TensorBoard plugin and this
 package's import never import TensorFlow; only ``BottleneckProfiler`` (the Keras callback)
-does, lazily. The public names below are imported on first use.
+does, lazily. The public names below (``__version__`` too) are imported on first use: this
+module imports nothing from the package when it is imported, so that no module that imports
+a submodule comes back here.
 """
-__version__ = "0.1.0"
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
 _LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "analyze", "compare", "profile_steps")
 
 
 def __getattr__(name):
+    if name == "__version__":
+        from .version import __version__
+        return __version__
     # The callback needs TensorFlow: import it only when asked for.
     if name == "BottleneckProfiler":
         from .capture import callback
@@ -36,4 +40,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})

@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable as _Iterable
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
-from . import __version__, notebook
-from .analysis.breakdown import CATEGORIES
-from .report import COLUMNS, build_report, row, to_table
+from . import batch, notebook
+from .logdir import DiscoveryError
+from .report import CSV_COLUMNS, build_report, csv_row, to_table
+from .schema import SessionDict
+from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-#: ``breakdown_pct`` categories as extra ``<category>_pct`` columns of to_dataframe, as in
-#: the CSV (``input_pct`` is already one of :data:`tfbneck_plugin.report.COLUMNS`).
-PCT_CATEGORIES = [c for c in CATEGORIES if c != "input"]
 
 
 class SessionReport(dict):
@@ -37,7 +35,7 @@ class SessionReport(dict):
     """
 
     @classmethod
-    def from_dict(cls, data: Dict) -> "SessionReport":
+    def from_dict(cls, data: Mapping[str, Any]) -> "SessionReport":
         """Wrap a session report dict (e.g. one of ``--format json``'s ``sessions``, or a
         ``BottleneckProfiler`` window's ``report``). Raises TypeError for anything else."""
         if not isinstance(data, dict):
@@ -97,7 +95,7 @@ class Report:
       version: the tfbneck version that made the reports.
     """
 
-    def __init__(self, sessions: Iterable[Dict], problems: Iterable[str] = (), version: str = __version__):
+    def __init__(self, sessions: Iterable[Mapping[str, Any]], problems: Iterable[str] = (), version: str = __version__):
         self.sessions: List[SessionReport] = [SessionReport.from_dict(s) for s in sessions]
         self.problems: List[str] = list(problems)
         self.version = version
@@ -151,13 +149,8 @@ class Report:
         except ImportError:
             raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
                               "(or pip install pandas)") from None
-        rows = []
-        for s in self.sessions:
-            r = row(s)
-            pct = s.get("breakdown_pct") or {}
-            r.update({f"{c}_pct": pct.get(c) for c in PCT_CATEGORIES})
-            rows.append({k: (None if v == "" else v) for k, v in r.items()})
-        return pd.DataFrame(rows, columns=COLUMNS + [f"{c}_pct" for c in PCT_CATEGORIES])
+        rows = [{k: (None if v == "" else v) for k, v in csv_row(cast(SessionDict, s)).items()} for s in self.sessions]
+        return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
     def __repr__(self) -> str:
         if not self.sessions:
@@ -206,18 +199,12 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
         or no profiling session under the paths (one line, as the CLI's exit status 2).
       TypeError, ValueError: arguments of the wrong kind.
     """
-    # The CLI's own discovery and analysis: both front doors give the same reports.
-    from .cli import _analyze_all, _discover
-    from .logdir import DiscoveryError
+    # The CLI's discovery and analysis (the batch driver): both front doors give the same reports.
     paths = _paths(path_or_paths)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")
     try:
-        sessions, problems = _discover(paths)
+        reports, problems = batch.analyze_paths(paths, jobs or (os.cpu_count() or 1))
     except DiscoveryError as err:
         raise DiscoveryError(str(err), err.cause) from None  # one line, its cause kept
-    if not sessions:
-        raise DiscoveryError(f"no profiling session found under {', '.join(paths)} "
-                             "(looked for <run>/plugins/profile/<session>/*.xplane.pb)")
-    from .analysis.grouping import group_jobs  # the sessions of a multi-worker job become one entry, as in the CLI
-    return Report(group_jobs(_analyze_all(sessions, jobs or (os.cpu_count() or 1))), problems)
+    return Report(reports, problems)

@@ -1,12 +1,13 @@
 """Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
 
-The same per-session ``analyze_session`` as the local run, distributed by Beam: the
+The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.analyze_one`,
+discovery by :func:`tfbneck_plugin.batch.discover`), distributed by Beam: the
 DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
 ``--beam-options``). The pipeline::
 
     Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
         -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one report per line)
-        -> CSV         <prefix>.csv                    (one row per session, report.COLUMNS)
+        -> CSV         <prefix>.csv                    (one row per session, report.CSV_COLUMNS)
 
 Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
 workers, not the launcher. Requires ``pip install 'tfbneck-plugin[beam]'``.
@@ -17,14 +18,13 @@ import csv
 import io
 import json
 import shlex
-from typing import Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
-from .analysis.session import analyze_session
-from .analysis.breakdown import CATEGORIES
-from .logdir import DiscoveryError, find_sessions
-from .report import COLUMNS, row
+from . import batch
+from .logdir import DiscoveryError
+from .report import CSV_COLUMNS, csv_row
+from .schema import SessionDict
 
-CSV_COLUMNS = COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"]
 
 
 def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = None
@@ -39,11 +39,11 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
         from . import remote
         remote.set_timeout(remote_timeout_s)
     try:
-        found = find_sessions(path)
+        sessions, _problems = batch.discover([path])
     except DiscoveryError as err:
         yield (index, "", ""), {"status": "error", "error": str(err), "run": "", "session": "", "hosts": []}
         return
-    for s in found.sessions:
+    for s in sessions:
         yield (index, s.run, s.name), s
 
 
@@ -51,16 +51,12 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, analyze_session(session)
+    return key, batch.analyze_one(session)
 
 
-def to_csv_row(result: dict) -> str:
-    r = row(result)
-    for c in CATEGORIES:
-        if c != "input":
-            r[f"{c}_pct"] = (result.get("breakdown_pct") or {}).get(c, "")
+def to_csv_row(result: SessionDict) -> str:
     buf = io.StringIO()
-    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(r)
+    csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="").writerow(csv_row(result))
     return buf.getvalue()
 
 
@@ -92,7 +88,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
                                              num_shards=1, shard_name_template=""))
 
 
-def read_results(output_prefix: str) -> List[dict]:
+def read_results(output_prefix: str) -> List[SessionDict]:
     """The reports written by :func:`run`, in the local run's order (path, run, session)."""
     from .logdir import is_remote
     if is_remote(output_prefix):
@@ -101,9 +97,9 @@ def read_results(output_prefix: str) -> List[dict]:
     else:
         import glob
         opened = [open(f, "rt") for f in sorted(glob.glob(output_prefix + "-*.jsonl"))]
-    records = []
+    records: List[Dict[str, Any]] = []
     for f in opened:
         with f as fh:
             records.extend(json.loads(line) for line in fh if line.strip())
     records.sort(key=lambda r: tuple(r["key"]))
-    return [r["report"] for r in records]
+    return [cast(SessionDict, r["report"]) for r in records]

@@ -11,17 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
 
-from . import __version__
+from . import batch
 from .analysis.grouping import group_jobs
-from .analysis.session import analyze_session
-from .logdir import DiscoveryError, Session, find_sessions
+from .logdir import DiscoveryError
 from .report import RENDERERS, build_report
-
-#: Show a progress bar on stderr from this many sessions on.
-PROGRESS_FROM = 4
+from .schema import SessionDict
+from .version import __version__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,43 +115,7 @@ def _prepare_remote(args) -> None:
     remote.quiet_library_loggers(extra=("asyncio",))
 
 
-def _discover(paths: List[str]):
-    sessions: List[Session] = []
-    problems: List[str] = []
-    seen = set()
-    for path in paths:
-        found = find_sessions(path)
-        for s in found.sessions:
-            key = os.path.realpath(s.path)
-            if key not in seen:  # overlapping PATHs name the same session once
-                seen.add(key)
-                sessions.append(s)
-        problems.extend(found.problems)
-    return sessions, problems
-
-
-def _analyze_all(sessions: List[Session], jobs: int) -> List[dict]:
-    from tqdm import tqdm
-    show = len(sessions) >= PROGRESS_FROM
-    bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
-    try:
-        if jobs <= 1 or len(sessions) <= 1:
-            results = []
-            for s in sessions:
-                results.append(analyze_session(s))
-                bar.update()
-            return results
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = []
-            for r in pool.map(analyze_session, sessions, chunksize=1):
-                results.append(r)
-                bar.update()
-            return results
-    finally:
-        bar.close()
-
-
-def _analyze_beam(args) -> Optional[List[dict]]:
+def _analyze_beam(args) -> Optional[List[SessionDict]]:
     import tempfile
     from . import beam_pipeline
     prefix = args.beam_output or os.path.join(tempfile.mkdtemp(prefix="tfbneck-beam-"), "sessions")
@@ -175,24 +136,23 @@ def cmd_analyze(args) -> int:
         if results is None:
             return 2
         if not results:
-            print(f"tfbneck: no profiling session found under {', '.join(args.paths)}", file=sys.stderr)
+            print(f"tfbneck: {batch.no_session_message(args.paths)}", file=sys.stderr)
             return 2
         return _emit(args, results)
     try:
-        sessions, problems = _discover(args.paths)
+        sessions, problems = batch.discover(args.paths)
     except DiscoveryError as err:
         print(f"tfbneck: {err}", file=sys.stderr)
         return 2
     for p in problems:
         print(f"tfbneck: warning: {p}", file=sys.stderr)
     if not sessions:
-        print(f"tfbneck: no profiling session found under {', '.join(args.paths)} "
-              "(looked for <run>/plugins/profile/<session>/*.xplane.pb)", file=sys.stderr)
+        print(f"tfbneck: {batch.no_session_message(args.paths)}", file=sys.stderr)
         return 2
-    return _emit(args, _analyze_all(sessions, jobs))
+    return _emit(args, batch.analyze_many(sessions, jobs))
 
 
-def _emit(args, results: List[dict]) -> int:
+def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))

@@ -1,7 +1,7 @@
 """``tfbneck compare BASELINE CANDIDATE``: did a change make training faster or slower, by
 how much, how sure, where the time went, and was it what the baseline's advice predicted.
 
-No TensorFlow: both sides are analysed from their traces (:func:`.analysis.session.analyze_session`).
+No TensorFlow: both sides are analysed from their traces (:func:`.batch.analyze_one`).
 
 The comparison of two session reports (:func:`compare_reports`):
 
@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .analysis.breakdown import CATEGORIES
+from .trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -47,11 +48,6 @@ def per_batch_times(report: Dict) -> np.ndarray:
     return np.array([float(i["duration_ms"]) / bps for i in steps.get("items") or []], dtype=np.float64)
 
 
-def _stats(times: np.ndarray) -> Dict[str, float]:
-    return {"mean": round(float(times.mean()), 3), "p50": round(float(np.percentile(times, 50)), 3),
-            "p90": round(float(np.percentile(times, 90)), 3)}
-
-
 def _run_name(report: Dict) -> str:
     """The run's name; for a run given as the path itself (``.``), its folder's name."""
     run = report.get("run") or ""
@@ -65,7 +61,7 @@ def _side(report: Dict, times: np.ndarray) -> Dict:
     steps = report.get("steps") or {}
     return {"run": _run_name(report), "session": report.get("session"), "path": report.get("path"),
             "steps": int(len(times)), "batches_per_step": int(steps.get("batches_per_step") or 1),
-            "time_per_batch_ms": _stats(times), "bottleneck": report.get("bottleneck"),
+            "time_per_batch_ms": time_stats(times), "bottleneck": report.get("bottleneck"),
             "cause": report.get("cause"), "confidence": report.get("confidence")}
 
 
@@ -169,6 +165,7 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
 
 def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
     """run name -> its latest session (session folders are named by time), and notes."""
+    from .batch import no_session_message
     from .logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
@@ -185,7 +182,7 @@ def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
         if len(sessions) > 1:
             notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, {sessions[-1].name}")
     if not latest:
-        raise CompareError(f"{path}: no profiling session found (looked for <run>/plugins/profile/<session>/*.xplane.pb)")
+        raise CompareError(no_session_message([path]))
     return latest, notes
 
 
@@ -224,9 +221,9 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from .analysis.session import analyze_session
+    from .batch import analyze_one
     pairs, notes = _matched(baseline, candidate)
-    comparisons = [compare_reports(analyze_session(b), analyze_session(c), change) for b, c in pairs]
+    comparisons = [compare_reports(dict(analyze_one(b)), dict(analyze_one(c)), change) for b, c in pairs]
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
             "verdict": top["verdict"], "comparisons": comparisons, "notes": notes}

@@ -4,7 +4,9 @@
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, cast
+
+from .schema import SessionDict
 
 #: error_kind -> what it means (the frontend has its own, longer wording per kind).
 ERROR_KINDS: Dict[str, str] = {
@@ -23,7 +25,7 @@ ERROR_KINDS: Dict[str, str] = {
 }
 
 
-def error_report(session, kind: str, message: str, **extra) -> Dict:
+def error_report(session, kind: str, message: str, **extra) -> SessionDict:
     """The report of a session that could not be analysed.
 
     Args:
@@ -36,6 +38,6 @@ def error_report(session, kind: str, message: str, **extra) -> Dict:
       KeyError: ``kind`` is not a known error kind.
     """
     ERROR_KINDS[kind]  # a typo here would reach the frontend as an unexplained error
-    return {"run": session.run, "session": session.name, "hosts": session.hosts, "path": session.path,
-            "status": "error", "error": message, "error_kind": kind, "bottleneck": "unknown",
-            "step_source": "none", **extra}
+    return cast(SessionDict, {"run": session.run, "session": session.name, "hosts": session.hosts,
+                              "path": session.path, "status": "error", "error": message, "error_kind": kind,
+                              "bottleneck": "unknown", "step_source": "none", **extra})

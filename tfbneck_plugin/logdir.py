@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import stat
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -36,6 +38,24 @@ XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
 LEGACY_SUFFIXES = (".trace.json.gz", ".overview_page.pb", ".input_pipeline.pb",
                    ".tensorflow_stats.pb", ".kernel_stats.pb", ".memory_profile.json.gz")
+
+
+#: Session folders named by the profiler's clock, e.g. ``2021_02_02_13_14_02``
+#: (``tensorflow/python/profiler/profiler_v2.py`` names them with ``%Y_%m_%d_%H_%M_%S``).
+SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
+
+
+def session_folder_time(name: str) -> Optional[float]:
+    """The time a session folder is named after (unix s; the profiler's local time, to the
+    second), or None when the name is not such a time."""
+    m = SESSION_TIME_RE.match(name)
+    if not m:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups())
+    try:
+        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
 
 
 class DiscoveryError(Exception):
@@ -73,7 +93,7 @@ class Session:
 
     @property
     def hosts(self) -> List[str]:
-        from .trace.xspace import host_name_from_file
+        from .trace.tracefile import host_name_from_file
         return [host_name_from_file(f) for f in self.files]
 
     @property
@@ -106,8 +126,8 @@ def _staging_session(window_dir: str, run: str) -> Optional[Session]:
     while its process still runs on this host (the window is being recorded)."""
     if _is_link(window_dir) or not os.path.isdir(window_dir):
         return None
-    record = os.path.join(window_dir, SKIPPED_NAME)
-    record = record if os.path.isfile(record) else None
+    found = os.path.join(window_dir, SKIPPED_NAME)
+    record = found if os.path.isfile(found) else None
     if _owner_alive(window_dir, record):
         return None
     return Session(run=run, name=os.path.basename(os.path.normpath(window_dir)), path=window_dir,
@@ -179,9 +199,9 @@ def find_sessions(path: str) -> Discovery:
             raise DiscoveryError(f"{path}: not an .xplane.pb trace file")
         session_dir = os.path.dirname(os.path.abspath(path))
         run_dir = _run_dir_of(session_dir)
-        s = Session(run=os.path.basename(run_dir) if run_dir else ".",
-                    name=os.path.basename(session_dir), path=session_dir, files=[path])
-        return Discovery([s], problems)
+        one = Session(run=os.path.basename(run_dir) if run_dir else ".",
+                      name=os.path.basename(session_dir), path=session_dir, files=[path])
+        return Discovery([one], problems)
 
     # A staging window folder given directly.
     if os.path.basename(os.path.dirname(os.path.abspath(path))) == STAGING_DIR:

@@ -11,16 +11,14 @@ names come from user code and file names. Labels and colours are the tab's
 
 The rendering functions take report dicts (the contract in the README, "The report"); the
 rich objects that call them are :class:`tfbneck_plugin.api.Report` and
-:class:`tfbneck_plugin.api.SessionReport`. :func:`show_window_report` and
-:class:`WindowDisplay` are for ``BottleneckProfiler(display=True)``: an output reserved when a
-window closes, filled after the window's background analysis. Nothing here imports TensorFlow;
-IPython is imported only to display.
+:class:`tfbneck_plugin.api.SessionReport`; the callback's display of each window
+(``BottleneckProfiler(display=True)``) is :mod:`tfbneck_plugin.capture.display`. Nothing here
+imports TensorFlow or IPython.
 """
 from __future__ import annotations
 
 import html
 import math
-import sys
 from typing import Dict, Iterable, List, Optional
 
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
@@ -362,7 +360,7 @@ def _stage_row(st: Dict) -> str:
     auto = st.get("autotune")
     return (f'<tr class="{"tfb-blocking" if blocking else ""}" data-stage="{_e(st.get("kind"))}">'
             f'<td><strong>{_e(st.get("kind"))}</strong>{badge}<div class="tfb-stage-path">{_e(st.get("name"))}</div></td>'
-            f'<td>{_e(STAGE_CATEGORY_NAMES.get(st.get("category"), st.get("category") or ""))}</td>'
+            f'<td>{_e(STAGE_CATEGORY_NAMES.get(str(st.get("category")), st.get("category") or ""))}</td>'
             f'<td class="num">{_e(st.get("calls", ""))}</td><td class="num">{fmt_ms(st.get("self_ms"), 2)}</td>'
             f'<td class="num">{fmt_ms(st.get("function_ms"), 2) if st.get("function_ms") else "–"}</td>'
             f'<td>{"–" if par is None else _e(par)}</td><td>{"–" if auto is None else _e(auto)}</td></tr>')
@@ -477,67 +475,3 @@ def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
     out.append("</div>")
     return "".join(out)
 
-
-# ----------------------------------------------------------------------------------------
-# Display from the Keras callback
-# ----------------------------------------------------------------------------------------
-
-def in_notebook() -> bool:
-    """True inside a Jupyter kernel (Jupyter, JupyterLab, Colab, VS Code): IPython's shell
-    there has a ``kernel``; a terminal IPython or a plain script has none. IPython is not
-    imported to find out (a script that never imported it is not in a notebook)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return False
-    try:
-        shell = ipython.get_ipython()
-    except Exception:
-        return False
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-class WindowDisplay:
-    """A cell output reserved for one profiling window's verdict.
-
-    Create it on the training thread when the window closes (the output then belongs to
-    the cell that runs ``fit``); call :meth:`show` from the background analysis thread,
-    which replaces the placeholder in place (IPython display ids are routed by id, not by
-    the thread that sends them). Never raises: a display problem must not touch training.
-    """
-
-    def __init__(self, label: str):
-        self._handle = None
-        try:
-            from IPython.display import HTML, display
-            self._handle = display(HTML(f'<div class="tfbneck-report"><p>tfbneck: analysing {_e(label)}…</p>'
-                                        '</div>'), display_id=True)
-        except Exception:
-            self._handle = None
-
-    def show(self, report: Dict) -> bool:
-        """Replace the placeholder by the window's report; True when it was displayed."""
-        return show_window_report(report, self._handle)
-
-
-def show_window_report(report: Dict, handle=None) -> bool:
-    """Show one window's session report in the notebook (what ``display=True`` does).
-
-    Args:
-      report: the session report dict of the window (the analyzer's output).
-      handle: an IPython ``DisplayHandle`` to update in place (see :class:`WindowDisplay`),
-        or None to display a new output in the current cell.
-    Returns:
-      True when displayed; False outside IPython or when displaying failed (never raises).
-    """
-    try:
-        from IPython.display import display
-
-        from .api import SessionReport
-        rich = report if isinstance(report, SessionReport) else SessionReport.from_dict(report)
-        if handle is not None:
-            handle.update(rich)
-        else:
-            display(rich)
-        return True
-    except Exception:
-        return False

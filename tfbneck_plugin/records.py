@@ -211,8 +211,9 @@ def interrupted_window(sidecar: Dict) -> Optional[Dict]:
         return None
     rec = window.get("interrupted")
     if not isinstance(rec, dict):  # an older callback: interrupted, counts unknown
-        markers = window.get("markers") if isinstance(window.get("markers"), list) else []
-        return {"steps_recorded": None, "markers_recorded": len(markers), "exception": None, "detected": None}
+        markers = window.get("markers")
+        return {"steps_recorded": None, "markers_recorded": len(markers) if isinstance(markers, list) else 0,
+                "exception": None, "detected": None}
     steps = rec.get("steps_recorded")
     return {"steps_recorded": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
             "markers_recorded": rec.get("markers_recorded") if isinstance(rec.get("markers_recorded"), int) else None,

@@ -28,7 +28,7 @@ import logging
 import os
 import socket
 import threading
-from typing import Callable, Dict, Optional, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
 
 #: Seconds allowed, by default, to reach a store, find credentials and get a first listing.
@@ -249,7 +249,8 @@ def classify(url: str, err: BaseException, anonymous: bool = False) -> RemoteErr
     """
     if isinstance(err, RemoteError):
         return err
-    chain, seen = [], set()
+    chain: List[BaseException] = []
+    seen = set()
     e: Optional[BaseException] = err
     while e is not None and id(e) not in seen and len(chain) < 12:
         seen.add(id(e))

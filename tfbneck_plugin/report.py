@@ -8,22 +8,28 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping, Sequence
 
-from . import __version__, schema
+from . import schema
 from .analysis.breakdown import CATEGORIES
+from .version import __version__
 
 #: Columns of the CSV and table renderings (one row per session).
 COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "steps", "step_ms",
            "bottleneck", "cause", "confidence", "input_pct", "blocking_stage", "error"]
+#: The other breakdown categories' shares (%), after ``COLUMNS`` in the CSV (``input_pct``
+#: is one of ``COLUMNS``).
+PCT_COLUMNS = [f"{c}_pct" for c in CATEGORIES if c != "input"]
+#: Every CSV column: the CLI's ``--format csv``, the Beam pipeline's CSV, ``Report.to_dataframe``.
+CSV_COLUMNS = COLUMNS + PCT_COLUMNS
 
 
-def build_report(sessions: List[Dict]) -> Dict:
+def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """The contract's top level: ``{"version", "sessions"}``."""
     return {"version": __version__, "sessions": sessions}
 
 
-def row(s: schema.SessionReport) -> Dict:
+def row(s: schema.SessionDict) -> Dict:
     """One session as a flat row of ``COLUMNS``."""
     step_ms, input_pct = schema.step_time_ms(s), schema.share_pct(s, "input")
     return {
@@ -37,6 +43,14 @@ def row(s: schema.SessionReport) -> Dict:
     }
 
 
+def csv_row(s: schema.SessionDict) -> Dict:
+    """One session as a row of ``CSV_COLUMNS`` (a share missing from the report is "")."""
+    r = row(s)
+    pct = s.get("breakdown_pct") or {}
+    r.update({f"{c}_pct": pct.get(c, "") for c in CATEGORIES if c != "input"})
+    return r
+
+
 def to_json(report: Dict) -> str:
     """The report as indented JSON (the contract)."""
     return json.dumps(report, indent=2, sort_keys=False)
@@ -45,14 +59,10 @@ def to_json(report: Dict) -> str:
 def to_csv(report: Dict) -> str:
     """One CSV row per session: ``COLUMNS`` plus every breakdown share (%)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS + [f"{c}_pct" for c in CATEGORIES if c != "input"], lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
     for s in report["sessions"]:
-        r = row(s)
-        for c in CATEGORIES:
-            if c != "input":
-                r[f"{c}_pct"] = (s.get("breakdown_pct") or {}).get(c, "")
-        w.writerow(r)
+        w.writerow(csv_row(s))
     return buf.getvalue()
 
 

@@ -2,12 +2,18 @@
 report", ``shared/design/diagnosis.md``), and accessors for the values that front doors read
 (so that the CLI, the plugin and the API do not repeat nested ``.get()`` chains).
 
-Only the keys of the public contract and the ones front doors read are typed here;
-reports carry more (``total=False``: every key may be absent in an error report).
+The one home of the report's types: the analysis produces these values (``SessionDict``
+for one session) and every consumer reads them through these types (renderers in
+:mod:`tfbneck_plugin.report`, the plugin routes, the API, the notebook, the Beam pipeline,
+the callback's trend); mypy checks both sides (``mypy.ini``, run by ``tests/run.sh``).
+``SessionDict`` is the JSON object itself; :class:`tfbneck_plugin.api.SessionReport` is the
+same dict with a notebook display. Only the keys of the public contract and the ones front
+doors read are typed here; reports carry more (``total=False``: every key may be absent in
+an error report).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict
 
 
 class StepTime(TypedDict, total=False):
@@ -67,7 +73,85 @@ class InputPipeline(TypedDict, total=False):
     has_prefetch: bool
 
 
-class SessionReport(TypedDict, total=False):
+class EvidenceItem(TypedDict):
+    """One evidence sentence and what it rests on."""
+    text: str
+    basis: str                        # "trace" | "system_metrics" | "inferred"
+
+
+class VerdictFields(TypedDict):
+    """The report fields of a verdict (:func:`tfbneck_plugin.analysis.verdict.verdict_fields`)."""
+    bottleneck: str
+    cause: str
+    cause_text: str
+    confidence: float
+    evidence: List[str]
+    evidence_detail: List[EvidenceItem]
+    recommendations: List[Recommendation]
+
+
+class SyncStep(TypedDict, total=False):
+    """One step of a worker's ``sync`` section (ms; input wait measured before collectives)."""
+    step: int
+    duration_ms: float
+    collective_ms: float
+    own_ms: Dict[str, float]          # own category -> ms (analysis.sync.OWN_CATEGORIES)
+    start_unix_ns: Optional[int]
+
+
+class OwnLimit(TypedDict, total=False):
+    """A worker's own verdict: the host rules over its time outside collectives."""
+    bottleneck: str
+    cause: str
+    cause_text: str
+    confidence: float
+    evidence: List[str]
+    evidence_detail: List[EvidenceItem]
+    recommendations: List[Recommendation]
+    pct: Dict[str, float]             # % of the own time
+    own_ms: float                     # mean ms per step outside collectives
+    step_ms: float                    # mean ms per step
+
+
+class SyncClock(TypedDict):
+    """The trace's wall-clock window (unix ns)."""
+    start_unix_ns: int
+    stop_unix_ns: int
+    source: str
+
+
+class SyncSection(TypedDict, total=False):
+    """A worker's time around its collectives (analysis.sync.sync_section)."""
+    task: Optional[str]               # "worker:1"
+    group_size: Optional[int]
+    clock: Optional[SyncClock]
+    steps: List[SyncStep]
+    own: OwnLimit
+    network_recommendations: List[Recommendation]
+
+
+class PerHostRow(TypedDict, total=False):
+    """One row of ``per_host``: a host of a session, or a worker of a job (ms, %)."""
+    host: str
+    task: str
+    run: str
+    session: str
+    path: str
+    step_time_ms: Optional[float]
+    breakdown_pct: Dict[str, float]
+    bottleneck: str
+    cause: str
+    confidence: float
+    trace_viewer: Dict[str, str]
+    kept_others_waiting_pct: float    # the job's part: how long the others waited for it
+    last_in_steps: int
+    matched_steps: int
+    collective_ms: float
+    own_limit: Optional[Dict[str, object]]
+    straggler: bool
+
+
+class SessionDict(TypedDict, total=False):
     """One element of the report's ``sessions`` list."""
     version: str
     run: str
@@ -90,11 +174,11 @@ class SessionReport(TypedDict, total=False):
     input_pipeline: InputPipeline
     recommendations: List[Recommendation]
     devices: List[Dict[str, object]]
-    per_host: List[Dict[str, object]]         # one row per host or worker (straggler flagged)
+    per_host: List[PerHostRow]                # one row per host or worker (straggler flagged)
     kind: str                                 # "job" for a multi-worker job's grouped sessions
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
-    sync: Dict[str, object]                   # a worker's collective time, input measured first
-    system_metrics: Dict[str, object]
+    sync: SyncSection                         # a worker's collective time, input measured first
+    system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[Dict[str, float]]
     interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
     #                                           steps_recorded, markers_recorded, exception, detected
@@ -102,23 +186,25 @@ class SessionReport(TypedDict, total=False):
     warnings: List[str]
 
 
-def step_time_ms(report: SessionReport, stat: str = "mean") -> Optional[float]:
-    """One statistic of the step time (ms), None without steps."""
-    return ((report.get("steps") or {}).get("step_time_ms") or {}).get(stat)
+def step_time_ms(report: SessionDict, stat: str = "mean") -> Optional[float]:
+    """One statistic of the step time (ms: ``mean``, ``p50``, ``p90``, ``min``, ``max``), None
+    without steps."""
+    value = ((report.get("steps") or {}).get("step_time_ms") or {}).get(stat)
+    return value if isinstance(value, (int, float)) else None
 
 
-def share_pct(report: SessionReport, category: str) -> Optional[float]:
+def share_pct(report: SessionDict, category: str) -> Optional[float]:
     """The breakdown share (%) of ``category``, None when the report has no breakdown."""
     return (report.get("breakdown_pct") or {}).get(category)
 
 
-def blocking_stage_kind(report: SessionReport) -> str:
+def blocking_stage_kind(report: SessionDict) -> str:
     """The blocking tf.data stage's kind (the last part of its iterator name), or ""."""
     name = (report.get("input_pipeline") or {}).get("bottleneck_stage") or ""
     return name.split("::")[-1]
 
 
-def first_fix(report: SessionReport) -> Optional[Recommendation]:
+def first_fix(report: SessionDict) -> Optional[Recommendation]:
     """The recommendation to make first (the verdict's "fix first"), or None."""
     recs = report.get("recommendations") or []
     return recs[0] if recs else None

@@ -13,8 +13,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: where the one paths helper is
+from support.paths import ROOT, SHARED  # noqa: E402
 
 #: golden file name -> folder it is made from
 INPUTS = {

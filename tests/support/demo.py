@@ -7,8 +7,8 @@ import pytest
 
 from support.traces import cpu_input_bound
 from support.xspace_builder import SpaceBuilder, session_path
+from support.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPECTED_PATH = os.path.join(ROOT, "demo_logs", "EXPECTED.json")
 KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", "network": "Network-bound"}
 #: A tf.data stage and a run named with markup.

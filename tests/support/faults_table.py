@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 from typing import Dict, List, Sequence
+from support.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTS_MD = os.path.join(ROOT, "docs", "faults.md")
 
 HEADER = """# Faults and bad inputs: what tfbneck does with them

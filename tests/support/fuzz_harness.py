@@ -29,9 +29,8 @@ import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 from support import wire_tree as wt
+from support.paths import TESTS
 from support.xspace_builder import SpaceBuilder
-
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 
 # ----------------------------------------------------------------------------------------
 # Seeds

@@ -4,7 +4,9 @@ import json
 import os
 import re
 
-LABELLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_artifacts", "labelled")
+from support.paths import TESTS
+
+LABELLED = os.path.join(TESTS, "_artifacts", "labelled")
 
 
 def record(name: str, report: dict, bottleneck: str, cause, why: str) -> None:

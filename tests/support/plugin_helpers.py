@@ -30,13 +30,14 @@ from tensorboard.backend import application
 from werkzeug.test import Client
 
 from tfbneck_plugin.causes import CAUSES
+from support import paths
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(paths.ROOT).resolve()
 TESTS = REPO / "tests"
 ARTIFACTS = TESTS / "_artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
-#: ``../shared`` beside the repository: real traces from public projects.
-SHARED = REPO.parent / "shared"
+#: The shared folder (``$TFBNECK_SHARED``, else ``../shared``): real traces from public projects.
+SHARED = Path(paths.SHARED)
 REALTRACES = SHARED / "realtraces"
 #: The shipped demo runs (TFBNECK_DEMO_LOGS points the demo browser test at another copy).
 DEMO_LOGS = Path(os.environ.get("TFBNECK_DEMO_LOGS") or REPO / "demo_logs").resolve()

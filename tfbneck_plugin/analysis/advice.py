@@ -52,7 +52,7 @@ def _compute_input(f: Findings) -> List[Rec]:
                        "tf.py_function / Dataset.from_generator run Python under the GIL on one core; "
                        "TensorFlow ops in a map run in parallel and without Python.",
                        "ds = ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE)  # tf ops, not py_function"))
-    if _sequential(st):
+    if st is not None and _sequential(st):
         out.append(rec("parallel_map", f"Parallelise the `{st.kind}` stage",
                        "This stage runs one element at a time. Let tf.data run it on all cores.",
                        "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"))

@@ -79,7 +79,11 @@ def read_devices(space: Space) -> List[Device]:
         if kind is None:
             continue
         vendor = str(plane.plane_stats().get("device_vendor", "")) or ("Google" if kind == "TPU" else "")
-        comp, h2d, d2h, coll, kdur = [], [], [], [], []
+        comp: List = []
+        h2d: List = []
+        d2h: List = []
+        coll: List = []
+        kdur: List = []
         n = 0
         for line in _activity_lines(plane, kind):
             if len(line) == 0:

@@ -24,6 +24,16 @@ def basis(sentence: str) -> str:
         return "system_metrics"
     return "trace"
 
+
+def with_basis(text: str, kind: str) -> str:
+    """The sentence ``text`` as the kind of :func:`basis` ``kind`` (a report's
+    ``evidence_detail`` read back into a verdict)."""
+    if kind == "inferred":
+        return Inferred(text)
+    if kind == "system_metrics":
+        return Sampled(text)
+    return str(text)
+
 #: Busy-share spread (percentage points) between devices above which the report calls the
 #: work imbalanced (our choice: one device idle a fifth of the step longer than another).
 IMBALANCE_POINTS = 20.0
@@ -37,12 +47,17 @@ def device_word(f: Findings) -> str:
 
 
 def breakdown_sentence(f: Findings) -> str:
-    """The breakdown of the step time (% per category), as measured in the trace."""
+    """The breakdown of the step time (% per category), as measured in the trace; of a
+    worker's time outside its collectives when ``f.own_time`` is set (then without them)."""
     compute = ("model compute on " + device_word(f)) if f.device_kind == "CPU" else f.device_kind + " compute"
-    return (f"Step time: {f.share('device_compute'):.1f}% {compute}, {f.share('input'):.1f}% waiting for input, "
-            f"{f.share('host_compute'):.1f}% host overhead, {f.share('kernel_launch'):.1f}% kernel launch, "
-            f"{f.share('collective'):.1f}% collectives, {f.transfer_pct:.1f}% host<->device copies, "
-            f"{f.share('idle'):.1f}% with nothing recorded.")
+    shares = [f"{f.share('device_compute'):.1f}% {compute}", f"{f.share('input'):.1f}% waiting for input",
+              f"{f.share('host_compute'):.1f}% host overhead", f"{f.share('kernel_launch'):.1f}% kernel launch"]
+    if f.own_time is None:
+        shares.append(f"{f.share('collective'):.1f}% collectives")
+    shares += [f"{f.transfer_pct:.1f}% host<->device copies", f"{f.share('idle'):.1f}% with nothing recorded"]
+    own = f.own_time
+    head = "Step time" if own is None else f"Outside its collectives ({own.own_ms:.1f} of {own.step_ms:.1f} ms per step)"
+    return f"{head}: {', '.join(shares)}."
 
 
 def system_sentence(system: dict) -> str:

@@ -86,6 +86,15 @@ class GapFact:
 
 
 @dataclass
+class OwnTime:
+    """A worker's own time: the step less its time in collectives (mean ms per step). Set on
+    the findings of a worker's own verdict (:func:`.sync.own_verdict`), whose shares are of
+    this time."""
+    own_ms: float
+    step_ms: float
+
+
+@dataclass
 class Findings:
     """Every fact about one host that the verdict rules read (see the module docstring)."""
     framework: str                    # "tensorflow", "jax" or "unknown"
@@ -101,6 +110,7 @@ class Findings:
     gaps: List[GapFact] = field(default_factory=list)
     shared_clock_only: bool = False   # steps from one device's own Steps line
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
+    own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

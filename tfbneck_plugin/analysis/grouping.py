@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
-from .. import __version__
+from ..logdir import session_folder_time
+from ..schema import SessionDict
+from ..version import __version__
 from . import job as jobmod
+from .verdict import evidence_details
 
 #: How far apart (s) the clocks of two machines may be for their windows to be compared
 #: (our choice: NTP keeps machines within milliseconds; 2 s also covers a session folder's
 #: name, which is rounded down to the second).
 CLOCK_TOLERANCE_S = 2.0
-#: Session folders named by the profiler's clock: ``%Y_%m_%d_%H_%M_%S``
-#: (tensorflow/python/profiler/profiler_v2.py).
-SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
 #: The sessions of one job cover the same steps, but a step may differ (a partial step dropped
 #: at a window's edge, a warm-up step excluded on one worker only): the steps common to all of
 #: them must make at least this fraction of each session's steps (our choice).
@@ -55,7 +54,7 @@ WORKER_ONLY_KEYS = ("run", "session", "path", "hosts", "sync", "trace_viewer", "
 class Candidate:
     """A one-host session report that may be a worker of a job."""
     index: int                      # its position in the list of reports
-    report: Dict
+    report: SessionDict
     task: Optional[str]             # "worker:1"
     job_id: Optional[str]           # recorded by BottleneckProfiler, else None
     steps: Tuple[int, ...]          # the analysed step numbers
@@ -74,7 +73,7 @@ def recorded_job(sidecar: Dict) -> Optional[Dict]:
     jid, task = job.get("id"), job.get("task")
     if not (isinstance(jid, str) and jid and isinstance(task, str) and TASK_NAME_RE.match(task)):
         return None
-    cluster = job.get("cluster") if isinstance(job.get("cluster"), dict) else {}
+    cluster = job["cluster"] if isinstance(job.get("cluster"), dict) else {}
     workers = job.get("workers")
     return {"id": jid[:64], "task": task,
             "workers": workers if isinstance(workers, int) and not isinstance(workers, bool) else None,
@@ -82,7 +81,7 @@ def recorded_job(sidecar: Dict) -> Optional[Dict]:
             "source": str(job.get("source") or "")}
 
 
-def candidate(index: int, r: Dict) -> Optional[Candidate]:
+def candidate(index: int, r: SessionDict) -> Optional[Candidate]:
     """The report as a :class:`Candidate`, or None when it cannot be a worker (an error, a
     session with several hosts, or neither job info nor collectives)."""
     if r.get("status") != "ok" or len(r.get("hosts") or []) != 1 or r.get("kind") == "job":
@@ -91,24 +90,20 @@ def candidate(index: int, r: Dict) -> Optional[Candidate]:
     sync = r.get("sync")
     if info is None and sync is None:
         return None
-    task = (info or {}).get("task") or (sync or {}).get("task")
+    task = cast(Optional[str], (info or {}).get("task") or (sync or {}).get("task"))
     steps = tuple(int(s["step"]) for s in ((r.get("steps") or {}).get("items") or []))
-    return Candidate(index=index, report=r, task=task, job_id=(info or {}).get("id"), steps=steps,
+    return Candidate(index=index, report=r, task=task, job_id=cast(Optional[str], (info or {}).get("id")), steps=steps,
                      window=wall_window(r), group_size=(sync or {}).get("group_size"))
 
 
-def wall_window(r: Dict) -> Optional[Tuple[float, float]]:
+def wall_window(r: Mapping[str, Any]) -> Optional[Tuple[float, float]]:
     """The session's wall-clock window (unix s): the trace's profile start and stop, else the
     session folder's name (local time) plus the analysed window's length; None if neither."""
     clock = (r.get("sync") or {}).get("clock")
     if clock:
         return clock["start_unix_ns"] / 1e9, clock["stop_unix_ns"] / 1e9
-    m = SESSION_TIME_RE.match(str(r.get("session") or ""))
-    if not m:
-        return None
-    try:
-        start = time.mktime(tuple(int(g) for g in m.groups()) + (0, 0, -1))
-    except (OverflowError, ValueError):
+    start = session_folder_time(str(r.get("session") or ""))
+    if start is None:
         return None
     return start, start + 1.0 + float(r.get("window_ms") or 0.0) / 1e3
 
@@ -116,16 +111,16 @@ def wall_window(r: Dict) -> Optional[Tuple[float, float]]:
 def _overlapping(members: List[Candidate]) -> List[List[Candidate]]:
     """Members split into sets whose wall-clock windows overlap (within the tolerance);
     members without a window are left out."""
-    timed = sorted((c for c in members if c.window), key=lambda c: c.window[0])
+    timed = sorted(((c, c.window) for c in members if c.window), key=lambda cw: cw[1][0])
     out: List[List[Candidate]] = []
-    end = None
-    for c in timed:
-        if end is not None and c.window[0] - CLOCK_TOLERANCE_S <= end:
+    end: Optional[float] = None
+    for c, (start, stop) in timed:
+        if end is not None and start - CLOCK_TOLERANCE_S <= end:
             out[-1].append(c)
-            end = max(end, c.window[1])
+            end = max(end, stop)
         else:
             out.append([c])
-            end = c.window[1]
+            end = stop
     return out
 
 
@@ -152,12 +147,12 @@ def _by_job_info(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
             g = sorted(g, key=lambda c: _task_key(c.task))
             if len(g) >= 2 and _distinct_tasks(g):
                 out.append((g, f"Grouped by the job BottleneckProfiler recorded in each session (job id {job_id}, "
-                               f"tasks {', '.join(c.task for c in g)}) and their overlapping wall-clock windows."))
+                               f"tasks {', '.join(str(c.task) for c in g)}) and their overlapping wall-clock windows."))
     return out
 
 
 def _multi_worker_task(task: Optional[str]) -> bool:
-    return bool(task) and not task.startswith("localhost:")
+    return bool(task) and not str(task).startswith("localhost:")
 
 
 def _by_evidence(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
@@ -169,8 +164,9 @@ def _by_evidence(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
         steps = _shared_steps(g) if len(g) >= 2 else []
         if not steps or not _distinct_tasks(g) or (sizes and len(g) > min(sizes)):
             continue  # not enough evidence, or sessions that cannot be told apart: leave them alone
-        span = min(c.window[1] for c in g) - max(c.window[0] for c in g)
-        out.append((g, f"Grouped on evidence (no job was recorded): tasks {', '.join(c.task for c in g)} "
+        windows = [c.window for c in g if c.window]  # every member of an overlapping set has one
+        span = min(w[1] for w in windows) - max(w[0] for w in windows)
+        out.append((g, f"Grouped on evidence (no job was recorded): tasks {', '.join(str(c.task) for c in g)} "
                        f"named in the traces' device names, the same steps ({steps[0]}-{steps[-1]}), collectives "
                        f"in every worker's steps" + (f" (group size {min(sizes)})" if sizes else "")
                        + (f", wall-clock windows overlapping for {span * 1e3:.0f} ms." if span > 0 else
@@ -178,7 +174,7 @@ def _by_evidence(cands: List[Candidate]) -> List[Tuple[List[Candidate], str]]:
     return out
 
 
-def group_jobs(reports: List[Dict]) -> List[Dict]:
+def group_jobs(reports: Sequence[SessionDict]) -> List[SessionDict]:
     """The reports, with the sessions of each multi-worker job replaced by one job report
     (at the place of its first session); every other report is kept as it is.
 
@@ -200,7 +196,7 @@ def group_jobs(reports: List[Dict]) -> List[Dict]:
     for i, r in enumerate(reports):
         if i in first:
             g, why = first[i]
-            out.append(job_report([c.report for c in g], [c.task for c in g], why,
+            out.append(job_report([c.report for c in g], [str(c.task) for c in g], why,
                                   "job_info" if g[0].job_id else "evidence", g[0].job_id))
         elif i not in member_of:
             out.append(r)
@@ -212,8 +208,8 @@ def _task_key(task: Optional[str]):
     return (kind != "chief", kind, int(index) if index.isdigit() else 0)
 
 
-def job_report(reports: List[Dict], names: List[str], why: str, grouped_by: str,
-               job_id: Optional[str] = None) -> Dict:
+def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_by: str,
+               job_id: Optional[str] = None) -> SessionDict:
     """One report for the workers' session reports (same order as ``names``).
 
     The top-level fields describe the worker whose report stands for the job (the
@@ -223,47 +219,42 @@ def job_report(reports: List[Dict], names: List[str], why: str, grouped_by: str,
     """
     workers = [jobmod.Worker(name=n, report=r) for n, r in zip(names, reports)]
     d = jobmod.diagnose(workers)
-    primary = d["primary"] if d else max(range(len(workers)), key=lambda i: workers[i].step_ms)
+    primary = d.primary if d else max(range(len(workers)), key=lambda i: workers[i].step_ms)
     base = reports[primary]
-    out = {"version": __version__, "kind": "job", "run": _common_run([r.get("run") for r in reports]),
+    out: Dict[str, Any] = {"version": __version__, "kind": "job", "run": _common_run([r.get("run") for r in reports]),
            "session": f"job:{job_id or base.get('session')}", "hosts": list(names),
            "path": _common_path([str(r.get("path") or "") for r in reports]), "status": "ok"}
     out.update({k: v for k, v in base.items() if k not in WORKER_ONLY_KEYS})
     warnings = [w for r in reports for w in r.get("warnings") or []]
     if warnings:
         out["warnings"] = warnings
-    section = {"id": job_id, "grouped_by": grouped_by, "grouping": why, "workers": list(names),
+    section: Dict[str, Any] = {"id": job_id, "grouped_by": grouped_by, "grouping": why, "workers": list(names),
                "sessions": [{"task": n, "run": r.get("run"), "session": r.get("session"), "path": r.get("path")}
                             for n, r in zip(names, reports)]}
-    per_worker: List[Dict] = []
     if d is None:
         section.update({"straggler": None, "root_cause": None})
         out["evidence"] = [why, "The workers' steps could not be matched by step number (or a worker's steps held no "
                                 "collective): the verdict is that of the slowest worker alone."] + list(base["evidence"])
-        out["evidence_detail"] = [{"text": t, "basis": "trace"} for t in out["evidence"][:2]] + list(
+        out["evidence_detail"] = evidence_details(out["evidence"][:2]) + list(
             base.get("evidence_detail") or [])
     else:
-        section.update(d.pop("job"))
-        section["root_cause"] = "lateness_at_collectives"
-        per_worker = d.pop("per_worker")
-        d.pop("primary")
-        out.update(d)
-        out["evidence"] = [why] + out["evidence"]
-        out["evidence_detail"] = [{"text": why, "basis": "trace"}] + out["evidence_detail"]
+        section.update(d.section)
+        section["root_cause"] = jobmod.ROOT_CAUSE
     out["job"] = section
-    out["per_host"] = [_worker_row(n, r, (per_worker[i] if per_worker else {})) for i, (n, r) in enumerate(zip(names, reports))]
+    out["per_host"] = [_worker_row(n, r) for n, r in zip(names, reports)]
+    if d is not None:
+        jobmod.merge_diagnosis(out, d, out["per_host"], lead=why)
     out["trace_viewer"] = base.get("trace_viewer")
-    return out
+    return cast(SessionDict, out)
 
 
-def _worker_row(name: str, r: Dict, lateness: Dict) -> Dict:
+def _worker_row(name: str, r: SessionDict) -> Dict[str, Any]:
     """A worker's row of ``per_host``: where its session is, its own report's numbers and
-    verdict, and its part in the job's root cause."""
+    verdict (:func:`.job.merge_diagnosis` adds its part in the job's root cause)."""
     row = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
            "step_time_ms": ((r.get("steps") or {}).get("step_time_ms") or {}).get("mean"),
            "breakdown_pct": r.get("breakdown_pct"), "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
            "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}
-    row.update(lateness)
     return row
 
 

@@ -146,7 +146,7 @@ class HostView:
 
     def select(self, ids: np.ndarray, lines: Optional[Sequence[int]] = None) -> List[Tuple[int, np.ndarray]]:
         """(line index, event indices) of events whose metadata id is in ``ids``."""
-        out = []
+        out: List[Tuple[int, np.ndarray]] = []
         if len(ids) == 0:
             return out
         for li, line in enumerate(self.plane.lines):
@@ -196,11 +196,11 @@ class HostView:
         Falls back to all executor activity off tf.data threads when the trace has no
         producer/consumer stats (TF < 2.4).
         """
-        producers = []
+        found = []
         for li, idx in self.training_function_runs():
             values, present = self.stat_ints(li, idx, "_p")
-            producers.append(values[present])
-        producers = np.concatenate(producers) if producers else np.zeros(0, dtype=np.uint64)
+            found.append(values[present])
+        producers = np.concatenate(found) if found else np.zeros(0, dtype=np.uint64)
         proc_sel = self.select(self.ids_named([EXECUTOR_EVENT]), self.non_data_lines)
         keep = []
         for li, idx in proc_sel:
@@ -254,7 +254,10 @@ class HostView:
         Returns:
             GraphBuilds; empty intervals when the trace holds none of these events.
         """
-        tracing, inst, starts, names = [], [], [], []
+        tracing: List[Tuple[np.ndarray, np.ndarray]] = []
+        inst: List[Tuple[np.ndarray, np.ndarray]] = []
+        starts: List[np.ndarray] = []
+        names: List[str] = []
         eager_kernel = dict(self.select(self.ids_named([EAGER_KERNEL_EVENT]), self.non_data_lines))
         for li, idx in self.select(self.ids_named([GRAPH_BUILD_EVENT]), self.non_data_lines):
             line = self.plane.lines[li]
@@ -262,11 +265,7 @@ class HostView:
             tracing.append((s, e))
             # Top-level builds only: an inner function traced inside an outer one's tracing
             # is part of it.
-            order = np.lexsort((-e, s))
-            idx, s, e = idx[order], s[order], e[order]
-            top = np.ones(len(s), dtype=bool)
-            top[1:] = s[1:] >= np.maximum.accumulate(e)[:-1]
-            idx, s, e = idx[top], s[top], e[top]
+            s, e, idx = timeline.outermost(s, e, idx)
             parent = timeline.nesting_parents(line.start_ps, line.end_ps)[idx]
             starts.append(s)
             names.extend(self.plane.event_names.get(int(line.name_id[p]), "") if p >= 0 else "" for p in parent)

@@ -1,12 +1,14 @@
 """``HostAnalysis``: the analysis of one host's XSpace, one lazily computed property per
 stage, each the work of one module (the facade over the analysis modules):
 
-    view (host) -> devices -> framework -> step_search (steps) -> placement -> activity
-    -> parts / breakdown_pct (breakdown) -> pipeline (tfdata) -> device_rows, gaps
-    -> findings -> verdict (rules, advice) -> report()
+    host_view (host) -> devices -> framework -> step_search (steps) -> view (the host view
+    with the training thread the step finders saw) -> placement -> activity -> parts /
+    breakdown_pct (breakdown) -> pipeline (tfdata) -> device_rows, gaps -> findings ->
+    verdict (rules, advice) -> report() (host_report, sync)
 
-A property only reads the ones before it, so the order of the work is the order above.
-Times are ps unless a name says otherwise.
+Each property computes its value from the values it names, as arguments of one module's
+function; no stage writes into another's value, so the order of the work follows from the
+data. Times are ps unless a name says otherwise.
 """
 from __future__ import annotations
 
@@ -17,14 +19,15 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..trace import timeline
+from ..trace.timeline import ms
 from ..trace.xspace import Space
 from . import activity as activitymod
-from . import breakdown, devices as devmod, host as hostmod, idle_gaps, steps as stepsmod, tfdata, whatif
+from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, steps as stepsmod, tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
-from .verdict import Verdict, decide
-
-_PS_PER_MS = 1e9
+from .rules import decide
+from .sync import sync_section
+from .verdict import Verdict, verdict_fields
 
 #: Events only TensorFlow writes on the host plane (core/common_runtime/executor.cc,
 #: process_function_library_runtime.cc, eager/execute.cc, core/kernels/data/iterator_ops.cc).
@@ -32,11 +35,6 @@ TF_HOST_EVENTS = (hostmod.EXECUTOR_EVENT, hostmod.FUNCTION_RUN, "EagerExecute", 
                   "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
 #: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
 JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
-
-
-def ms(ps) -> float:
-    """ps -> ms, rounded to 3 decimals (1 ns)."""
-    return round(float(ps) / _PS_PER_MS, 3)
 
 
 class HostAnalysis:
@@ -47,9 +45,16 @@ class HostAnalysis:
         self.system = system
 
     @cached_property
-    def view(self) -> Optional[hostmod.HostView]:
+    def host_view(self) -> Optional[hostmod.HostView]:
         """The classified host plane (:mod:`.host`), None without a ``/host:CPU`` plane."""
         return hostmod.host_view(self.space)
+
+    @cached_property
+    def view(self) -> Optional[hostmod.HostView]:
+        """The host view with the training thread the step finders saw (``training_line``)."""
+        if self.host_view is None:
+            return None
+        return dataclasses.replace(self.host_view, training_line=self.step_search.training_line)
 
     @cached_property
     def devices(self) -> List[devmod.Device]:
@@ -62,9 +67,9 @@ class HostAnalysis:
         meta = self.space.plane("/host:metadata")
         if meta is not None and {"jax_version", "jaxlib_version"} & set(meta.plane_stats()):
             return "jax"
-        if self.view is None:
+        if self.host_view is None:
             return "unknown"
-        names = set(self.view.plane.event_names.values())
+        names = set(self.host_view.plane.event_names.values())
         if any(n in names for n in TF_HOST_EVENTS) or any(n.startswith("Iterator::") for n in names):
             return "tensorflow"
         if any(n.startswith(JAX_HOST_PREFIXES) for n in names):
@@ -74,7 +79,7 @@ class HostAnalysis:
     @cached_property
     def step_search(self) -> stepsmod.StepSearch:
         """The step finders' result (:mod:`.steps`): the steps found and why the others did not apply."""
-        return stepsmod.find_steps(self.space, self.view)
+        return stepsmod.find_steps(self.space, self.host_view)
 
     @cached_property
     def steps(self) -> Optional[stepsmod.Steps]:
@@ -93,8 +98,7 @@ class HostAnalysis:
     @cached_property
     def window(self) -> Optional[Tuple[int, int]]:
         """[first, last] host event time (ps), or None without host events."""
-        self.step_search  # the step finders choose the training thread first
-        return stepsmod.host_window(self.view)
+        return stepsmod.host_window(self.host_view)
 
     @cached_property
     def placement(self) -> Placement:
@@ -104,7 +108,6 @@ class HostAnalysis:
     @cached_property
     def activity(self) -> breakdown.Activity:
         """The interval sets of each breakdown category (:mod:`.activity`)."""
-        self.step_search
         return activitymod.gather_activity(self.view, self.devices, self.placement)
 
     @cached_property
@@ -161,14 +164,14 @@ class HostAnalysis:
             eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
-            timing=whatif.step_timing(self))
+            timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity))
 
     @cached_property
     def device_kind(self) -> str:
         """The device of the breakdown: the traced accelerator's kind, "GPU" for an untraced
         accelerator that ran the ops, else "CPU" (the host computes)."""
         p = self.placement
-        if p.device_events:
+        if p.device_events and p.device_kind:
             return p.device_kind
         return "GPU" if p.state in ("untraced_pluggable", "trace_missing") else "CPU"
 
@@ -178,7 +181,7 @@ class HostAnalysis:
             return StepFacts(why_none=_why_none(self.step_search))
         facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
         warm = getattr(found, "warmup", None)
-        if warm is not None and warm.any():
+        if found is not None and warm is not None and warm.any():
             facts.warmup_count = int(warm.sum())
             facts.warmup_ms = ms(found.durations_ps[warm].sum())
             facts.warmup_reason = found.warmup_reason
@@ -203,13 +206,30 @@ class HostAnalysis:
 
     @cached_property
     def verdict(self) -> Verdict:
-        """The verdict (:func:`.verdict.decide`)."""
+        """The verdict (:func:`.rules.decide`)."""
         return decide(self.findings)
 
     def report(self) -> Dict:
         """The host-level report fields (the session adds run, session, hosts...)."""
-        from .host_report import host_report
-        return host_report(self)
+        steps, parts, v = self.steps, self.parts, self.verdict
+        out = {
+            "framework": self.framework,
+            "device_kind": self.devices[0].kind if self.devices else self.device_kind,
+            "devices": self.device_rows,
+            "window_ms": ms(self.window[1] - self.window[0]) if self.window else 0.0,
+            "events": self.space.n_events,
+            "step_source": steps.source if steps is not None else "none",
+            "steps": host_report.steps_section(steps, self.step_search, parts, self.origin, self.findings.steps),
+            "breakdown_pct": self.breakdown_pct,
+            "input_pipeline": host_report.input_pipeline_section(self.pipeline),
+            **verdict_fields(v),
+            "worst_step": None if v.cause == "not_tensorflow" else host_report.worst_step(steps, parts, self.origin),
+        }
+        # steps with collectives: what a multi-worker job's root cause needs
+        sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings)
+        if sync is not None:
+            out["sync"] = sync
+        return out
 
 
 def _why_none(search: stepsmod.StepSearch) -> str:

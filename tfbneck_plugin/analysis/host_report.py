@@ -1,44 +1,44 @@
-"""The host-level part of a session report (README "The report"), from a
-:class:`.host_analysis.HostAnalysis`. Shapes only: every number comes from the analysis."""
+"""The host-level part of a session report (README "The report"): the report's sections,
+each from the analysis values it names (:class:`.host_analysis.HostAnalysis` passes them).
+Shapes only: every number comes from the analysis."""
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
-from ..causes import cause_text
-from . import breakdown, evidence, tfdata
-from .sync import sync_section
-
-
-def _ms(ps) -> float:
-    return round(float(ps) / 1e9, 3)
+from ..trace import timeline
+from ..trace.timeline import ms
+from . import breakdown, tfdata
+from .findings import StepFacts
 
 
 def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
     """mean, p50, p90, min, max of step durations, in ms."""
     d = durations_ps.astype(np.float64) / 1e9
-    return {"mean": round(float(d.mean()), 3), "p50": round(float(np.percentile(d, 50)), 3),
-            "p90": round(float(np.percentile(d, 90)), 3), "min": round(float(d.min()), 3),
-            "max": round(float(d.max()), 3)}
+    return {**timeline.time_stats(d), "min": round(float(d.min()), 3), "max": round(float(d.max()), 3)}
 
 
-def steps_section(a) -> Dict:
-    """The report's ``steps`` object (times in ms; warm-up and graph builds when present)."""
-    steps, search, parts = a.steps, a.step_search, a.parts
+def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, facts: StepFacts) -> Dict:
+    """The report's ``steps`` object (times in ms; warm-up and graph builds when present).
+
+    Args:
+      steps: the steady steps or None; search: the step finders' :class:`.steps.StepSearch`;
+      parts: ps per breakdown category per step; origin: time 0 of ``start_ms`` (ps);
+      facts: the findings' :class:`.findings.StepFacts`.
+    """
     tried = [{"finder": f, "why_not": why} for f, why in search.tried]
     if steps is None:
         return {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
-                "tried": tried, "why_none": a.findings.steps.why_none}
-    items = [{"step": int(steps.numbers[i]), "start_ms": _ms(steps.starts[i] - a.origin),
-              "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
-              "breakdown_ms": {c: _ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
+                "tried": tried, "why_none": facts.why_none}
+    items = [{"step": int(steps.numbers[i]), "start_ms": ms(steps.starts[i] - origin),
+              "duration_ms": ms(steps.ends[i] - steps.starts[i]),
+              "breakdown_ms": {c: ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
     stats = step_stats(steps.durations_ps)
     out = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
            "batches_per_step": steps.batches_per_step,
            "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
            "tried": tried}
-    facts = a.findings.steps
     if facts.warmup_count:
         found = search.steps
         out["warmup"] = {"count": facts.warmup_count, "time_ms": facts.warmup_ms, "reason": facts.warmup_reason,
@@ -49,42 +49,18 @@ def steps_section(a) -> Dict:
     return out
 
 
-def worst_step(a):
+def worst_step(steps, parts: Dict[str, np.ndarray], origin: int) -> Optional[Dict[str, float]]:
     """The step with the most input wait (else the longest): the Trace Viewer link opens it."""
-    steps, parts = a.steps, a.parts
     if steps is None or not steps.count:
         return None
     k = int(np.argmax(parts["input"])) if parts["input"].sum() > 0 else int(np.argmax(steps.durations_ps))
-    return {"step": int(steps.numbers[k]), "start_ms": _ms(steps.starts[k] - a.origin),
-            "duration_ms": _ms(steps.ends[k] - steps.starts[k]), "input_ms": _ms(parts["input"][k])}
+    return {"step": int(steps.numbers[k]), "start_ms": ms(steps.starts[k] - origin),
+            "duration_ms": ms(steps.ends[k] - steps.starts[k]), "input_ms": ms(parts["input"][k])}
 
 
-def host_report(a) -> Dict:
-    """The host-level report fields of a :class:`.host_analysis.HostAnalysis`."""
-    pipeline = a.pipeline
-    v = a.verdict
-    device_kind = a.devices[0].kind if a.devices else a.device_kind
-    out = {
-        "framework": a.framework,
-        "device_kind": device_kind,
-        "devices": a.device_rows,
-        "window_ms": _ms(a.window[1] - a.window[0]) if a.window else 0.0,
-        "events": a.space.n_events,
-        "step_source": a.steps.source if a.steps is not None else "none",
-        "steps": steps_section(a),
-        "breakdown_pct": a.breakdown_pct,
-        "input_pipeline": {
-            "bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
+def input_pipeline_section(pipeline: Optional[tfdata.Pipeline]) -> Dict:
+    """The report's ``input_pipeline``: the blocking stage, the stages, and whether the
+    pipeline prefetches."""
+    return {"bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
             "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
-            "has_prefetch": bool(pipeline and pipeline.has_prefetch),
-        },
-        "bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
-        "confidence": v.confidence, "evidence": [str(e) for e in v.evidence],
-        "evidence_detail": [{"text": str(e), "basis": evidence.basis(e)} for e in v.evidence],
-        "recommendations": v.recommendations,
-        "worst_step": None if v.cause == "not_tensorflow" else worst_step(a),
-    }
-    sync = sync_section(a)  # steps with collectives: what a multi-worker job's root cause needs
-    if sync is not None:
-        out["sync"] = sync
-    return out
+            "has_prefetch": bool(pipeline and pipeline.has_prefetch)}

@@ -13,26 +13,33 @@ all-reduce, so each of their traces says "collectives". This module reads the wo
    machines are judged as well as workers on one.
 3. Why the last worker was late: the category of its own time (:data:`.sync.SYNC_ORDER`,
    input wait measured before collectives) that exceeds the other workers' most.
-4. The job's verdict: a worker that keeps the others waiting for at least
-   :data:`STRAGGLER_WAIT_PCT` of the step, and :data:`DOMINANCE` times longer than any other
-   worker does, stands out. When the others wait for it at least as long as the collectives'
-   own cost, it is the straggler and its own limit is the job's (``cpu / input_preprocessing
-   on worker 1``...). Otherwise, when the collectives' own cost is at least the collective
-   rule's 20 %, ``network / gradient_sync`` (a worker that stands out is named as a second
-   link). Otherwise the worker that stands out is the straggler; and when none does, the
-   workers are limited by what each does itself: the slowest worker's own limit.
+4. The job's verdict: ordered rules (:data:`JOB_RULES`, the shape of the host rules of
+   :mod:`.rules`) over one :class:`JobFindings` value. A worker that keeps the others waiting
+   for at least :data:`STRAGGLER_WAIT_PCT` of the step, and :data:`DOMINANCE` times longer
+   than any other worker does, stands out. When the others wait for it at least as long as
+   the collectives' own cost, it is the straggler and its own limit is the job's (``cpu /
+   input_preprocessing on worker 1``...). Otherwise, when the collectives' own cost is at
+   least the collective rule's 20 %, ``network / gradient_sync`` (a worker that stands out
+   is named as a second link). Otherwise the worker that stands out is the straggler; and
+   when none does, the workers are limited by what each does itself: the slowest worker's
+   own limit.
+
+The job rules read the workers' ``sync`` sections through the report's types
+(:class:`tfbneck_plugin.schema.SyncSection`): the workers of a job are often separate
+sessions, analysed apart (and by the plugin, cached apart).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, cast
 
 import numpy as np
 
-from ..causes import cause_text
+from .. import schema
 from . import sync as syncmod
+from .evidence import with_basis
 from .rules import COLLECTIVE_BOUND_PCT
-from .verdict import confidence
+from .verdict import Verdict, confidence, evidence_details, first_verdict, verdict_fields
 
 #: Share (%) of the step time that the other workers spend waiting for one worker (summed
 #: over the steps it arrived last) from which it is the job's straggler (our choice: 10 %,
@@ -69,15 +76,15 @@ class Worker:
     a one-host session report) holding a ``sync`` section (or None when its steps held no
     collective)."""
     name: str
-    report: Dict
+    report: schema.SessionDict
 
     @property
-    def sync(self) -> Optional[Dict]:
+    def sync(self) -> Optional[schema.SyncSection]:
         return self.report.get("sync")
 
     @property
     def step_ms(self) -> float:
-        return ((self.report.get("steps") or {}).get("step_time_ms") or {}).get("mean") or 0.0
+        return schema.step_time_ms(self.report) or 0.0
 
 
 @dataclass
@@ -88,7 +95,7 @@ class Lateness:
     duration: np.ndarray
     own: List[List[Dict[str, float]]]            # [worker][step] own_ms
     last: List[Optional[int]] = field(default_factory=list)   # per step: worker index or None
-    wait: np.ndarray = None                      # per step: mean wait of the others for the last (ms)
+    wait: np.ndarray = field(default_factory=lambda: np.zeros(0))   # per step: mean wait of the others for the last (ms)
 
     @property
     def network(self) -> np.ndarray:
@@ -104,7 +111,7 @@ def match_steps(workers: List[Worker]) -> Optional[Lateness]:
     when a worker has no ``sync`` section or no step is shared."""
     if len(workers) < 2 or any(w.sync is None for w in workers):
         return None
-    by_worker = [syncmod.steps_by_number(w.sync) for w in workers]
+    by_worker = [syncmod.steps_by_number(_sync(w)) for w in workers]
     numbers = sorted(set.intersection(*(set(b) for b in by_worker)))
     if not numbers:
         return None
@@ -175,52 +182,147 @@ def step_rows(workers: List[Worker], lat: Lateness) -> List[Dict]:
     return out
 
 
-def diagnose(workers: List[Worker]) -> Optional[Dict]:
-    """The job's verdict from its workers' reports, or None when their steps cannot be
-    matched (then each worker's own report stands).
+@dataclass
+class JobFindings:
+    """Every fact about a job that the job rules read, in one value (percentages, 0-100, are
+    of the workers' median step time summed over the matched steps)."""
+    workers: List[Worker]
+    lat: Lateness
+    late_pct: List[float]          # per worker: how long the others waited for it
+    last_in: List[int]             # per worker: matched steps it arrived last in
+    network_pct: float             # the collectives' own cost
 
-    Returns:
-      ``{"bottleneck", "cause", "cause_text", "confidence", "evidence", "evidence_detail",
-      "recommendations", "primary": index of the worker whose report stands for the job,
-      "job": {"straggler", "lateness_pct", "network_pct", "matched_steps", "steps", ...},
-      "per_worker": [{"kept_others_waiting_pct", "last_in_steps", "matched_steps",
-      "collective_ms", "own_limit", "straggler"}]}``. Percentages (0-100) are of the workers'
-      median step time summed over the matched steps; times in ms.
-    """
+    @property
+    def suspect(self) -> int:
+        """The worker the others waited for longest."""
+        return int(np.argmax(self.late_pct))
+
+    @property
+    def stands_out(self) -> bool:
+        """The suspect keeps the others waiting at least :data:`STRAGGLER_WAIT_PCT` of the step,
+        and :data:`DOMINANCE` times longer than any other worker does."""
+        s = self.suspect
+        runner_up = max([p for i, p in enumerate(self.late_pct) if i != s], default=0.0)
+        return self.late_pct[s] >= STRAGGLER_WAIT_PCT and self.late_pct[s] >= DOMINANCE * runner_up
+
+    @property
+    def slowest(self) -> int:
+        """The worker with the longest mean step."""
+        return int(np.argmax([w.step_ms for w in self.workers]))
+
+
+def job_findings(workers: List[Worker]) -> Optional[JobFindings]:
+    """The job's findings, or None when the workers' steps cannot be matched (:func:`match_steps`)."""
     lat = match_steps(workers)
     if lat is None:
         return None
     total = float(lat.step.sum())
     late_pct = [100.0 * float(sum(lat.wait[k] for k, j in enumerate(lat.last) if j == i)) / total
                 for i in range(len(workers))]
-    last_in = [sum(1 for j in lat.last if j == i) for i in range(len(workers))]
-    network_pct = 100.0 * float(lat.network.sum()) / total
-    s = int(np.argmax(late_pct))
-    facts = {"late_pct": late_pct, "last_in": last_in, "network_pct": network_pct, "lat": lat}
-    runner_up = max([p for i, p in enumerate(late_pct) if i != s], default=0.0)
-    stands_out = late_pct[s] >= STRAGGLER_WAIT_PCT and late_pct[s] >= DOMINANCE * runner_up
-    if stands_out and late_pct[s] >= network_pct:  # the others wait for it more than for the transfer
-        out = _straggler_verdict(workers, s, facts)
-    elif network_pct >= COLLECTIVE_BOUND_PCT:
-        out = _network_verdict(workers, facts, s if stands_out else None)
-    elif stands_out:
-        out = _straggler_verdict(workers, s, facts)
-    else:
-        out = _own_limit_verdict(workers, facts)
-    straggler = workers[s].name if out.pop("straggler") else None
-    out["job"] = {"straggler": straggler, "lateness_pct": round(late_pct[s], 2) if straggler else
-                  round(max(late_pct), 2), "network_pct": round(network_pct, 2),
-                  "matched_steps": lat.numbers, "steps": step_rows(workers, lat),
-                  "thresholds": {"straggler_wait_pct": STRAGGLER_WAIT_PCT, "network_pct": COLLECTIVE_BOUND_PCT}}
-    out["per_worker"] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": last_in[i],
-                          "matched_steps": len(lat.numbers),
-                          "collective_ms": round(float(lat.collective[i].mean()), 3),
-                          "own_limit": _own_limit(w), "straggler": w.name == straggler}
-                         for i, w in enumerate(workers)]
-    out["cause_text"] = cause_text(out["cause"])
-    out["evidence_detail"] = [{"text": str(t), "basis": b} for t, b in out.pop("basis")]
-    out["evidence"] = [d["text"] for d in out["evidence_detail"]]
-    return out
+    return JobFindings(workers=workers, lat=lat, late_pct=late_pct,
+                       last_in=[sum(1 for j in lat.last if j == i) for i in range(len(workers))],
+                       network_pct=100.0 * float(lat.network.sum()) / total)
+
+
+@dataclass
+class JobVerdict(Verdict):
+    """A job's verdict: the host verdict's fields, the worker whose report stands for the
+    job (``primary``) and the straggler's index (None when no worker is one)."""
+    primary: int = 0
+    straggler: Optional[int] = None
+
+
+JobRule = Callable[[JobFindings], Optional[JobVerdict]]
+
+
+def straggler_before_network(jf: JobFindings) -> Optional[JobVerdict]:
+    """A worker stands out and the others wait for it at least as long as the collectives'
+    own cost: it is the straggler, and its own limit is the job's."""
+    if jf.stands_out and jf.late_pct[jf.suspect] >= jf.network_pct:
+        return _straggler_verdict(jf)
+    return None
+
+
+def gradient_sync(jf: JobFindings) -> Optional[JobVerdict]:
+    """The collectives' own cost is at least :data:`.rules.COLLECTIVE_BOUND_PCT` of the step:
+    ``network / gradient_sync`` (a worker that stands out is named as a second link)."""
+    if jf.network_pct >= COLLECTIVE_BOUND_PCT:
+        return _network_verdict(jf, jf.suspect if jf.stands_out else None)
+    return None
+
+
+def straggler(jf: JobFindings) -> Optional[JobVerdict]:
+    """A worker stands out (and the collectives are cheap): it is the straggler."""
+    return _straggler_verdict(jf) if jf.stands_out else None
+
+
+def own_limit(jf: JobFindings) -> JobVerdict:
+    """No worker stands out and the collectives are cheap: the slowest worker's own limit."""
+    return _own_limit_verdict(jf)
+
+
+#: The job rules, tried in order (:func:`.verdict.first_verdict`); the last always applies.
+JOB_RULES: List[JobRule] = [straggler_before_network, gradient_sync, straggler, own_limit]
+#: ``job.root_cause`` of a report whose verdict the job rules gave.
+ROOT_CAUSE = "lateness_at_collectives"
+
+
+@dataclass
+class JobDiagnosis:
+    """The job's verdict, its ``job`` report section (straggler, lateness_pct, network_pct,
+    matched_steps, steps, thresholds) and one part of ``per_host`` per worker
+    (kept_others_waiting_pct, last_in_steps, matched_steps, collective_ms, own_limit,
+    straggler)."""
+    verdict: JobVerdict
+    section: Dict[str, object]
+    per_worker: List[Dict[str, object]]
+
+    @property
+    def primary(self) -> int:
+        return self.verdict.primary
+
+
+def diagnose(workers: List[Worker]) -> Optional[JobDiagnosis]:
+    """The job's diagnosis from its workers' reports (the first of :data:`JOB_RULES` that
+    applies), or None when their steps cannot be matched (then each worker's own report
+    stands). Percentages (0-100) are of the workers' median step time summed over the
+    matched steps; times in ms.
+    """
+    jf = job_findings(workers)
+    if jf is None:
+        return None
+    v = first_verdict(JOB_RULES, jf)
+    lat, late_pct = jf.lat, jf.late_pct
+    name = workers[v.straggler].name if v.straggler is not None else None
+    section: Dict[str, object] = {"straggler": name, "lateness_pct": round(late_pct[jf.suspect], 2),
+               "network_pct": round(jf.network_pct, 2), "matched_steps": lat.numbers,
+               "steps": step_rows(workers, lat),
+               "thresholds": {"straggler_wait_pct": STRAGGLER_WAIT_PCT, "network_pct": COLLECTIVE_BOUND_PCT}}
+    per_worker: List[Dict[str, object]] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": jf.last_in[i],
+                   "matched_steps": len(lat.numbers), "collective_ms": round(float(lat.collective[i].mean()), 3),
+                   "own_limit": _own_limit(w), "straggler": i == v.straggler}
+                  for i, w in enumerate(workers)]
+    return JobDiagnosis(verdict=v, section=section, per_worker=per_worker)
+
+
+def merge_diagnosis(report: Dict, d: JobDiagnosis, rows: List[Dict], lead: Optional[str] = None) -> None:
+    """Put a job's diagnosis into a report (modified in place): the verdict's fields
+    (:func:`.verdict.verdict_fields`, after the sentence ``lead`` when given) and each
+    worker's part in ``rows`` (its ``per_host`` rows, in the workers' order). The callers
+    place ``d.section`` in the report's ``job`` with their own grouping facts."""
+    fields = verdict_fields(d.verdict)
+    if lead is not None:
+        fields["evidence"] = [lead] + fields["evidence"]
+        fields["evidence_detail"] = evidence_details([lead]) + fields["evidence_detail"]
+    report.update(fields)
+    for row, part in zip(rows, d.per_worker):
+        row.update(part)
+
+
+def _sync(w: Worker) -> schema.SyncSection:
+    """The worker's ``sync`` section: the job rules run only when every worker has one."""
+    assert w.sync is not None
+    return w.sync
 
 
 def _own_limit(w: Worker) -> Optional[Dict]:
@@ -236,78 +338,79 @@ def _prose(name: str, start: bool = False) -> str:
     return text[:1].upper() + text[1:] if start else text
 
 
-def _own_detail(w: Worker) -> List[tuple]:
-    own = w.sync["own"]
-    return [(d["text"], d["basis"]) for d in own.get("evidence_detail") or []]
+def _own_evidence(w: Worker) -> List[str]:
+    """The worker's own verdict's evidence, each sentence of its recorded basis."""
+    return [with_basis(d["text"], d["basis"]) for d in _sync(w)["own"].get("evidence_detail") or []]
 
 
-def _straggler_verdict(workers: List[Worker], s: int, facts: Dict) -> Dict:
-    lat, w = facts["lat"], workers[s]
-    own = w.sync["own"]
+def _straggler_verdict(jf: JobFindings) -> JobVerdict:
+    s = jf.suspect
+    lat, w = jf.lat, jf.workers[s]
+    own = _sync(w)["own"]
     name, n = _prose(w.name), len(lat.numbers)
     mine = [k for k, j in enumerate(lat.last) if j == s]
-    basis = [(f"{own['bottleneck']} / {own['cause']} on {name}; the other workers wait for it in all-reduce for "
-              f"{facts['late_pct'][s]:.1f}% of the step (straggler from {STRAGGLER_WAIT_PCT:.0f}%).", "trace"),
-             (f"Steps matched by step number across {len(workers)} workers: {n} (steps {lat.numbers[0]}-"
-              f"{lat.numbers[-1]}). {_prose(w.name, True)} arrived last at the collectives in {len(mine)} of them; "
-              f"there the others waited {float(lat.wait[mine].mean()):.1f} ms for it, in steps of "
-              f"{float(lat.step[mine].mean()):.1f} ms "
-              f"(a worker's collective time less the last worker's: no clock is compared).", "trace")]
+    evidence = [f"{own['bottleneck']} / {own['cause']} on {name}; the other workers wait for it in all-reduce for "
+                f"{jf.late_pct[s]:.1f}% of the step (straggler from {STRAGGLER_WAIT_PCT:.0f}%).",
+                f"Steps matched by step number across {len(jf.workers)} workers: {n} (steps {lat.numbers[0]}-"
+                f"{lat.numbers[-1]}). {_prose(w.name, True)} arrived last at the collectives in {len(mine)} of them; "
+                f"there the others waited {float(lat.wait[mine].mean()):.1f} ms for it, in steps of "
+                f"{float(lat.step[mine].mean()):.1f} ms "
+                f"(a worker's collective time less the last worker's: no clock is compared)."]
     reasons = late_reasons(lat, s, mine)
     if reasons:
-        basis.append((f"In those steps {name} spent " + "; ".join(
-            f"{m:.1f} ms per step {WHY[c]} (the other workers: {t:.1f} ms)" for c, m, t in reasons) + ".", "trace"))
-    basis.append((f"The collectives' own cost (the time the last worker to arrive still spends in them) is "
-                  f"{facts['network_pct']:.1f}% of the step.", "trace"))
-    basis.extend(_own_detail(w))
+        evidence.append(f"In those steps {name} spent " + "; ".join(
+            f"{m:.1f} ms per step {WHY[c]} (the other workers: {t:.1f} ms)" for c, m, t in reasons) + ".")
+    evidence.append(f"The collectives' own cost (the time the last worker to arrive still spends in them) is "
+                    f"{jf.network_pct:.1f}% of the step.")
+    evidence.extend(_own_evidence(w))
     conf = own["confidence"] - (SCATTERED_PENALTY if len(mine) < CONSISTENT_FRACTION * n else 0.0)
-    recs = [dict(r, worker=w.name) for r in own.get("recommendations") or []]
-    return {"bottleneck": own["bottleneck"], "cause": own["cause"], "confidence": round(max(conf, 0.05), 2),
-            "basis": basis, "recommendations": recs, "primary": s, "straggler": True}
+    recs = [cast(schema.Recommendation, dict(r, worker=w.name)) for r in own.get("recommendations") or []]
+    return JobVerdict(bottleneck=own["bottleneck"], cause=own["cause"], confidence=round(max(conf, 0.05), 2),
+                      evidence=evidence, recommendations=recs, primary=s, straggler=s)
 
 
-def _nobody(facts: Dict) -> str:
+def _nobody(jf: JobFindings) -> str:
     """Why no worker is the straggler, in a clause."""
-    return (f"the most any worker kept the others waiting is {max(facts['late_pct']):.1f}% of the step; a straggler "
+    return (f"the most any worker kept the others waiting is {max(jf.late_pct):.1f}% of the step; a straggler "
             f"keeps them waiting {STRAGGLER_WAIT_PCT:.0f}% or more and {DOMINANCE:.0f} times longer than any other "
             f"worker does")
 
 
-def _network_verdict(workers: List[Worker], facts: Dict, late: Optional[int] = None) -> Dict:
+def _network_verdict(jf: JobFindings, late: Optional[int] = None) -> JobVerdict:
     """``late``: a worker that keeps the others waiting, but less than the all-reduce itself."""
-    lat = facts["lat"]
+    lat, workers = jf.lat, jf.workers
     each = ", ".join(f"{_prose(w.name)} {float(lat.collective[i].mean()):.1f} ms"
                      for i, w in enumerate(workers))
     together = sum(1 for j in lat.last if j is None)
-    who = f"not a late worker ({_nobody(facts)}; " if late is None else "more than any late worker ("
-    basis = [(f"Every worker spends at least {facts['network_pct']:.1f}% of the step in collectives, the last to "
-              f"arrive included: the all-reduce itself takes the time, {who}network-bound from "
-              f"{COLLECTIVE_BOUND_PCT:.0f}%).", "trace"),
-             (f"Collective time per step: {each}; the workers arrived together in {together} of {len(lat.numbers)} "
-              f"matched steps.", "trace")]
+    who = f"not a late worker ({_nobody(jf)}; " if late is None else "more than any late worker ("
+    evidence = [f"Every worker spends at least {jf.network_pct:.1f}% of the step in collectives, the last to "
+                f"arrive included: the all-reduce itself takes the time, {who}network-bound from "
+                f"{COLLECTIVE_BOUND_PCT:.0f}%).",
+                f"Collective time per step: {each}; the workers arrived together in {together} of {len(lat.numbers)} "
+                f"matched steps."]
     if late is not None:
         mine = [k for k, j in enumerate(lat.last) if j == late]
         why = why_late(lat, late, mine)
-        basis.append((f"{_prose(workers[late].name, True)} also keeps the others waiting, {facts['late_pct'][late]:.1f}% "
-                      f"of the step (last in {len(mine)} of {len(lat.numbers)} steps"
-                      + (f", {WHY[why[0]]} {why[1] - why[2]:.1f} ms longer than the others" if why else "")
-                      + "): less than the all-reduce's own cost, a second link after it.", "trace"))
-    primary = int(np.argmax([w.step_ms for w in workers]))
-    recs = workers[primary].sync.get("network_recommendations") or []
-    return {"bottleneck": "network", "cause": "gradient_sync",
-            "confidence": confidence(facts["network_pct"], COLLECTIVE_BOUND_PCT), "basis": basis,
-            "recommendations": recs, "primary": primary, "straggler": False}
+        evidence.append(f"{_prose(workers[late].name, True)} also keeps the others waiting, {jf.late_pct[late]:.1f}% "
+                        f"of the step (last in {len(mine)} of {len(lat.numbers)} steps"
+                        + (f", {WHY[why[0]]} {why[1] - why[2]:.1f} ms longer than the others" if why else "")
+                        + "): less than the all-reduce's own cost, a second link after it.")
+    primary = jf.slowest
+    recs = _sync(workers[primary]).get("network_recommendations") or []
+    return JobVerdict(bottleneck="network", cause="gradient_sync",
+                      confidence=confidence(jf.network_pct, COLLECTIVE_BOUND_PCT), evidence=evidence,
+                      recommendations=recs, primary=primary, straggler=None)
 
 
-def _own_limit_verdict(workers: List[Worker], facts: Dict) -> Dict:
-    primary = int(np.argmax([w.step_ms for w in workers]))
-    w = workers[primary]
-    own = w.sync["own"]
-    basis = [(f"No worker stands out as the one the others wait for ({_nobody(facts)}) and the collectives' own "
-              f"cost is {facts['network_pct']:.1f}% of the step (network-bound from {COLLECTIVE_BOUND_PCT:.0f}%): "
-              f"each worker is limited by its own work. "
-              f"{_prose(w.name, True)}, the slowest, is limited by {own['bottleneck']} / {own['cause']}.", "trace")]
-    basis.extend(_own_detail(w))
-    return {"bottleneck": own["bottleneck"], "cause": own["cause"], "confidence": own["confidence"],
-            "basis": basis, "recommendations": own.get("recommendations") or [], "primary": primary,
-            "straggler": False}
+def _own_limit_verdict(jf: JobFindings) -> JobVerdict:
+    primary = jf.slowest
+    w = jf.workers[primary]
+    own = _sync(w)["own"]
+    evidence = [f"No worker stands out as the one the others wait for ({_nobody(jf)}) and the collectives' own "
+                f"cost is {jf.network_pct:.1f}% of the step (network-bound from {COLLECTIVE_BOUND_PCT:.0f}%): "
+                f"each worker is limited by its own work. "
+                f"{_prose(w.name, True)}, the slowest, is limited by {own['bottleneck']} / {own['cause']}."]
+    evidence.extend(_own_evidence(w))
+    return JobVerdict(bottleneck=own["bottleneck"], cause=own["cause"], confidence=own["confidence"],
+                      evidence=evidence, recommendations=own.get("recommendations") or [], primary=primary,
+                      straggler=None)

@@ -2,7 +2,7 @@
 verdict goes to ``per_host``, and hosts slower than the others are named as stragglers."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, cast
 
 import numpy as np
 
@@ -25,7 +25,7 @@ STRAGGLER_RATIO_OF_TWO = 1.2
 
 def mean_step_ms(host: Dict) -> float:
     """The host report's mean step time (ms), 0.0 without steps."""
-    return schema.step_time_ms(host) or 0.0
+    return schema.step_time_ms(cast(schema.SessionDict, host)) or 0.0
 
 
 def slowest(hosts: List[Dict]) -> Dict:
@@ -83,16 +83,15 @@ def merge(report: Dict, hosts: List[Dict]) -> None:
     names = [(h.get("sync") or {}).get("task") or h["host"] for h in hosts]
     if len(set(names)) != len(names):
         names = [h["host"] for h in hosts]
-    d = job.diagnose([job.Worker(n, h) for n, h in zip(names, hosts)])
+    d = job.diagnose([job.Worker(n, cast(schema.SessionDict, h)) for n, h in zip(names, hosts)])
     if d is None:
         report["evidence"] = list(report["evidence"]) + straggler_evidence(hosts)
         return
-    primary, per_worker, section = d.pop("primary"), d.pop("per_worker"), d.pop("job")
+    primary = d.primary
     report.update({k: v for k, v in hosts[primary].items() if k not in ("host", "sync")})
-    report.update(d)
-    section.update({"grouped_by": "one_session", "root_cause": "lateness_at_collectives", "workers": names})
-    report["job"] = section
-    for row, name, extra in zip(report["per_host"], names, per_worker):
-        row.update(extra, task=name)
+    job.merge_diagnosis(report, d, report["per_host"])
+    report["job"] = dict(d.section, grouped_by="one_session", root_cause=job.ROOT_CAUSE, workers=names)
+    for row, name in zip(report["per_host"], names):
+        row["task"] = name
     if isinstance(report.get("trace_viewer"), dict):
         report["trace_viewer"]["host"] = hosts[primary]["host"]

@@ -1,16 +1,24 @@
-"""The verdict rules, tried in order by :func:`.verdict.decide`: each is a small function of
-the findings that returns a :class:`.verdict.Verdict` or None (does not apply). Every
-threshold is a named constant with its source.
+"""The host verdict: ordered rules over one host's :class:`.findings.Findings`, tried in order
+by :func:`decide`. Each rule is a small function of the findings that returns a
+:class:`.verdict.Verdict` or None (does not apply); the first that applies gives the
+bottleneck, the cause code (:mod:`tfbneck_plugin.causes`), the confidence and the evidence;
+the recommendations come from the advice catalogue (:mod:`.advice`), ranked by the what-if
+models (:mod:`.whatif`). Every threshold is a named constant with its source.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, cast
 
+from ..causes import CAUSES
+from ..schema import Recommendation
+from . import evidence as ev
 from . import sysmetrics
+from .advice import advice_for
 from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
 from .findings import Findings
 from .placement import PLUGGABLE_HOST_ALLOCATOR
-from .verdict import Verdict, confidence
+from .verdict import Verdict, confidence, first_verdict
+from .whatif import rank
 
 #: Input share (%) above which a step is input-bound. XProf uses the same two levels,
 #: "HIGHLY input-bound" above 20 % and "MODERATELY" above 5 %
@@ -203,10 +211,7 @@ def _input_from_system(system: dict):
 def _others_busy_pct(system: dict, own_cores: float) -> float:
     """Share (%) of the machine's CPU busy with processes outside the training tree."""
     cores = system.get("cpu_count") or 1
-    others = system.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only: the machine less the training process
-        others = max(system["cpu_mean_pct"] * cores / 100.0 - own_cores, 0.0)
-    return 100.0 * others / cores
+    return 100.0 * sysmetrics.other_cores(system, own_cores, cores) / cores
 
 
 def _remote_reads(system: dict) -> Optional[str]:
@@ -351,3 +356,60 @@ def model_compute(f: Findings) -> Verdict:
 #: The rules in the order they are tried; the last always applies.
 RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
                      gradient_sync, host_device_transfer, kernel_launch, host_overhead, unrecorded, model_compute]
+
+
+#: Highest confidence of a verdict over a window in which no step was found: the breakdown
+#: then mixes whatever the window held (our choice; calibrated in README "Confidence").
+NO_STEPS_CONFIDENCE = 0.4
+#: Highest confidence when the device's time is inferred (an untraced PluggableDevice) or
+#: when every step found was warm-up (our choice; calibrated likewise).
+INFERRED_DEVICE_CONFIDENCE = 0.6
+WARMUP_ONLY_CONFIDENCE = 0.4
+#: Confidence lost when the steps were inferred from the iterator cadence (our choice).
+INFERRED_STEPS_PENALTY = 0.1
+
+
+def decide(f: Findings) -> Verdict:
+    """The first rule of :data:`RULES` that applies, with its advice, the evidence that
+    holds for every verdict (warm-up, why no steps were found, what the devices did) and
+    the confidence adjusted for what could not be measured."""
+    v = first_verdict(RULES, f)
+    assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
+    if v.cause == "not_tensorflow":
+        return v
+    v.recommendations = cast(List[Recommendation], rank(advice_for(v.cause, f), f))  # `predicted`: largest gain first
+    if f.steps.warmup_count:
+        v.evidence.insert(0, _warmup_sentence(f))
+    if not f.steps.found and f.steps.why_none:
+        v.evidence.insert(0, f.steps.why_none)
+    if f.placement.state == "untraced_pluggable":
+        v.evidence.append(untraced_device_sentence(f))
+    if v.cause != "device_trace_missing":
+        v.evidence.extend(ev.device_sentences(f))
+    v.confidence = _adjusted(v, f)
+    return v
+
+
+def _warmup_sentence(f: Findings) -> str:
+    st = f.steps
+    if st.all_warmup:
+        return (f"Every step in the window ({st.warmup_count}) was warm-up ({st.warmup_reason}): there is no steady "
+                "step to analyse apart; profile later steps.")
+    return (f"{st.warmup_count} warm-up step(s) ({st.warmup_ms:.1f} ms) were excluded from the breakdown and the "
+            f"verdict: {st.warmup_reason}.")
+
+
+def _adjusted(v: Verdict, f: Findings) -> float:
+    """The rule's confidence, lowered where the facts behind it are partial."""
+    c = v.confidence
+    if v.bottleneck == "unknown":
+        return c
+    if not f.steps.found:
+        c = min(c, NO_STEPS_CONFIDENCE)
+    if f.steps.all_warmup:
+        c = min(c, WARMUP_ONLY_CONFIDENCE)
+    if f.steps.inferred:
+        c -= INFERRED_STEPS_PENALTY
+    if f.placement.state == "untraced_pluggable":
+        c = min(c, INFERRED_DEVICE_CONFIDENCE)
+    return round(max(0.05, c), 2)

@@ -9,12 +9,15 @@ metrics), then one :class:`.host_analysis.HostAnalysis` per host trace, merged b
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
-from .. import __version__, records
+from .. import records
 from ..errors import error_report
 from ..logdir import Session, open_any
-from ..trace.xspace import TraceReadError, host_name_from_file, read_space
+from ..schema import SessionDict
+from ..trace.tracefile import host_name_from_file, read_space
+from ..trace.xspace import TraceReadError
+from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job
 from .host_analysis import HostAnalysis
@@ -26,7 +29,7 @@ def analyze_space(space, system: Optional[Dict] = None) -> Dict:
     return HostAnalysis(space, system).report()
 
 
-def analyze_session(session: Session, opener=None) -> Dict:
+def analyze_session(session: Session, opener=None) -> SessionDict:
     """Analyse every host of one session.
 
     Never raises for bad input: a session that cannot be analysed gets ``status: "error"``,
@@ -46,7 +49,7 @@ def analyze_session(session: Session, opener=None) -> Dict:
     if not hosts:
         kind, message = failures[0]
         return error_report(session, kind, message)
-    report = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
+    report: Dict[str, Any] = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
               "path": session.path, "status": "ok"}
     warnings = [message for _kind, message in failures]  # other hosts of the session are still reported
     if warnings:
@@ -66,10 +69,10 @@ def analyze_session(session: Session, opener=None) -> Dict:
                               "host": primary.get("host")}
     if len(hosts) > 1:
         multihost.merge(report, hosts)
-    return report
+    return cast(SessionDict, report)
 
 
-def _record_problem(session: Session, opener) -> Optional[Dict]:
+def _record_problem(session: Session, opener) -> Optional[SessionDict]:
     """The error report of a session whose records say it holds no usable trace, else None."""
     if session.incomplete:  # left in BottleneckProfiler's staging area: its files are partial
         reason = (records.read_skipped_reason(session.skipped, opener) if session.skipped else

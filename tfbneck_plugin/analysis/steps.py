@@ -64,6 +64,8 @@ class Steps:
     with XLA (union of those intervals clipped to the step). ``warmup`` (bool): the leading
     steps dominated by one-time graph building (``warmup_steps``); ``warmup_reason``: one
     sentence naming the events that marked them and their time, None when no step is warm-up.
+    ``training_line``: index into the host plane's lines of the thread that ran the training
+    loop, when the finder saw it (the thread holding the markers or the calls), else None.
     """
     source: str
     numbers: np.ndarray
@@ -75,6 +77,7 @@ class Steps:
     graph_build_ps: np.ndarray = field(default_factory=_zeros(np.int64))
     warmup: np.ndarray = field(default_factory=_zeros(bool))
     warmup_reason: Optional[str] = None
+    training_line: Optional[int] = None
 
     @property
     def count(self) -> int:
@@ -89,9 +92,11 @@ class Steps:
 
 @dataclass
 class StepSearch:
-    """The steps found (or None) and, for every finder that did not apply, why."""
+    """The steps found (or None), for every finder that did not apply why, and the training
+    thread (index into the host plane's lines; None without a host plane or a thread)."""
     steps: Optional[Steps]
     tried: List[Tuple[str, str]]  # (finder, why it did not apply)
+    training_line: Optional[int] = None
 
 
 # Marker names preferred when several kinds of root events carry step numbers.
@@ -101,16 +106,6 @@ _FRAMEWORK_MARKERS = (hostmod.KERAS3_MARKER, hostmod.LEGACY_MARKER)
 _NO_EVENTS = "no such events in the trace"
 
 
-def _outermost(starts: np.ndarray, ends: np.ndarray, *cols: np.ndarray):
-    """Sort by start and drop intervals nested in an earlier kept one (a marker inside
-    another marker of the same step counts once). Returns (starts, ends, *cols)."""
-    order = np.lexsort((-ends, starts))
-    starts, ends = starts[order], ends[order]
-    outer = np.ones(len(starts), dtype=bool)
-    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
-    return (starts[outer], ends[outer]) + tuple(c[order][outer] for c in cols)
-
-
 def _marker_events(view: HostView, require_r: bool, names=None):
     """Per distinct event name: lines and indices of events carrying ``step_num``.
 
@@ -118,7 +113,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
     every event of the matching names: cheap on traces with millions of events.
     """
     plane = view.plane
-    found = {}
+    found: Dict[str, List[Tuple[int, np.ndarray]]] = {}
     for li, line in enumerate(plane.lines):
         if hostmod.is_tf_data_line(line.name) or len(line) == 0:
             continue
@@ -147,17 +142,16 @@ def _from_markers(view: HostView, found, source: str) -> Optional[Steps]:
     if name is None:
         name = max(found, key=lambda n: sum(len(idx) for _, idx in found[n]))
     sel = found[name]
-    starts, ends, nums = [], [], []
+    per_line: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (starts, ends, step numbers)
     for li, idx in sel:
         line = view.plane.lines[li]
-        starts.append(line.start_ps[idx])
-        ends.append(line.start_ps[idx] + line.dur_ps[idx])
         values, present = view.stat_ints(li, idx, "step_num")
-        nums.append(np.where(present, values.view(np.int64), -1))
-    starts, ends, nums = _outermost(np.concatenate(starts), np.concatenate(ends), np.concatenate(nums))
+        per_line.append((line.start_ps[idx], line.start_ps[idx] + line.dur_ps[idx],
+                         np.where(present, values.view(np.int64), -1)))
+    starts, ends, nums = timeline.outermost(*(np.concatenate([p[k] for p in per_line]) for k in range(3)))
     # The training thread is the one holding most markers.
-    view.training_line = max(sel, key=lambda x: len(x[1]))[0]
-    steps = Steps(source=f"{source} ('{name}')", numbers=nums, starts=starts, ends=ends)
+    steps = Steps(source=f"{source} ('{name}')", numbers=nums, starts=starts, ends=ends,
+                  training_line=max(sel, key=lambda x: len(x[1]))[0])
     if (steps.numbers < 0).all():
         steps.numbers = np.arange(steps.count, dtype=np.int64)
     return steps
@@ -194,9 +188,10 @@ def _user_annotations(view: HostView, found) -> Union[Steps, str, None]:
     if not enclosing:
         names = ", ".join(f"'{n}'" for n in sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
         return f"annotations with step_num ({names}) enclose no training work (function call, kernel, session run)"
-    name = max(enclosing, key=enclosing.get)
+    name = max(enclosing, key=lambda n: enclosing[n])
     steps = _from_markers(view, {name: found[name]}, "user_step_annotations")
-    launches = view.select(view.ids_named([hostmod.FUNCTION_RUN]), [view.training_line])
+    assert steps is not None and steps.training_line is not None  # found[name] holds annotations
+    launches = view.select(view.ids_named([hostmod.FUNCTION_RUN]), [steps.training_line])
     if launches:
         s = np.sort(view.plane.lines[launches[0][0]].start_ps[launches[0][1]])
         per_step = np.searchsorted(s, steps.ends) - np.searchsorted(s, steps.starts)
@@ -227,9 +222,8 @@ def _session_runs(view: HostView) -> Optional[Steps]:
         return None
     li, idx = max(sel, key=lambda x: len(x[1]))
     line = view.plane.lines[li]
-    s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
-    view.training_line = li
-    return _call_steps(s, e, "session_run", "session run", "session run")
+    s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
+    return replace(_call_steps(s, e, "session_run", "session run", "session run"), training_line=li)
 
 
 def _train_function_calls(view: HostView) -> Optional[Steps]:
@@ -239,14 +233,13 @@ def _train_function_calls(view: HostView) -> Optional[Steps]:
     best = None
     for li, idx in view.select(ids, view.non_data_lines):
         line = plane.lines[li]
-        s, e = _outermost(line.start_ps[idx], line.end_ps[idx])
+        s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
         if best is None or len(s) > len(best[1]):
             best = (li, s, e)
     if best is None:
         return None
     li, s, e = best
-    view.training_line = li
-    return _call_steps(s, e, "train_function_calls", "call", "training-function call")
+    return replace(_call_steps(s, e, "train_function_calls", "call", "training-function call"), training_line=li)
 
 
 def _device_steps_line(space: Space) -> Optional[Steps]:
@@ -336,17 +329,21 @@ def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
 
     Args:
         space: the XSpace of one host.
-        view: its host plane's view (None when the trace has no host plane); its
-            ``training_line`` is set as a side effect.
+        view: its host plane's view (None when the trace has no host plane); not modified.
 
     Returns:
         StepSearch: the steps (None when no finder applied) with their graph-building
-        facts, and (finder, why it did not apply) for each finder tried before.
+        facts, (finder, why it did not apply) for each finder tried before, and the training
+        thread: the last one a finder saw (one whose steps were then rejected counts too),
+        else the guess of :func:`_guess_training_line`.
     """
     tried: List[Tuple[str, str]] = []
     window = host_window(view)
+    line: Optional[int] = None
     for name, finder in _candidates(space, view):
         steps = finder()
+        if isinstance(steps, Steps) and steps.training_line is not None:
+            line = steps.training_line
         if isinstance(steps, str):
             tried.append((name, steps))
             continue
@@ -358,14 +355,17 @@ def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
         if steps.count == 0:
             tried.append((name, "only partial steps (cut by the profiling window)"))
             continue
-        if view is not None and view.training_line is None:
-            view.training_line = _guess_training_line(view)
+        line = _training_line(view, line)
         _count_batches(view, steps)
         _graph_build_facts(view, steps)
-        return StepSearch(steps, tried)
-    if view is not None and view.training_line is None:
-        view.training_line = _guess_training_line(view)
-    return StepSearch(None, tried)
+        return StepSearch(replace(steps, training_line=line), tried, line)
+    return StepSearch(None, tried, _training_line(view, line))
+
+
+def _training_line(view: Optional[HostView], seen: Optional[int]) -> Optional[int]:
+    if view is None or seen is not None:
+        return seen
+    return _guess_training_line(view)
 
 
 def _guess_training_line(view: HostView) -> Optional[int]:

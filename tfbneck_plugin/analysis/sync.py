@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..causes import cause_text
 from ..trace import timeline
-from . import evidence
+from ..trace.timeline import ms
 from .advice import advice_for
-from .verdict import decide
+from .findings import Findings, OwnTime
+from .rules import decide
+from .verdict import verdict_fields
 
 #: Priority of the categories when a step is split for the job's root cause: compute and
 #: copies first (time the worker worked), then input wait, then collectives (time it
@@ -52,10 +53,6 @@ TASK_ENV_PLANE = "Task Environment"
 #: Collective group resolution (core/common_runtime/base_collective_executor.cc); its
 #: ``group_size`` stat counts the devices that take part in the collective.
 GROUP_EVENT = "CollectiveExecutor::CompleteParams"
-
-
-def _ms(ps) -> float:
-    return round(float(ps) / 1e9, 3)
 
 
 def wall_clock(space) -> Optional[Tuple[int, int]]:
@@ -91,11 +88,14 @@ def group_size(view) -> Optional[int]:
     return None
 
 
-def sync_section(a) -> Optional[Dict]:
+def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space, findings: Findings) -> Optional[Dict]:
     """The ``sync`` section of a host report, or None when its steps hold no collective.
 
     Args:
-      a: a :class:`.host_analysis.HostAnalysis`.
+      steps: the steady steps (:class:`.steps.Steps`) or None; view: the host view or None;
+      activity: the breakdown categories' intervals (:class:`.breakdown.Activity`);
+      parts: ps per breakdown category per step; space: the host's XSpace (its wall clock);
+      findings: the host's findings (the worker's own verdict starts from them).
 
     Returns:
       ``{"task": "worker:1" | None, "group_size": int | None, "clock": {"start_unix_ns",
@@ -105,36 +105,36 @@ def sync_section(a) -> Optional[Dict]:
       (:data:`SYNC_ORDER`); ``own_ms``: the rest of the step by category; ``own``: the
       worker's verdict over its own time (:func:`own_verdict`).
     """
-    steps = a.steps
-    if steps is None or not steps.count or a.view is None or not a.parts["collective"].any():
+    if steps is None or not steps.count or view is None or not parts["collective"].any():
         return None
-    parts = timeline.partition(a.activity.as_dict(), SYNC_ORDER, steps.starts, steps.ends, rest="idle")
-    clock = wall_clock(a.space)
+    split = timeline.partition(activity.as_dict(), SYNC_ORDER, steps.starts, steps.ends, rest="idle")
+    clock = wall_clock(space)
     rows = []
     for i in range(steps.count):
-        rows.append({"step": int(steps.numbers[i]), "duration_ms": _ms(steps.ends[i] - steps.starts[i]),
-                     "collective_ms": _ms(parts["collective"][i]),
-                     "own_ms": {c: _ms(parts[c][i]) for c in OWN_CATEGORIES},
+        rows.append({"step": int(steps.numbers[i]), "duration_ms": ms(steps.ends[i] - steps.starts[i]),
+                     "collective_ms": ms(split["collective"][i]),
+                     "own_ms": {c: ms(split[c][i]) for c in OWN_CATEGORIES},
                      "start_unix_ns": clock[0] + int(steps.starts[i]) // 1000 if clock else None})
     return {
-        "task": task_of(a.view.plane), "group_size": group_size(a.view),
+        "task": task_of(view.plane), "group_size": group_size(view),
         "clock": {"start_unix_ns": clock[0], "stop_unix_ns": clock[1],
                   "source": f"{TASK_ENV_PLANE} plane (profile_start_time)"} if clock else None,
-        "steps": rows, "own": own_verdict(a, parts),
-        "network_recommendations": advice_for("gradient_sync", a.findings),
+        "steps": rows, "own": own_verdict(findings, split),
+        "network_recommendations": advice_for("gradient_sync", findings),
     }
 
 
-def own_verdict(a, parts: Dict[str, np.ndarray]) -> Dict:
+def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> Dict:
     """The worker's own limit: the verdict rules over the step less its collective time.
 
     The shares the rules read (``pct``) are shares of the worker's own time, so a worker
     that waits most of the step for a peer is judged on what it did in the rest; the
-    collective rule cannot apply (its share is 0). The evidence's breakdown sentence says
-    so.
+    collective rule cannot apply (its share is 0). The findings carry the own time
+    (:class:`.findings.OwnTime`), so the evidence's breakdown sentence is written as a
+    breakdown of that time.
 
     Args:
-      a: the host analysis; parts: ps per category per step, split in :data:`SYNC_ORDER`.
+      findings: the host's findings; parts: ps per category per step, split in :data:`SYNC_ORDER`.
     Returns:
       ``{"bottleneck", "cause", "cause_text", "confidence", "evidence", "evidence_detail",
       "recommendations", "pct" (% of the own time, 0-100), "own_ms" (mean ms per step),
@@ -144,21 +144,13 @@ def own_verdict(a, parts: Dict[str, np.ndarray]) -> Dict:
     own_total = sum(int(parts[c].sum()) for c in OWN_CATEGORIES)
     pct = {c: (round(100.0 * int(parts[c].sum()) / own_total, 2) if own_total else 0.0) for c in OWN_CATEGORIES}
     pct["collective"] = 0.0
-    f = dataclasses.replace(a.findings, pct=pct)
-    v = decide(f)
-    step_ms = _ms(sum(int(p.sum()) for p in parts.values()) / n)
-    own_ms = _ms(own_total / n)
-    plain = evidence.breakdown_sentence(f)
-    said = (f"Outside its collectives ({own_ms:.1f} of {step_ms:.1f} ms per step): "
-            + plain.split(": ", 1)[-1].replace(", 0.0% collectives", ""))
-    sentences = [said if s == plain else s for s in v.evidence]
-    return {"bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
-            "confidence": v.confidence, "evidence": [str(s) for s in sentences],
-            "evidence_detail": [{"text": str(s), "basis": evidence.basis(s)} for s in sentences],
-            "recommendations": v.recommendations, "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
+    step_ms = ms(sum(int(p.sum()) for p in parts.values()) / n)
+    own_ms = ms(own_total / n)
+    v = decide(dataclasses.replace(findings, pct=pct, own_time=OwnTime(own_ms=own_ms, step_ms=step_ms)))
+    return {**verdict_fields(v), "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
 
 
-def steps_by_number(section: Dict) -> Dict[int, Dict]:
+def steps_by_number(section: Mapping[str, Any]) -> Dict[int, Any]:
     """The section's steps keyed by step number."""
     return {int(r["step"]): r for r in section.get("steps") or []}
 

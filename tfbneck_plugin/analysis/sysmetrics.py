@@ -10,7 +10,7 @@ waiting on storage or network).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 #: A core counts as saturated above this utilisation (%). htop/psutil report 100 for a
 #: core busy the whole interval; 85 leaves room for sampling jitter at 100 ms intervals
@@ -24,6 +24,16 @@ BUSY_PROCESS_CORES = 0.65
 #: Below this mean utilisation across all cores (%) the host is "mostly idle". With two
 #: cores one saturated core already reads 50 %; 35 leaves room for the training thread.
 IDLE_HOST_PCT = 35.0
+
+
+def other_cores(system: Dict, own_cores: float, cores: float) -> float:
+    """Cores (of ``cores``) that processes outside the training process tree kept busy: the
+    sampler's ``others_cpu_cores``, else (machine-wide figures only, old sidecars) the
+    machine's mean CPU less ``own_cores``, at least 0."""
+    others = system.get("others_cpu_cores")
+    if others is None:
+        others = max((system.get("cpu_mean_pct") or 0.0) * cores / 100.0 - own_cores, 0.0)
+    return float(others)
 
 
 def summarize(data: Dict) -> Optional[Dict]:
@@ -60,10 +70,9 @@ def summarize(data: Dict) -> Optional[Dict]:
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]
     if not samples:
         return None
-    weights = [s.get("dt_s") for s in samples]
-    timed = all(isinstance(w, (int, float)) and w > 0 for w in weights)
-    if not timed:
-        weights = [1.0] * len(samples)
+    given = [s.get("dt_s") for s in samples]
+    timed = all(isinstance(w, (int, float)) and w > 0 for w in given)
+    weights: List[float] = [float(w) for w in given if w is not None] if timed else [1.0] * len(samples)
     mean = _weighted_mean(weights)
     tree = [s.get("tree_cpu_pct") for s in samples]
     has_tree = all(isinstance(v, (int, float)) for v in tree)

@@ -151,7 +151,9 @@ def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
     fr_ids = view.ids_named([FUNCTION_RUN])
     owner_ids = view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
                          (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
-    prod_values, prod_owner, owner_names = [], [], []
+    prod_values: List = []
+    prod_owner: List = []
+    owner_names: List[str] = []
     for li in view.tfdata_lines:
         line = plane.lines[li]
         fr = np.flatnonzero(np.isin(line.name_id, fr_ids))

@@ -1,30 +1,33 @@
-"""The verdict: which link limits the step, why, how sure, and what to change.
+"""The verdict as a value: which link limits the step, why, how sure, and what to change.
 
-``decide(findings)`` tries the rules of :mod:`.rules` in order; the first that applies gives
-the bottleneck, the cause code (:mod:`tfbneck_plugin.causes`), the confidence and the
-evidence; the recommendations come from the advice catalogue (:mod:`.advice`).
+Both verdict engines build it: the host rules (:mod:`.rules`, over one host's
+:class:`.findings.Findings`) and the job rules (:mod:`.job`, over a multi-worker job's
+``JobFindings``). Each engine is an ordered list of rules, small functions of the findings
+that return a :class:`Verdict` or None (does not apply), tried in order by
+:func:`first_verdict`. :func:`verdict_fields` turns any verdict into the report's fields.
+The engines import this module, never the other way round.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Callable, Iterable, List, Optional, TypeVar
 
-from ..causes import CAUSES
-from . import evidence as ev
-from .advice import advice_for
-from .findings import Findings
+from ..causes import cause_text
+from ..schema import EvidenceItem, Recommendation, VerdictFields
+from .evidence import basis
 
 
 @dataclass
 class Verdict:
     """What limits the step: the bottleneck kind, the cause code, the confidence (0-1), the evidence
-    sentences and the recommendations.
+    sentences (``str``, or the :class:`.evidence.Inferred` / :class:`.evidence.Sampled` kinds that
+    say their basis) and the recommendations.
     """
     bottleneck: str
     cause: str
     confidence: float                  # 0-1: the chance the verdict is right
     evidence: List[str] = field(default_factory=list)
-    recommendations: List[Dict] = field(default_factory=list)
+    recommendations: List[Recommendation] = field(default_factory=list)
 
 
 def confidence(share: float, threshold: float, penalty: float = 0.0) -> float:
@@ -39,63 +42,33 @@ def confidence(share: float, threshold: float, penalty: float = 0.0) -> float:
     return round(max(0.05, min(0.95, value - penalty)), 2)
 
 
-#: Highest confidence of a verdict over a window in which no step was found: the breakdown
-#: then mixes whatever the window held (our choice; calibrated in README "Confidence").
-NO_STEPS_CONFIDENCE = 0.4
-#: Highest confidence when the device's time is inferred (an untraced PluggableDevice) or
-#: when every step found was warm-up (our choice; calibrated likewise).
-INFERRED_DEVICE_CONFIDENCE = 0.6
-WARMUP_ONLY_CONFIDENCE = 0.4
-#: Confidence lost when the steps were inferred from the iterator cadence (our choice).
-INFERRED_STEPS_PENALTY = 0.1
+F = TypeVar("F")
+V = TypeVar("V", bound=Verdict)
 
 
-def decide(f: Findings) -> Verdict:
-    """The first rule of ``rules.RULES`` that applies, with its advice, the evidence that
-    holds for every verdict (warm-up, why no steps were found, what the devices did) and
-    the confidence adjusted for what could not be measured."""
-    from .rules import RULES, untraced_device_sentence  # rules build Verdicts: one direction of import
-    for rule in RULES:
-        v = rule(f)
+def first_verdict(rules: Iterable[Callable[[F], Optional[V]]], findings: F) -> V:
+    """The verdict of the first rule that applies to ``findings``.
+
+    Raises:
+      LookupError: no rule applied (each engine ends with a rule that always does).
+    """
+    for rule in rules:
+        v = rule(findings)
         if v is not None:
-            break
-    assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
-    if v.cause == "not_tensorflow":
-        return v
-    from .whatif import rank  # the what-if models read the findings only
-    v.recommendations = rank(advice_for(v.cause, f), f)  # with `predicted`, the largest gain first
-    if f.steps.warmup_count:
-        v.evidence.insert(0, _warmup_sentence(f))
-    if not f.steps.found and f.steps.why_none:
-        v.evidence.insert(0, f.steps.why_none)
-    if f.placement.state == "untraced_pluggable":
-        v.evidence.append(untraced_device_sentence(f))
-    if v.cause != "device_trace_missing":
-        v.evidence.extend(ev.device_sentences(f))
-    v.confidence = _adjusted(v, f)
-    return v
+            return v
+    raise LookupError("no verdict rule applied: the last rule of an engine must always apply")
 
 
-def _warmup_sentence(f: Findings) -> str:
-    st = f.steps
-    if st.all_warmup:
-        return (f"Every step in the window ({st.warmup_count}) was warm-up ({st.warmup_reason}): there is no steady "
-                "step to analyse apart; profile later steps.")
-    return (f"{st.warmup_count} warm-up step(s) ({st.warmup_ms:.1f} ms) were excluded from the breakdown and the "
-            f"verdict: {st.warmup_reason}.")
+def evidence_details(sentences: Iterable[str]) -> List[EvidenceItem]:
+    """``evidence_detail`` of the report: each sentence with its basis (:func:`.evidence.basis`)."""
+    return [{"text": str(s), "basis": basis(s)} for s in sentences]
 
 
-def _adjusted(v: Verdict, f: Findings) -> float:
-    """The rule's confidence, lowered where the facts behind it are partial."""
-    c = v.confidence
-    if v.bottleneck == "unknown":
-        return c
-    if not f.steps.found:
-        c = min(c, NO_STEPS_CONFIDENCE)
-    if f.steps.all_warmup:
-        c = min(c, WARMUP_ONLY_CONFIDENCE)
-    if f.steps.inferred:
-        c -= INFERRED_STEPS_PENALTY
-    if f.placement.state == "untraced_pluggable":
-        c = min(c, INFERRED_DEVICE_CONFIDENCE)
-    return round(max(0.05, c), 2)
+def verdict_fields(v: Verdict) -> VerdictFields:
+    """The report fields of a verdict, in the report's key order: ``bottleneck``, ``cause``,
+    ``cause_text`` (:func:`tfbneck_plugin.causes.cause_text`), ``confidence`` (0-1),
+    ``evidence`` (sentences), ``evidence_detail`` (``{"text", "basis"}`` each) and
+    ``recommendations``."""
+    return {"bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
+            "confidence": v.confidence, "evidence": [str(e) for e in v.evidence],
+            "evidence_detail": evidence_details(v.evidence), "recommendations": v.recommendations}

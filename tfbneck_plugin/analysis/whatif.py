@@ -44,7 +44,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..trace import timeline
-from . import breakdown
+from . import breakdown, sysmetrics
 from .findings import Findings, StepTiming
 
 #: Eager kernel runs on the training thread (tensorflow/core/common_runtime/eager/
@@ -87,25 +87,25 @@ Model = Callable[[Dict, Findings], Union[Prediction, str]]
 
 # ---- the facts the models read ------------------------------------------------------------
 
-def step_timing(a) -> Optional[StepTiming]:
-    """Per-step times of a :class:`.host_analysis.HostAnalysis` for the what-if models.
+def step_timing(steps, parts: Dict[str, np.ndarray], view, activity) -> Optional[StepTiming]:
+    """Per-step times of one host for the what-if models.
 
     Args:
-      a: the host analysis (its steady steps, breakdown parts and host view).
+      steps: the steady steps (:class:`.steps.Steps`) or None.
+      parts: ps per breakdown category per step (:func:`.breakdown.per_step`).
+      view: the host view with its training thread (:class:`.host.HostView`) or None.
+      activity: the breakdown categories' intervals (:class:`.breakdown.Activity`).
 
     Returns:
       None without steady steps, else a :class:`.findings.StepTiming` (ms per step).
     """
-    steps = a.steps
     if steps is None or not steps.count:
         return None
     n = steps.count
-    parts = a.parts
     timing = StepTiming(
         step_ms=float(steps.durations_ps.mean()) / 1e9, batches_per_step=int(steps.batches_per_step),
         breakdown_ms={c: float(parts[c].sum()) / n / 1e9 for c in breakdown.CATEGORIES},
         durations_ms=[float(d) / 1e9 for d in steps.durations_ps])
-    view = a.view
     if view is None or view.training_line is None:
         return timing
     from .host import INFERENCE_FUNCTION_RE
@@ -114,12 +114,12 @@ def step_timing(a) -> Optional[StepTiming]:
     if fn:
         inside = timeline.overlap_per_window(view.intervals(fn), steps.starts, steps.ends)
         timing.function_ms = float(inside.sum()) / n / 1e9
-        act = a.activity  # the step's work: ops on host threads or devices, copies, launches
+        act = activity  # the step's work: ops on host threads or devices, copies, launches
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
     else:  # no training function: the ops ran eagerly, one kernel run each
-        _eager_kernels(a, timing)
+        _eager_kernels(view, steps, timing)
     return timing
 
 
@@ -140,9 +140,8 @@ def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
     return float((hi - lo).mean()) / 1e9
 
 
-def _eager_kernels(a, timing: StepTiming) -> None:
+def _eager_kernels(view, steps, timing: StepTiming) -> None:
     """Eager kernel runs inside the steady steps, less those that wait for input."""
-    view, steps = a.view, a.steps
     sel = view.select(view.ids_named(EAGER_KERNEL_RUNS), [view.training_line])
     if not sel:
         return
@@ -208,10 +207,7 @@ def _cores(f: Findings) -> Optional[Tuple[int, float, float]]:
     n = int(s["cpu_count"])
     own = s.get("tree_cpu_cores")
     own = float(own if own is not None else s.get("proc_cpu_cores") or 0.0)
-    others = s.get("others_cpu_cores")
-    if others is None:  # machine-wide figures only
-        others = max((s.get("cpu_mean_pct") or 0.0) * n / 100.0 - own, 0.0)
-    return n, own, float(others)
+    return n, own, sysmetrics.other_cores(s, own, n)
 
 
 def _code_int(rec: Dict, name: str, default: int) -> int:
@@ -219,11 +215,17 @@ def _code_int(rec: Dict, name: str, default: int) -> int:
     return int(m.group(1)) if m else default
 
 
+def _timing(f: Findings) -> StepTiming:
+    """The findings' step timing: the models run only when there is one (:func:`predict`)."""
+    assert f.timing is not None
+    return f.timing
+
+
 def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: str,
                 batches_per_step: Optional[int] = None) -> Prediction:
-    now = f.timing.time_per_batch_ms
+    now = _timing(f).time_per_batch_ms
     per_batch = max(per_batch, 1e-6)
-    b = batches_per_step or f.timing.batches_per_step
+    b = batches_per_step or _timing(f).batches_per_step
     return {"time_per_batch_ms": round(per_batch, 3), "step_time_ms": round(per_batch * b, 3),
             "range_ms": [round(min(low, per_batch), 3), round(max(high, per_batch), 3)],
             "speedup": round(now / per_batch, 2), "basis": basis}
@@ -235,7 +237,7 @@ def _overlap(f: Findings, pipeline_after: float, what: str) -> Prediction:
     """The step once the input pipeline (``pipeline_after`` ms per batch) runs beside it:
     the longer of the rest of the step and the pipeline, unless the CPU work per step does
     not fit the machine's cores (a CPU-only host shares them between model and pipeline)."""
-    t = f.timing
+    t = _timing(f)
     now = t.time_per_batch_ms
     rest = now - t.breakdown_ms["input"] / t.batches_per_step
     ideal = max(rest, pipeline_after)
@@ -272,20 +274,21 @@ def _parallel_stage(rec: Dict, f: Findings) -> Union[Prediction, str]:
     total, stage = pipe
     n, own, _others = cores
     if rec["fix"] == "pydataset_workers":
-        from .sysmetrics import BUSY_PROCESS_CORES
         workers = _code_int(rec, "workers", DEFAULT_WORKERS)
         # Workers that wait (sleep, I/O) all wait at once; workers that compute share the cores.
-        k = workers if own < BUSY_PROCESS_CORES else min(workers, n)
+        k = workers if own < sysmetrics.BUSY_PROCESS_CORES else min(workers, n)
         what = (f"{workers} workers run the Python input ({'waiting' if k == workers else 'computing'}, from the "
                 f"sampled CPU use), {k} at a time, ahead of the step")
     else:
         k = n
-        what = f"The `{f.pipeline.blocking.kind}` stage runs on the {n} cores (AUTOTUNE) and overlaps the step"
+        blocking = f.pipeline.blocking if f.pipeline is not None else None
+        kind = blocking.kind if blocking is not None else "?"
+        what = f"The `{kind}` stage runs on the {n} cores (AUTOTUNE) and overlaps the step"
     return _overlap(f, total - stage + stage / k, what)
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if t.function_ms is None or t.function_ms <= 0 or not t.op_span_ms:
         return ("The trace shows no call of Keras' training function (eager execution, or a custom loop), so the "
                 "step cannot be split into work per batch and overhead per call.")
@@ -313,7 +316,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     if not f.eager or t.eager_ops <= 0:
         return "The model does not run eagerly: it is already a tf.function."
     compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
@@ -332,7 +335,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    st, t = f.steps, f.timing
+    st, t = f.steps, _timing(f)
     if not st.graph_build_ms:
         return "No steady step built a graph."
     build = st.graph_build_ms / st.count / t.batches_per_step
@@ -343,7 +346,7 @@ def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 def _overlap_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    t = f.timing
+    t = _timing(f)
     h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
     if h2d <= 0:
         return "No host-to-device copy held the step up."
@@ -398,9 +401,10 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     """
     if f.timing is None or not f.steps.found:
         return None, "No steady step was found: there is no step time to predict from."
-    model = MODELS.get(rec.get("fix"))
+    fix = rec.get("fix") or ""
+    model = MODELS.get(fix)
     if model is None:
-        return None, WHY_NOT.get(rec.get("fix"), "No model of this change from the trace's numbers.")
+        return None, WHY_NOT.get(fix, "No model of this change from the trace's numbers.")
     out = model(rec, f)
     return (None, out) if isinstance(out, str) else (out, None)
 

@@ -24,9 +24,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, cast
 
 from ..api import SessionReport
+from ..schema import SessionDict, step_time_ms
 from .sampler import NOT_TRAINING_PIDS
 
 if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
@@ -45,7 +46,7 @@ def analysis_command(session_dir: str) -> List[str]:
     return [sys.executable, "-m", "tfbneck_plugin.cli", "analyze", session_dir, "--format", "json"]
 
 
-def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
+def analyze_in_child(session_dir: str, timeout_s: float) -> SessionDict:
     """Analyse ``session_dir`` in a child process (:func:`analysis_command`) at low priority.
 
     Args:
@@ -86,17 +87,17 @@ def analyze_in_child(session_dir: str, timeout_s: float) -> Dict:
     if not sessions:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"analyzer exited with status {proc.returncode}: {tail[0]}")
-    return sessions[0]
+    return cast(SessionDict, sessions[0])  # one element of the CLI's JSON sessions
 
 
-def analyze_here(session_dir: str) -> Dict:
+def analyze_here(session_dir: str) -> SessionDict:
     """Analyse ``session_dir`` in this process; returns the session's report."""
-    from ..analysis.session import analyze_session
+    from ..batch import analyze_one
     from ..logdir import find_sessions
     found = find_sessions(session_dir).sessions
     if not found:
         return {"status": "error", "error": f"{session_dir}: no session found"}
-    return analyze_session(found[0])
+    return analyze_one(found[0])
 
 
 class BackgroundAnalysis:
@@ -126,7 +127,7 @@ class BackgroundAnalysis:
         self._on_report, self._on_done = on_report, on_done
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
-        self._writer = None
+        self._writer: Any = None     # a tf.summary writer (TensorFlow is imported only to write scalars)
         self._writer_lock = threading.Lock()
         self._failed: set = set()
 
@@ -197,9 +198,11 @@ class BackgroundAnalysis:
                 self._on_done(rec)
 
     def _analyse(self, rec: WindowRecord) -> None:
+        session_dir = rec.session_dir or ""  # a window with a trace has its folder
+        first, last = rec.steps or (0, 0)
         try:
-            report = (analyze_in_child(rec.session_dir, self.timeout_s) if self.mode == "process"
-                      else analyze_here(rec.session_dir))
+            report = (analyze_in_child(session_dir, self.timeout_s) if self.mode == "process"
+                      else analyze_here(session_dir))
         except Exception as err:  # noqa: BLE001 - the trace is kept; the user can analyse it later
             rec.analysis_error = f"{type(err).__name__}: {err}"
             self._warn("analysis", f"analysis of {rec.session_dir} failed ({rec.analysis_error}); the trace is "
@@ -215,7 +218,7 @@ class BackgroundAnalysis:
             self._on_report(rec)
         if report.get("status") != "ok":
             rec.analysis_error = report.get("error") or "analysis failed"
-            self._warn("analysis", f"steps {rec.steps[0]}-{rec.steps[1]}: {rec.analysis_error}")
+            self._warn("analysis", f"steps {first}-{last}: {rec.analysis_error}")
             return
         if self.verbose:
             self._info(verdict_line(rec, report))
@@ -225,18 +228,18 @@ class BackgroundAnalysis:
             except Exception as err:  # noqa: BLE001 - never let the analysis thread die noisily
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
 
-    def _write_scalars(self, rec: WindowRecord, report: Dict) -> None:
+    def _write_scalars(self, rec: WindowRecord, report: SessionDict) -> None:
         import tensorflow as tf  # imported by _prepare_writer already: no import happens here
         values = scalars_from_report(report)
         values["bottleneck/triggered"] = 1.0 if rec.kind == "triggered" else 0.0
         with self._writer_lock:
             with self._writer.as_default():
                 for tag, value in values.items():
-                    tf.summary.scalar(tag, value, step=rec.steps[1])
+                    tf.summary.scalar(tag, value, step=(rec.steps or (0, 0))[1])
             self._writer.flush()
 
 
-def scalars_from_report(report: Dict) -> Dict[str, float]:
+def scalars_from_report(report: SessionDict) -> Dict[str, float]:
     """The ``bottleneck/*`` scalars written for one analysed session.
 
     Args:
@@ -253,9 +256,9 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
       ``system_gpu_util_pct`` (%), when known.
     """
     out: Dict[str, float] = {}
-    st = (report.get("steps") or {}).get("step_time_ms") or {}
-    if st.get("mean") is not None:
-        out["bottleneck/step_time_ms"] = float(st["mean"])
+    mean = step_time_ms(report)
+    if mean is not None:
+        out["bottleneck/step_time_ms"] = float(mean)
     pct = report.get("breakdown_pct") or {}
     for key in ("input", "device_compute", "host_compute", "kernel_launch", "collective", "idle"):
         if key in pct:
@@ -277,14 +280,15 @@ def scalars_from_report(report: Dict) -> Dict[str, float]:
     return out
 
 
-def verdict_line(rec: WindowRecord, report: Dict) -> str:
+def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
     """The one-line verdict logged after a window, e.g. ``steps 3-5: cpu-bound (...); ...``."""
-    st = ((report.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    st = step_time_ms(report)
     pct = report.get("breakdown_pct") or {}
     recs = report.get("recommendations") or []
     kind = report.get("bottleneck", "unknown")
     head = f"{kind}-bound" if kind != "unknown" else "no verdict"
-    parts = [f"steps {rec.steps[0]}-{rec.steps[1]}: {head} ({report.get('cause', '')}, "
+    first, last = rec.steps or (0, 0)
+    parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
              f"confidence {float(report.get('confidence') or 0):.2f})"]
     if st is not None:
         parts.append(f"{st:.1f} ms/step, {float(pct.get('input', 0.0)):.0f}% waiting for input")

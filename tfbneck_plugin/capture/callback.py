@@ -39,15 +39,15 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..notebook import WindowDisplay, in_notebook
 from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_step_time_every,
                         ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
+from .display import WindowDisplay, in_notebook
 from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
 from .job import repeated_profiling_risk
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
@@ -62,6 +62,7 @@ __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule"
            "scalars_from_report"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
+_Callback: Any = _keras.callbacks.Callback
 #: Custom loops have no epochs: the step-time statistics are written every this many steps.
 LOOP_STEP_TIME_EVERY = 1000
 
@@ -104,7 +105,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(InterruptMixin, LongJobMixin, _keras.callbacks.Callback):
+class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -260,12 +261,12 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _keras.callbacks.Callback
         self._loop_owner: Optional[Owner] = None  # the custom loop's frame that entered step()
         self._owner: Optional[Owner] = None       # the open window's owner
         self._cut: Optional[Tuple[Optional[str], str]] = None  # (exception, how it was seen) of an interrupt
-        self._trace = None                              # the open step marker
+        self._trace: Any = None                         # the open step marker
         self._in_fit = False
         self._fit_legacy = False
         self._log_dir_problem: Optional[str] = None
         self._disabled: Optional[str] = None
-        self._warned = set()
+        self._warned: set = set()
         self._exiting = False
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
                                             self.write_scalars, bool(self.verbose), self._warn, logger.info,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Optional, Tuple
 
 #: Seconds between two looks at the owners' stacks while a window is open: an interrupted
 #: notebook cell stops the profiler within this time (a stack walk costs microseconds).
@@ -88,7 +88,7 @@ class OwnerWatch:
     window). Profilers register while a window is open; the thread calls their
     ``_close_orphan()`` when their owner is gone."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._open: set = set()  # strong: a profiler with an open window lives until it is closed
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -135,8 +135,18 @@ WATCH = OwnerWatch()
 
 class InterruptMixin:
     """Methods of ``BottleneckProfiler`` that close a window its training left abnormally
-    (module docstring). Uses the callback's ``_capture``, ``_owner``, ``_window_lock``,
-    ``_close_window``, ``_guard``, ``_warn`` and ``tracker``."""
+    (module docstring)."""
+
+    # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
+    # only: they tell the type checker, they create nothing).
+    tracker: Any
+    _capture: Any
+    _owner: Optional[Owner]
+    _cut: Optional[Tuple[Optional[str], str]]
+    _window_lock: Any
+    _warn: Callable[..., None]
+    _guard: Callable[..., Any]
+    _close_window: Callable[[str], None]
 
     def _interrupt(self, exception: Optional[str], how: str) -> None:
         """Close the open window as ``interrupted``: ``exception`` is the exception's type

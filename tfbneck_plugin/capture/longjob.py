@@ -8,15 +8,32 @@ module stays readable. Imports no TensorFlow itself (the scalars go through
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .arguments import logger
+from .background import BackgroundAnalysis
+from .tracker import StepTracker
+from .trend import JobTrend
 from .window import WindowRecord
 
 
 class LongJobMixin:
     """Methods of ``BottleneckProfiler`` about step times and slowdowns (module docstring)."""
+
+    # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
+    # only: they tell the type checker, they create nothing).
+    tracker: StepTracker
+    trend: JobTrend
+    windows: List[WindowRecord]
+    write_step_times: bool
+    _period_first: int
+    _log_dir_problem: Optional[str]
+    _disabled: Optional[str]
+    _analysis: BackgroundAnalysis
+    _hold_lock: threading.Lock
+    _warn: Callable[..., None]
 
     def _flush_step_times(self, upto: int, epoch: Optional[int]) -> None:
         """The period ending at step ``upto`` is over: its p50/p90 go to the scalars and

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ..records import FORMAT, VERSION, write_sidecar
 
@@ -95,7 +95,7 @@ class SystemSampler:
         self._start_ns = self._end_ns = 0
         self._nvml = None
         self._gpus: List = []
-        self._proc = None
+        self._proc: Any = None           # psutil.Process of this process, once sampling started
         self._tree_procs: Dict = {}      # pid -> psutil.Process, the tree at the last scan
         self._baseline: Dict[int, Optional[Tuple[float, int]]] = {}  # pid -> (0, 0) when born in the window
         self._children = 0
@@ -177,13 +177,16 @@ class SystemSampler:
                     pass
 
     def _take(self, psutil, now: _Reading) -> None:
+        if self._prev is None:  # cannot happen: sampling starts with a first reading
+            self._prev = now
+            return
         self.samples.append(self._diff(self._prev, now, psutil))
         self._last_base, self._prev = self._prev, now
 
     def _finish(self, psutil) -> None:
         """The reading at close: a sample up to now, or the last one stretched to now."""
         now = self._read(psutil, first=True)
-        if self.samples and now.mono - self._prev.mono < min(self.interval_s / 5, 0.01):
+        if self.samples and self._prev is not None and now.mono - self._prev.mono < min(self.interval_s / 5, 0.01):
             self.samples.pop()
             self._prev = self._last_base
         self._take(psutil, now)

@@ -140,9 +140,10 @@ class StepSchedule:
                     best = (max(a, first), b)
                 break
         if self.every is not None:
-            i = max(0, math.ceil((first - self.start - self.length + 1) / self.every))
+            start = self.start or 0  # profile_steps sets it with every
+            i = max(0, math.ceil((first - start - self.length + 1) / self.every))
             if self.count is None or i < self.count:
-                a = self.start + i * self.every
+                a = start + i * self.every
                 b = a + self.length - 1
                 cand = (max(a, first), b)
                 if a <= last and (best is None or cand[0] < best[0] or (cand[0] == best[0] and b > best[1])):

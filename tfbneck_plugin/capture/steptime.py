@@ -161,7 +161,8 @@ class StepTimer:
         horizon = trigger.horizon_steps if trigger else 0
         self._ring: List[float] = [0.0] * horizon
         self._ring_n = self._ring_i = self._since = 0
-        self.p50 = self.p90 = None           # baseline, seconds
+        self.p50: Optional[float] = None     # baseline, seconds
+        self.p90: Optional[float] = None
         self._threshold = float("inf")       # armed when finite
         self._next_allowed = 0               # first step the trigger may fire at (cooldown)
         self._run: List[float] = []          # the slow run's step times (s)
@@ -234,10 +235,11 @@ class StepTimer:
     def baseline(self) -> Optional[Dict]:
         """The baseline now: ``{"p50_ms", "p90_ms", "steps", "threshold_ms"}`` (threshold
         None while the trigger is not armed), or None before it exists."""
-        if self.p50 is None:
+        p50, p90 = self.p50, self.p90
+        if p50 is None or p90 is None:
             return None
         thr = self._threshold if self._threshold != float("inf") else None
-        return {"p50_ms": round(1e3 * self.p50, 4), "p90_ms": round(1e3 * self.p90, 4),
+        return {"p50_ms": round(1e3 * p50, 4), "p90_ms": round(1e3 * p90, 4),
                 "steps": min(self._ring_n, len(self._ring)),
                 "threshold_ms": round(1e3 * thr, 4) if thr is not None else None}
 
@@ -272,10 +274,13 @@ class StepTimer:
         if n < MIN_BASELINE_STEPS:
             return
         values = sorted(self._ring[:n])
-        self.p50, self.p90 = percentile(values, 0.5), percentile(values, 0.9)
+        p50, p90 = percentile(values, 0.5), percentile(values, 0.9)
+        self.p50, self.p90 = p50, p90
         trig = self.trigger
+        if trig is None:  # no trigger: the ring stays empty and this is never reached
+            return
         armed = self.captures < trig.max_captures and self._prev_first >= self._next_allowed
-        self._threshold = max(trig.factor * self.p50, self.p90) if armed else float("inf")
+        self._threshold = max(trig.factor * p50, p90) if armed else float("inf")
 
     def _end_run(self) -> None:
         """A slow run ended before firing (jitter): its steps join the baseline."""
@@ -287,17 +292,20 @@ class StepTimer:
         """What the slow run shows (the sidecar's ``window.trigger``, records.py)."""
         run = sorted(self._run)
         observed = percentile(run, 0.5)
+        p50, p90 = self.p50 or 0.0, self.p90 or 0.0  # set: the threshold that fired comes from them
+        thresholds = self.trigger.to_dict() if self.trigger is not None else None
         return {"kind": "slowdown", "detected_at_step": at_step, "detected_unix_ns": time.time_ns(),
                 "slow_steps": [self._run_first, self._run_last], "slow_step_count": len(run),
                 "slow_for_s": round(spent, 3), "observed_p50_ms": round(1e3 * observed, 4),
-                "baseline_p50_ms": round(1e3 * self.p50, 4), "baseline_p90_ms": round(1e3 * self.p90, 4),
+                "baseline_p50_ms": round(1e3 * p50, 4), "baseline_p90_ms": round(1e3 * p90, 4),
                 "baseline_steps": min(self._ring_n, len(self._ring)),
                 "threshold_ms": round(1e3 * self._threshold, 4),
                 "slower_by": round(observed / self.p50, 3) if self.p50 else None,
-                "capture": self.captures, "thresholds": self.trigger.to_dict()}
+                "capture": self.captures, "thresholds": thresholds}
 
     def _fire(self, now: float, first: int) -> int:
         trig = self.trigger
+        assert trig is not None  # only a trigger fires
         self.captures += 1
         self.fired = self._describe(first, now - self._run_start)
         self._next_allowed = first + trig.window_steps + trig.cooldown_steps

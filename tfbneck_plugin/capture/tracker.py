@@ -134,7 +134,7 @@ class StepTracker:
     def _acting(self, first: int, last: int) -> Range:
         """The callback acts at this step: it is not timed; a flush may be due."""
         self.timer.not_timed()
-        if first > self.next_flush:  # the steps up to next_flush are over
+        if first > self.next_flush and self.flush_every:  # the steps up to next_flush are over
             self.flush_due = True
             self.next_flush = ((first - 1) // self.flush_every + 1) * self.flush_every
         return first, last
@@ -144,7 +144,10 @@ class StepTracker:
         scheduled window beginning inside it)."""
         if self.window is not None or self._pending is not None:
             return  # cannot happen: steps inside windows are not timed
-        length = self.timer.trigger.window_steps
+        trig = self.timer.trigger
+        if trig is None:
+            return  # cannot happen: only a trigger fires
+        length = trig.window_steps
         lo = max(first, self.consumed + 1)
         win = (lo, lo + length - 1)
         sched = self.schedule.window_for(lo, win[1])
@@ -178,9 +181,9 @@ class StepTracker:
         if last < self.next_start:
             return None
         if self._pending is not None:
-            win, self._pending = self._pending, None
+            pending, self._pending = self._pending, None
             self.opening = self.timer.fired
-            return (max(win[0], first), max(win[1], first))
+            return (max(pending[0], first), max(pending[1], first))
         lo = max(first, self.consumed + 1)
         win = self.schedule.window_for(lo, last) if lo <= last else None
         if win is None:

@@ -14,9 +14,10 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
+from ..schema import SessionDict, step_time_ms
 
 #: Points kept in the file; beyond, every other older point is dropped (the trend keeps
 #: its shape over a job of any length).
@@ -28,22 +29,22 @@ _KIND_WORDS = {"cpu": "CPU-bound", "device": "device-bound", "io": "I/O-bound", 
                "unknown": "no verdict"}
 
 
-def verdict_of(report: Optional[Dict]) -> Optional[Dict]:
+def verdict_of(report: Optional[SessionDict]) -> Optional[Dict]:
     """The part of a session report the trend shows: ``{"bottleneck", "cause", "confidence",
     "step_time_ms"}`` (mean step, ms), or None when there is no usable report."""
     if not report or report.get("status") != "ok":
         return None
-    st = ((report.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    st = step_time_ms(report)
     return {"bottleneck": report.get("bottleneck", "unknown"), "cause": report.get("cause"),
             "confidence": report.get("confidence"), "step_time_ms": st}
 
 
 def _label(v: Dict) -> str:
-    word = _KIND_WORDS.get(v.get("bottleneck"), str(v.get("bottleneck")))
+    word = _KIND_WORDS.get(str(v.get("bottleneck")), str(v.get("bottleneck")))
     return f"{word} ({v['cause']})" if v.get("cause") else word
 
 
-def verdict_change(prev_index: int, prev_steps, prev: Dict, cur: Dict) -> Optional[Dict]:
+def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionDict) -> Optional[Dict]:
     """What changed between two windows' reports, when their verdict (bottleneck or cause)
     differs; None when it is the same.
 
@@ -61,7 +62,7 @@ def verdict_change(prev_index: int, prev_steps, prev: Dict, cur: Dict) -> Option
     if a is None or b is None or (a["bottleneck"], a["cause"]) == (b["bottleneck"], b["cause"]):
         return None
     pa, pb = prev.get("breakdown_pct") or {}, cur.get("breakdown_pct") or {}
-    moved = None
+    moved: Optional[Dict[str, Any]] = None
     deltas = [(abs(float(pb.get(c, 0.0)) - float(pa.get(c, 0.0))), c) for c in CHANGE_CATEGORIES
               if c in pa or c in pb]
     if deltas:

@@ -17,7 +17,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -25,6 +25,9 @@ from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar,
 from .job import job_info, session_suffix, with_job
 from .sampler import SystemSampler
 from .tracker import ClosedWindow
+
+if TYPE_CHECKING:
+    from .display import WindowDisplay
 
 try:  # the module-level session object tells whose profiler is running (private API)
     from tensorflow.python.profiler import profiler_v2 as _profiler_v2
@@ -85,7 +88,7 @@ class WindowRecord:
     kind: str = "scheduled"
     trigger: Optional[Dict] = None
     change: Optional[Dict] = None
-    display: Optional[object] = field(default=None, repr=False)
+    display: Optional["WindowDisplay"] = field(default=None, repr=False)
     interrupted: Optional[Dict] = None
 
 
@@ -123,7 +126,7 @@ class LegacyKerasMarkerFilter:
 
     def install(self) -> "LegacyKerasMarkerFilter":
         """Replace tf-keras' ``Trace``; returns ``self``."""
-        original = self._module.Trace
+        original: Any = self._module.Trace
         if getattr(original, "_tfbneck_filter", False):
             return self  # another profiler instance already filters
 

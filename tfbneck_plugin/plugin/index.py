@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..logdir import DiscoveryError, Session, find_sessions, is_remote
+from ..logdir import DiscoveryError, Session, find_sessions, is_remote, session_folder_time
 from .query import RouteError
 
 logger = logging.getLogger(__name__)
@@ -36,9 +35,6 @@ SCAN_WAIT_S = 1.0
 LOOKUP_RESCAN_S = 1.0
 #: ``error_kind`` of a logdir that cannot be searched (``/sessions``, docs/http_api.md).
 SCAN_ERROR_KINDS = ("no_logdir", "not_found", "unreadable", "unreachable", "internal")
-#: Session folders named by the profiler's clock, e.g. ``2021_02_02_13_14_02``
-#: (``tensorflow/python/profiler/profiler_v2.py`` names them with ``%Y_%m_%d_%H_%M_%S``).
-_SESSION_TIME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})")
 
 
 @dataclasses.dataclass
@@ -143,7 +139,7 @@ class SessionIndex:
                 sessions = {s.key: s for s in disc.sessions}
                 problems = list(disc.problems)
         except DiscoveryError as err:
-            error = (str(err), scan_error_kind(self.logdir, err))
+            error = (str(err), scan_error_kind(self.logdir or "", err))  # set: the scan ran
         except Exception as err:  # a scan must never take down the server
             logger.exception("tfbneck: scanning %s failed", self.logdir)
             error = (f"scanning the logdir failed ({type(err).__name__}: {err})", "internal")
@@ -242,7 +238,7 @@ def session_row(s: Session, last: Optional[Dict], pending: bool) -> Dict:
     return row
 
 
-def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
+def job_rows(rows: List[Dict], jobs: Sequence[Mapping[str, Any]], summary_keys) -> List[Dict]:
     """The session list's rows with the worker sessions of each multi-worker job replaced
     by one row for the job (docs/http_api.md, ``/sessions``).
 
@@ -260,7 +256,7 @@ def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
     """
     by_key = {(r["run"], r["session"]): r for r in rows}
     first: Dict[Tuple[str, str], Dict] = {}
-    grouped = set()
+    grouped: set = set()
     for j in jobs:
         members = [(s["task"], (str(s.get("run")), str(s.get("session")))) for s in j["job"]["sessions"]]
         if not all(k in by_key for _, k in members):
@@ -288,12 +284,9 @@ def job_rows(rows: List[Dict], jobs: List[Dict], summary_keys) -> List[Dict]:
 def session_time(s: Session) -> float:
     """When the session was recorded (unix seconds): the time its folder is named after
     (local time, as the profiler names it), else its newest file's modification time, else 0."""
-    m = _SESSION_TIME_RE.match(s.name)
-    if m:
-        try:
-            return time.mktime(tuple(int(g) for g in m.groups()) + (0, 0, -1))
-        except (OverflowError, ValueError):
-            pass
+    named = session_folder_time(s.name)
+    if named is not None:
+        return named
     newest = 0.0
     for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped,) if x]:
         try:

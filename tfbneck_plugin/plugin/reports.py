@@ -1,6 +1,6 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
-``analysis.session.analyze_session`` runs on a small pool of daemon threads, the newest
+``batch.analyze_one`` (the one analysis of a session) runs on a small pool of daemon threads, the newest
 request first. A request never waits for another session's analysis: it waits at most a
 given time for its own, then the route answers 202 ("analysing") and the frontend polls.
 Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
@@ -15,12 +15,13 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
-from ..analysis.session import analyze_session
+from ..batch import analyze_one
 from ..errors import error_report
 from ..logdir import Session, is_remote
+from ..schema import SessionDict
 from .index import session_time
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def _remote_stat(url: str) -> Tuple[int, str]:
     return int(info.get("size") or 0), str(stamp)
 
 
-def failed_report(session: Session, err: BaseException) -> Dict:
+def failed_report(session: Session, err: BaseException) -> SessionDict:
     """The report of a session whose analyzer raised (``analyze_session`` never does; an
     injected analyzer might): ``status: error``, ``error_kind`` ``out_of_memory`` for a
     MemoryError, else ``analysis_failed``."""
@@ -93,32 +94,40 @@ def failed_report(session: Session, err: BaseException) -> Dict:
     return error_report(session, "analysis_failed", f"{session.path}: analysis failed ({type(err).__name__}: {first})")
 
 
+class _Analysis(Future):
+    """A queued or running analysis, and the (run, session) it is for."""
+
+    def __init__(self, key: Tuple[str, str]):
+        super().__init__()
+        self.key = key
+
+
 class ReportService:
     """Runs ``analyze`` on ``workers`` daemon threads and caches the reports by
     :func:`fingerprint` (the ``max_entries`` most recently used). The newest request is
     analysed first; a session already queued or running is not queued again.
 
     Args:
-      analyze: ``Session -> report dict`` (default ``analyze_session``).
+      analyze: ``Session -> report dict`` (default ``batch.analyze_one``).
       workers: analysis threads.
       max_entries: reports kept.
     """
 
-    def __init__(self, analyze: Callable[[Session], Dict] = analyze_session,
+    def __init__(self, analyze: Callable[[Session], SessionDict] = analyze_one,
                  workers: int = ANALYSIS_WORKERS, max_entries: int = CACHE_ENTRIES):
         self._analyze = analyze
         self._max_entries = max_entries
         self._lock = threading.Lock()
-        self._cache: "OrderedDict[Fingerprint, Dict]" = OrderedDict()
+        self._cache: "OrderedDict[Fingerprint, SessionDict]" = OrderedDict()
         self._latest: Dict[Tuple[str, str], Dict] = {}
-        self._latest_full: Dict[Tuple[str, str], Dict] = {}
-        self._inflight: Dict[Fingerprint, Future] = {}
+        self._latest_full: Dict[Tuple[str, str], SessionDict] = {}
+        self._inflight: Dict[Fingerprint, _Analysis] = {}
         self._queue: "queue.LifoQueue" = queue.LifoQueue()
         self.hits = self.misses = self.analyses = 0
         for i in range(max(1, workers)):
             threading.Thread(target=self._work, name=f"tfbneck-analyze-{i}", daemon=True).start()
 
-    def request(self, session: Session, wait_s: float = 0.0) -> Tuple[Optional[Dict], str]:
+    def request(self, session: Session, wait_s: float = 0.0) -> Tuple[Optional[SessionDict], str]:
         """The report of ``session``.
 
         Args:
@@ -140,8 +149,7 @@ class ReportService:
             fut = self._inflight.get(fp)
             if fut is None:
                 self.misses += 1
-                fut = Future()
-                fut.key = session.key
+                fut = _Analysis(session.key)
                 self._inflight[fp] = fut
                 self._queue.put((fp, session, fut))
         if wait_s > 0:
@@ -159,7 +167,7 @@ class ReportService:
         with self._lock:
             return self._latest.get(key)
 
-    def analysed(self) -> Dict[Tuple[str, str], Dict]:
+    def analysed(self) -> Dict[Tuple[str, str], SessionDict]:
         """{(run, session): the last full report made for it, fresh or not}."""
         with self._lock:
             return dict(self._latest_full)
@@ -167,7 +175,7 @@ class ReportService:
     def pending(self, key: Tuple[str, str]) -> bool:
         """Whether an analysis of (run, session) is queued or running."""
         with self._lock:
-            return any(not f.done() and getattr(f, "key", None) == key for f in self._inflight.values())
+            return any(not f.done() and f.key == key for f in self._inflight.values())
 
     def stats(self) -> Dict[str, int]:
         """``{"entries", "hits", "misses", "analyses", "in_progress"}``: counts since start."""
@@ -189,7 +197,8 @@ class ReportService:
                 self._cache.move_to_end(fp)
                 while len(self._cache) > self._max_entries:
                     self._cache.popitem(last=False)
-                self._latest[session.key] = {k: report[k] for k in SUMMARY_KEYS if k in report}
+                fields = cast(Dict[str, object], report)
+                self._latest[session.key] = {k: fields[k] for k in SUMMARY_KEYS if k in fields}
                 self._latest_full[session.key] = report
                 self._inflight.pop(fp, None)
             fut.set_result(report)
@@ -200,10 +209,11 @@ class ReportService:
 Key = Tuple[str, str]
 
 
-def job_members(job: Dict) -> List[Key]:
+def job_members(job: SessionDict) -> List[Key]:
     """The (run, session) of each worker session of a job report (``kind: "job"``), in
     task order."""
-    return [(str(s.get("run")), str(s.get("session"))) for s in job["job"]["sessions"]]
+    sessions = cast(List[Dict[str, object]], job["job"]["sessions"])  # set by grouping.job_report
+    return [(str(s.get("run")), str(s.get("session"))) for s in sessions]
 
 
 class JobGrouper:
@@ -212,10 +222,10 @@ class JobGrouper:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._reports: List[Dict] = []  # the reports grouped last, kept so that their id()s stay unique
-        self._jobs: List[Dict] = []
+        self._reports: List[SessionDict] = []  # the reports grouped last, kept so that their id()s stay unique
+        self._jobs: List[SessionDict] = []
 
-    def jobs(self, analysed: Dict[Key, Dict]) -> List[Dict]:
+    def jobs(self, analysed: Dict[Key, SessionDict]) -> List[SessionDict]:
         """The job reports formed by ``analysed`` ({(run, session): report}, as
         ``ReportService.analysed``), each with ``kind: "job"``; [] when none."""
         reports = [analysed[k] for k in sorted(analysed)]
@@ -227,19 +237,19 @@ class JobGrouper:
             self._reports, self._jobs = reports, jobs
         return jobs
 
-    def job_of(self, key: Key, analysed: Dict[Key, Dict]) -> Optional[Dict]:
+    def job_of(self, key: Key, analysed: Dict[Key, SessionDict]) -> Optional[SessionDict]:
         """The job report whose workers include session ``key``, or None."""
         return next((j for j in self.jobs(analysed) if key in job_members(j)), None)
 
 
-def regroup(reports: List[Dict]) -> Optional[Dict]:
+def regroup(reports: List[SessionDict]) -> Optional[SessionDict]:
     """The one job report of these worker reports (fresh ones, in task order), or None when
     they no longer form exactly one job (a worker's files changed since the list was made)."""
     out = group_jobs(reports)
     return out[0] if len(out) == 1 and out[0].get("kind") == "job" else None
 
 
-def sibling_sessions(sessions: Dict[Key, Session], analysed: Dict[Key, Dict], busy: Callable[[Key], bool],
+def sibling_sessions(sessions: Dict[Key, Session], analysed: Dict[Key, SessionDict], busy: Callable[[Key], bool],
                      limit: int = SIBLINGS_PER_LIST) -> List[Session]:
     """Sessions not analysed yet that may be other workers of a job one analysed session
     belongs to, so that the tab can group a job once one of its workers was opened.

@@ -22,10 +22,11 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from .. import __version__
 from .. import report as report_mod
-from ..analysis.session import analyze_session
+from ..batch import analyze_one
 from ..logdir import Session, find_sessions, is_remote
+from ..schema import SessionDict
+from ..version import __version__
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
@@ -62,7 +63,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``analyze_session``); tests inject their own.
+      analyze: ``Session -> report`` (default ``batch.analyze_one``); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -71,8 +72,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, analyze: Callable[[Session], Dict] = analyze_session,
-                 find: Callable = find_sessions, workers: int = ANALYSIS_WORKERS,
+    def __init__(self, context: base_plugin.TBContext,
+                 analyze: Callable[[Session], SessionDict] = analyze_one, find: Callable = find_sessions,
+                 workers: int = ANALYSIS_WORKERS,
                  rescan_interval_s: float = RESCAN_INTERVAL_S, report_wait_s: float = REPORT_WAIT_S):
         self._logdir = plugin_logdir(context)
         self._index = SessionIndex(self._logdir, find=find, max_age_s=rescan_interval_s)
@@ -245,7 +247,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     # -- WSGI wrappers ---------------------------------------------------------------------
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_index_js(self, request):
         try:
             _, body = self.index_js_impl()
@@ -253,19 +255,19 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return _json(request, err.status, err.body())
         return http_util.Respond(request, body, "text/javascript")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_sessions(self, request):
         return self._dispatch(request, lambda _params: self.sessions_impl() + ("",))  # no parameters
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_report(self, request):
         return self._dispatch(request, self.report_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_job(self, request):
         return self._dispatch(request, self.job_impl)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
 

@@ -13,6 +13,32 @@ import numpy as np
 
 Intervals = Tuple[np.ndarray, np.ndarray]  # (starts, ends), int64 ps, same shape
 
+#: Picoseconds per millisecond: the trace's unit to the report's.
+PS_PER_MS = 1e9
+
+
+def ms(ps) -> float:
+    """ps -> ms, rounded to 3 decimals (1 ns): every time the report gives."""
+    return round(float(ps) / PS_PER_MS, 3)
+
+
+def time_stats(values_ms: np.ndarray) -> Dict[str, float]:
+    """``mean``, ``p50`` and ``p90`` of times (ms), each rounded to 3 decimals."""
+    v = np.asarray(values_ms, dtype=np.float64)
+    return {"mean": round(float(v.mean()), 3), "p50": round(float(np.percentile(v, 50)), 3),
+            "p90": round(float(np.percentile(v, 90)), 3)}
+
+
+def outermost(starts: np.ndarray, ends: np.ndarray, *cols: np.ndarray) -> Tuple[np.ndarray, ...]:
+    """Sort intervals by start and drop those nested in an earlier kept one (an event inside
+    another of the same kind counts once). Returns (starts, ends, *cols), ``cols`` (arrays
+    of the same length) reordered and filtered alike."""
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    outer = np.ones(len(starts), dtype=bool)
+    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    return (starts[outer], ends[outer]) + tuple(c[order][outer] for c in cols)
+
 
 def empty() -> Intervals:
     """An empty interval set."""

@@ -14,14 +14,14 @@ Errors: :class:`WireError` (one line) when the bytes are not a well-formed messa
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 PAD = 16  # zero bytes appended to every buffer so that vectorised reads never run off the end
 
 try:  # the optional C fast path (tfbneck_plugin/trace/_wirescan.c); same results, ~50x faster
-    from . import _wirescan
+    from . import _wirescan  # type: ignore[attr-defined]
 except ImportError:  # not compiled here: the numpy path below does the same work
     _wirescan = None
 #: Set TFBNECK_PURE_PYTHON=1 to force the numpy path (tests compare both).
@@ -61,7 +61,8 @@ def varints(buf: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return value, pos + length
 
 
-def split_line(data: bytes, events_field: int = 4, buf: np.ndarray = None) -> Tuple[Dict[int, object], np.ndarray, np.ndarray]:
+def split_line(data: bytes, events_field: int = 4,
+               buf: Optional[np.ndarray] = None) -> Tuple[Dict[int, object], np.ndarray, np.ndarray]:
     """Split a serialized XLine into its header fields and the byte ranges of its events.
 
     Returns (fields, starts, ends): ``fields`` maps field number to the decoded value of
@@ -109,8 +110,8 @@ def split_line(data: bytes, events_field: int = 4, buf: np.ndarray = None) -> Tu
         raise WireError(f"last field runs {pos - n} bytes past the end (truncated)")
     if buf is None:
         buf = padded(data)
-    length, starts = varints(buf, np.array(tags, dtype=np.int64) + 1)
-    return fields, starts, starts + length.astype(np.int64)
+    lengths, starts = varints(buf, np.array(tags, dtype=np.int64) + 1)
+    return fields, starts, starts + lengths.astype(np.int64)
 
 
 def _varint_py(data: bytes, pos: int) -> Tuple[int, int]:
@@ -131,7 +132,7 @@ def as_int64(u: np.ndarray) -> np.ndarray:
     return u.view(np.int64)
 
 
-def _walk(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stop_after: int = None):
+def _walk(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stop_after: Optional[int] = None):
     """Walk the fields of many messages ``buf[starts[i]:ends[i]]`` at once, one field of
     every unfinished message per round. Yields (idx, field, wt, value, vstart, vend, end)
     per round: ``idx`` the messages still walking, ``value`` a varint's value, ``vstart``/
@@ -165,7 +166,7 @@ def _walk(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, stop_after: int
 
 
 def scalar_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: Tuple[int, ...],
-                  stop_after: int, present: Dict[int, np.ndarray] = None) -> Dict[int, np.ndarray]:
+                  stop_after: int, present: Optional[Dict[int, np.ndarray]] = None) -> Dict[int, np.ndarray]:
     """Decode varint fields ``wanted`` of many messages at once (last occurrence wins).
 
     Messages are ``buf[starts[i]:ends[i]]``. Fields are walked in order and the walk stops

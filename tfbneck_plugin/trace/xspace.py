@@ -1,4 +1,4 @@
-"""XSpace schema and reader: the profiler's trace format, read without TensorFlow.
+"""XSpace schema and decoder: the profiler's trace format, read without TensorFlow.
 
 The profiler (TensorFlow >= 2.2, JAX, XProf) writes one ``<host>.xplane.pb`` per host and
 profiling session: a serialized ``XSpace`` protobuf. Its schema is published in
@@ -15,16 +15,14 @@ Times in an XSpace:
 This module converts every event to an absolute start in ps (``timestamp_ns * 1000 +
 offset_ps``) so events of different lines and planes can be compared directly.
 
-Errors: every failure to read a file raises :class:`TraceReadError` whose message is one
-line and names the file.
+Errors: every failure to decode a file raises :class:`TraceReadError` whose message is one
+line and names the file. Reading the file (local or remote, size limits, gzip) is
+:mod:`.tracefile`'s.
 """
 from __future__ import annotations
 
-import os
-import stat as statmod
-import zlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -90,7 +88,7 @@ _SCHEMA = {
         ("description", 3, _T.TYPE_STRING, _OPT, None),
     ],
 }
-_ONEOFS = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
+_ONEOFS: Dict[str, Tuple[str, Set[str]]] = {"XEvent": ("data", {"offset_ps", "num_occurrences"}),
            "XStat": ("value", {"double_value", "uint64_value", "int64_value", "str_value",
                                "bytes_value", "ref_value"})}
 _PACKAGE = "tfbneck.xplane"  # our own package name: never clashes with TensorFlow's pool
@@ -104,7 +102,7 @@ def _build_classes(package: str = _PACKAGE):
         oneof = _ONEOFS.get(msg_name)
         if oneof:
             msg.oneof_decl.add(name=oneof[0])
-        for name, number, ftype, label, type_name in fields:
+        for name, number, ftype, label, type_name in fields:  # type: ignore[attr-defined]
             f = msg.field.add(name=name, number=number, type=ftype, label=label)
             if type_name:
                 f.type_name = f".{package}.{type_name}"
@@ -131,12 +129,6 @@ XLine = _CLASSES["XLine"]
 XEvent = _CLASSES["XEvent"]
 XStat = _CLASSES["XStat"]
 
-#: Largest uncompressed trace read by default (bytes). Parsing holds the file plus its
-#: parsed form (about 3x the file size, measured on a 65 MB Keras trace); 2 GiB is also
-#: protobuf's hard limit for one message. Override with TFBNECK_MAX_TRACE_BYTES.
-MAX_TRACE_BYTES = int(os.environ.get("TFBNECK_MAX_TRACE_BYTES", 2 * 1024 ** 3 - 1))
-
-
 class TraceReadError(Exception):
     """A trace file could not be read. ``str(err)`` is one line naming the file; ``kind``
     is the machine-readable ``error_kind`` of the report (:mod:`tfbneck_plugin.errors`):
@@ -147,103 +139,6 @@ class TraceReadError(Exception):
         self.problem = problem
         self.kind = kind
         super().__init__(f"{self.path}: {problem}")
-
-
-def read_bytes(path: str, opener=open) -> bytes:
-    """Return the serialized XSpace in ``path`` (``.xplane.pb`` or ``.xplane.pb.gz``).
-
-    ``opener`` opens a path for binary reading (``fsspec.open`` for remote paths).
-    Raises TraceReadError when the file is missing, unreadable, empty, or too large, and
-    (local paths) when it is not a regular file: a FIFO would block the read forever, a
-    device such as /dev/zero would feed it without end.
-    """
-    st = _local_stat(path)
-    if st is not None and not statmod.S_ISREG(st.st_mode):
-        raise TraceReadError(path, f"not a regular file ({_file_kind(st.st_mode)}); it was not read", kind="unreadable")
-    if st is not None and st.st_size > MAX_TRACE_BYTES:
-        raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit ({st.st_size} bytes; "
-                                   "set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
-    try:
-        with opener(path, "rb") as f:
-            data = _read_capped(f, MAX_TRACE_BYTES + 1, st.st_size if st is not None else getattr(f, "size", None))
-    except OSError as err:
-        raise TraceReadError(path, f"cannot read file ({err.strerror or err})", kind="unreadable") from None
-    except Exception as err:  # remote file systems raise their own errors (credentials...)
-        msg = str(err).splitlines()[0] if str(err) else ""
-        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {msg})", kind="unreadable") from None
-    if len(data) > MAX_TRACE_BYTES:
-        raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit "
-                                   "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
-    if str(path).endswith(".gz"):
-        try:
-            data = _gunzip(data, MAX_TRACE_BYTES)
-        except (OSError, EOFError, zlib.error) as err:
-            raise TraceReadError(path, f"not a valid gzip file ({err})") from None
-        if data is None:  # never inflated past the limit: a small file can expand to terabytes
-            raise TraceReadError(path, f"decompresses to more than the {MAX_TRACE_BYTES} byte limit "
-                                       "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")
-    if not data:
-        raise TraceReadError(path, "file is empty (0 bytes): the profiler may still be writing "
-                                   "it, or it crashed before writing", kind="empty_file")
-    return data
-
-
-def _read_capped(f, limit: int, expected: Optional[int]) -> bytes:
-    """At most ``limit`` bytes of ``f``. The first read asks for the size the file reports
-    (plus one byte, to see that it ended): ``f.read(limit)`` would allocate ``limit`` bytes
-    up front, 2 GiB for every trace, which fails under a memory cap (ulimit -v, containers).
-    A file that grows while it is read (or of unknown size) is read on in 64 MiB chunks."""
-    first = min(limit, expected + 1) if isinstance(expected, int) and expected >= 0 else min(limit, 64 << 20)
-    data = f.read(first)
-    if len(data) < first:
-        return data
-    parts, total = [data], len(data)
-    while total < limit:
-        chunk = f.read(min(64 << 20, limit - total))
-        if not chunk:
-            break
-        parts.append(chunk)
-        total += len(chunk)
-    return b"".join(parts)
-
-
-def _local_stat(path: str) -> Optional[os.stat_result]:
-    """``os.stat`` of a local path; None for URLs and paths that cannot be stat'ed (opening
-    them then reports why)."""
-    if "://" in str(path) and not str(path).startswith("file://"):
-        return None
-    try:
-        return os.stat(path)
-    except (OSError, ValueError):
-        return None
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((statmod.S_ISDIR, "a folder"), (statmod.S_ISFIFO, "a FIFO"),
-                       (statmod.S_ISCHR, "a character device"), (statmod.S_ISBLK, "a block device"),
-                       (statmod.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _gunzip(data: bytes, limit: int) -> Optional[bytes]:
-    """gzip members of ``data`` inflated, or None when they hold more than ``limit`` bytes
-    (found without inflating more than that). Raises EOFError when a member is cut short."""
-    out, total = [], 0
-    while data:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        chunk = d.decompress(data, limit + 1 - total)
-        total += len(chunk)
-        if total > limit:
-            return None
-        out.append(chunk)
-        if not d.eof:
-            raise EOFError("compressed file ended before the end-of-stream marker was reached")
-        data = d.unused_data
-        if not data.strip(b"\0"):  # zero padding after the last member, as gzip.decompress allows
-            break
-    return b"".join(out)
 
 
 # --------------------------------------------------------------------------------------
@@ -272,9 +167,9 @@ class Line:
     start_ps: np.ndarray
     dur_ps: np.ndarray
     name_id: np.ndarray
-    buf: np.ndarray = field(repr=False, default=None)
-    ev_start: np.ndarray = field(repr=False, default=None)
-    ev_end: np.ndarray = field(repr=False, default=None)
+    buf: np.ndarray = field(repr=False)
+    ev_start: np.ndarray = field(repr=False)
+    ev_end: np.ndarray = field(repr=False)
 
     @property
     def end_ps(self) -> np.ndarray:
@@ -304,8 +199,8 @@ class Plane:
     lines: List[Line]
     event_names: Dict[int, str]
     stat_names: Dict[int, str]
-    proto: object = field(repr=False, default=None)
-    _stat_ids: Dict[str, int] = field(repr=False, default=None)
+    proto: Any = field(repr=False, default=None)   # the plane's XPlane message, lines left out
+    _stat_ids: Optional[Dict[str, int]] = field(repr=False, default=None)
 
     def stat_id(self, name: str) -> Optional[int]:
         """The stat metadata id of ``name`` in this plane, None when absent."""
@@ -484,17 +379,21 @@ def _fields(data, start: int, end: int, path: str, what: str):
     return out
 
 
-def read_space(path: str, opener=open, plane_filter=None) -> Space:
-    """Read and convert one ``.xplane.pb`` file. Raises TraceReadError (one line, names the file).
+def decode_space(data: bytes, path: str, plane_filter=None) -> Space:
+    """Convert one serialized XSpace (the bytes of the file ``path``, named in errors).
+    Raises TraceReadError (one line, names the file).
 
-    The file's bytes are kept and every line decodes from a slice of them (no copy):
-    peak memory is the file plus the event columns (~32 bytes per event). Plane metadata
-    (names, stats) is parsed by protobuf from the plane's non-line fields.
+    The bytes are kept and every line decodes from a slice of them (no copy): peak memory
+    is the file plus the event columns (~32 bytes per event). Plane metadata (names, stats)
+    is parsed by protobuf from the plane's non-line fields. ``plane_filter``: a predicate on
+    plane names; planes it refuses are not decoded.
     """
-    data = read_bytes(path, opener)
     view = memoryview(data)
     padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
-    hostnames, errors, warnings, plane_ranges = [], [], [], []
+    hostnames: List[str] = []
+    errors: List[str] = []
+    warnings: List[str] = []
+    plane_ranges: List[Tuple[int, int]] = []
     for number, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
         if wt != 2:
             continue
@@ -530,12 +429,3 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
     if not any(p.name for p in planes) and plane_filter is None:
         raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
     return Space(path=str(path), planes=planes, hostnames=hostnames, errors=errors, warnings=warnings)
-
-
-def host_name_from_file(filename: str) -> str:
-    """``worker-0.xplane.pb`` -> ``worker-0``; the profiler names each file after its host."""
-    base = os.path.basename(filename)
-    for suffix in (".xplane.pb.gz", ".xplane.pb"):
-        if base.endswith(suffix):
-            return base[: -len(suffix)]
-    return base

@@ -1,0 +1,93 @@
+"""The batch driver: discovery and analysis of many sessions, behind every front door.
+
+The CLI (``tfbneck analyze``), the Python API (:func:`tfbneck_plugin.api.analyze`), the Beam
+pipeline, the TensorBoard plugin, ``tfbneck compare`` and the callback's background analysis
+all analyse a session through :func:`analyze_one`, the one place where a session becomes a
+report (a report cache belongs there). :func:`discover` finds the sessions under several
+paths, :func:`analyze_many` analyses a list of them (in parallel processes, with a progress
+bar on stderr), and :func:`analyze_paths` does both and groups the workers of a multi-worker
+job into one report, as the CLI prints them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from .analysis.grouping import group_jobs
+from .analysis.session import analyze_session
+from .logdir import DiscoveryError, Session, find_sessions
+from .schema import SessionDict
+
+#: Show a progress bar on stderr from this many sessions on.
+PROGRESS_FROM = 4
+#: Where sessions are looked for, as the messages say it.
+SESSION_LAYOUT = "<run>/plugins/profile/<session>/*.xplane.pb"
+
+
+def no_session_message(paths: Sequence[str]) -> str:
+    """The one line said when no profiling session is under ``paths``."""
+    return f"no profiling session found under {', '.join(paths)} (looked for {SESSION_LAYOUT})"
+
+
+def analyze_one(session: Session, opener: Optional[Callable] = None) -> SessionDict:
+    """The report of one session (:func:`.analysis.session.analyze_session`): every front
+    door analyses a session here. Never raises for bad input (``status: "error"``)."""
+    return analyze_session(session, opener)
+
+
+def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
+    """(sessions, discovery warnings) under ``paths``, each session once (overlapping paths
+    name the same session once), in the order found.
+
+    Raises:
+      DiscoveryError: a path that does not exist or cannot be listed (one line).
+    """
+    sessions: List[Session] = []
+    problems: List[str] = []
+    seen = set()
+    for path in paths:
+        found = find_sessions(path)
+        for s in found.sessions:
+            key = os.path.realpath(s.path)
+            if key not in seen:
+                seen.add(key)
+                sessions.append(s)
+        problems.extend(found.problems)
+    return sessions, problems
+
+
+def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionDict]:
+    """The reports of ``sessions``, in their order; ``jobs`` > 1 analyses them in that many
+    processes. A tqdm progress bar goes to stderr from :data:`PROGRESS_FROM` sessions."""
+    from tqdm import tqdm
+    show = len(sessions) >= PROGRESS_FROM
+    bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
+    try:
+        results: List[SessionDict] = []
+        if jobs <= 1 or len(sessions) <= 1:
+            for s in sessions:
+                results.append(analyze_one(s))
+                bar.update()
+            return results
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for r in pool.map(analyze_one, sessions, chunksize=1):
+                results.append(r)
+                bar.update()
+            return results
+    finally:
+        bar.close()
+
+
+def analyze_paths(paths: Sequence[str], jobs: int = 1) -> Tuple[List[SessionDict], List[str]]:
+    """(reports, discovery warnings) of every session under ``paths``: the sessions of a
+    multi-worker job as one report (:func:`.analysis.grouping.group_jobs`).
+
+    Raises:
+      DiscoveryError: a path that cannot be searched, or no session under any of them.
+    """
+    sessions, problems = discover(paths)
+    if not sessions:
+        raise DiscoveryError(no_session_message(paths))
+    return group_jobs(analyze_many(sessions, jobs)), problems
