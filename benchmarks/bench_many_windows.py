@@ -134,6 +134,9 @@ def run(args) -> dict:
             "triggered": kinds.count("triggered"), "profiled": sum(w.status == "profiled" for w in profiler.windows),
             "skipped": sum(w.status == "skipped" for w in profiler.windows),
             "analysed": sum(w.report is not None for w in profiler.windows), "seconds": round(elapsed, 1),
+            "analysis_errors": sorted({str(w.analysis_error)[:120] for w in profiler.windows if w.analysis_error}),
+            # windows[i].report is kept by design: what the records hold is part of the RSS growth
+            "reports_kib": round(sum(len(json.dumps(w.report)) for w in profiler.windows if w.report) / 1024, 1),
             "start": marks["start"], "end": marks["end"], "analyze": args.analyze, "every": args.every,
             "load_avg": [round(v, 2) for v in os.getloadavg()], "cpus": os.cpu_count()}
 
@@ -145,7 +148,8 @@ def table(r: dict) -> str:
             ("bare step (us, median)", r["start"]["step_us"], r["end"]["step_us"]),
             ("profiler.step() cost per step (us, median of pairs)", r["start"]["hook_us"], r["end"]["hook_us"])]
     out = [f"{r['windows']} windows ({r['scheduled']} scheduled, {r['triggered']} triggered; {r['profiled']} "
-           f"profiled, {r['skipped']} skipped, {r['analysed']} analysed) in {r['seconds']} s, load {r['load_avg']}",
+           f"profiled, {r['skipped']} skipped, {r['analysed']} analysed) in {r['seconds']} s, load {r['load_avg']}; "
+           f"the window records' reports hold {r['reports_kib']} KiB of JSON",
            "| measure | start | end | end/start |", "|---|---|---|---|"]
     for name, a, b in rows:
         out.append(f"| {name} | {a} | {b} | {b / a:.3f} |" if a else f"| {name} | {a} | {b} | - |")

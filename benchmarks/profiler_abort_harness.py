@@ -154,7 +154,7 @@ def run_multiworker(args) -> dict:
     """``args.windows // 2`` 2-worker jobs; a job whose worker dies counts one death per dead worker."""
     sys.path.insert(0, os.path.dirname(MULTIWORKER))
     import multiworker_fit as mw
-    jobs = deaths = windows = 0
+    jobs = deaths = windows = timeouts = 0
     while windows + deaths < args.windows:
         log_dir = tempfile.mkdtemp(prefix="tfbneck-abort-mw-")
         ports = [str(p) for p in mw.free_ports(2)]
@@ -171,7 +171,7 @@ def run_multiworker(args) -> dict:
             env.pop("TF_CONFIG", None)
             procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
             logs.append((out, gdb_log))
-        codes = []
+        codes, killed = [], False
         deadline = time.monotonic() + args.job_timeout
         for p in procs:  # a worker whose peer died waits in its all-reduce: killed at the deadline
             try:
@@ -179,18 +179,24 @@ def run_multiworker(args) -> dict:
             except subprocess.TimeoutExpired:
                 p.kill()
                 codes.append(p.wait())
+                killed = True
         texts = []
         for (out, _g), i in zip(logs, range(2)):
             out.close()
             with open(log_dir + f".w{i}.log", errors="replace") as f:
                 texts.append(f.read())
         died = [i for i in range(2) if f"DONE {i}" not in texts[i]]
-        # The worker that died first is the casualty; its peer then fails in its all-reduce.
-        first = [i for i in died if ABORT_LINE.search(texts[i])]
+        # The worker killed by a signal (or with glibc's heap message) is the casualty; its
+        # peer then fails in its all-reduce. A job killed at the deadline without one is a
+        # timeout (a busy machine), counted apart.
+        first = [i for i in died if ABORT_LINE.search(texts[i]) or codes[i] in (-6, -11)]
         jobs += 1
-        deaths += len(first) if first else (1 if died else 0)
-        windows += 2 - (len(first) if first else (1 if died else 0))
-        row = {"job": jobs, "codes": codes, "died": died, "aborted": first,
+        if killed and not first:
+            timeouts += 1
+        else:
+            deaths += len(first) if first else (1 if died else 0)
+            windows += 2 - (len(first) if first else (1 if died else 0))
+        row = {"job": jobs, "codes": codes, "died": died, "aborted": first, "timed_out": killed and not first,
                "message": [m.group(0)[:200] for i in first for m in ABORT_LINE.finditer(texts[i])][:3]}
         if first and args.gdb:
             row["gdb"] = [logs[i][1] for i in first]
@@ -198,7 +204,7 @@ def run_multiworker(args) -> dict:
         for i in range(2):
             os.unlink(log_dir + f".w{i}.log")
         shutil.rmtree(log_dir, ignore_errors=True)
-    return {"workload": "multiworker", "jobs": jobs, "windows": windows,
+    return {"workload": "multiworker", "jobs": jobs, "timed_out_jobs": timeouts, "windows": windows,
             "deaths": deaths, "deaths_per_100_windows": round(100.0 * deaths / max(1, windows + deaths), 2)}
 
 
