@@ -199,11 +199,12 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
     (Keras then skips ``on_train_end``), or an exception leaving ``step()``, closes the window
     within 0.25 s (:mod:`.interrupts`): the profiler stops and the complete steps are saved
     as a session marked interrupted, so a later ``fit`` profiles normally. An exception in
-    the sampler leaves the trace without (complete) system metrics, with a warning. Pending background analyses finish before the
-    interpreter exits (at most ``analysis_timeout_s``). Outside windows each step costs a clock read
-    and a few comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
-    dispatching batch-end hooks asynchronously where its backend allows it) and accepts
-    tensor logs (tf-keras does not convert the logs to numpy, a device sync, for it).
+    the sampler leaves the trace without (complete) system metrics, with a warning. Pending
+    background analyses finish before the interpreter exits (at most
+    ``analysis_timeout_s``). Outside windows each step costs a clock read and a few
+    comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep dispatching
+    batch-end hooks asynchronously where its backend allows it) and accepts tensor logs
+    (tf-keras does not convert the logs to numpy, a device sync, for it).
     ``benchmarks/bench_steptime.py`` measures what timing every step costs (about 2 us per
     step with the trigger armed; the README's callback-cost table has the figures).
 
