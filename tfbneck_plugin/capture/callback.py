@@ -195,13 +195,11 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
     is logged (logger ``"tfbneck"``), and the window is recorded as skipped with the
     reason (``tfbneck_skipped.json``, and ``windows``). The callback never stops a
     profiler session it did not start. Training that ends inside a window saves the steps
-    recorded so far. A ``fit`` left by an exception or ``KeyboardInterrupt`` inside a window
-    (Keras then skips ``on_train_end``), or an exception leaving ``step()``, closes the window
-    within 0.25 s (:mod:`.interrupts`): the profiler stops and the complete steps are saved
-    as a session marked interrupted, so a later ``fit`` profiles normally. An exception in
-    the sampler leaves the trace without (complete) system metrics, with a warning. Pending
-    background analyses finish before the interpreter exits (at most
-    ``analysis_timeout_s``). Outside windows each step costs a clock read and a few
+    recorded so far; an exception or ``KeyboardInterrupt`` leaving ``fit`` or ``step()`` inside
+    a window closes it within 0.25 s (:mod:`.interrupts`), its complete steps saved as a
+    session marked interrupted. A failing sampler leaves the trace without (complete) system
+    metrics, with a warning. Pending background analyses finish before the interpreter exits
+    (at most ``analysis_timeout_s``). Outside windows each step costs a clock read and a few
     comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep dispatching
     batch-end hooks asynchronously where its backend allows it) and accepts tensor logs
     (tf-keras does not convert the logs to numpy, a device sync, for it).
