@@ -186,13 +186,13 @@ def test_outside_a_notebook(demo, capsys):
     """No kernel: in_notebook() is False; a window report asked for anyway is the text repr
     (IPython's display prints it), and a bad one is refused without raising."""
     import importlib.util
-    from tfbneck_plugin.capture import display as notebook
-    assert notebook.in_notebook() is False  # pytest is no Jupyter kernel
+    from tfbneck_plugin.capture import display
+    assert display.in_notebook() is False  # pytest is no Jupyter kernel
     has_ipython = importlib.util.find_spec("IPython") is not None
-    assert notebook.show_window_report(dict(demo[0])) is has_ipython
+    assert display.show_window_report(dict(demo[0])) is has_ipython
     if has_ipython:
         assert capsys.readouterr().out.startswith(f"{demo[0].run}/{demo[0].session}: {demo[0].bottleneck} (")
-    assert notebook.show_window_report(None) is False
+    assert display.show_window_report(None) is False
     code = ("import sys, tfbneck_plugin.capture.display as n\n"
             "print(n.in_notebook(), 'IPython' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable as _Iterable
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import batch, notebook
 from .logdir import DiscoveryError
 from .report import CSV_COLUMNS, build_report, csv_row, to_table
-from .schema import SessionDict
+from .schema import step_time_ms
 from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -64,7 +64,7 @@ class SessionReport(dict):
         if self.get("status") != "ok":
             return f"{title}: ERROR {self.get('error')}"
         steps = self.get("steps") or {}
-        mean = (steps.get("step_time_ms") or {}).get("mean")
+        mean = step_time_ms(self)
         lines = [f"{title}: {self.bottleneck} ({self.cause}, confidence {self.confidence})",
                  (f"  {steps.get('count', 0)} steps, {notebook.fmt_ms(mean)} mean step time, "
                   f"{self.get('device_kind') or '?'} device")]
@@ -149,7 +149,7 @@ class Report:
         except ImportError:
             raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
                               "(or pip install pandas)") from None
-        rows = [{k: (None if v == "" else v) for k, v in csv_row(cast(SessionDict, s)).items()} for s in self.sessions]
+        rows = [{k: (None if v == "" else v) for k, v in csv_row(s).items()} for s in self.sessions]
         return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
     def __repr__(self) -> str:

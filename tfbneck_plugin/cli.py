@@ -2,6 +2,7 @@
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
+    tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -44,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
                         "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
     _add_compare_parser(sub)
+    from .watch import add_parser as add_watch_parser
+    add_watch_parser(sub)
     return p
 
 
@@ -193,6 +196,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_analyze(args)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "watch":
+        from .watch import cmd_watch
+        return cmd_watch(args)
     return 2
 
 

@@ -21,6 +21,8 @@ import html
 import math
 from typing import Dict, Iterable, List, Optional
 
+from .schema import step_time_ms
+
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",
               "collective", "kernel_launch", "idle"]
@@ -434,7 +436,7 @@ def session_html(s: Dict) -> str:
 def _summary_row(s: Dict) -> str:
     ok = s.get("status") == "ok"
     kind = str(s.get("bottleneck") or "unknown") if ok else "error"
-    st = ((s.get("steps") or {}).get("step_time_ms") or {}).get("mean")
+    st = step_time_ms(s)
     conf = _num(s.get("confidence"))
     verdict = kind_label(kind) if ok else "Could not analyse"
     return (f'<tr data-run="{_e(s.get("run"))}" data-bottleneck="{_e(kind)}">'

@@ -354,3 +354,50 @@ def read_step_times(path: str, opener=open) -> Dict:
         if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
             raise SidecarError(f"{path}: step-time file without a valid '{key}' list")
     return data
+
+
+# -- the whole run's system record (issue 28) ----------------------------------------------
+#: ``format`` of a system record: the whole run's system metrics in intervals, with the
+#: flowchart's triage (``tfbneck_plugin.triage``). Written by ``BottleneckProfiler`` (one per
+#: training process, ``system_<stamp>_<host>_<pid>.json`` in ``STEP_TIMES_DIR`` beside the
+#: trend file) and by ``tfbneck watch --output``::
+#:
+#:     {"format": "tfbneck.system_run", "version": 1, "source": "callback" | "watch",
+#:      "host": str, "pid": int, "command": [str] | null, "cpu_count": int,
+#:      "interval_s": float, "aggregate_s": float, "start_unix_ns": int, "end_unix_ns": int,
+#:      "intervals": [triage.aggregate(...) + {"triage": {...}}, ...],
+#:      "triage": triage.triage_run(...), "captures": [{"session": path, "bottleneck", "cause"}]}
+SYSTEM_RUN_FORMAT = "tfbneck.system_run"
+#: System records larger than this are not read (a day at 10 s intervals is ~3 MB).
+MAX_SYSTEM_RUN_BYTES = 32 * 1024 * 1024
+
+
+def system_run_name(start_unix_ns: int, host: str, pid: int) -> str:
+    """The callback's system record name, ``system_<stamp>_<host>_<pid>.json`` (as
+    :func:`step_times_name`)."""
+    return "system_" + step_times_name(start_unix_ns, host, pid)[len("steptimes_"):]
+
+
+def read_system_run(path: str, opener=open) -> Dict:
+    """Read a system record (format above).
+
+    Raises:
+      SidecarError: unreadable, too large, not JSON, or not a tfbneck system record (one
+        line naming the file).
+    """
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read(MAX_SYSTEM_RUN_BYTES + 1)
+    except OSError as err:
+        raise SidecarError(f"{path}: unreadable system record ({type(err).__name__})") from None
+    if len(raw) > MAX_SYSTEM_RUN_BYTES:
+        raise SidecarError(f"{path}: system record larger than {MAX_SYSTEM_RUN_BYTES // 2**20} MiB; not read")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise SidecarError(f"{path}: system record is not JSON ({type(err).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != SYSTEM_RUN_FORMAT:
+        raise SidecarError(f"{path}: not a tfbneck system record")
+    if not isinstance(data.get("intervals"), list) or not all(isinstance(x, dict) for x in data["intervals"]):
+        raise SidecarError(f"{path}: system record without a valid 'intervals' list")
+    return data

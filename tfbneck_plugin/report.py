@@ -29,7 +29,7 @@ def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return {"version": __version__, "sessions": sessions}
 
 
-def row(s: schema.SessionDict) -> Dict:
+def row(s: schema.Report) -> Dict:
     """One session as a flat row of ``COLUMNS``."""
     step_ms, input_pct = schema.step_time_ms(s), schema.share_pct(s, "input")
     return {
@@ -43,7 +43,7 @@ def row(s: schema.SessionDict) -> Dict:
     }
 
 
-def csv_row(s: schema.SessionDict) -> Dict:
+def csv_row(s: schema.Report) -> Dict:
     """One session as a row of ``CSV_COLUMNS`` (a share missing from the report is "")."""
     r = row(s)
     pct = s.get("breakdown_pct") or {}

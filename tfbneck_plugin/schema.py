@@ -13,7 +13,7 @@ an error report).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Mapping, Optional, TypedDict
 
 
 class StepTime(TypedDict, total=False):
@@ -186,25 +186,30 @@ class SessionDict(TypedDict, total=False):
     warnings: List[str]
 
 
-def step_time_ms(report: SessionDict, stat: str = "mean") -> Optional[float]:
+#: What the accessors below read: a ``SessionDict``, or any mapping of the report's keys (the
+#: API's ``SessionReport``, a report loaded from JSON).
+Report = Mapping[str, Any]
+
+
+def step_time_ms(report: Report, stat: str = "mean") -> Optional[float]:
     """One statistic of the step time (ms: ``mean``, ``p50``, ``p90``, ``min``, ``max``), None
     without steps."""
     value = ((report.get("steps") or {}).get("step_time_ms") or {}).get(stat)
     return value if isinstance(value, (int, float)) else None
 
 
-def share_pct(report: SessionDict, category: str) -> Optional[float]:
+def share_pct(report: Report, category: str) -> Optional[float]:
     """The breakdown share (%) of ``category``, None when the report has no breakdown."""
     return (report.get("breakdown_pct") or {}).get(category)
 
 
-def blocking_stage_kind(report: SessionDict) -> str:
+def blocking_stage_kind(report: Report) -> str:
     """The blocking tf.data stage's kind (the last part of its iterator name), or ""."""
     name = (report.get("input_pipeline") or {}).get("bottleneck_stage") or ""
     return name.split("::")[-1]
 
 
-def first_fix(report: SessionDict) -> Optional[Recommendation]:
+def first_fix(report: Report) -> Optional[Recommendation]:
     """The recommendation to make first (the verdict's "fix first"), or None."""
     recs = report.get("recommendations") or []
     return recs[0] if recs else None

@@ -8,6 +8,11 @@ import { h } from "./dom.js";
 import { fmtMs, fmtTime, kindLabel, runLabel } from "./format.js";
 
 export const WINDOW_COLORS = { scheduled: "#1a73e8", triggered: "#d93025" };
+/** Background of each interval of the system chart, by the flowchart's triage. */
+export const TRIAGE_COLORS = {
+  device: "rgba(30,142,62,0.13)", cpu: "rgba(217,48,37,0.13)", io: "rgba(249,171,0,0.18)",
+  network: "rgba(161,66,244,0.15)", unclear: "rgba(128,134,139,0.08)",
+};
 const KIND_NAMES = { scheduled: "Scheduled", triggered: "Triggered by a slowdown" };
 
 /** Draws each window as a translucent band over its steps, with a marker at the top. */
@@ -30,6 +35,97 @@ const windowBands = {
     }
   },
 };
+
+/** Draws each system interval's triage as a band over the steps it covers. */
+const triageBands = {
+  id: "tfbTriageBands",
+  beforeDatasetsDraw(chart, _args, opts) {
+    const { ctx, chartArea: area, scales: { x } } = chart;
+    let prev = 0; // the first interval began with training
+    for (const iv of opts.intervals || []) {
+      const end = iv.step;
+      const start = prev;
+      prev = end;
+      if (end === null || end === undefined) continue;
+      const x0 = Math.max(area.left, x.getPixelForValue(start));
+      const x1 = Math.min(area.right, x.getPixelForValue(end));
+      ctx.save();
+      ctx.fillStyle = TRIAGE_COLORS[iv.bottleneck] || TRIAGE_COLORS.unclear;
+      ctx.fillRect(x0, area.top, Math.max(1, x1 - x0), area.bottom - area.top);
+      ctx.restore();
+    }
+  },
+};
+
+function systemChart(job) {
+  const sys = job.system;
+  const ivs = (sys.intervals || []).filter((iv) => iv.step !== null && iv.step !== undefined);
+  const canvas = h("canvas", { class: "tfb-system-canvas", "aria-label": "System metrics over the job, triage as bands" });
+  const cores = Number(sys.cpu_count || 1);
+  const pct = (label, color, f, dash) => ({
+    label, yAxisID: "y", data: ivs.map((iv) => ({ x: iv.step, y: f(iv), iv })),
+    borderColor: color, backgroundColor: color, borderDash: dash || [], borderWidth: 2, pointRadius: 1.5, tension: 0,
+  });
+  const rate = (label, color, f) => ({
+    label, yAxisID: "y1", data: ivs.map((iv) => ({ x: iv.step, y: f(iv), iv })),
+    borderColor: color, backgroundColor: color, borderDash: [2, 3], borderWidth: 1.5, pointRadius: 1, tension: 0,
+  });
+  const datasets = [
+    pct("Training process, % of the machine's cores", "#d93025", (iv) => (100 * Number(iv.tree_cores || 0)) / cores),
+    pct("Machine CPU %", "#5f6368", (iv) => Number(iv.cpu_pct || 0), [5, 4]),
+    pct("Busiest thread: running or waiting %", "#e37400", (iv) => Number(iv.busiest_thread_demand_pct || 0)),
+    pct("I/O wait %", "#f9ab00", (iv) => Number(iv.iowait_pct || 0), [2, 2]),
+    rate("Disk reads MB/s", "#188038", (iv) => Number(iv.disk_read_MBps || 0)),
+    rate("Network MB/s (loopback excluded)", "#a142f4", (iv) => Number(iv.net_recv_MBps || 0) + Number(iv.net_sent_MBps || 0)),
+  ];
+  if (ivs.some((iv) => iv.gpu_util_pct !== null && iv.gpu_util_pct !== undefined)) {
+    datasets.unshift(pct("Accelerator utilisation %", "#1e8e3e", (iv) => Number(iv.gpu_util_pct || 0)));
+  }
+  const windows = (job.windows || []).filter((w) => w.steps);
+  // The same steps as the step-time chart above, so that the two read together.
+  const last = Math.max(0, ...ivs.map((iv) => iv.step), ...(job.points || []).map((p) => p.step));
+  requestAnimationFrame(() => makeChart(canvas, {
+    type: "line",
+    data: { datasets },
+    options: {
+      responsive: true,
+      interaction: { mode: "nearest", intersect: false },
+      scales: {
+        x: { type: "linear", min: 0, max: last, title: { display: true, text: "step" } },
+        y: { min: 0, max: 105, title: { display: true, text: "%" } },
+        y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "MB/s" } },
+      },
+      plugins: {
+        tfbTriageBands: { intervals: ivs },
+        tfbWindowBands: { windows },
+        legend: { position: "bottom", labels: { boxWidth: 12, boxHeight: 12 } },
+        tooltip: {
+          callbacks: {
+            title: (items) => {
+              const iv = items[0].raw && items[0].raw.iv;
+              return iv ? `Up to step ${iv.step} — triage: ${iv.bottleneck || "?"}` : "";
+            },
+            afterTitle: (items) => (items[0].raw && items[0].raw.iv ? items[0].raw.iv.reason || "" : ""),
+          },
+        },
+      },
+    },
+    plugins: [triageBands, windowBands],
+  }));
+  canvas.dataset.intervals = String(ivs.length);
+  canvas.dataset.triage = ivs.map((iv) => iv.bottleneck || "").join(",");
+  const t = sys.triage || {};
+  const legend = Object.keys(TRIAGE_COLORS).map((k) => h("span", { class: "tfb-triage-key" },
+    h("span", { class: "tfb-swatch", style: { background: TRIAGE_COLORS[k].replace(/0\.\d+\)$/, "0.6)") } }), ` ${k}`));
+  return h("div", { class: "tfb-system" },
+    h("h3", { text: "System over the whole run" }),
+    h("p", { class: "tfb-system-triage" }, h("strong", { text: `Triage from the system metrics: ${t.bottleneck || "?"}` }),
+      h("span", { text: t.reason ? ` — ${t.reason}` : "" })),
+    t.caveat ? h("p", { class: "tfb-muted-small tfb-system-caveat", text: t.caveat }) : null,
+    h("p", { class: "tfb-muted-small", text: `Sampled every ${sys.interval_s} s, ${sys.aggregate_s} s per point; `
+      + "bands: the flowchart's first diagnosis of each interval (system metrics only, no trace)." }, legend),
+    h("div", { class: "tfb-chart tfb-system-chart" }, canvas));
+}
 
 function windowLabel(w) {
   const steps = w.steps ? `steps ${w.steps[0]}-${w.steps[1]}` : `window ${w.index}`;
@@ -63,7 +159,7 @@ function chart(job) {
       parsing: true,
       interaction: { mode: "nearest", intersect: false },
       scales: {
-        x: { type: "linear", title: { display: true, text: "step" } },
+        x: { type: "linear", min: 0, title: { display: true, text: "step" } },
         y: { beginAtZero: true, suggestedMax: top * 1.12, title: { display: true, text: "ms per step" } },
       },
       plugins: {
@@ -159,6 +255,7 @@ function jobCard(run, job, onOpen) {
     h("p", { class: "tfb-muted", text: sub }),
     points.length ? chart(job)
       : h("p", { class: "tfb-muted tfb-trend-empty", text: "No step time recorded yet (the first period has not ended)." }),
+    job.system && (job.system.intervals || []).length ? systemChart(job) : null,
     h("h3", { text: "Profiling windows" }),
     (job.windows || []).length ? windowTable(job, run, onOpen) : h("p", { class: "tfb-muted", text: "No window yet." }));
 }

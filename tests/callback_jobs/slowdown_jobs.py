@@ -98,7 +98,7 @@ class WindowMeter(keras.callbacks.Callback):
 def trend_file(log_dir):
     folder = os.path.join(log_dir, "plugins", "bottleneck")
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    return [os.path.join(folder, n) for n in names]
+    return [os.path.join(folder, n) for n in names if n.startswith("steptimes_")]  # not the system record
 
 
 def finish(prof, log_dir, clock):

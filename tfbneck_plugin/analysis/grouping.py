@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ..logdir import session_folder_time
-from ..schema import SessionDict
+from ..schema import SessionDict, step_time_ms
 from ..version import __version__
 from . import job as jobmod
 from .verdict import evidence_details
@@ -252,7 +252,7 @@ def _worker_row(name: str, r: SessionDict) -> Dict[str, Any]:
     """A worker's row of ``per_host``: where its session is, its own report's numbers and
     verdict (:func:`.job.merge_diagnosis` adds its part in the job's root cause)."""
     row = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
-           "step_time_ms": ((r.get("steps") or {}).get("step_time_ms") or {}).get("mean"),
+           "step_time_ms": step_time_ms(r),
            "breakdown_pct": r.get("breakdown_pct"), "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
            "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}
     return row

@@ -25,7 +25,7 @@ STRAGGLER_RATIO_OF_TWO = 1.2
 
 def mean_step_ms(host: Dict) -> float:
     """The host report's mean step time (ms), 0.0 without steps."""
-    return schema.step_time_ms(cast(schema.SessionDict, host)) or 0.0
+    return schema.step_time_ms(host) or 0.0
 
 
 def slowest(hosts: List[Dict]) -> Dict:
@@ -35,7 +35,7 @@ def slowest(hosts: List[Dict]) -> Dict:
 
 def per_host_rows(hosts: List[Dict]) -> List[Dict]:
     """One ``per_host`` row per host: its step time (ms), breakdown (%) and verdict."""
-    return [{"host": h["host"], "step_time_ms": (h["steps"]["step_time_ms"] or {}).get("mean"),
+    return [{"host": h["host"], "step_time_ms": schema.step_time_ms(h),
              "breakdown_pct": h["breakdown_pct"], "bottleneck": h["bottleneck"]} for h in hosts]
 
 

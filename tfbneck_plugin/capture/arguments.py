@@ -123,6 +123,34 @@ def check_step_time_every(value):
     return value
 
 
+def check_system_interval(value) -> bool:
+    """``system_interval_s``: None or 0 (off), or seconds between samples, 0.1 to 60.
+    Returns whether the whole-run system view is on.
+
+    Raises:
+      ValueError: anything else.
+    """
+    if value is None or (not isinstance(value, bool) and value == 0):
+        return False
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.1 <= value <= 60:
+        raise ValueError(f"system_interval_s={value!r}: pass seconds between samples from 0.1 to 60 (default 1.0), "
+                         f"or None to turn the whole-run system view off")
+    return True
+
+
+def check_port(value):
+    """``profiler_server_port``: None or a TCP port 1-65535.
+
+    Raises:
+      ValueError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError(f"profiler_server_port={value!r}: pass a TCP port number (1-65535), or None")
+    return value
+
+
 def ensure_handler() -> None:
     """Make the verdict lines visible: a stderr handler on the 'tfbneck' logger, unless the
     user configured one (then their configuration decides)."""

@@ -31,8 +31,9 @@ The work is split by concern: this module holds the public callback (Keras hooks
 close, :mod:`.steptime` times steps and watches for a slowdown (both without TensorFlow);
 :mod:`.window` captures one window (profiler, staging, sidecar, publishing);
 :mod:`.background` analyses it afterwards; :mod:`.trend` keeps the trend file;
-:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments.
-This subpackage imports TensorFlow; the rest of the package does not.
+:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments;
+:mod:`.interrupts` closes a window whose training was left by an exception, :mod:`.loopstep`
+is ``with profiler.step():``. This subpackage imports TensorFlow; the rest of the package does not.
 """
 from __future__ import annotations
 
@@ -43,16 +44,18 @@ from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_step_time_every,
-                        ensure_handler, is_tf_keras_model, logger, steps_per_execution)
+from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step_time_every,
+                        check_system_interval, ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .display import WindowDisplay, in_notebook
 from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
 from .job import repeated_profiling_risk
+from .loopstep import StepContext
 from .schedule import DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, profile_steps, warnings_for
 from .longjob import LongJobMixin, trigger_outcome
 from .steptime import SlowdownTrigger, as_trigger
+from .system_view import RunServicesMixin, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
 from .window import (WindowCapture, WindowRecord, current_job, precheck, record_skip, release_cut_close,
@@ -63,41 +66,6 @@ __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule"
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 _Callback: Any = _keras.callbacks.Callback
-#: Custom loops have no epochs: the step-time statistics are written every this many steps.
-LOOP_STEP_TIME_EVERY = 1000
-
-
-class _StepContext:
-    """Returned by :meth:`BottleneckProfiler.step`; ``with`` it around one training step."""
-    __slots__ = ("_p", "_num", "_batches")
-
-    def __init__(self, profiler, step_num, batches):
-        self._p, self._num, self._batches = profiler, step_num, batches
-
-    def __enter__(self):
-        p = self._p
-        if p.tracker.flush_every is None and not p._in_fit:  # first custom-loop step: no epochs
-            p.tracker.set_flush_every(LOOP_STEP_TIME_EVERY)
-        step = p.tracker.loop_step(self._num, self._batches)
-        if step is not None:
-            if not p._in_fit:  # the loop's frame owns a window open now (module interrupts)
-                p._loop_owner = Owner(sys._getframe(1), "loop")
-                if p._capture is not None:
-                    p._owner = p._loop_owner
-            if p.tracker.flush_due:
-                p._guard(p._flush_step_times, step[0] - 1, None)
-            p._guard(p._step_begin, *step)
-        return self
-
-    def __exit__(self, exc_type, *exc):
-        p = self._p
-        if exc_type is not None and p._capture is not None:  # the step raised inside a window
-            p._guard(p._interrupt, exc_type.__name__, "the exception left profiler.step()")
-        elif p._trace is not None:
-            p._guard(p._step_end)
-        return False
-
-
 @atexit.register
 def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
     for p in WATCH.profilers():
@@ -105,7 +73,7 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
+class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -171,6 +139,16 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
         inside windows and the first 20 of the job are not counted), x axis the last step
         of the period; also in the trend file ``<log_dir>/plugins/bottleneck/steptimes_*.json``
         (format in :mod:`tfbneck_plugin.records`) that the Bottleneck tab draws.
+      system_interval_s: sample the system all run long every this many seconds (default
+        1.0; ``None`` or 0: off): machine CPU and the busiest core, the training process
+        tree's cores, busiest thread and run-queue wait, accelerators (NVML), disk and
+        network. Every 10 s the samples become scalars ``system/*`` in ``log_dir`` (x axis:
+        the training step) and a line of ``<log_dir>/plugins/bottleneck/system_*.json``
+        with the flowchart's triage (:mod:`tfbneck_plugin.triage`), which the tab's trend
+        view draws. Sampling pauses between ``fit`` calls. Cost: see the README.
+      profiler_server_port: start TensorFlow's profiler server on this port when training
+        begins (``tf.profiler.experimental.server.start``), so that ``tfbneck watch
+        --capture-port`` or the Profile tab's capture button can take a trace on demand.
       display: show each window's verdict in the notebook cell that runs ``fit``, once its
         background analysis finished (default: True inside a Jupyter kernel, else False);
         ``windows[i].report`` is a :class:`tfbneck_plugin.api.SessionReport` either way.
@@ -227,7 +205,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
     def __init__(self, log_dir, profile_steps=DEFAULT_WINDOW, *, max_window_steps: int = MAX_WINDOW_STEPS,
                  system_metrics: bool = True, sample_interval_s: float = 0.1, analyze=True,
                  write_scalars: bool = True, analysis_timeout_s: float = 600.0, profiler_options=None,
-                 verbose: int = 1, on_slowdown=False, step_time_every: Optional[int] = None, display=None):
+                 verbose: int = 1, on_slowdown=False, step_time_every: Optional[int] = None, display=None,
+                 system_interval_s: Optional[float] = 1.0, profiler_server_port: Optional[int] = None):
         super().__init__()
         self._supports_tf_logs = True  # tf-keras' __init__ sets False: logs would be synced to numpy per batch
         self.log_dir = check_log_dir(log_dir)
@@ -270,6 +249,14 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
         self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
                                             self.write_scalars, bool(self.verbose), self._warn, logger.info,
                                             on_report=self._on_report, on_done=self._on_analysis_done)
+        self.profiler_server_port = check_port(profiler_server_port)
+        #: The whole run's system view (None when ``system_interval_s`` is off).
+        self.system_view: Optional[RunSystemView] = None
+        if system_interval_s is not None and check_system_interval(system_interval_s):
+            self.system_view = RunSystemView(self.log_dir, float(system_interval_s),
+                                             self._analysis.write_values if self.write_step_times else None,
+                                             lambda: self.tracker.seen, self._warn)
+        self._server_started = False
         ensure_handler()
         for message in warnings_for(self.schedule):
             self._warn("schedule:" + message[:40], message)
@@ -312,6 +299,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
             if self._log_dir_problem:
                 self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
                                       f"(training continues)")
+        self._start_run_services()
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""
@@ -352,6 +340,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
 
     def _train_end(self):
         self._in_fit, self._fit_owner = False, None
+        if self.system_view is not None:
+            self.system_view.pause()
         if self._trace is not None:
             self._step_end(close_if_done=False)
         if self._capture is not None:
@@ -378,7 +368,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
     # ------------------------------------------------------------------------------------
     # Custom loops
     # ------------------------------------------------------------------------------------
-    def step(self, step_num: Optional[int] = None, batches: int = 1) -> _StepContext:
+    def step(self, step_num: Optional[int] = None, batches: int = 1) -> StepContext:
         """Context manager around one training step of a custom loop.
 
         Args:
@@ -401,7 +391,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
             raise ValueError(f"step(step_num={step_num!r}): pass a 1-based int step number, or None to count")
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
             raise ValueError(f"step(batches={batches!r}): pass a positive int")
-        return _StepContext(self, step_num, batches)
+        return StepContext(self, step_num, batches)
 
     def close(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """End any open window (saving its trace) and, with ``wait``, wait for the
@@ -421,6 +411,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, _Callback):
         if self._log_dir_problem is None and self.tracker.seen:
             self.trend.ended = True
             self._guard(self.trend.write)
+        if self.system_view is not None:
+            self._guard(self.system_view.pause)
         if self.tracker.seen == 0 and self._disabled is None:
             self._warn("no_step", "BottleneckProfiler was closed without seeing a training step, so nothing was "
                                   "profiled: pass it to model.fit(..., callbacks=[profiler]), or wrap each step of "

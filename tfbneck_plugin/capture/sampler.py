@@ -47,6 +47,7 @@ class _Reading(NamedTuple):
     children: int                      # descendants alive
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
     runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
+    threads: Dict[int, Tuple[float, float]]  # root process' threads: tid -> (on-CPU s, run-queue wait s)
 
 
 class SystemSampler:
@@ -82,13 +83,28 @@ class SystemSampler:
     NVIDIA GPUs are read through NVML (package ``nvidia-ml-py``) when installed and a driver
     is present; otherwise ``gpus`` is an empty list.
 
+    With ``pid`` the tree is that process and its descendants (``tfbneck watch``); its
+    non-loopback network counters are read from ``/proc/<pid>/net/dev``, which shows the
+    interfaces of *its* network namespace (a worker inside a container or ``ip netns``).
+    With ``thread_detail`` each sample also holds ``busiest_thread_pct``: the root
+    process' busiest thread (100 = one core), the sign of a single-threaded limit (Python's
+    GIL) that a process total hides, and ``busiest_thread_demand_pct``: the largest share
+    of time a thread was running or runnable (waiting for a core): a thread that would run
+    all the time reads 100 there even when other processes hold the cores. Both come from
+    ``/proc/<pid>/task/*/schedstat``, read at every sample.
+
     Args:
       interval_s: seconds between samples (the callback checks 0.01-10).
+      pid: the process whose tree is sampled (default: this process).
+      thread_detail: also sample per-thread CPU of the root process.
     """
 
-    def __init__(self, interval_s: float = 0.1):
+    def __init__(self, interval_s: float = 0.1, pid: Optional[int] = None, thread_detail: bool = False):
         self.interval_s = float(interval_s)
+        self.pid = pid
+        self.thread_detail = thread_detail
         self.samples: List[Dict] = []
+        self._samples_lock = threading.Lock()
         self.error: Optional[str] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -117,7 +133,7 @@ class SystemSampler:
         # hundreds of ms to get going.
         try:
             import psutil
-            self._proc = psutil.Process()
+            self._proc = psutil.Process(self.pid)
             self._gpus = self._gpu_handles()
             self._prev = self._read(psutil, first=True)
         except Exception as err:  # noqa: BLE001 - psutil missing or /proc unreadable: no metrics, said why
@@ -146,6 +162,13 @@ class SystemSampler:
                 "cpu_count": cpu_count, "interval_s": self.interval_s,
                 "start_unix_ns": self._start_ns, "end_unix_ns": self._end_ns or time.time_ns(),
                 "sampler_error": self.error, "samples": list(self.samples)}
+
+    def drain(self) -> List[Dict]:
+        """The samples taken since the last ``drain()``, removed from the sampler (a
+        long-running sampler keeps its memory bounded this way)."""
+        with self._samples_lock:
+            out, self.samples = self.samples, []
+        return out
 
     def write(self, folder: str, extra: Optional[Dict] = None) -> str:
         """Write the sidecar (plus the optional top-level keys ``extra``) into ``folder``.
@@ -180,7 +203,9 @@ class SystemSampler:
         if self._prev is None:  # cannot happen: sampling starts with a first reading
             self._prev = now
             return
-        self.samples.append(self._diff(self._prev, now, psutil))
+        sample = self._diff(self._prev, now, psutil)
+        with self._samples_lock:
+            self.samples.append(sample)
         self._last_base, self._prev = self._prev, now
 
     def _finish(self, psutil) -> None:
@@ -208,9 +233,12 @@ class SystemSampler:
         # Both clocks together, next to the machine-wide counters (a preempted thread could
         # otherwise put milliseconds between them).
         mono, wall = time.monotonic(), time.time_ns()
+        foreign = self.pid is not None and self.pid != os.getpid()
+        net_ext = _namespace_net(self._proc.pid, psutil) if foreign else _external_net(psutil)
+        threads = _thread_times(self._proc, psutil) if self.thread_detail else {}
         return _Reading(mono, wall, psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
-                        psutil.net_io_counters(), _external_net(psutil), own[0] if own else 0.0, tree,
-                        self._children, self._conns, self._runq_wait_s)
+                        psutil.net_io_counters(), net_ext, own[0] if own else 0.0, tree,
+                        self._children, self._conns, self._runq_wait_s, threads)
 
     def _scan_tree(self, psutil, mono: float, first_reading: bool) -> None:
         """Find the tree's processes and connections; a process first seen after the
@@ -247,7 +275,16 @@ class SystemSampler:
             tree_cpu += max(cpu - base[0], 0.0)
             tree_read += max(read - base[1], 0)
         proc = self._proc
-        return {
+        extra = {}
+        if self.thread_detail:
+            run = demand = 0.0
+            for tid, (on_cpu, wait) in b.threads.items():
+                on0, wait0 = a.threads.get(tid, (on_cpu, wait))
+                run = max(run, on_cpu - on0)
+                demand = max(demand, on_cpu - on0 + wait - wait0)
+            extra["busiest_thread_pct"] = round(min(100.0 * run / dt, 100.0), 1)
+            extra["busiest_thread_demand_pct"] = round(min(100.0 * demand / dt, 100.0), 1)
+        return extra | {
             "t_unix_ns": b.wall_ns,
             "dt_s": round(dt, 4),
             "cpu_pct": cpu_pct,
@@ -347,6 +384,46 @@ def _external_net(psutil) -> Tuple[int, int]:
             recv += c.bytes_recv
             sent += c.bytes_sent
     return recv, sent
+
+
+def _namespace_net(pid: int, psutil) -> Tuple[int, int]:
+    """Bytes received and sent by the non-loopback interfaces of ``pid``'s network
+    namespace, since they were created (``/proc/<pid>/net/dev``: after the interface name,
+    field 1 is received bytes and field 9 sent bytes, see proc(5)). (0, 0) if unreadable."""
+    loop = _loopback_nics(psutil) | {"lo"}
+    recv = sent = 0
+    try:
+        with open(f"/proc/{pid}/net/dev", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()[2:]  # two header lines
+    except OSError:
+        return 0, 0
+    for line in lines:
+        name, _, counters = line.partition(":")
+        fields = counters.split()
+        if name.strip() in loop or len(fields) < 9:
+            continue
+        recv += int(fields[0])
+        sent += int(fields[8])
+    return recv, sent
+
+
+def _thread_times(proc, psutil) -> Dict[int, Tuple[float, float]]:
+    """The process' threads: thread id -> (seconds on a CPU, seconds runnable but waiting
+    for one), fields 1 and 2 of ``/proc/<pid>/task/<tid>/schedstat`` (ns; see
+    :func:`_runq_wait_s`); {} where the files cannot be read."""
+    out: Dict[int, Tuple[float, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{proc.pid}/task/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+            out[int(tid)] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return out
 
 
 def _runq_wait_s(procs) -> Optional[float]:

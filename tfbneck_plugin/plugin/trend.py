@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..logdir import Session, is_remote, open_any
-from ..records import STEP_TIMES_DIR, SidecarError, read_step_times
+from ..records import STEP_TIMES_DIR, SidecarError, read_step_times, read_system_run
 
 #: Parsed trend files kept in memory (the least recently read dropped first).
 CACHE_ENTRIES = 64
 #: Trend files shown per run, newest first (one per training process that used the run's folder).
 MAX_JOBS_PER_RUN = 8
 _PREFIX, _SUFFIX = "steptimes_", ".json"
+_SYSTEM_PREFIX = "system_"
+#: Keys of a system record's interval passed on to the tab's system chart.
+_INTERVAL_KEYS = ("step", "t_unix_ns", "dt_s", "cpu_pct", "busiest_core_pct", "tree_cores", "other_cores",
+                  "busiest_thread_demand_pct", "iowait_pct", "disk_read_MBps", "net_recv_MBps", "net_sent_MBps")
 #: Keys of a trend file passed on to the tab (the rest of the file is the callback's own).
 _JOB_KEYS = ("host", "pid", "start_unix_ns", "updated_unix_ns", "ended", "steps_per_execution", "trigger",
              "baseline", "points", "windows")
@@ -33,13 +37,14 @@ def run_dir_of(session: Session) -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(session.path.rstrip(os.sep))))
 
 
-def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
-    """``(path, size in bytes, modification time)`` of the run's trend files, newest name
-    first (names start with the job's start time). Raises OSError when listing fails."""
+def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int, float]]:
+    """``(path, size in bytes, modification time)`` of the run's trend files (or, with
+    ``prefix="system_"``, its system records), newest name first (names start with the
+    job's start time). Raises OSError when listing fails."""
     if is_remote(run_dir):
         from .. import remote
         fs, root = remote.filesystem(run_dir)
-        pattern = root.rstrip("/") + "/plugins/bottleneck/" + _PREFIX + "*" + _SUFFIX
+        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + _SUFFIX
         scheme = run_dir.split("://", 1)[0]
         out = []
         for p in fs.glob(pattern):
@@ -54,7 +59,7 @@ def list_trend_files(run_dir: str) -> List[Tuple[str, int, float]]:
         return []
     out = []
     for n in names:
-        if n.startswith(_PREFIX) and n.endswith(_SUFFIX):
+        if n.startswith(prefix) and n.endswith(_SUFFIX):
             st = os.stat(os.path.join(folder, n))
             out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
     return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
@@ -97,6 +102,7 @@ class TrendService:
             except Exception as err:  # noqa: BLE001 - one unreadable run must not hide the others
                 problems.append(f"{by_run[run]}: trend files cannot be listed ({type(err).__name__})")
                 continue
+            systems = self._system_records(by_run[run], problems)
             for path, size, mtime in files[:MAX_JOBS_PER_RUN]:
                 if not self._inside(path):
                     continue
@@ -105,18 +111,38 @@ class TrendService:
                 except SidecarError as err:
                     problems.append(str(err))
                     continue
-                jobs.append(_job_view(data, path, run, sessions))
+                job = _job_view(data, path, run, sessions)
+                job["system"] = systems.get((data.get("host"), data.get("pid")))
+                jobs.append(job)
             if jobs:
                 out.append({"run": run, "jobs": jobs})
         return out, problems
 
-    def _read(self, path: str, key: Tuple[int, float]) -> Dict:
+    def _system_records(self, run_dir: str, problems: List[str]) -> Dict[Tuple[Any, Any], Dict]:
+        """The run's system records (the callback's whole-run system view) by (host, pid)."""
+        out: Dict[Tuple[Any, Any], Dict] = {}
+        try:
+            files = list_trend_files(run_dir, _SYSTEM_PREFIX)
+        except Exception:  # noqa: BLE001 - the step-time trend is shown without it
+            return out
+        for path, size, mtime in files[:MAX_JOBS_PER_RUN]:
+            if not self._inside(path):
+                continue
+            try:
+                data = self._read(path, (size, mtime), read_system_run)
+            except SidecarError as err:
+                problems.append(str(err))
+                continue
+            out.setdefault((data.get("host"), data.get("pid")), system_view(data))
+        return out
+
+    def _read(self, path: str, key: Tuple[int, float], reader=read_step_times) -> Dict:
         with self._lock:
             hit = self._cache.get(path)
             if hit is not None and hit[0] == key:
                 self._cache[path] = self._cache.pop(path)  # most recently used last
                 return hit[1]
-        data = read_step_times(path, open_any)
+        data = reader(path, open_any)
         with self._lock:
             self._cache[path] = (key, data)
             while len(self._cache) > CACHE_ENTRIES:
@@ -129,3 +155,19 @@ def _job_view(data: Dict, path: str, run: str, sessions: Dict) -> Dict:
     job["file"] = path.replace("\\", "/").rsplit("/", 1)[-1]
     job["windows"] = [dict(w, in_logdir=(run, w.get("session")) in sessions) for w in data.get("windows") or []]
     return job
+
+
+def system_view(record: Dict) -> Dict:
+    """What the tab's system chart needs of a system record: the run's triage and each
+    interval's figures (:data:`_INTERVAL_KEYS`), its accelerators' peak utilisation
+    ``gpu_util_pct`` (None without accelerators) and its triage ``bottleneck``/``reason``."""
+    intervals = []
+    for iv in record.get("intervals") or []:
+        item = {k: iv.get(k) for k in _INTERVAL_KEYS}
+        gpus = iv.get("gpus") or []
+        item["gpu_util_pct"] = max((g.get("util_pct") or 0.0 for g in gpus), default=None)
+        t = iv.get("triage") or {}
+        item["bottleneck"], item["reason"] = t.get("bottleneck"), t.get("reason")
+        intervals.append(item)
+    return {"triage": record.get("triage"), "cpu_count": record.get("cpu_count"),
+            "interval_s": record.get("interval_s"), "aggregate_s": record.get("aggregate_s"), "intervals": intervals}

@@ -1,0 +1,167 @@
+"""The whole run's system view from inside the training process (issue 28, point 1).
+
+While ``fit`` runs (or a custom loop steps), a :class:`tfbneck_plugin.system_run.SystemRun`
+samples the system every ``system_interval_s`` (default 1 s) and rolls the samples into
+``aggregate_s`` intervals (10 s). Each interval becomes TensorBoard scalars under
+``system/`` in ``<log_dir>`` (TensorBoard's Scalars / Time Series dashboards show them like
+any other metric, x = the training step) and a line of the system record
+``<log_dir>/plugins/bottleneck/system_<stamp>_<host>_<pid>.json`` that the tab's trend view
+draws beside the step time, with the flowchart's triage per interval.
+
+Between ``fit`` calls sampling pauses (an idle notebook is not a bottleneck). The sampler
+runs on its own daemon thread; scalars are written through the callback's existing event
+writer (primed on the training thread); every error is kept and warned once, never raised
+into training. TensorFlow is imported only to start the profiler server.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from ..triage import KINDS
+from ..records import STEP_TIMES_DIR, system_run_name, write_sidecar
+from ..system_run import SystemRun, make_record, usable_cores
+
+#: Seconds per interval (one scalar point per ``system/*`` tag): event files stay small
+#: (a day is 8,640 points per tag) and a 10 s mean hides the sampler's 10 ms tick noise.
+AGGREGATE_S = 10.0
+#: The record is rewritten at every interval during the first hour, then every this many
+#: seconds (rewriting a multi-MB JSON every 10 s would cost more than the sampling).
+REWRITE_EVERY_S_LATER = 300.0
+
+
+def scalars_of(iv: Dict) -> Dict[str, float]:
+    """The ``system/*`` scalars of one interval (:func:`tfbneck_plugin.triage.aggregate`)."""
+    out = {"system/cpu_pct": iv["cpu_pct"], "system/busiest_core_pct": iv["busiest_core_pct"],
+           "system/process_cores": iv["tree_cores"], "system/other_cores": iv["other_cores"],
+           "system/disk_read_MBps": iv["disk_read_MBps"], "system/net_recv_MBps": iv["net_recv_MBps"],
+           "system/net_sent_MBps": iv["net_sent_MBps"]}
+    for key, tag in (("busiest_thread_pct", "system/busiest_thread_pct"), ("runq_wait_pct", "system/runq_wait_pct"),
+                     ("iowait_pct", "system/iowait_pct")):
+        if iv.get(key) is not None:
+            out[tag] = iv[key]
+    for g in iv.get("gpus") or []:
+        out[f"system/gpu{g['index']}/util_pct"] = g["util_pct"]
+        out[f"system/gpu{g['index']}/mem_used_GB"] = g["mem_used_gb"]
+    if "triage" in iv:
+        out["system/triage"] = float(KINDS.index(iv["triage"]["bottleneck"]))
+    return out
+
+
+class RunSystemView:
+    """Samples the system while training runs; see the module.
+
+    Args:
+      log_dir: the callback's log_dir.
+      interval_s: seconds between samples.
+      write_values: ``(scalars, step)`` -> None, the callback's scalar writer (None: no scalars).
+      current_step: returns the training step the scalars are plotted at.
+      warn: ``(key, message)`` -> None, warns once per key.
+    """
+
+    def __init__(self, log_dir: str, interval_s: float, write_values: Optional[Callable[[Dict, int], None]],
+                 current_step: Callable[[], int], warn: Callable[[str, str], None]):
+        self.log_dir, self.interval_s = log_dir, float(interval_s)
+        self._write_values, self._current_step, self._warn = write_values, current_step, warn
+        self.intervals: List[Dict] = []
+        self._run: Optional[SystemRun] = None
+        self._lock = threading.Lock()
+        self._start_ns = 0
+        self._last_write = 0.0
+        self._path: Optional[str] = None
+
+    @property
+    def running(self) -> bool:
+        return self._run is not None
+
+    def resume(self) -> None:
+        """Start sampling (a fit began, or a custom loop's first step); no-op if running."""
+        if self._run is not None:
+            return
+        try:
+            self._run = SystemRun(self.interval_s, AGGREGATE_S, source="callback")
+            self._run.start(background=True, on_interval=self._on_interval)
+            self._start_ns = self._start_ns or self._run.start_unix_ns
+        except Exception as err:  # noqa: BLE001 - no system view, training goes on
+            self._run = None
+            self._warn("system_view", f"the whole-run system sampler could not start ({type(err).__name__}: {err})")
+
+    def pause(self) -> None:
+        """Stop sampling (fit ended, or close()) and write the record."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        try:
+            record = run.stop()
+            with self._lock:
+                known = {iv["t_unix_ns"] for iv in self.intervals}
+                last = [dict(iv, step=int(self._current_step())) for iv in record["intervals"]
+                        if iv["t_unix_ns"] not in known]
+                self.intervals.extend(last)
+            if self._write_values is not None:  # the partial interval at the end gets its scalars too
+                for iv in last:
+                    self._write_values(scalars_of(iv), int(self._current_step()))
+            if run.error:
+                self._warn("system_view", f"the whole-run system sampler stopped: {run.error}")
+            self.write_record(force=True)
+        except Exception as err:  # noqa: BLE001 - never reach training
+            self._warn("system_view", f"the whole-run system record could not be written ({type(err).__name__}: {err})")
+
+    def _on_interval(self, iv: Dict) -> None:
+        iv["step"] = int(self._current_step())  # where the tab's trend view draws it
+        with self._lock:
+            self.intervals.append(iv)
+        if self._write_values is not None:
+            self._write_values(scalars_of(iv), int(self._current_step()))
+        self.write_record()
+
+    def write_record(self, force: bool = False) -> Optional[str]:
+        """Rewrite the system record (atomically); returns its path, None if not due."""
+        now = time.monotonic()
+        hour = len(self.intervals) * AGGREGATE_S <= 3600
+        if not force and not hour and now - self._last_write < REWRITE_EVERY_S_LATER:
+            return None
+        self._last_write = now
+        with self._lock:
+            intervals = [dict(iv) for iv in self.intervals]
+        record = make_record(intervals, source="callback", pid=os.getpid(), command=None, cpu_count=usable_cores(),
+                             interval_s=self.interval_s, aggregate_s=AGGREGATE_S, start_unix_ns=self._start_ns)
+        folder = os.path.join(self.log_dir, STEP_TIMES_DIR)
+        os.makedirs(folder, exist_ok=True)
+        name = system_run_name(self._start_ns or time.time_ns(), socket.gethostname(), os.getpid())
+        self._path = write_sidecar(folder, record, name=name)
+        return self._path
+
+
+class RunServicesMixin:
+    """What BottleneckProfiler runs all training long besides step timing: the system view
+    (resumed when training begins) and TensorFlow's profiler server (started once). Needs
+    the callback's ``system_view``, ``write_step_times``, ``profiler_server_port``,
+    ``_server_started``, ``_disabled``, ``_log_dir_problem``, ``_analysis`` and ``_warn``."""
+
+    system_view: Optional[RunSystemView]
+    write_step_times: bool
+    profiler_server_port: Optional[int]
+    _server_started: bool
+    _disabled: Optional[str]
+    _log_dir_problem: Optional[str]
+    _analysis: Any
+    _warn: Callable[[str, str], None]
+
+    def _start_run_services(self) -> None:
+        if (self.system_view is not None and not self.system_view.running and self._disabled is None
+                and self._log_dir_problem is None):  # an unwritable log_dir is warned about once, already
+            if self.write_step_times:
+                self._analysis.write_values({}, 0)  # creates the event writer here, on the training thread
+            self.system_view.resume()
+        if self.profiler_server_port is not None and not self._server_started:
+            self._server_started = True  # one server per process: never retried
+            try:
+                import tensorflow as tf  # the capture side only
+                tf.profiler.experimental.server.start(self.profiler_server_port)
+            except Exception as err:  # noqa: BLE001 - on-demand capture is optional; training goes on
+                self._warn("profiler_server", f"the profiler server could not start on port "
+                                              f"{self.profiler_server_port} ({type(err).__name__}: {err})")

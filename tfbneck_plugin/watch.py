@@ -1,0 +1,210 @@
+"""``tfbneck watch``: step 1 of the method for any running process, no TensorFlow needed.
+
+    tfbneck watch --pid PID            the process and its children
+    tfbneck watch [options] -- COMMAND ...   run COMMAND and watch it
+
+A live panel (rich) refreshed every second shows each core's busy share (as htop's bars),
+the process tree's cores, the accelerators' utilisation and memory (NVML), disk and network
+rates, and the triage line (:mod:`tfbneck_plugin.triage`) with its reason; ``q`` quits, ``c``
+captures a trace when ``--capture-port`` is given. ``--format json`` prints one JSON object
+at the end instead (``triage``, then the ``intervals`` and the ``series`` of samples).
+``--output FILE`` writes the system record (:mod:`tfbneck_plugin.records`) that
+``tfbneck analyze`` and the TensorBoard tab show as a system-only session.
+
+From step 1 to step 2: with ``--capture-port PORT --logdir DIR`` (the process runs
+TensorFlow's profiler server, ``tf.profiler.experimental.server.start(PORT)`` or
+``BottleneckProfiler(profiler_server_port=PORT)``), a trace of ``--capture-ms`` is captured
+through XProf's capture client (what the Profile tab's capture button calls) once the triage
+has said "not device-bound" for ``--capture-after`` seconds, or when ``c`` is pressed; it is
+written into ``DIR`` as a normal session, analysed, and its verdict shown.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, Optional
+
+from .system_run import SystemRun
+from .watch_capture import Capturer
+from .watch_panel import KeyReader, render_panel
+
+#: Seconds of samples behind the panel's figures and its triage line.
+PANEL_WINDOW_S = 5.0
+
+
+def add_parser(sub) -> None:
+    """Add ``watch`` to the CLI's subcommands."""
+    w = sub.add_parser("watch", help="watch a running process's system metrics and triage its bottleneck",
+                       description="Sample a process tree (CPU per core and per thread, accelerators, disk, network) "
+                                   "and say what the system metrics alone show: device, cpu, io, network or unclear. "
+                                   "Give --pid PID, or a command after --.")
+    w.add_argument("--pid", type=int, help="the process to watch (with its children)")
+    w.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until the process ends or q)")
+    w.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1)")
+    w.add_argument("--aggregate", type=float, default=10.0, metavar="S",
+                   help="seconds per interval of the record and its triage (default 10)")
+    w.add_argument("--format", choices=["panel", "json"], default="panel",
+                   help="a live panel (default), or one JSON object at the end")
+    w.add_argument("--output", "-o", metavar="FILE", help="also write the system record to FILE")
+    w.add_argument("--capture-port", type=int, metavar="PORT",
+                   help="the watched process runs TensorFlow's profiler server on PORT: capture traces from it")
+    w.add_argument("--capture-host", default="localhost", help="host of the profiler server (default localhost)")
+    w.add_argument("--logdir", metavar="DIR", help="with --capture-port: where captured sessions are written")
+    w.add_argument("--capture-ms", type=int, default=2000, metavar="MS", help="length of a capture (default 2000)")
+    w.add_argument("--capture-after", type=float, default=10.0, metavar="S",
+                   help="capture once the triage has said 'not device-bound' for S seconds (default 10; 0: only on 'c')")
+    w.add_argument("--max-captures", type=int, default=1, metavar="N", help="at most N captures (default 1)")
+    w.add_argument("target_command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                   help="-- COMMAND [ARGS...] to run and watch")
+
+
+def _usage_error(args) -> Optional[str]:
+    command = args.target_command[1:] if args.target_command[:1] == ["--"] else args.target_command
+    args.target_command = command
+    if (args.pid is None) == (not command):
+        return "give either --pid PID or -- COMMAND ..."
+    if args.pid is not None:
+        import psutil
+        if not psutil.pid_exists(args.pid):
+            return f"no process with pid {args.pid}"
+    if args.interval <= 0 or args.aggregate <= 0 or (args.duration is not None and args.duration <= 0):
+        return "--interval, --aggregate and --duration take positive seconds"
+    if args.capture_port is not None and not args.logdir:
+        return "--capture-port needs --logdir DIR (where the captured session is written)"
+    return None
+
+
+def cmd_watch(args) -> int:
+    """Run ``tfbneck watch``. Exit status: the command's own status when it ended while
+    watched (COMMAND mode), else 0; 2 on a usage error."""
+    problem = _usage_error(args)
+    if problem:
+        print(f"tfbneck watch: {problem}", file=sys.stderr)
+        return 2
+    child, log_path = _launch(args) if args.target_command else (None, None)
+    pid = child.pid if child is not None else args.pid
+    run = SystemRun(args.interval, args.aggregate, pid=pid, source="watch",
+                    command=args.target_command or None).start()
+    capturer = (Capturer(f"{args.capture_host}:{args.capture_port}", args.logdir, args.capture_ms,
+                         args.max_captures, args.capture_after) if args.capture_port is not None else None)
+    previous = signal.signal(signal.SIGINT, lambda *_: _STOP.set())
+    try:
+        if args.format == "panel" and sys.stdout.isatty():
+            _watch_panel(run, pid, child, args, capturer)
+        else:
+            _watch_quietly(run, pid, child, args, capturer)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    record = run.stop()
+    if capturer is not None:
+        capturer.wait(timeout=60)
+        record["captures"] = capturer.results
+    rc = _finish_child(child)
+    _emit(record, args, log_path)
+    return rc if rc is not None else 0
+
+
+_STOP = threading.Event()
+
+
+def _launch(args):
+    """Start the command: its output goes to stderr with ``--format json`` (standard output
+    holds the JSON), else to a log file (the panel owns the terminal), named at the end."""
+    if args.format == "json" or not sys.stdout.isatty():
+        return subprocess.Popen(args.target_command, stdout=sys.stderr, stdin=subprocess.DEVNULL), None
+    fd, log_path = tempfile.mkstemp(prefix="tfbneck-watch-", suffix=".log")
+    try:
+        child = subprocess.Popen(args.target_command, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(fd)
+    return child, log_path
+
+
+def _alive(pid: int, child) -> bool:
+    if child is not None:
+        return child.poll() is None
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _should_stop(t0: float, pid: int, child, args) -> bool:
+    return (_STOP.is_set() or not _alive(pid, child)
+            or (args.duration is not None and time.monotonic() - t0 >= args.duration))
+
+
+def _watch_quietly(run: SystemRun, pid: int, child, args, capturer) -> None:
+    t0 = time.monotonic()
+    while not _should_stop(t0, pid, child, args):
+        time.sleep(min(args.interval, 0.2))
+        if capturer is not None:
+            capturer.consider(run.recent(PANEL_WINDOW_S))
+
+
+def _watch_panel(run: SystemRun, pid: int, child, args, capturer) -> None:
+    from rich.console import Console
+    from rich.live import Live
+    console = Console()
+    t0 = time.monotonic()
+    with KeyReader() as keys, Live(console=console, auto_refresh=False, screen=True) as live:
+        while not _should_stop(t0, pid, child, args):
+            key = keys.read(timeout=1.0)
+            if key == "q":
+                break
+            try:  # the terminal's real size: an exported COLUMNS/LINES would pin rich to a stale one
+                console.size = os.get_terminal_size(sys.stdout.fileno())
+            except OSError:
+                pass
+            recent = run.recent(PANEL_WINDOW_S)
+            if capturer is not None:
+                capturer.consider(recent, manual=(key == "c"))
+            live.update(render_panel(recent, run, pid, args, capturer, time.monotonic() - t0,
+                                     console.size), refresh=True)
+
+
+def _finish_child(child) -> Optional[int]:
+    if child is None:
+        return None
+    if child.poll() is None:  # --duration or q: the watched command was ours, end it
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        return None
+    return child.returncode
+
+
+def _emit(record: Dict, args, log_path: Optional[str]) -> None:
+    if args.output:
+        from .records import write_sidecar
+        folder = os.path.dirname(os.path.abspath(args.output))
+        os.makedirs(folder, exist_ok=True)
+        write_sidecar(folder, record, name=os.path.basename(args.output))
+    if args.format == "json":
+        out = {"triage": record["triage"], "cpu_count": record["cpu_count"], "pid": record["pid"],
+               "command": record["command"], "captures": record.get("captures", []),
+               "intervals": record["intervals"], "error": record["error"]}
+        print(json.dumps(out, indent=1))
+        return
+    t = record["triage"]
+    print(f"tfbneck watch: {t['bottleneck']} — {t['reason']}")
+    if t.get("caveat"):
+        print(f"  ({t['caveat']})")
+    for c in record.get("captures", []):
+        print(f"  captured {c.get('session')}: {c.get('bottleneck')} / {c.get('cause')}" if not c.get("error")
+              else f"  capture failed: {c['error']}")
+    if log_path:
+        print(f"  the command's output: {log_path}")
+    if args.output:
+        print(f"  system record: {args.output}")
