@@ -99,3 +99,11 @@ def xprof_input_pipeline(xplane: str, workdir) -> dict:
     line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
     assert r.returncode == 0 and line, f"XProf's converter failed on {xplane}: {r.stderr[-2000:]}"
     return json.loads(line[0][len("RESULT "):])
+
+
+@pytest.fixture(autouse=True)
+def _own_report_cache(tmp_path_factory, monkeypatch):
+    """Each test its own persistent report cache (``tfbneck_plugin.cache``), inherited by the
+    processes it starts: never the user's cache folder, and no report of one test (made
+    with another test's monkeypatched analyzer, say) read by the next."""
+    monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path_factory.mktemp("report-cache")))

@@ -31,7 +31,8 @@ def test_the_cli_prints_what_analyze_paths_returns(tmp_path):
     assert any(r.get("kind") == "job" for r in reports)
     sessions, _ = batch.discover([folder])
     assert len(reports) < len(sessions)  # the workers were grouped
-    assert group_jobs([batch.analyze_one(s) for s in sessions]) == reports
+    # analyze_many: each session's report (analyze_one) with what its run's trend files say.
+    assert group_jobs(batch.analyze_many(sessions)) == reports
     assert batch.analyze_one(sessions[0]) == analyze_session(sessions[0])
 
 

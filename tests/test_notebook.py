@@ -166,3 +166,19 @@ def _check_hostile_names_are_text(page):
     assert page.get_by_text(HOSTILE_RUN).first.is_visible()
     assert page.locator(".tfbneck-report script").count() == 0
     assert page.locator(".tfbneck-report img").count() == 0
+
+
+def test_notebook_display_shows_the_top_ops_of_the_json(executed):
+    """Issue 27, acceptance 4: the session display in the executed notebook holds the top-ops
+    table with the numbers of the JSON report (the same committed trace, analysed here)."""
+    from test_ops import _OpsTable, analyze as analyze_json
+    from tfbneck_plugin.notebook_ops import MAX_OPS
+    nb, _ = executed
+    page = _result(_cell(nb, 's = r["cpu_bound_input"]'), "text/html")
+    (report,) = analyze_json(os.path.join(ROOT, "demo_logs", "cpu_bound_input"))
+    parser = _OpsTable()
+    parser.feed(page)
+    want = report["top_ops"][:MAX_OPS]
+    assert [(w, op) for w, op, _ in parser.rows] == [(r["where"], r["name"]) for r in want]
+    for (_, _, cells), r in zip(parser.rows, want):
+        assert [float(c) for c in cells[3:6]] == [r["self_ms_per_step"], r["pct"], r["count_per_step"]]

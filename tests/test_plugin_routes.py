@@ -492,8 +492,10 @@ def test_remote_logdir_gets_the_report_the_cli_gives_a_local_copy(memory_logdir,
 def test_reports_are_the_cli_json_contract(tmp_path):
     logdir = tmp_path / "logs"
     runs = build_plugin_logdir(logdir, make_tf_traces())
-    cli = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", str(logdir), "--format", "json"],
-                         capture_output=True, text=True, timeout=300)
+    # --no-cache: the plugin's first requests below must analyse, not read the CLI's reports
+    # from the persistent cache the two share.
+    cli = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", str(logdir), "--format", "json",
+                          "--no-cache"], capture_output=True, text=True, timeout=300)
     assert cli.returncode == 1, cli.stderr  # 1: some sessions (the broken ones) failed
     expected = json.loads(cli.stdout)
     p = BottleneckPlugin(base_plugin.TBContext(logdir=str(logdir)))

@@ -11,8 +11,12 @@ its step boundaries are the profiler's) and /proc around the triggered window.
 * ``steady``: the same light pipeline all along (18,000 steps, three epochs), on this
   machine as it is and under ``../shared/tools/under-load -j 1``: no window beyond the
   scheduled one, and the per-epoch p50/p90 agree with the job's own clock.
-* ``too_late``: the map turns heavy 50 steps before the end: recorded as a slowdown that
-  came too late.
+* ``too_late``: the map turns heavy and training stops 7 s later, before the 10 s the
+  trigger wants: recorded as a slowdown that came too late.
+* ``issue24``: issue 24's fit (one epoch of 140 steps, a window at steps 5-8, the map heavy
+  from step 60): the slowdown the old trigger missed (it armed only after the slow steps had
+  filled its baseline) opens a window, and the trend file says when the trigger armed and
+  what the slow stretch was.
 * ``display``: ``display=True`` outside a notebook, ``steps_per_execution=4``.
 
 The browser test of the trend view (the tab's "Step-time trend") is here too: it uses the
@@ -99,21 +103,24 @@ def test_a_slowdown_opens_a_window_by_itself_with_the_input_verdict(job):
     assert trig["session_dir"].endswith("_slowdown")
 
     # When: the job's own clock says where the slow steps begin, i.e. where ten steps in a
-    # row take 10x the early steps (the map's elements are made a few steps ahead: parallel
-    # calls and prefetch), after the scheduled window (steps 30-35).
+    # row take 3x the early steps (idle ~50x; a busy machine slows the early steps too; the
+    # map's elements are made a few steps ahead: parallel calls and prefetch), after the
+    # scheduled window (steps 30-35).
     ms = own_step_ms(r)
     early = float(np.median(ms[WARMUP:29]))
-    first_slow = next(s for s in range(36, len(ms) - 10) if min(ms[s - 1:s + 9]) > 10 * early)
-    assert r["heavy_from_step"] - 6 <= first_slow <= r["heavy_from_step"], (first_slow, early)
+    # Searched from 10 steps before the switch: a busy machine can slow ten steps 3x earlier.
+    first_slow = next(s for s in range(r["heavy_from_step"] - 10, len(ms) - 10) if min(ms[s - 1:s + 9]) > 3 * early)
+    assert r["heavy_from_step"] - 6 <= first_slow <= r["heavy_from_step"] + 5, (first_slow, early)
     why = trig["trigger"]
     run = range(why["slow_steps"][0], why["slow_steps"][1] + 1)
     assert first_slow - 3 <= run[0] <= first_slow and trig["steps"][0] == why["detected_at_step"] == run[-1] + 1
     # Steps at which the callback worked are not timed: here the period ends (step_time_every=20).
-    assert why["slow_step_count"] == len([s for s in run if (s - 1) % 20]) >= 20
-    assert why["slow_for_s"] >= 5.0 and why["outcome"] == "captured"
-    # Every step of the run was slower than the threshold by the job's own clock too.
+    assert why["slow_step_count"] == len([s for s in run if (s - 1) % 20]) >= 5
+    assert why["slow_for_s"] >= 3.0 and why["outcome"] == "captured"
+    # The stretch's steps were slower than the threshold by the job's own clock too (a few
+    # fast ones inside a stretch are tolerated: its median is what counts).
     slow = np.array([ms[s - 1] for s in run])
-    assert slow.min() > why["threshold_ms"], (slow.min(), why)
+    assert np.median(slow) > why["threshold_ms"] and (slow > why["threshold_ms"]).mean() >= 0.8, (slow, why)
     assert why["observed_p50_ms"] == pytest.approx(float(np.median(slow)), rel=0.05)
     assert why["baseline_p50_ms"] < 0.1 * why["observed_p50_ms"] and why["slower_by"] > 10
 
@@ -169,7 +176,7 @@ def test_the_trend_file_and_the_scalars(job):
         own = [ms[s - 1] for s in range(p["first_step"], p["step"] + 1) if s - 1 < len(ms)]
         if p["n"] == len(own):  # periods with no window step in them
             assert p["p50_ms"] == pytest.approx(float(np.median(own)), rel=0.05, abs=0.02)
-    assert points[-1]["p50_ms"] > 20 * points[4]["p50_ms"]  # steps 541-560 against 101-120
+    assert points[-1]["p50_ms"] > 3 * points[4]["p50_ms"]  # steps 541-560 against 101-120 (a busy machine: >3x)
     assert sc["bottleneck/triggered"] == [[34, 0.0], [r["windows"][1]["steps"][1], 1.0]]
     assert [v for _, v in sc["bottleneck/verdict"]] == [float(["cpu", "device", "io", "network", "unknown"].index(
         w["bottleneck"])) for w in r["windows"]]
@@ -210,12 +217,47 @@ def test_a_slowdown_at_the_end_is_recorded_as_too_late(job):
     assert sched["kind"] == "scheduled" and sched["status"] == "profiled"
     assert late["kind"] == "triggered" and late["status"] == "skipped" and late["closed_by"] == "too_late"
     why = late["trigger"]
-    assert why["outcome"] == "too_late" and why["slow_for_s"] >= 3.0 and why["thresholds"]["min_seconds"] == 6.0
-    assert r["heavy_from_step"] - 6 <= why["slow_steps"][0] <= r["heavy_from_step"] and why["slow_steps"][1] == 499
+    assert why["outcome"] == "too_late" and why["slow_for_s"] >= 4.0 and why["thresholds"]["min_seconds"] == 10.0
+    assert r["heavy_from_step"] - 6 <= why["slow_steps"][0] <= r["heavy_from_step"] + 2
+    assert why["slow_steps"][1] == r["steps_run"] - 1  # the last step's end is not seen
     assert "too late to profile it" in late["reason"] and late["session_dir"] is None
     (line,) = [x for x in r["_tfbneck_lines"] if "too late" in x]
     assert "training ended while the steps were slow" in line
     assert trend(r)["windows"][1]["closed_by"] == "too_late"
+
+
+@pytest.mark.tf
+def test_issue24_an_early_slowdown_of_a_short_fit_is_captured_and_recorded(job):
+    r = job("issue24")
+    sched, trig = r["windows"]
+    assert sched["steps"] == [5, 8] and trig["kind"] == "triggered" and trig["status"] == "profiled"
+    ms = own_step_ms(r)
+    # The job's own clock: the first of ten steps in a row at 3x the steps before (the map's
+    # elements are made a few steps ahead; idle, the slow steps are ~100x the fast ones, on a
+    # machine with a load average of 40 on 2 cores ~5x).
+    early = float(np.median(ms[20:50]))
+    first_slow = next(s for s in range(30, len(ms) - 10) if min(ms[s - 1:s + 9]) > 3 * early)
+    heavy = r["heavy_from_step"]
+    assert heavy - 4 <= first_slow <= heavy + 5, (first_slow, early)
+    why = trig["trigger"]
+    # Inside the slow phase, with a baseline of the fast steps (not the slow ones).
+    assert first_slow < trig["steps"][0] <= 135 and why["outcome"] == "captured"
+    # (on a busy machine the fast steps vary by several x; the slow ones are 3x or more above them)
+    assert why["baseline_p50_ms"] < 0.33 * why["observed_p50_ms"] and why["slower_by"] > 3, why
+    # The stretch begins with the slow steps (the map makes elements a few steps ahead, and
+    # on a busy machine that work slows the steps before them too).
+    assert heavy - 8 <= why["slow_steps"][0] <= first_slow + 1, (why["slow_steps"], first_slow)
+    # Its verdict names the input (CPU taken by other processes is a right answer too on a busy machine).
+    assert trig["bottleneck"] == "cpu" and trig["cause"] in ("input_preprocessing", "cpu_contention"), trig
+    # The trend file: armed before the slowdown, the stretch that was captured, then the new level.
+    state = trend(r)["trigger_state"]
+    log = state["log"]
+    (i,) = [i for i, e in enumerate(log) if e.get("outcome") == "captured"]
+    assert log[0]["event"] == "armed" and log[i + 1]["why"] == "after a capture", log
+    armed, run = log[0], log[i]
+    assert armed["step"] < r["heavy_from_step"] and armed["baseline_p50_ms"] < 0.33 * why["observed_p50_ms"]
+    assert run["first_step"] == why["slow_steps"][0] and run["steps"] == why["slow_step_count"]
+    assert run["seconds"] == pytest.approx(why["slow_for_s"], abs=0.01) and state["captures"] == 1
 
 
 @pytest.mark.tf

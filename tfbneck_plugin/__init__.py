@@ -4,6 +4,7 @@
     r = tfb.analyze("logs")     # a Report: one SessionReport per profiling session
     r                           # in a notebook: verdicts, step-time chart, tf.data stages, fixes
     tfb.compare("logs/before", "logs/after")["verdict"]   # "faster", "slower" or "no_change"
+    tfb.fleet("logs")           # across runs: time per category, runs ranked by recoverable time
 
 The analyzer (``tfbneck analyze``, :func:`analyze`), the TensorBoard plugin and this
 package's import never import TensorFlow; only ``BottleneckProfiler`` (the Keras callback)
@@ -13,7 +14,8 @@ a submodule comes back here.
 """
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
-_LAZY = ("BottleneckProfiler", "Report", "SessionReport", "SlowdownTrigger", "analyze", "compare", "profile_steps")
+_LAZY = ("BottleneckProfiler", "Fleet", "Report", "SessionReport", "SlowdownTrigger", "analyze", "compare", "fleet",
+         "profile_steps")
 
 
 def __getattr__(name):
@@ -33,7 +35,7 @@ def __getattr__(name):
     if name == "compare":  # tfbneck compare, as a function: the comparison's JSON dict
         from .comparison import compare
         return compare
-    if name in ("analyze", "Report", "SessionReport"):  # no TensorFlow either
+    if name in ("analyze", "Report", "SessionReport", "fleet", "Fleet"):  # no TensorFlow either
         from . import api
         return getattr(api, name)
     raise AttributeError(f"module 'tfbneck_plugin' has no attribute {name!r}")

@@ -140,7 +140,10 @@ class Report:
           ``status``, ``device_kind``, ``step_source``, ``steps``, ``step_ms`` (mean step
           time, ms), ``bottleneck``, ``cause``, ``confidence`` (0-1), ``input_pct``,
           ``blocking_stage``, ``error``, then ``<category>_pct`` for the other breakdown
-          categories (% of step time). Missing values are None/NaN.
+          categories (% of step time), then :data:`tfbneck_plugin.report.EXTRA_COLUMNS`:
+          ``fix_first``, ``fix_speedup`` (its predicted speedup), ``time_per_batch_ms``,
+          ``window_kind``, ``window_trigger`` (from the run's trend file), ``path`` and
+          ``session_time`` (local ISO time). Missing values are None/NaN.
         Raises:
           ImportError: pandas is not installed (one line saying how to install it).
         """
@@ -208,3 +211,77 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     except DiscoveryError as err:
         raise DiscoveryError(str(err), err.cause) from None  # one line, its cause kept
     return Report(reports, problems)
+
+
+class Fleet(dict):
+    """The fleet report of ``tfbneck fleet`` (:func:`tfbneck_plugin.fleet_report.build`): a dict
+    (``f["categories_pct"]``, ``f["runs"][0]["fix"]``, ``json.dumps(f)``) that displays in
+    a notebook as the time per category, the groups and the runs to fix first."""
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """The same JSON as ``tfbneck fleet --format json``."""
+        return json.dumps(self, indent=indent)
+
+    def to_dataframe(self):
+        """One row per run, ranked by recoverable time: the columns of ``tfbneck fleet
+        --format csv`` (:data:`tfbneck_plugin.fleet_render.CSV_COLUMNS`): the best fix
+        first (``fix``, ``fix_title``, ``speedup``), ``time_per_batch_ms`` and its predicted
+        value (ms per batch, not per execution), ``batches``, ``recoverable_ms``, the window
+        (``window_kind``, ``window_trigger``), ``path`` and ``session_time``.
+
+        Raises:
+          ImportError: pandas is not installed (one line saying how to install it).
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Fleet.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
+                              "(or pip install pandas)") from None
+        from .fleet_render import CSV_COLUMNS as FLEET_COLUMNS, run_row
+        rows = [{k: (None if v == "" else v) for k, v in run_row(i, r).items()} for i, r in enumerate(self["runs"], 1)]
+        return pd.DataFrame(rows, columns=FLEET_COLUMNS)
+
+    def __repr__(self) -> str:
+        from .fleet_render import to_table
+        return to_table(self).rstrip("\n")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        from .notebook_fleet import fleet_html
+        return fleet_html(self)
+
+
+def fleet(path_or_paths: Union[PathLike, Iterable[PathLike]], group_by: Optional[str] = None, group_level: int = 1,
+          since: Optional[str] = None, jobs: int = 1, use_cache: bool = True) -> Fleet:
+    """Across every session under the paths, as ``tfbneck fleet``: time per category,
+    sessions and runs per verdict, runs ranked by recoverable time with the fix, groups,
+    trend (fields in :func:`tfbneck_plugin.fleet_report.build`).
+
+    Args:
+      path_or_paths: as :func:`analyze`.
+      group_by: a regular expression searched in run names; its first group names the group.
+      group_level: without ``group_by``, group by the run name's first N folders.
+      since: only sessions recorded on or after this ISO date (``"2026-11-30"``).
+      jobs: sessions analysed in parallel processes (0 = one per CPU core).
+      use_cache: read and fill the report cache (:mod:`tfbneck_plugin.cache`).
+    Returns:
+      A :class:`Fleet`.
+    Raises:
+      tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched, or no session found.
+      ValueError: ``group_by`` or ``since`` cannot be read; TypeError: arguments of the wrong kind.
+    """
+    from . import fleet_report as fleetmod
+    paths = _paths(path_or_paths)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")
+    start = fleetmod.parse_since(since)
+    fleetmod.grouper(group_by, group_level)
+    try:
+        items, contexts, problems = fleetmod.collect(paths, jobs or (os.cpu_count() or 1), use_cache, start)
+    except DiscoveryError as err:
+        raise DiscoveryError(str(err), err.cause) from None
+    if not items:
+        raise DiscoveryError(batch.no_session_message(paths))
+    return Fleet(fleetmod.build(items, contexts, group_by, group_level, problems))

@@ -15,9 +15,11 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from . import cache
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .logdir import DiscoveryError, Session, find_sessions
+from .runs import annotate
 from .schema import SessionDict
 
 #: Show a progress bar on stderr from this many sessions on.
@@ -31,10 +33,20 @@ def no_session_message(paths: Sequence[str]) -> str:
     return f"no profiling session found under {', '.join(paths)} (looked for {SESSION_LAYOUT})"
 
 
-def analyze_one(session: Session, opener: Optional[Callable] = None) -> SessionDict:
+def analyze_one(session: Session, opener: Optional[Callable] = None, use_cache: bool = True) -> SessionDict:
     """The report of one session (:func:`.analysis.session.analyze_session`): every front
-    door analyses a session here. Never raises for bad input (``status: "error"``)."""
+    door analyses a session here. With ``use_cache`` (and the default opener) the report
+    comes from the persistent report cache when the same files were analysed by the same
+    analyzer, and goes there otherwise (:func:`.cache.cached_analyze`). Never raises for
+    bad input (``status: "error"``)."""
+    if use_cache and opener is None:
+        return cache.cached_analyze(session)
     return analyze_session(session, opener)
+
+
+def analyze_uncached(session: Session) -> SessionDict:
+    """:func:`analyze_one` without the report cache (picklable, for process pools)."""
+    return analyze_session(session)
 
 
 def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
@@ -58,21 +70,33 @@ def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
     return sessions, problems
 
 
-def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionDict]:
+def analyze_many(sessions: List[Session], jobs: int = 1, use_cache: bool = True) -> List[SessionDict]:
     """The reports of ``sessions``, in their order; ``jobs`` > 1 analyses them in that many
-    processes. A tqdm progress bar goes to stderr from :data:`PROGRESS_FROM` sessions."""
+    processes. A tqdm progress bar goes to stderr from :data:`PROGRESS_FROM` sessions.
+    ``use_cache``: read and fill the report cache (then trimmed to its bound). Each report
+    gets what its run's step-time trend files say (:func:`.runs.annotate`: session time,
+    window kind and trigger, the run's length)."""
+    results = _analyze_each(sessions, jobs, use_cache)
+    annotate(results, sessions)
+    if use_cache:
+        cache.trim()
+    return results
+
+
+def _analyze_each(sessions: List[Session], jobs: int, use_cache: bool) -> List[SessionDict]:
     from tqdm import tqdm
+    one = analyze_one if use_cache else analyze_uncached
     show = len(sessions) >= PROGRESS_FROM
     bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
     try:
         results: List[SessionDict] = []
         if jobs <= 1 or len(sessions) <= 1:
             for s in sessions:
-                results.append(analyze_one(s))
+                results.append(one(s))
                 bar.update()
             return results
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for r in pool.map(analyze_one, sessions, chunksize=1):
+            for r in pool.map(one, sessions, chunksize=1):
                 results.append(r)
                 bar.update()
             return results
@@ -80,7 +104,7 @@ def analyze_many(sessions: List[Session], jobs: int = 1) -> List[SessionDict]:
         bar.close()
 
 
-def analyze_paths(paths: Sequence[str], jobs: int = 1) -> Tuple[List[SessionDict], List[str]]:
+def analyze_paths(paths: Sequence[str], jobs: int = 1, use_cache: bool = True) -> Tuple[List[SessionDict], List[str]]:
     """(reports, discovery warnings) of every session under ``paths``: the sessions of a
     multi-worker job as one report (:func:`.analysis.grouping.group_jobs`).
 
@@ -90,4 +114,4 @@ def analyze_paths(paths: Sequence[str], jobs: int = 1) -> Tuple[List[SessionDict
     sessions, problems = discover(paths)
     if not sessions:
         raise DiscoveryError(no_session_message(paths))
-    return group_jobs(analyze_many(sessions, jobs)), problems
+    return group_jobs(analyze_many(sessions, jobs, use_cache)), problems

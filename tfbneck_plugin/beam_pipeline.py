@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 from . import batch
 from .logdir import DiscoveryError
 from .report import CSV_COLUMNS, csv_row
+from .runs import annotate
 from .schema import SessionDict
 
 
@@ -51,7 +52,9 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    return key, batch.analyze_one(session)
+    report = dict(batch.analyze_one(session))  # through the report cache: a local runner's rerun reads JSON
+    annotate([report], [session])  # what the run's trend files say, as the local run adds it
+    return key, report
 
 
 def to_csv_row(result: SessionDict) -> str:

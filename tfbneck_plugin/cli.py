@@ -1,7 +1,9 @@
 """``tfbneck``: the command line.
 
     tfbneck analyze PATH [PATH ...] [--format table|json|csv|markdown] [--output FILE] [--jobs N]
+                    [--ops [--sort self|device|host] [--row-limit N]]
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
+    tfbneck fleet PATH [PATH ...] [--group-by REGEX | --group-level N] [--since DATE] [--format ...] [--no-cache]
     tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
@@ -15,6 +17,7 @@ import sys
 from typing import List, Optional
 
 from . import batch
+from . import op_table
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError
 from .report import RENDERERS, build_report
@@ -44,10 +47,85 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--remote-timeout", type=_seconds, metavar="S",
                    help="for s3://, gs://... PATHs: seconds to reach the store and get a first listing "
                         "before giving up (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
+    a.add_argument("--no-cache", action="store_true",
+                   help="analyse every session again, neither reading nor filling the report cache "
+                        "($TFBNECK_CACHE_DIR, default the user cache folder)")
+    a.add_argument("--ops", action="store_true",
+                   help="with --format table: also print each session's top ops (self time per steady step)")
+    a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
+                   help="with --ops: all ops by self time (default), or only the device's or the host's")
+    a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
+    _add_fleet_parser(sub)
     from .watch import add_parser as add_watch_parser
     add_watch_parser(sub)
     return p
+
+
+def _add_fleet_parser(sub) -> None:
+    from .fleet_render import RENDERERS as FLEET_RENDERERS
+    f = sub.add_parser("fleet", help="across many runs: where the time goes, which runs waste most, which fix first",
+                       description="Over every session under the PATHs: time per breakdown category (share, and "
+                                   "accelerator-hours where a step-time trend file gives the run's length), sessions "
+                                   "and runs per verdict, runs ranked by recoverable time with the fix that recovers "
+                                   "it, groups, and a trend over the sessions' dates. Reports come from the report "
+                                   "cache when the traces did not change.")
+    f.add_argument("paths", nargs="+", metavar="PATH", help="a logdir, a session folder or one .xplane.pb file")
+    f.add_argument("--group-by", metavar="REGEX",
+                   help="group runs by the first capture group of REGEX searched in the run name, e.g. 'exp-(\\w+)-'")
+    f.add_argument("--group-level", type=int, default=1, metavar="N",
+                   help="without --group-by: group runs by the first N folders of their name (default 1)")
+    f.add_argument("--since", metavar="DATE", help="only sessions recorded on or after DATE (YYYY-MM-DD[THH:MM], local)")
+    f.add_argument("--format", choices=sorted(FLEET_RENDERERS), default="table", help="output format (default: table)")
+    f.add_argument("--output", "-o", metavar="FILE", help="write the fleet report to FILE instead of standard output")
+    f.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="analyse N sessions in parallel (0 = one per CPU core)")
+    f.add_argument("--no-cache", action="store_true", help="analyse every session again, without the report cache")
+    f.add_argument("--remote-timeout", type=_seconds, metavar="S",
+                   help="for s3://, gs://... PATHs: seconds to reach the store (default: $TFBNECK_REMOTE_TIMEOUT, else 10)")
+
+
+def cmd_fleet(args) -> int:
+    """``tfbneck fleet``: 0, or 1 when some sessions have no report (they are counted in
+    the output); 2 for a usage error or no session."""
+    from . import fleet_report as fleetmod
+    from .fleet_render import RENDERERS as FLEET_RENDERERS
+    try:
+        since = fleetmod.parse_since(args.since)
+        fleetmod.grouper(args.group_by, args.group_level)
+    except ValueError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
+    _prepare_remote(args)
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    try:
+        items, contexts, problems = fleetmod.collect(args.paths, jobs=jobs, use_cache=not args.no_cache,
+                                                      since=since, progress=True)
+    except DiscoveryError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
+    if not items:
+        print(f"tfbneck: no profiling session found under {', '.join(args.paths)}"
+              + (f" since {args.since}" if since is not None else ""), file=sys.stderr)
+        return 2
+    result = fleetmod.build(items, contexts, args.group_by, args.group_level, problems)
+    if _write_text(args.output, FLEET_RENDERERS[args.format](result), "fleet report"):
+        return 2
+    return 1 if result["errors"]["sessions"] else 0
+
+
+def _write_text(output: Optional[str], text: str, what: str) -> bool:
+    """Write ``text`` to ``output`` (or standard output); True when it could not be written."""
+    if not output:
+        _write_stdout(text)
+        return False
+    try:
+        with open(output, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+    except OSError as err:
+        print(f"tfbneck: {output}: cannot write the {what} ({err.strerror})", file=sys.stderr)
+        return True
+    return False
 
 
 def _add_compare_parser(sub) -> None:
@@ -152,13 +230,16 @@ def cmd_analyze(args) -> int:
     if not sessions:
         print(f"tfbneck: {batch.no_session_message(args.paths)}", file=sys.stderr)
         return 2
-    return _emit(args, batch.analyze_many(sessions, jobs))
+    return _emit(args, batch.analyze_many(sessions, jobs, use_cache=not args.no_cache))
 
 
 def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
+    if getattr(args, "ops", False) and args.format == "table":
+        text = text.rstrip("\n") + "\n\n" + "\n".join(op_table.to_text(r, args.sort, args.row_limit)
+                                                   for r in results if r.get("status") == "ok")
     if args.output:
         try:
             # Names that are not UTF-8 (kept by Python as surrogates) are written as the
@@ -196,6 +277,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_analyze(args)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "fleet":
+        return cmd_fleet(args)
     if args.command == "watch":
         from .watch import cmd_watch
         return cmd_watch(args)

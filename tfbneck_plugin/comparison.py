@@ -18,6 +18,8 @@ The comparison of two session reports (:func:`compare_reports`):
 ``predictions``        for each change detected between the sides (or named with
                        ``change=``), the baseline's recommendation of that fix: its
                        predicted time per batch against the candidate's measured one
+``op_changes``         the ops and layer scopes whose self time per batch changed most,
+                       with the same test over their per-step times (:mod:`.op_compare`)
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .analysis.breakdown import CATEGORIES
+from .op_compare import op_changes, text_lines as op_text_lines
 from .trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
@@ -113,6 +116,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
         "predictions": [_prediction_check(baseline, fix, float(c.mean())) for fix in fixes],
+        "op_changes": op_changes(baseline, candidate, significance),
     }
 
 
@@ -287,6 +291,7 @@ def to_table(result: Dict) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         out += [f"  predicted vs measured: {_prediction_text(p)}" for p in c["predictions"]]
+        out += op_text_lines(c.get("op_changes"))
     out += [f"note: {n}" for n in result.get("notes") or []]
     out.append(f"test: {TEST}; significant below p = {ALPHA}")
     return "\n".join(out) + "\n"
@@ -304,6 +309,10 @@ def to_markdown(result: Dict) -> str:
         out += [f"| {' | '.join(_md(x) for x in r)} |" for r in _rows(c)]
         if c["predictions"]:
             out += ["", "Predicted vs measured:", ""] + [f"- {_md(_prediction_text(p))}" for p in c["predictions"]]
+        ops = op_text_lines(c.get("op_changes"))
+        if ops:
+            out += [""] + [f"- {_md(line.strip())}" if line.startswith("    ") else f"\n{_md(line.strip())}\n"
+                           for line in ops]
     out += [""] + [f"> note: {_md(n)}" for n in result.get("notes") or []]
     out.append(f"Test: {TEST}; significant below p = {ALPHA}.")
     return "\n".join(out) + "\n"

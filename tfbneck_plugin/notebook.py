@@ -21,6 +21,7 @@ import html
 import math
 from typing import Dict, Iterable, List, Optional
 
+from .notebook_ops import ops_section
 from .schema import step_time_ms
 
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
@@ -412,7 +413,7 @@ def recommendations_section(s: Dict) -> str:
 def _session_body(s: Dict) -> str:
     if s.get("status") != "ok":
         return verdict_card(s)
-    return verdict_card(s) + breakdown_section(s) + stages_section(s) + recommendations_section(s)
+    return verdict_card(s) + breakdown_section(s) + ops_section(s) + stages_section(s) + recommendations_section(s)
 
 
 def session_html(s: Dict) -> str:

@@ -68,15 +68,19 @@ top-level keys; readers ignore the ones they do not know. ``BottleneckProfiler``
 ms per step, per execution when ``steps_per_execution`` > 1)::
 
     {"kind": "slowdown", "detected_at_step": int, "detected_unix_ns": int,
-     "slow_steps": [int, int],          # first and last batch of the slow run
-     "slow_step_count": int, "slow_for_s": float,
-     "observed_p50_ms": float,          # median step time of the slow run
+     "slow_steps": [int, int],          # first and last batch of the slow stretch
+     "slow_step_count": int, "slow_for_s": float,   # steps timed in it (a few fast ones included), seconds
+     "observed_p50_ms": float,          # median step time of the slow stretch
+     "observed_mean_ms": float,         # its trimmed mean (issue 24)
      "baseline_p50_ms": float, "baseline_p90_ms": float, "baseline_steps": int,
-     "threshold_ms": float,             # max(factor * baseline p50, baseline p90)
-     "slower_by": float,                # observed_p50_ms / baseline_p50_ms
+     "baseline_mean_ms": float,         # the baseline's trimmed mean (issue 24)
+     "threshold_ms": float,             # factor * baseline_mean_ms (issue 24; was max(factor * p50, p90))
+     "slower_by": float,                # observed_mean_ms / baseline_mean_ms
+     "held_by": null | "analysis" | "cooldown",   # what delayed the window after confirmation
+     "confirmed_at_step": int | null,
      "capture": int,                    # 1 for the trigger's first window, ...
      "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "cooldown_steps",
-                    "max_captures", "horizon_steps", "warmup_steps"},
+                    "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds"},
      "outcome": "captured" | "partial" | "too_late",  # partial: training ended inside the
                                         # window; too_late: it ended before a step was recorded
      "note": str | null}
@@ -102,7 +106,22 @@ read by the TensorBoard tab's ``/trend`` route::
      "ended": bool,                     # close() or the end of the last fit was seen
      "steps_per_execution": int,        # step times are per execution when > 1
      "trigger": null | {thresholds as above},
-     "baseline": null | {"p50_ms", "p90_ms", "steps", "threshold_ms"},
+     "baseline": null | {"p50_ms", "p90_ms", "mean_ms" (trimmed mean, issue 24), "steps", "threshold_ms"},
+     "trigger_state": null | {           # the slowdown trigger's record (issue 24); absent in older files
+         "armed": bool, "captures": int,
+         "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)
+         "log": [{"event": "armed", "step", "baseline_p50_ms", "baseline_mean_ms", "baseline_steps", "threshold_ms",
+                  "level_steps", "t_unix_ns"}
+               | {"event": "run", "direction": "slower" | "faster", "first_step", "last_step",
+                  "steps", "seconds", "observed_p50_ms", "observed_mean_ms", "baseline_p50_ms",
+                  "baseline_mean_ms",
+                  "confirmed_at_step": int | null,      # step its thresholds were all met
+                  "held_by": null | "analysis" | "cooldown",
+                  "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"
+                           | "not captured: max_captures reached" | "training ended: too late"
+                           | "faster: new baseline",
+                  "at_step", "t_unix_ns"}
+               | {"event": "rebaselined", "step", "why", "t_unix_ns"}]},
      "points": [{"step": int,           # last batch of the period (x of the scalars)
                  "first_step": int, "epoch": int | null, "n": int,   # steps timed
                  "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int}],

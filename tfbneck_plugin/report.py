@@ -1,7 +1,8 @@
 """The report: the JSON contract and its renderings (table, CSV, Markdown).
 
-``build_report(sessions)`` wraps per-session dicts (``analysis.session.analyze_session``) into the
-contract's top level ``{"version", "sessions"}``. The renderers only format that dict.
+``build_report(sessions)`` wraps session reports (:class:`tfbneck_plugin.schema.SessionDict`, from
+:mod:`tfbneck_plugin.batch`) into the contract's top level ``{"version", "sessions"}``. The renderers
+only format that value, reading each session through :mod:`tfbneck_plugin.schema`.
 """
 from __future__ import annotations
 
@@ -20,8 +21,13 @@ COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "s
 #: The other breakdown categories' shares (%), after ``COLUMNS`` in the CSV (``input_pct``
 #: is one of ``COLUMNS``).
 PCT_COLUMNS = [f"{c}_pct" for c in CATEGORIES if c != "input"]
+#: Columns the CSV and the DataFrame add after the breakdown shares: the fix to make first
+#: and its predicted speedup, the time per batch (not per execution), the window that
+#: recorded the session (from the run's trend file), its folder and when it was recorded.
+EXTRA_COLUMNS = ["fix_first", "fix_speedup", "time_per_batch_ms", "window_kind", "window_trigger", "path",
+                 "session_time"]
 #: Every CSV column: the CLI's ``--format csv``, the Beam pipeline's CSV, ``Report.to_dataframe``.
-CSV_COLUMNS = COLUMNS + PCT_COLUMNS
+CSV_COLUMNS = COLUMNS + PCT_COLUMNS + EXTRA_COLUMNS
 
 
 def build_report(sessions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -43,20 +49,36 @@ def row(s: schema.Report) -> Dict:
     }
 
 
+def extra_row(s: schema.Report) -> Dict:
+    """One session's :data:`EXTRA_COLUMNS` ("" when unknown); ``session_time`` as local
+    ``YYYY-MM-DDTHH:MM:SS``."""
+    import datetime
+    fix = schema.first_fix(s) or {}
+    window = s.get("window") or {}
+    t = s.get("session_time")
+    values = {"fix_first": fix.get("fix"), "fix_speedup": (fix.get("predicted") or {}).get("speedup"),
+              "time_per_batch_ms": (s.get("steps") or {}).get("time_per_batch_ms"),
+              "window_kind": window.get("kind"), "window_trigger": window.get("trigger"), "path": s.get("path"),
+              "session_time": datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+              if isinstance(t, (int, float)) and t > 0 else None}
+    return {k: "" if v is None else v for k, v in values.items()}
+
+
 def csv_row(s: schema.Report) -> Dict:
     """One session as a row of ``CSV_COLUMNS`` (a share missing from the report is "")."""
     r = row(s)
     pct = s.get("breakdown_pct") or {}
     r.update({f"{c}_pct": pct.get(c, "") for c in CATEGORIES if c != "input"})
+    r.update(extra_row(s))
     return r
 
 
-def to_json(report: Dict) -> str:
+def to_json(report: Mapping[str, Any]) -> str:
     """The report as indented JSON (the contract)."""
     return json.dumps(report, indent=2, sort_keys=False)
 
 
-def to_csv(report: Dict) -> str:
+def to_csv(report: Mapping[str, Any]) -> str:
     """One CSV row per session: ``COLUMNS`` plus every breakdown share (%)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -70,7 +92,7 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def to_table(report: Dict) -> str:
+def to_table(report: Mapping[str, Any]) -> str:
     """A fixed-width table for terminals, then the evidence of each session."""
     cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
             "confidence", "input_pct", "blocking_stage"]
@@ -102,7 +124,7 @@ def _share(v) -> str:
     return f"{v:.1f}%" if isinstance(v, (int, float)) else ""
 
 
-def worker_lines(s: Dict) -> List[str]:
+def worker_lines(s: schema.Report) -> List[str]:
     """The table's lines for a report with several hosts or workers (``per_host``): one per
     worker with its step time, its own report's verdict, its limit outside collectives and
     how long it kept the others waiting; the straggler marked ``*``. [] for one host."""
@@ -123,7 +145,7 @@ def worker_lines(s: Dict) -> List[str]:
     return out
 
 
-def to_markdown(report: Dict) -> str:
+def to_markdown(report: Mapping[str, Any]) -> str:
     """A Markdown table of the sessions, then each session's verdict, evidence and recommendations."""
     cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
             "blocking_stage", "step_source"]
@@ -148,7 +170,7 @@ def to_markdown(report: Dict) -> str:
     return "\n".join(out)
 
 
-def _worker_table(s: Dict) -> List[str]:
+def _worker_table(s: schema.Report) -> List[str]:
     rows = s.get("per_host") or []
     if not rows:
         return []

@@ -73,6 +73,53 @@ class InputPipeline(TypedDict, total=False):
     has_prefetch: bool
 
 
+class OpOccurrence(TypedDict, total=False):
+    """An op's longest occurrence in the steady steps (where the Trace Viewer shows it)."""
+    start_ms: float                   # from the start of the host window, as worst_step
+    duration_ms: float
+
+
+class TopOp(TypedDict, total=False):
+    """One row of ``top_ops``: an op's self time per steady step (analysis.op_report)."""
+    name: str                         # op name without its type: sequential/dense_1/MatMul
+    type: str                         # op type: MatMul, _FusedMatMul, Conv2D...; device events without an op: their kind
+    where: str                        # "device" | "host" | "input_pipeline"
+    self_ms_per_step: float           # nested ops not counted; device: share of the busy time
+    total_ms_per_step: float          # inclusive
+    pct: float                        # % of the steady step (host, input_pipeline) or of the device's busy time
+    count_per_step: float
+    scope: Optional[str]              # layer scope: sequential/dense_1
+    self_ms_steps: List[float]        # self ms in each steady step
+    longest: OpOccurrence
+    stage: Optional[str]              # input_pipeline: the tf.data stage whose function ran it
+    kernels: List[str]                # device: its costliest kernels (names as the trace gives them)
+    tensor_core: bool                 # device: a kernel ran on Tensor Cores (by its name, as XProf decides)
+    reduced_precision: bool           # device: a kernel works in fp16/bf16 (by its name)
+
+
+class OpGroup(TypedDict, total=False):
+    """One row of ``op_summary.by_type`` / ``by_scope``: ops summed by type or layer scope."""
+    where: str
+    type: str                         # by_type rows
+    scope: str                        # by_scope rows
+    stage: Optional[str]              # input_pipeline rows
+    self_ms_per_step: float
+    pct: float
+    count_per_step: float
+    ops: int                          # distinct ops in the group
+
+
+class OpSummary(TypedDict, total=False):
+    """The report's ``op_summary``: what ``top_ops`` covers and its grouped views."""
+    steps: int                        # steady steps averaged over (1 without steps: the window)
+    step_ms: float                    # their mean length
+    device_busy_ms_per_step: Optional[float]
+    self_ms_per_step: Dict[str, float]   # where -> self time of all its ops
+    top10_pct: Dict[str, float]          # where -> % of that self time in its 10 costliest ops
+    by_type: List[OpGroup]
+    by_scope: List[OpGroup]
+
+
 class EvidenceItem(TypedDict):
     """One evidence sentence and what it rests on."""
     text: str
@@ -182,8 +229,14 @@ class SessionDict(TypedDict, total=False):
     worst_step: Optional[Dict[str, float]]
     interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
     #                                           steps_recorded, markers_recorded, exception, detected
+    top_ops: List[TopOp]                      # costliest ops per place, costliest first
+    op_summary: OpSummary
     trace_viewer: Dict[str, str]
     warnings: List[str]
+    # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
+    session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
+    window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps
+    run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
 
 
 #: What the accessors below read: a ``SessionDict``, or any mapping of the report's keys (the
@@ -213,3 +266,8 @@ def first_fix(report: Report) -> Optional[Recommendation]:
     """The recommendation to make first (the verdict's "fix first"), or None."""
     recs = report.get("recommendations") or []
     return recs[0] if recs else None
+
+
+def top_ops(report: SessionDict, where: Optional[str] = None) -> List[TopOp]:
+    """The report's ``top_ops`` rows (of one place when ``where`` is given), costliest first."""
+    return [r for r in report.get("top_ops") or [] if where is None or r.get("where") == where]

@@ -39,6 +39,12 @@ export function fetchTrend() {
   return getJson("trend").then((r) => r.body);
 }
 
+/** The fleet report of the whole logdir (GET /fleet); params: group_by, group_level, since. */
+export function fetchFleet(params = {}) {
+  const q = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== "" && v !== null && v !== undefined));
+  return getJson("fleet" + (q.toString() ? `?${q.toString()}` : "")).then((r) => r.body);
+}
+
 export function reportUrl(run, session) {
   return "report?" + new URLSearchParams({ run, session }).toString();
 }

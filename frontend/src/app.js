@@ -1,11 +1,12 @@
 // The tab: a session list (newest first) beside the selected session's report, or the
 // comparison of two sessions. Polls the list (new sessions appear without a restart)
 // and a report while the server analyses it.
-import { ApiError, fetchReport, fetchTrend, listSessions } from "./api.js";
+import { ApiError, fetchFleet, fetchReport, fetchTrend, listSessions } from "./api.js";
 import { destroyAll } from "./charts.js";
 import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
 import { explainLogdirError, explainRequestError } from "./errors.js";
+import { fleetView } from "./fleet.js";
 import { fmtTime, kindLabel, runLabel } from "./format.js";
 import { jobView } from "./job.js";
 import { sessionView } from "./session.js";
@@ -48,7 +49,9 @@ export class App {
       session: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "session" }, onclick: () => this.setMode("session") }, "Session"),
       compare: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "compare" }, onclick: () => this.setMode("compare") }, "Compare two sessions"),
       trend: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "trend" }, onclick: () => this.setMode("trend") }, "Step-time trend"),
+      fleet: h("button", { class: "tfb-tab", type: "button", dataset: { mode: "fleet" }, onclick: () => this.setMode("fleet") }, "Fleet"),
     };
+    this.fleetGroupBy = "";
     this.toolbar = h("div", { class: "tfb-toolbar" });
     this.view = h("div", { class: "tfb-view", "aria-live": "polite" });
     this.root.append(h("div", { class: "tfb-app" },
@@ -56,7 +59,7 @@ export class App {
         h("div", { class: "tfb-side-head" }, h("span", { text: "Sessions" }), this.countEl),
         filter, this.listEl, this.sideFoot),
       h("main", { class: "tfb-main" },
-        h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.tabs.trend, this.toolbar),
+        h("nav", { class: "tfb-tabs" }, this.tabs.session, this.tabs.compare, this.tabs.trend, this.tabs.fleet, this.toolbar),
         this.view)));
     this.updateTabs();
   }
@@ -94,7 +97,7 @@ export class App {
       this.selected = keyOf(this.sessions[0]);
       this.renderList();
       this.show();
-    } else if (force || (changed && (this.mode === "compare" || this.mode === "trend"))) {
+    } else if (force || (changed && (this.mode === "compare" || this.mode === "trend" || this.mode === "fleet"))) {
       this.show();
     }
   }
@@ -194,6 +197,7 @@ export class App {
     clear(this.toolbar);
     if (this.mode === "compare") this.showCompare();
     else if (this.mode === "trend") this.showTrend();
+    else if (this.mode === "fleet") this.showFleet();
     else this.showSession();
   }
 
@@ -241,6 +245,27 @@ export class App {
     } catch (err) {
       if (gen !== this.generation) return;
       this.showRequestError(err, { run: ".", session: "step-time trend" });
+    }
+  }
+
+  async showFleet() {
+    const gen = ++this.generation;
+    const input = h("input", {
+      class: "tfb-filter tfb-fleet-groupby", type: "search", value: this.fleetGroupBy, "aria-label": "Group runs by pattern",
+      placeholder: "Group by run-name pattern, e.g. exp-(\\w+)-",
+      onchange: (e) => { this.fleetGroupBy = e.target.value; this.show(); },
+    });
+    this.toolbar.append(input);
+    if (!this.view.querySelector(".tfb-fleet-view")) this.message("Adding up every session of the logdir…", "busy");
+    try {
+      const body = await fetchFleet({ group_by: this.fleetGroupBy });
+      if (gen !== this.generation) return;
+      destroyAll();
+      clear(this.view).append(fleetView(body, (run, session) => this.select(JSON.stringify([run, session]))));
+      if (body.pending) setTimeout(() => { if (gen === this.generation && this.mode === "fleet") this.show(); }, 2000);
+    } catch (err) {
+      if (gen !== this.generation) return;
+      this.showRequestError(err, { run: ".", session: "fleet" });
     }
   }
 

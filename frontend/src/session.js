@@ -3,6 +3,7 @@
 import { makeChart } from "./charts.js";
 import { h, copyText } from "./dom.js";
 import { traceViewerUrl } from "./api.js";
+import { opsSection } from "./ops.js";
 import { explainReportError } from "./errors.js";
 import {
   CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtBytes, fmtMs, fmtPct, kindLabel, runLabel,
@@ -348,6 +349,7 @@ export function sessionView(report) {
     h("header", { class: "tfb-session-head" }, sessionTitle(report), metaLine(report)),
     verdictCard(report),
     breakdownSection(report),
+    opsSection(report),
     stagesSection(report),
     systemSection(report),
     recommendationsSection(report));

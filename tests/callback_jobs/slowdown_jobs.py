@@ -31,22 +31,31 @@ from tfbneck_plugin import BottleneckProfiler, SlowdownTrigger  # noqa: E402
 keras = tf.keras
 BATCH = 4
 result = {"out": OUT}
+HEAVY_T0 = []  # perf_counter when the map made its first heavy element
 
 
-def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float):
+def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float, light_s: float = 0.0):
     """``n_steps`` batches; from batch ``heavy_from_step`` (1-based) on, every element costs
-    ``heavy_s`` seconds of numpy work."""
+    ``heavy_s`` seconds of numpy work; before, ``light_s`` seconds of waiting (a sleep, as
+    a read: no CPU) when above 0."""
     heavy_from = (heavy_from_step - 1) * BATCH
+
+    def wait_for(i):
+        time.sleep(light_s)
+        return np.float32(i.numpy() % 7)
 
     def sort_for(i):
         t = time.perf_counter()
+        if not HEAVY_T0:
+            HEAVY_T0.append(t)
         while time.perf_counter() - t < heavy_s:
             np.sort(np.random.rand(100000))
         return np.float32(i.numpy() % 7)
 
     def element(i):
-        v = tf.cond(i >= heavy_from, lambda: tf.py_function(sort_for, [i], tf.float32),
-                    lambda: tf.cast(i % 7, tf.float32))
+        light = (lambda: tf.py_function(wait_for, [i], tf.float32)) if light_s > 0 else \
+            (lambda: tf.cast(i % 7, tf.float32))
+        v = tf.reshape(tf.cond(i >= heavy_from, lambda: tf.py_function(sort_for, [i], tf.float32), light), [])
         x = tf.fill((8,), v)
         return x, tf.reduce_sum(x, keepdims=True)
 
@@ -101,8 +110,8 @@ def trend_file(log_dir):
     return [os.path.join(folder, n) for n in names if n.startswith("steptimes_")]  # not the system record
 
 
-def finish(prof, log_dir, clock):
-    prof.close(wait=True, timeout=300)
+def finish(prof, log_dir, clock, timeout=300):
+    prof.close(wait=True, timeout=timeout)
     result["windows"] = [dict(record(w), kind=w.kind, trigger=w.trigger,
                               change=w.change, cause=(w.report or {}).get("cause")) for w in prof.windows]
     result["log_dir"] = log_dir
@@ -133,15 +142,29 @@ def steady():
     finish(prof, log, clock)
 
 
+class StopAfterHeavy(keras.callbacks.Callback):
+    """Stops the fit ``seconds`` after the map made its first heavy element (HEAVY_T0), so
+    that the slow phase lasts that long on an idle machine as on a busy one."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        if HEAVY_T0 and time.perf_counter() - HEAVY_T0[0] > self.seconds:
+            self.model.stop_training = True
+
+
 def too_late():
-    """The map turns heavy near the end: slow for about 3 s, the trigger wants 6 s."""
+    """The map turns heavy at step 380 and training stops 7 s later; the trigger wants 10 s."""
     seed()
     log = os.path.join(OUT, "logs")
     prof = BottleneckProfiler(log, profile_steps=(30, 34), analyze=False,
-                              on_slowdown=SlowdownTrigger(min_seconds=6.0))
+                              on_slowdown=SlowdownTrigger(min_seconds=10.0))
     clock = StepClock()
-    model().fit(pipeline(500, 450, 0.03), epochs=1, verbose=0, callbacks=[clock, prof])
-    result["heavy_from_step"] = 450
+    model().fit(pipeline(3000, 380, 0.03), epochs=1, verbose=0, callbacks=[clock, prof, StopAfterHeavy(7.0)])
+    result["heavy_from_step"] = 380
+    result["steps_run"] = len(clock.t)
     finish(prof, log, clock)
 
 
@@ -160,6 +183,211 @@ def display():
     result["report_html"] = w.report._repr_html_() if hasattr(w.report, "_repr_html_") else None
     result["report_is_dict"] = isinstance(w.report, dict)
     result["display_flag"] = prof.display
+    finish(prof, log, clock)
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 24: the scenario corpus (benchmarks/slowdown_corpus.py) and the issue's own fit
+# ----------------------------------------------------------------------------------------
+
+class Phases:
+    """When the input turns slow, decided per batch by the input pipeline itself.
+
+    ``phases``: ``[[onset_s, slow_s], ...]``: from ``onset_s`` seconds of the job's clock
+    (counted from its third step, after tracing and compilation) on, every batch the map
+    makes also runs ``reps`` small matrix products (TensorFlow ops in tf.data's threads: no
+    GIL, recorded in the trace as input work), for ``slow_s`` seconds, then it is light
+    again. ``reps`` is steered by :class:`ScenarioClock` so that the steps take ``factor``
+    times the base step time (the median of the job's own steps before the first onset), on
+    an idle machine or a loaded one."""
+
+    def __init__(self, phases, factor, spe):
+        self.phases, self.factor, self.spe = [list(p) for p in phases], factor, spe
+        self.t0 = None      # the job's clock starts at its third step
+        self.base_s = None  # per batch
+        self.reps = 0       # matrix products per batch while slow
+        self.unit_s = None  # seconds per product (measured at the start)
+        self.seen = [[None, None, None, None] for _ in phases]  # first/last heavy batch, t0, t1
+
+    def active(self):
+        """The slow phase now, or None."""
+        if self.t0 is None or self.base_s is None:
+            return None
+        now = time.perf_counter()
+        for (onset, slow_s), seen in zip(self.phases, self.seen):
+            if now - self.t0 >= onset and (seen[2] is None or now - seen[2] < slow_s):
+                return seen
+        return None
+
+    def reps_for(self, batch):
+        seen = self.active()
+        if seen is None:
+            return 0
+        now = time.perf_counter()
+        if seen[2] is None:
+            seen[0], seen[2] = batch, now
+            self.reps = max(1, int((self.factor - 1) * self.base_s / self.unit_s))
+        seen[1], seen[3] = batch, now
+        return self.reps
+
+
+PRODUCT = 96  # size of the square matrices of the heavy map
+
+
+def scenario_pipeline(spec, phases, n_batches):
+    """Batches of ``spec['batch']`` rows of ``spec['features']`` features; from the first
+    onset on, each batch asks ``Phases.reps_for`` (a py_function: microseconds) how many
+    matrix products to run (a ``tf.while_loop``), 0 outside a slow phase."""
+    b, f = spec["batch"], spec["features"]
+    heavy_from = 1 if spec["phases"] else 10 ** 12
+    w = tf.constant(np.random.RandomState(2).rand(PRODUCT, PRODUCT).astype("float32") / PRODUCT)
+
+    def reps(i):
+        return np.int32(phases.reps_for(int(i.numpy()) + 1))
+
+    def heavy(i):
+        n = tf.reshape(tf.py_function(reps, [i], tf.int32), [])
+        _, m = tf.while_loop(lambda k, m: k < n, lambda k, m: (k + 1, tf.tanh(tf.matmul(m, w))),
+                             [tf.constant(0), tf.eye(PRODUCT)])
+        return 1.0 + 0.0 * tf.reduce_sum(m)
+
+    def make(i):
+        v = tf.cond(i + 1 >= heavy_from, lambda: heavy(i), lambda: tf.constant(1.0))
+        x = tf.random.stateless_uniform((b, f), seed=tf.stack([i, i])) * v
+        return x, tf.reduce_sum(x, axis=1, keepdims=True)
+
+    return tf.data.Dataset.range(n_batches).map(make).prefetch(2)
+
+
+def product_seconds():
+    """Seconds per matrix product of the heavy map (measured once, in a tf.function)."""
+    w = tf.constant(np.random.rand(PRODUCT, PRODUCT).astype("float32") / PRODUCT)
+
+    @tf.function
+    def loop(n):
+        _, m = tf.while_loop(lambda k, m: k < n, lambda k, m: (k + 1, tf.tanh(tf.matmul(m, w))),
+                             [tf.constant(0), tf.eye(PRODUCT)])
+        return tf.reduce_sum(m)
+    loop(tf.constant(10))
+    t = time.perf_counter()
+    loop(tf.constant(2000)).numpy()
+    return (time.perf_counter() - t) / 2000
+
+
+def scenario_model(spec):
+    layers = [keras.layers.Input((spec["features"],))]
+    layers += [keras.layers.Dense(spec["width"], activation="relu") for _ in range(spec["depth"])]
+    m = keras.Sequential(layers + [keras.layers.Dense(1)])
+    m.compile(keras.optimizers.SGD(1e-4), "mse", steps_per_execution=spec.get("spe", 1))
+    return m
+
+
+class ScenarioClock(keras.callbacks.Callback):
+    """Before the profiler: the begin time of every step; measures the base step time
+    before the first onset; stops the fit ``tail_s`` after the last slow phase (or after
+    ``steady_s`` for a steady run)."""
+
+    def __init__(self, spec, phases):
+        super().__init__()
+        self.spec, self.phases, self.t = spec, phases, []
+        self.stop = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.t.append(time.perf_counter())
+        self.tick()
+
+    def tick(self):
+        t, ph, spec = self.t, self.phases, self.spec
+        now = t[-1]
+        if len(t) == 3:
+            ph.t0 = now
+        if ph.t0 is None:
+            return
+        elapsed = now - ph.t0
+        if ph.base_s is None and spec["phases"] and elapsed >= spec["phases"][0][0] - 0.5:
+            d = np.diff(t[2 + (len(t) - 2) // 3:]) if len(t) > 8 else np.array([0.01])
+            ph.base_s = float(np.median(d)) / ph.spe
+        self.steer()
+        if elapsed > spec.get("max_s", 150):
+            self.stop = True  # a safety net: a scenario never runs away
+        elif not spec["phases"]:
+            self.stop = elapsed > spec["steady_s"]
+        else:
+            last = ph.seen[-1][2]
+            self.stop = last is not None and now > last + spec["phases"][-1][1] + spec["tail_s"]
+        if self.stop and getattr(self, "model", None) is not None:
+            self.model.stop_training = True
+
+
+    def steer(self):
+        """Inside a slow phase, every 8 steps: scale ``reps`` so that the median of the last
+        16 steps comes to ``factor`` x the base step time (a loaded machine slows the map too)."""
+        ph, t = self.phases, self.t
+        seen = ph.active()
+        if seen is None or seen[2] is None or len(t) < 18 or len(t) % 8:
+            return
+        recent = np.diff(t[-17:])
+        if t[-17] < seen[2]:
+            return  # not 16 slow steps yet
+        measured = float(np.median(recent)) / ph.spe
+        target = ph.factor * ph.base_s
+        ratio = min(1.25, max(0.8, (target / measured) ** 0.5))  # gently: the machine's load comes and goes
+        ph.reps = int(max(1, min(ph.reps * ratio, 10 ** 6)))
+
+
+def corpus():
+    """One scenario of the corpus: the JSON spec in ``$SLOWDOWN_SPEC`` (keys: api keras|loop,
+    batch, features, width, depth, spe, steps_per_epoch, phases, factor, tail_s, steady_s,
+    profile_steps, trigger (SlowdownTrigger kwargs or null for the defaults))."""
+    spec = json.loads(os.environ["SLOWDOWN_SPEC"])
+    seed()
+    log = os.path.join(OUT, "logs")
+    trig = SlowdownTrigger(**spec["trigger"]) if spec.get("trigger") else True
+    prof = BottleneckProfiler(log, profile_steps=tuple(spec["profile_steps"]) if spec["profile_steps"] else [],
+                              on_slowdown=trig, verbose=0)
+    phases = Phases(spec["phases"], spec.get("factor", 1.0), spec.get("spe", 1))
+    phases.unit_s = product_seconds()
+    clock = ScenarioClock(spec, phases)
+    n = spec["steps_per_epoch"] * spec.get("epochs", 1)
+    ds = scenario_pipeline(spec, phases, 10 ** 7)
+    m = scenario_model(spec)
+    if spec["api"] == "loop":
+        opt, loss = keras.optimizers.SGD(1e-4), keras.losses.MeanSquaredError()
+
+        @tf.function
+        def train(x, y):
+            with tf.GradientTape() as tape:
+                lo = loss(y, m(x, training=True))
+            opt.apply_gradients(zip(tape.gradient(lo, m.trainable_variables), m.trainable_variables))
+            return lo
+        for step, (x, y) in enumerate(ds.take(n), start=1):
+            clock.t.append(time.perf_counter())
+            clock.tick()
+            if clock.stop:
+                break
+            with prof.step(step):
+                train(x, y)
+    else:
+        m.fit(ds, steps_per_epoch=spec["steps_per_epoch"], epochs=spec.get("epochs", 1), verbose=0,
+              callbacks=[clock, prof])
+    # A steady run needs no verdict (only whether a window was triggered): no long wait for
+    # the scheduled window's analysis, which a busy machine starves.
+    finish(prof, log, clock, timeout=300 if spec["phases"] else 10)
+    result["phases"] = phases.seen
+    result["base_s"] = phases.base_s
+    result["spec"] = spec
+
+
+def issue24():
+    """The fit of issue 24: one epoch of 140 steps, ``profile_steps=(5, 8)``, the map turns
+    heavy from batch 60 (about 100 ms a step) to the end; the early steps are ~10-20 ms as in
+    the issue (each element waits 5 ms before: 4 elements, 2 at a time)."""
+    seed()
+    log = os.path.join(OUT, "logs")
+    prof = BottleneckProfiler(log, profile_steps=(5, 8), on_slowdown=True)
+    clock = StepClock()
+    model().fit(pipeline(140, 60, 0.05, light_s=0.005), epochs=1, verbose=0, callbacks=[clock, prof])
+    result["heavy_from_step"] = 60
     finish(prof, log, clock)
 
 

@@ -110,6 +110,7 @@ class Findings:
     gaps: List[GapFact] = field(default_factory=list)
     shared_clock_only: bool = False   # steps from one device's own Steps line
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
+    ops: Optional[Dict] = None        # the report's op_summary (analysis.op_report): the advice names the ops
     own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
 
     def share(self, category: str) -> float:

@@ -22,7 +22,8 @@ from ..trace import timeline
 from ..trace.timeline import ms
 from ..trace.xspace import Space
 from . import activity as activitymod
-from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, steps as stepsmod, tfdata, whatif
+from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
+from . import tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
 from .placement import Placement, find_placement
 from .rules import decide
@@ -148,6 +149,21 @@ class HostAnalysis:
         return tfdata.analyze_pipeline(self.view, (int(starts[0]), int(ends[-1])) if len(starts) else None)
 
     @cached_property
+    def ops(self) -> opsmod.OpTable:
+        """Self time per op over the analysed windows (:mod:`.ops`): host, input pipeline, device."""
+        starts, ends = self.windows
+        n = len(starts)
+        step_ps = float((ends - starts).mean()) if n else 0.0
+        if not n:
+            return opsmod.OpTable([], 0, 0.0, 0.0)
+        order = np.argsort(starts)
+        win_s, win_e = starts[order], ends[order]
+        rows = opsmod.host_ops(self.view, self.pipeline, win_s, win_e) if self.view is not None else []
+        planes = [(devmod.device_kind(p.name), p) for p in self.space.planes if devmod.device_kind(p.name)]
+        dev_rows, busy = opsmod.device_ops(planes, win_s, win_e)
+        return opsmod.OpTable(rows + dev_rows, n, step_ps, busy)
+
+    @cached_property
     def device_rows(self) -> List[Dict]:
         """Per-device summary over the analysed windows (:func:`.devices.summarize`)."""
         return devmod.summarize(self.devices, *self.windows)
@@ -164,7 +180,8 @@ class HostAnalysis:
             eager=activitymod.runs_eagerly(self.view, p), kernels=self._kernel_facts(), devices=self.device_rows,
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
-            timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity))
+            timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity),
+            ops=op_report.op_summary(self.ops))
 
     @cached_property
     def device_kind(self) -> str:
@@ -224,6 +241,8 @@ class HostAnalysis:
             "input_pipeline": host_report.input_pipeline_section(self.pipeline),
             **verdict_fields(v),
             "worst_step": None if v.cause == "not_tensorflow" else host_report.worst_step(steps, parts, self.origin),
+            "top_ops": op_report.top_ops(self.ops, self.origin),
+            "op_summary": self.findings.ops,
         }
         # steps with collectives: what a multi-worker job's root cause needs
         sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings)

@@ -16,6 +16,7 @@ from . import sysmetrics
 from .advice import advice_for
 from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
 from .findings import Findings
+from .op_advice import name_ops
 from .placement import PLUGGABLE_HOST_ALLOCATOR
 from .verdict import Verdict, confidence, first_verdict
 from .whatif import rank
@@ -378,6 +379,8 @@ def decide(f: Findings) -> Verdict:
     if v.cause == "not_tensorflow":
         return v
     v.recommendations = cast(List[Recommendation], rank(advice_for(v.cause, f), f))  # `predicted`: largest gain first
+    blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
+    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:

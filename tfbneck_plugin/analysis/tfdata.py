@@ -101,6 +101,7 @@ class Pipeline:
     blocking: Optional[Stage]
     has_prefetch: bool
     uses_py_function: bool
+    links: Optional["FunctionLinks"] = None   # which stage's function each FunctionRun ran
 
     @property
     def source(self) -> Optional[str]:
@@ -137,20 +138,60 @@ def _kind_of(path: str) -> str:
     return path.split("::")[-1].split("[")[0]
 
 
-def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
-    """CPU time (ps) of user functions (map/filter/interleave fns) per owning stage.
+@dataclass
+class FunctionLinks:
+    """Which stage's user function each tf.data ``FunctionRun`` ran for, by its ``_p`` stat.
+
+    ``producers``: the ``_p`` values, sorted (uint64, shape (n,)); ``owner``: for each, an
+    index into ``owners`` (int64, shape (n,)); ``owners``: owner keys (an iterator path or
+    ``Produce:<Prefix>``); ``paths``: owner key -> the stage path its function time is
+    credited to (set by :func:`analyze_pipeline`). Executor events whose ``_c`` equals a
+    producer ran that function's ops.
+    """
+    producers: np.ndarray
+    owner: np.ndarray
+    owners: List[str]
+    paths: Dict[str, str]
+
+    def owner_of(self, consumers: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """Index into ``owners`` of each consumer id (``_c``), -1 where none matches; shape (n,)."""
+        out = np.full(len(consumers), -1, dtype=np.int64)
+        if not len(self.producers):
+            return out
+        pos = np.searchsorted(self.producers, consumers)
+        hit = present & (pos < len(self.producers))
+        hit[hit] = self.producers[pos[hit]] == consumers[hit]
+        out[hit] = self.owner[pos[hit]]
+        return out
+
+
+def function_owner_ids(view: HostView) -> np.ndarray:
+    """Metadata ids of the events that can own a function call: ``Iterator::...`` and ``*Produce``."""
+    return view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
+                    (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
+
+
+def owner_stage(stages: List[Stage], owner: str) -> Optional[str]:
+    """The stage path an owner key (an iterator path or ``Produce:<Prefix>``) stands for, None if unknown."""
+    if not owner.startswith("Produce:"):
+        return owner
+    prefix = owner.split(":", 1)[1]
+    same = [st for st in stages if st.kind.startswith(prefix)]
+    return max(same, key=lambda st: st.calls).path if same else None
+
+
+def function_links(view: HostView, window=None) -> FunctionLinks:
+    """The tf.data ``FunctionRun`` events (inside ``window`` when given) and the stage that owns each.
 
     A stage runs its function through ``FunctionRun`` on a tf.data thread; the ops then
     execute as ``ExecutorState::Process`` events, on any thread, whose ``_c`` stat equals
     the ``FunctionRun``'s ``_p`` (producer/consumer links, tsl/profiler/lib/
     context_types.h). The owner is the innermost ``*Produce`` or ``Iterator::`` event that
-    encloses the ``FunctionRun`` on its thread. Returns owner key -> [ps, executor events],
-    where the key is an iterator path or ``Produce:<Prefix>``.
+    encloses the ``FunctionRun`` on its thread.
     """
     plane = view.plane
     fr_ids = view.ids_named([FUNCTION_RUN])
-    owner_ids = view.ids(("fn-owners",), lambda n: n.startswith("Iterator::") or
-                         (n.endswith(PRODUCE_SUFFIX) and n[:1].isupper() and " " not in n))
+    owner_ids = function_owner_ids(view)
     prod_values: List = []
     prod_owner: List = []
     owner_names: List[str] = []
@@ -175,24 +216,28 @@ def _function_work(view: HostView, window=None) -> Dict[str, List[int]]:
             prod_values.append(values[m])
             prod_owner.append(np.full(int(m.sum()), len(owner_names), dtype=np.int64))
             owner_names.append(key)
-    work: Dict[str, List[int]] = {}
     if not owner_names:
-        return work
-    pv = np.concatenate(prod_values)
-    po = np.concatenate(prod_owner)
+        return FunctionLinks(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), [], {})
+    pv, po = np.concatenate(prod_values), np.concatenate(prod_owner)
     order = np.argsort(pv)
-    pv, po = pv[order], po[order]
-    totals = np.zeros(len(owner_names), dtype=np.int64)
-    counts = np.zeros(len(owner_names), dtype=np.int64)
+    return FunctionLinks(pv[order], po[order], owner_names, {})
+
+
+def _function_work(view: HostView, links: FunctionLinks) -> Dict[str, List[int]]:
+    """CPU time (ps) of user functions (map/filter/interleave fns) per owning stage: the
+    executor events linked to the stage's ``FunctionRun`` events (:func:`function_links`).
+    Returns owner key -> [ps, executor events]."""
+    work: Dict[str, List[int]] = {}
+    if not links.owners:
+        return work
+    totals = np.zeros(len(links.owners), dtype=np.int64)
+    counts = np.zeros(len(links.owners), dtype=np.int64)
     for li, idx in view.select(view.ids_named([EXECUTOR_EVENT])):
-        consumers, present = view.stat_ints(li, idx, "_c")
-        pos = np.searchsorted(pv, consumers)
-        hit = present & (pos < len(pv))
-        hit[hit] = pv[pos[hit]] == consumers[hit]
-        owners = po[pos[hit]]
-        np.add.at(totals, owners, plane.lines[li].dur_ps[idx[hit]])
-        np.add.at(counts, owners, 1)
-    for k, key in enumerate(owner_names):
+        owners = links.owner_of(*view.stat_ints(li, idx, "_c"))
+        hit = owners >= 0
+        np.add.at(totals, owners[hit], view.plane.lines[li].dur_ps[idx[hit]])
+        np.add.at(counts, owners[hit], 1)
+    for k, key in enumerate(links.owners):
         if counts[k]:
             w = work.setdefault(key, [0, 0])
             w[0] += int(totals[k])
@@ -259,37 +304,42 @@ def analyze_pipeline(view: HostView, window=None) -> Pipeline:
         stages.append(Stage(path=path, kind=_kind_of(path), calls=a["calls"], total_ps=a["total"],
                             self_ps=a["self"], parallelism=parallelism, autotune=autotune,
                             depth=len(parts) - 1))
-    for owner, (ps, _n) in _function_work(view, window).items():
-        _attach_function_work(stages, owner, ps)
+    links = function_links(view, window)
+    for owner, (ps, _n) in _function_work(view, links).items():
+        links.paths[owner] = _attach_function_work(stages, owner, ps)
     stages.sort(key=lambda st: -st.work_ps)
     working = [st for st in stages if st.category != "buffer"]
     blocking = working[0] if working else (stages[0] if stages else None)
     py_ids = view.ids(("pyfunc",), lambda n: n.endswith(("EagerPyFunc", "PyFunc")) or n in ("EagerPyFunc", "PyFunc"))
     uses_py = bool(view.select(py_ids))
     return Pipeline(stages=stages, blocking=blocking,
-                    has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=uses_py)
+                    has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=uses_py,
+                    links=links)
 
 
-def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> None:
+def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> str:
+    """Credit ``ps`` of function time to the stage ``owner`` names; returns that stage's path."""
     if not owner.startswith("Produce:"):
         for st in stages:
             if st.path == owner:
                 st.function_ps += ps
-                return
+                return st.path
         stages.append(Stage(path=owner, kind=_kind_of(owner), calls=0, total_ps=0, self_ps=0,
                             parallelism=None, autotune=None, depth=owner.count("::"), function_ps=ps))
-        return
+        return owner
     prefix = owner.split(":", 1)[1]
     same = [st for st in stages if st.kind.startswith(prefix)]
     if same:
-        max(same, key=lambda st: st.calls).function_ps += ps
-        return
+        best = max(same, key=lambda st: st.calls)
+        best.function_ps += ps
+        return best.path
     # The stage itself left no Iterator event (it was called from a producer thread without
     # a trace); name it from a descendant's path when one exists.
     path = next((st.path[: st.path.index("::" + prefix) + len(prefix) + 2] for st in stages
                  if ("::" + prefix + "::") in st.path), f"Iterator::{prefix}")
     stages.append(Stage(path=path, kind=prefix, calls=0, total_ps=0, self_ps=0, parallelism=None,
                         autotune=None, depth=path.count("::"), function_ps=ps))
+    return path
 
 
 def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:

@@ -33,6 +33,7 @@ class LongJobMixin:
     _disabled: Optional[str]
     _analysis: BackgroundAnalysis
     _hold_lock: threading.Lock
+    analyze: object  # False, "process" or "thread"
     _warn: Callable[..., None]
 
     def _flush_step_times(self, upto: int, epoch: Optional[int]) -> None:
@@ -74,8 +75,15 @@ class LongJobMixin:
             self.trend.write()
 
     def _hold(self, delta: int) -> None:
-        """An analysis starts (+1) or ends (-1): while one runs, the slowdown trigger waits
-        (the analysis competes with training for the CPU)."""
+        """An analysis starts (+1) or ends (-1): while one runs in a thread of the training
+        process (``analyze="thread"``), the slowdown trigger waits: it competes with training
+        for the GIL and the CPU, and a slowdown it causes is ours. An analysis in a child
+        process (the default) holds nothing: the child runs at ``nice`` 10 and yields the CPU
+        to training, and on a busy machine it is starved for tens of seconds, which held the
+        trigger through a whole slowdown (issue 24; the steady runs of the corpus, scheduled
+        window and analysis included, show no capture without the hold)."""
+        if self.analyze != "thread":
+            return
         with self._hold_lock:
             self.tracker.timer.holds = max(0, self.tracker.timer.holds + delta)
 

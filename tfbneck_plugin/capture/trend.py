@@ -113,6 +113,8 @@ class JobTrend:
         self.points: List[Dict] = []
         self.trigger = trigger
         self.baseline: Optional[Dict] = None
+        #: Returns the slowdown trigger's record (``StepTimer.trigger_state``); None: no trigger.
+        self.trigger_state_of: Optional[Callable[[], Optional[Dict]]] = None
         self.spe = 1
         self.ended = False
         self._lock = threading.Lock()
@@ -147,7 +149,9 @@ class JobTrend:
             data = {"format": STEP_TIMES_FORMAT, "version": 1, "source": "BottleneckProfiler",
                     "host": self.host, "pid": self.pid, "start_unix_ns": self.start_ns,
                     "updated_unix_ns": time.time_ns(), "ended": self.ended, "steps_per_execution": self.spe,
-                    "trigger": self.trigger, "baseline": self.baseline, "points": list(self.points),
+                    "trigger": self.trigger, "baseline": self.baseline,
+                    "trigger_state": self.trigger_state_of() if self.trigger_state_of else None,
+                    "points": list(self.points),
                     "windows": [window_entry(r) for r in list(self.windows)]}
             try:
                 os.makedirs(self.folder, exist_ok=True)

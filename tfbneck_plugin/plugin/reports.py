@@ -4,12 +4,13 @@
 request first. A request never waits for another session's analysis: it waits at most a
 given time for its own, then the route answers 202 ("analysing") and the frontend polls.
 Reports are cached in memory, keyed by the :func:`fingerprint` of the files the analysis
-reads; a changed file is a new key. Nothing is written anywhere. No TensorFlow here.
+reads; a changed file is a new key. The default analyzer (``batch.analyze_one``) also keeps
+them in the persistent report cache the CLI shares, outside the logdir: nothing is written
+into the logdir. No TensorFlow here.
 """
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from collections import OrderedDict
@@ -19,8 +20,9 @@ from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
 from ..batch import analyze_one
+from ..cache import fingerprint  # the same key as the persistent report cache
 from ..errors import error_report
-from ..logdir import Session, is_remote
+from ..logdir import Session
 from ..schema import SessionDict
 from .index import session_time
 
@@ -37,51 +39,6 @@ SUMMARY_KEYS = ("status", "bottleneck", "cause", "confidence", "error", "error_k
 SIBLINGS_PER_LIST = 16
 
 Fingerprint = Tuple[object, ...]
-
-
-def fingerprint(session: Session) -> Fingerprint:
-    """The cache key of a session's report.
-
-    Args:
-      session: the session, as the analysis will read it.
-
-    Returns:
-      a tuple of its folder, whether it is an incomplete window, and (path, size in bytes,
-      modification time) of every file the analysis reads, sorted by path. Local files:
-      mtime in ns (``os.stat``); remote ones (fsspec URLs): the time or version the store
-      reports. A file that cannot be stat'ed appears with size and mtime -1, so it is
-      analysed again once it can be.
-    """
-    paths = list(session.files) + list(session.legacy_files)
-    paths += [p for p in (session.sidecar, session.skipped) if p]
-    out: list = [session.path, bool(session.incomplete)]
-    for p in sorted(paths):
-        try:
-            out.append((p,) + (_remote_stat(p) if is_remote(p) else _local_stat(p)))
-        except (OSError, ValueError):
-            out.append((p, -1, -1))
-    return tuple(out)
-
-
-def _local_stat(path: str) -> Tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
-
-
-#: Names under which fsspec stores report a file's modification time or version (local,
-#: s3fs, gcsfs, adlfs, memory...), tried in order.
-_STAMP_KEYS = ("mtime", "LastModified", "updated", "last_modified", "generation", "ETag", "etag", "created")
-
-
-def _remote_stat(url: str) -> Tuple[int, str]:
-    from .. import remote  # only for remote logdirs: the same limits and endpoint as discovery
-    try:
-        fs, path = remote.filesystem(url)
-        info = fs.info(path)
-    except Exception as err:  # credentials, network: the file is re-analysed once it can be stat'ed
-        raise OSError(f"{url}: {type(err).__name__}") from None
-    stamp = next((info[k] for k in _STAMP_KEYS if info.get(k) is not None), None)
-    return int(info.get("size") or 0), str(stamp)
 
 
 def failed_report(session: Session, err: BaseException) -> SessionDict:

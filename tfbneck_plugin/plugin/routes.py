@@ -24,6 +24,7 @@ from werkzeug import wrappers
 
 from .. import report as report_mod
 from ..batch import analyze_one
+from ..runs import annotate
 from ..logdir import Session, find_sessions, is_remote
 from ..schema import SessionDict
 from ..version import __version__
@@ -31,6 +32,7 @@ from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, sessi
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .query import RouteError, check_run_name, check_session_name, parse_query, required
 from .reports import ANALYSIS_WORKERS, SUMMARY_KEYS, JobGrouper, ReportService, job_members, regroup, sibling_sessions
+from .fleet import FleetService
 from .trend import TrendService
 
 logger = logging.getLogger(__name__)
@@ -63,7 +65,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     Args:
       context: TensorBoard's context; ``logdir`` (or ``flags.bottleneck_logdir``) is searched.
-      analyze: ``Session -> report`` (default ``batch.analyze_one``); tests inject their own.
+      analyze: ``Session -> report`` (default ``batch.analyze_one``: through the persistent
+        report cache the CLI shares); tests inject their own.
       find: ``logdir -> Discovery`` (default ``logdir.find_sessions``).
       workers: analysis threads.
       rescan_interval_s: age (seconds) after which the session list rescans the logdir.
@@ -81,6 +84,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         self._reports = ReportService(analyze, workers=workers)
         self._jobs = JobGrouper()
         self._trends = TrendService(self._index.inside_logdir)
+        self._fleet = FleetService(lambda s: self._reports.latest(s.key),
+                                   lambda s: self._reports.request(s, wait_s=0))
         self._report_wait_s = report_wait_s
         self._active = False
         self._index.current(wait_s=0)  # start the first scan now, in the background
@@ -94,6 +99,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/report": self._serve_report,
             "/job": self._serve_job,
             "/trend": self._serve_trend,
+            "/fleet": self._serve_fleet,
         }
 
     def is_active(self) -> bool:
@@ -176,7 +182,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         if report is None:
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
-        return 200, report_mod.build_report([report]), source
+        shown = report.copy()
+        annotate([shown], [session])  # what the run's trend files say, as `tfbneck analyze` adds it
+        return 200, report_mod.build_report([shown]), source
 
     def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
         """``/job?run=R&session=S``: the one report of the multi-worker job whose worker
@@ -245,6 +253,29 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         runs, problems = self._trends.runs(snap.sessions, run)
         return 200, {"version": __version__, "runs": runs, "problems": problems[:100]}, ""
 
+    def fleet_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
+        """``/fleet[?group_by=REGEX][&group_level=N][&since=DATE]``: the fleet report of every
+        session in the logdir (:func:`tfbneck_plugin.fleet_report.build`; runs reduced to
+        :data:`.fleet.RUN_FIELDS`), plus ``pending``: sessions still being analysed.
+
+        Raises:
+          RouteError: 400 for a pattern, level or date that cannot be read; 503 while the
+            first scan has not finished.
+        """
+        from ..fleet_report import parse_since
+        level = params.get("group_level", "1")
+        if not level.isdigit() or not 1 <= int(level) <= 64:
+            raise RouteError(400, f"group_level={level!r}: pass a whole number from 1 to 64")
+        try:
+            since = parse_since(params.get("since"))
+            snap = self._index.current(wait_s=SCAN_WAIT_S)
+            if not snap.scanned:
+                raise RouteError(503, "the logdir is still being scanned for sessions; try again in a moment")
+            body = self._fleet.view(snap.sessions, params.get("group_by") or None, int(level), since, snap.scans)
+        except ValueError as err:
+            raise RouteError(400, str(err).replace("--group-by", "group_by").replace("--since", "since")) from None
+        return 200, body, ""
+
     # -- WSGI wrappers ---------------------------------------------------------------------
 
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
@@ -270,6 +301,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
+
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
+    def _serve_fleet(self, request):
+        return self._dispatch(request, self.fleet_impl)
 
     def _dispatch(self, request, impl):
         if request.method not in ("GET", "HEAD"):

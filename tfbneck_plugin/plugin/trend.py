@@ -9,18 +9,17 @@ logdir are read.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..logdir import Session, is_remote, open_any
-from ..records import STEP_TIMES_DIR, SidecarError, read_step_times, read_system_run
+from ..logdir import Session, open_any
+from ..records import SidecarError, read_step_times, read_system_run
+from ..runs import list_trend_files, run_dir_of
 
 #: Parsed trend files kept in memory (the least recently read dropped first).
 CACHE_ENTRIES = 64
 #: Trend files shown per run, newest first (one per training process that used the run's folder).
 MAX_JOBS_PER_RUN = 8
-_PREFIX, _SUFFIX = "steptimes_", ".json"
 _SYSTEM_PREFIX = "system_"
 #: Keys of a system record's interval passed on to the tab's system chart.
 _INTERVAL_KEYS = ("step", "t_unix_ns", "dt_s", "cpu_pct", "busiest_core_pct", "tree_cores", "other_cores",
@@ -28,41 +27,6 @@ _INTERVAL_KEYS = ("step", "t_unix_ns", "dt_s", "cpu_pct", "busiest_core_pct", "t
 #: Keys of a trend file passed on to the tab (the rest of the file is the callback's own).
 _JOB_KEYS = ("host", "pid", "start_unix_ns", "updated_unix_ns", "ended", "steps_per_execution", "trigger",
              "baseline", "points", "windows")
-
-
-def run_dir_of(session: Session) -> str:
-    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL)."""
-    if is_remote(session.path):
-        return session.path.rstrip("/").rsplit("/", 3)[0]
-    return os.path.dirname(os.path.dirname(os.path.dirname(session.path.rstrip(os.sep))))
-
-
-def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int, float]]:
-    """``(path, size in bytes, modification time)`` of the run's trend files (or, with
-    ``prefix="system_"``, its system records), newest name first (names start with the
-    job's start time). Raises OSError when listing fails."""
-    if is_remote(run_dir):
-        from .. import remote
-        fs, root = remote.filesystem(run_dir)
-        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + _SUFFIX
-        scheme = run_dir.split("://", 1)[0]
-        out = []
-        for p in fs.glob(pattern):
-            info = fs.info(p)
-            stamp = info.get("mtime") or info.get("LastModified") or info.get("updated") or 0
-            out.append((f"{scheme}://{p}", int(info.get("size") or 0), hash(str(stamp))))
-        return sorted(out, key=lambda x: x[0].rsplit("/", 1)[-1], reverse=True)
-    folder = os.path.join(run_dir, STEP_TIMES_DIR)
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    out = []
-    for n in names:
-        if n.startswith(prefix) and n.endswith(_SUFFIX):
-            st = os.stat(os.path.join(folder, n))
-            out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
-    return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
 
 
 class TrendService:

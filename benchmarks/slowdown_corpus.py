@@ -1,0 +1,166 @@
+"""The slowdown trigger's scenario corpus (issue 24): real fits that slow down, and steady
+ones, each run once with ``BottleneckProfiler(on_slowdown=True)``; a table of what the
+trigger captured.
+
+    python benchmarks/slowdown_corpus.py run [--only NAME,...] [--out DIR] [--jobs N]  # real runs (slow)
+    python benchmarks/slowdown_corpus.py table [--out DIR] [--md FILE]       # the table from them
+    python benchmarks/slowdown_corpus.py replay [--out DIR]                  # defaults, fit/judge halves
+    python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md   # all of it
+
+``run`` runs every scenario of :data:`SCENARIOS` in its own interpreter
+(``tests/callback_jobs/slowdown_jobs.py corpus``, one profiler per process), under
+``../shared/tools/under-load -j 2`` for those marked ``load``, and keeps each one's
+``result.json`` (the windows, their verdicts, the job's own step clock, when its input
+really was slow) under ``--out`` (default ``benchmarks/out/slowdown_corpus``).
+
+``table`` reads them back: per scenario, the slow phase by the job's own clock (its steps,
+seconds and the measured slowdown against the steps before it), whether a triggered window
+opened inside it, the delay from the onset to the window (steps and seconds) and the
+window's verdict; then the totals the issue asks for: recall over the phases slowed by 2x
+or more for 8 s or more, and triggered windows in steady runs. ``--md`` writes it as
+Markdown (``docs/slowdown_capture.md`` is this output).
+
+``replay`` feeds the recorded step times through :class:`~tfbneck_plugin.capture.steptime.StepTimer`
+offline (pure Python, no TensorFlow) for a grid of confirmation times, with the scenarios
+split in two halves by name: the fit half picks the shortest confirmation with no capture
+in any steady run, the judge half reports its recall and false captures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOB = os.path.join(ROOT, "tests", "callback_jobs", "slowdown_jobs.py")
+UNDER_LOAD = os.path.join(os.environ.get("TFBNECK_SHARED") or os.path.join(os.path.dirname(ROOT), "shared"),
+                          "tools", "under-load")
+DEFAULT_OUT = os.path.join(HERE, "out", "slowdown_corpus")
+
+#: Models by their step time on an idle 2-core machine (measured): batch, features, width, depth.
+MODELS = {"1ms": (4, 8, 32, 1), "15ms": (256, 512, 1024, 2), "100ms": (512, 1024, 2048, 1),
+          "250ms": (512, 1024, 2048, 2)}
+NOMINAL_MS = {"1ms": 1.0, "15ms": 15.0, "100ms": 100.0, "250ms": 250.0}
+
+
+def scenario(name, api="keras3", model="1ms", factor=2.0, onset_s=5.0, slow_s=10.0, tail_s=3.0,
+             sched=True, spe=1, epochs=1, load=False, phases=None, steady_s=None):
+    """One scenario: the input turns ``factor`` times slower than the steps before it
+    ``onset_s`` seconds into training (the job's clock, from its third step), for ``slow_s``
+    seconds, then ``tail_s`` seconds more of training (0: training ends while slow).
+    ``phases``: several ``(onset_s, slow_s)``; ``steady_s``: no slowdown, that long.
+    ``epochs`` > 1: epochs of about 5 s each at the model's nominal step time (the fit
+    stops when the scenario is over), so the slow phase spans epochs."""
+    b, f, w, d = MODELS[model]
+    ph = [] if steady_s is not None else [[on, s] for on, s in (phases or [(onset_s, slow_s)])]
+    per_epoch = max(int(5e3 / NOMINAL_MS[model]) // spe * spe, 8 * spe) if epochs > 1 else 10 ** 7 // spe * spe
+    return {"name": name, "api": api, "model": model, "batch": b, "features": f, "width": w, "depth": d,
+            "factor": factor, "phases": ph, "tail_s": tail_s, "steady_s": steady_s, "spe": spe,
+            "epochs": 50 if epochs > 1 else 1, "steps_per_epoch": per_epoch,
+            "profile_steps": [40, 44] if sched else [10 ** 8, 10 ** 8 + 4], "load": load, "trigger": None}
+
+
+#: The corpus. Onsets: "early" is soon after the trigger can arm (20 warm-up steps, then a
+#: baseline of 20 steps and 0.25 s), "middle" after a steady stretch, "late" ends training
+#: inside the slow phase.
+SCENARIOS = [
+    # Slowdowns on an idle machine (as idle as a shared one is).
+    scenario("k3-1ms-x2-early", onset_s=2, slow_s=10),
+    scenario("k3-1ms-x4-middle-nosched", factor=4, onset_s=6, slow_s=8, sched=False),
+    scenario("k3-1ms-x10-late", factor=10, onset_s=6, slow_s=9, tail_s=0),
+    scenario("k3-1ms-x1.5-middle", factor=1.5, onset_s=6, slow_s=10),
+    scenario("k3-1ms-x2-middle-spe8", onset_s=6, slow_s=10, spe=8),
+    scenario("tfk-1ms-x4-early", api="tf_keras", factor=4, onset_s=2, slow_s=10),
+    scenario("tfk-15ms-x2-middle-epochs", api="tf_keras", model="15ms", onset_s=8, slow_s=10, epochs=2),
+    scenario("tfk-15ms-x4-early-spe8", api="tf_keras", model="15ms", factor=4, onset_s=2, slow_s=8, spe=8),
+    scenario("loop-1ms-x2-middle", api="loop", onset_s=6, slow_s=10),
+    scenario("loop-15ms-x4-middle", api="loop", model="15ms", factor=4, onset_s=6, slow_s=8),
+    scenario("k3-15ms-x2-recovers-returns", model="15ms", phases=[(5, 8), (20, 8)]),
+    scenario("k3-15ms-x10-short-3s", model="15ms", factor=10, onset_s=6, slow_s=3),
+    scenario("k3-100ms-x2-middle", model="100ms", onset_s=10, slow_s=10),
+    scenario("k3-100ms-x4-early-nosched", model="100ms", factor=4, onset_s=6, slow_s=10, sched=False),
+    scenario("k3-250ms-x2-middle", model="250ms", onset_s=16, slow_s=12),
+    scenario("k3-250ms-x4-middle-epochs", model="250ms", factor=4, onset_s=16, slow_s=14, epochs=2),
+    scenario("k3-15ms-x1.5-middle", model="15ms", factor=1.5, onset_s=6, slow_s=15),
+    scenario("k3-15ms-x2-long-60s", model="15ms", onset_s=6, slow_s=60),
+    # Slowdowns under ../shared/tools/under-load -j 2 (both cores spinning, a TCP stream).
+    scenario("k3-1ms-x2-middle-load", onset_s=6, slow_s=10, load=True),
+    scenario("tfk-15ms-x4-middle-load", api="tf_keras", model="15ms", factor=4, onset_s=6, slow_s=8, load=True),
+    scenario("loop-1ms-x4-middle-load", api="loop", factor=4, onset_s=6, slow_s=8, load=True),
+    scenario("k3-100ms-x2-middle-load", model="100ms", onset_s=10, slow_s=10, load=True),
+    # Steady runs (no slowdown), under load.
+    scenario("steady-k3-1ms-load", steady_s=20, load=True),
+    scenario("steady-k3-1ms-spe8-load", steady_s=20, spe=8, load=True),
+    scenario("steady-k3-1ms-epochs-load", steady_s=20, epochs=2, load=True),
+    scenario("steady-tfk-1ms-load", api="tf_keras", steady_s=20, load=True),
+    scenario("steady-loop-1ms-load", api="loop", steady_s=20, load=True),
+    scenario("steady-k3-15ms-load", model="15ms", steady_s=20, load=True),
+    scenario("steady-tfk-15ms-epochs-load", api="tf_keras", model="15ms", steady_s=20, epochs=2, load=True),
+    scenario("steady-loop-15ms-load", api="loop", model="15ms", steady_s=20, load=True),
+    scenario("steady-k3-100ms-load", model="100ms", steady_s=25, load=True),
+    scenario("steady-k3-250ms-load", model="250ms", steady_s=30, load=True),
+    scenario("steady-k3-15ms-nosched-load", model="15ms", steady_s=20, sched=False, load=True),
+    scenario("steady-k3-1ms-idle", steady_s=20),
+]
+
+
+def run_one(spec, out):
+    folder = os.path.join(out, spec["name"])
+    os.makedirs(folder, exist_ok=True)
+    env = dict(os.environ, SLOWDOWN_SPEC=json.dumps(spec), TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if spec["api"] == "tf_keras":
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    cmd = [sys.executable, JOB, "corpus", folder]
+    if spec["load"]:
+        cmd = [UNDER_LOAD, "-j", "2"] + cmd
+    t = time.time()
+    with open("/proc/loadavg") as f:
+        load_before = f.read().split()[0]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    with open("/proc/loadavg") as f:
+        load_after = f.read().split()[0]
+    with open(os.path.join(folder, "job.log"), "w") as f:
+        f.write(f"load average before {load_before}, after {load_after}\n")
+        f.write(proc.stdout[-20000:] + proc.stderr[-20000:])
+    print(f"{spec['name']}: exit {proc.returncode}, {time.time() - t:.0f} s, load average {load_before} -> "
+          f"{load_after}", flush=True)
+
+
+def run(names, out, jobs=1):
+    """Runs the scenarios (``jobs`` at a time: each one's timing is in seconds of its own
+    clock, so running several at once only adds load, as other processes do)."""
+    from concurrent.futures import ThreadPoolExecutor
+    todo = [s for s in SCENARIOS if (s["name"] in names if names else
+                                     not os.path.exists(os.path.join(out, s["name"], "result.json")))]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda spec: run_one(spec, out), todo))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["run", "table", "replay", "report"])
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--md", default=None, help="write the table as Markdown to this file")
+    ap.add_argument("--jobs", type=int, default=1, help="scenarios run at once (default 1)")
+    a = ap.parse_args(argv)
+    names = [n for n in a.only.split(",") if n]
+    if a.what == "run":
+        run(names, a.out, a.jobs)
+    else:
+        from slowdown_table import full_report, replay_report, table_report  # noqa: E402 - beside this file
+        text = {"table": table_report, "replay": replay_report, "report": full_report}[a.what](a.out)
+        print(text)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""``tfbneck fleet``, ``tfbneck_plugin.fleet()``, the tab's ``/fleet`` route and the persistent
+report cache (``tfbneck_plugin.cache``), on a fleet of real sessions: the demo runs and the
+shared real traces hard-linked under many run names, each run with a step-time trend file
+(``tests/support/fleet_logs.py``).
+
+Every expected figure is computed here from the per-session JSON of ``tfbneck analyze`` and
+from the trend files the fixture wrote, independently of ``tfbneck_plugin.fleet_report``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import DEMO_LOGS, REALTRACES, tfbneck_cmd
+from support.fleet_logs import build_fleet, real_sessions
+
+PATTERN = r"exp-(\w+)-"
+RUNS = 36
+
+
+def cli(*args, env=None, timeout=600):
+    return subprocess.run(tfbneck_cmd() + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+@pytest.fixture(scope="module")
+def fleet_dir(tmp_path_factory):
+    """36 runs of 2 real sessions each, plus one run whose trace is not a trace."""
+    root = tmp_path_factory.mktemp("fleet")
+    sources = real_sessions(DEMO_LOGS, REALTRACES if os.path.isdir(REALTRACES) else None)
+    assert len(sources) >= 11
+    made = build_fleet(str(root / "logs"), sources, RUNS, sessions_per_run=2)
+    bad = root / "logs" / "vision" / "exp-broken-9999" / "plugins" / "profile" / "2026_11_02_00_00_00"
+    bad.mkdir(parents=True)
+    (bad / "host.xplane.pb").write_bytes(b"\x12\x34 not a protobuf \xff" * 8)
+    return {"root": str(root / "logs"), "made": made, "cache": str(root / "cache")}
+
+
+@pytest.fixture(scope="module")
+def per_session(fleet_dir):
+    r = cli("analyze", fleet_dir["root"], "--format", "json", "--jobs", "2",
+            env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]})
+    assert r.returncode == 1, r.stderr[-2000:]  # the broken run
+    return json.loads(r.stdout)["sessions"]
+
+
+def _fleet_json(fleet_dir, *extra, rc=1):
+    r = cli("fleet", fleet_dir["root"], "--format", "json", *extra, env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]})
+    assert r.returncode == rc, r.stderr[-2000:]  # 1: a session without a report (the broken run), counted
+    return json.loads(r.stdout)
+
+
+def profiled_ms(s):
+    """A session's profiled time: mean step x steady steps (0 without steps)."""
+    mean = (s["steps"].get("step_time_ms") or {}).get("mean")
+    return mean * s["steps"]["count"] if mean is not None else 0.0
+
+
+def _expected_runs(sessions, made):
+    """Each run's recoverable time by hand: the latest ok session's time per batch minus its
+    best predicted one, times the trend file's batches (else the profiled batches)."""
+    trend = {m["run"]: m["trend"] for m in made}
+    out = {}
+    for run in {s["run"] for s in sessions}:
+        ok = sorted((s for s in sessions if s["run"] == run and s["status"] == "ok"), key=lambda s: s["session"])
+        if not ok:
+            continue
+        last = ok[-1]
+        preds = [r["predicted"]["time_per_batch_ms"] for r in last["recommendations"] if r.get("predicted")]
+        t = trend.get(run)
+        batches = max(p["step"] for p in t["points"]) if t else last["steps"]["count"] * last["steps"]["batches_per_step"]
+        fix = min((r for r in last["recommendations"] if r.get("predicted")),
+                  key=lambda r: r["predicted"]["time_per_batch_ms"], default=None)
+        rec = max(0.0, last["steps"]["time_per_batch_ms"] - min(preds)) * batches if preds else 0.0
+        out[run] = (rec, fix["fix"] if fix else None)
+    return out
+
+
+def test_fleet_sums_and_ranking_match_the_reports(fleet_dir, per_session):
+    f = _fleet_json(fleet_dir)
+    ok = [s for s in per_session if s["status"] == "ok"]
+    assert f["sessions"] == len(per_session) == 2 * RUNS + 1
+    assert f["errors"]["sessions"] == 1 and sum(f["errors"]["by_kind"].values()) == 1
+    # Category totals: the sum of each session's share x mean step x steady steps.
+    cats = set().union(*(s["breakdown_pct"] for s in ok))
+    for c in cats:
+        want = sum(s["breakdown_pct"].get(c, 0.0) / 100 * profiled_ms(s) for s in ok)
+        assert f["categories_ms"][c] == pytest.approx(want, rel=1e-9, abs=1e-9)
+    total = sum(f["categories_ms"].values())
+    assert f["categories_pct"]["input"] == pytest.approx(100 * f["categories_ms"]["input"] / total, abs=0.01)
+    kinds = {}
+    for s in ok:
+        kinds[s["bottleneck"]] = kinds.get(s["bottleneck"], 0) + 1
+    assert f["by_bottleneck"] == kinds
+    # The top of the ranking is the run a hand calculation puts there, with its fix.
+    expected = _expected_runs(per_session, fleet_dir["made"])
+    top_run, (top_ms, top_fix) = max(expected.items(), key=lambda kv: kv[1][0])
+    assert top_ms > 0
+    assert f["runs"][0]["run"] == top_run and f["runs"][0]["fix"] == top_fix
+    assert f["runs"][0]["recoverable_ms"] == pytest.approx(top_ms, rel=1e-9)
+    for r in f["runs"]:
+        if r["run"] in expected:
+            assert r["recoverable_ms"] == pytest.approx(expected[r["run"]][0], rel=1e-9, abs=1e-9), r["run"]
+    assert [r["recoverable_ms"] for r in f["runs"]] == sorted((r["recoverable_ms"] for r in f["runs"]), reverse=True)
+    # Skipped windows the trend files record, and runs whose length is known.
+    made = fleet_dir["made"]
+    assert f["skipped_windows"]["in_trend_files"] == sum(
+        1 for m in made if m["trend"] and any(w["status"] == "skipped" for w in m["trend"]["windows"]))
+    assert f["accelerator_hours"]["runs_with_length"] == sum(  # a length, and steps to split it by
+        1 for m in made if m["trend"] and sum(profiled_ms(s) for s in per_session
+                                              if s["run"] == m["run"] and s["status"] == "ok") > 0)
+
+
+def test_accelerator_hours_by_hand(fleet_dir, per_session):
+    f = _fleet_json(fleet_dir)
+    want = 0.0
+    for m in fleet_dir["made"]:
+        ok = [s for s in per_session if s["run"] == m["run"] and s["status"] == "ok"]
+        if not (m["trend"] and ok):
+            continue
+        pts = m["trend"]["points"]
+        run_ms = max(p["step"] for p in pts) * sum(p["mean_ms"] * p["n"] for p in pts) / sum(p["n"] for p in pts)
+        prof = sum(profiled_ms(s) for s in ok)
+        inp = sum(s["breakdown_pct"].get("input", 0.0) / 100 * profiled_ms(s) for s in ok)
+        want += inp / prof * run_ms / 3.6e6 if prof else 0.0
+    assert f["accelerator_hours"]["by_category"]["input"] == pytest.approx(want, rel=1e-9)
+
+
+def test_group_by_pattern_and_level(fleet_dir, per_session):
+    f = _fleet_json(fleet_dir, "--group-by", PATTERN)
+    runs = {s["run"] for s in per_session}
+    want = {}
+    for run in runs:
+        want[re.search(PATTERN, run).group(1)] = want.get(re.search(PATTERN, run).group(1), 0) + 1
+    assert {g["group"]: g["runs"] for g in f["groups"]} == want
+    assert all(r["group"] == re.search(PATTERN, r["run"]).group(1) for r in f["runs"])
+    by_team = _fleet_json(fleet_dir, "--group-level", "1")
+    assert {g["group"]: g["runs"] for g in by_team["groups"]} == {
+        t: sum(1 for r in runs if r.split("/")[0] == t) for t in {r.split("/")[0] for r in runs}}
+    r = cli("fleet", fleet_dir["root"], "--group-by", "exp-(")
+    assert r.returncode == 2 and "not a regular expression" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_since_and_trend(fleet_dir, per_session):
+    f = _fleet_json(fleet_dir)
+    dates = sorted({s["session"][:10].replace("_", "-") for s in per_session})
+    assert [d["date"] for d in f["trend"]] == dates
+    assert sum(d["sessions"] for d in f["trend"]) == f["sessions"]
+    later = _fleet_json(fleet_dir, "--since", dates[3], rc=0)  # the broken run is older
+    assert later["sessions"] == sum(1 for s in per_session if s["session"][:10].replace("_", "-") >= dates[3])
+    assert [d["date"] for d in later["trend"]] == dates[3:]
+
+
+def test_formats_and_fleet_csv(fleet_dir):
+    r = cli("fleet", fleet_dir["root"], "--format", "csv", env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]})
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == RUNS + 1 and rows[0]["rank"] == "1" and rows[0]["fix"]
+    assert {row["window_kind"] for row in rows} >= {"scheduled", "triggered"}
+    assert {row["window_trigger"] for row in rows} >= {"slowdown", ""}
+    table = cli("fleet", fleet_dir["root"], env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]}).stdout
+    assert "Fix these first" in table and rows[0]["run"] in table
+    md = cli("fleet", fleet_dir["root"], "--format", "markdown", env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]}).stdout
+    assert md.startswith("# tfbneck fleet") and "| category | share |" in md
+
+
+def test_analyze_csv_carries_fix_window_and_time(fleet_dir, per_session):
+    r = cli("analyze", fleet_dir["root"], "--format", "csv", env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]})
+    rows = {(x["run"], x["session"]): x for x in csv.DictReader(io.StringIO(r.stdout))}
+    for s in per_session:
+        row = rows[(s["run"], s["session"])]
+        assert row["path"] == s["path"]
+        if s["status"] != "ok":
+            continue
+        fix = s["recommendations"][0] if s["recommendations"] else None
+        assert row["fix_first"] == (fix["fix"] if fix else "")
+        assert row["time_per_batch_ms"] == str(s["steps"].get("time_per_batch_ms", ""))
+        assert row["session_time"].replace("-", "_").replace("T", "_").replace(":", "_") == s["session"]
+        w = s.get("window") or {}  # none where the run has no trend file
+        assert row["window_kind"] == (w.get("kind") or "") and row["window_trigger"] == (w.get("trigger") or "")
+    kinds = {(s.get("window") or {}).get("kind") for s in per_session if s["status"] == "ok"}
+    assert kinds == {"scheduled", "triggered", None}
+
+
+def test_api_fleet_is_the_cli_json(fleet_dir, monkeypatch):
+    import tfbneck_plugin as tfb
+    monkeypatch.setenv("TFBNECK_CACHE_DIR", fleet_dir["cache"])
+    f = tfb.fleet(fleet_dir["root"], group_by=PATTERN)
+    assert json.loads(f.to_json()) == _fleet_json(fleet_dir, "--group-by", PATTERN)
+    df = f.to_dataframe()
+    assert list(df["run"])[:3] == [r["run"] for r in f["runs"][:3]] and df["recoverable_ms"].is_monotonic_decreasing
+    html = f._repr_html_()
+    assert "Fix these first" in html and f["runs"][0]["run"] in html and "<script" not in html
+    with pytest.raises(ValueError, match="not a regular expression"):
+        tfb.fleet(fleet_dir["root"], group_by="(")

@@ -1,0 +1,90 @@
+"""Advice that names the ops: the measured op types behind a compute-bound or input-bound
+verdict, added to its first recommendation (issue 27), from the report's ``op_summary``
+(:mod:`.op_report`).
+
+* Model compute: the costliest op types on the device (share of its busy time) or, when the
+  host computes, on the host (share of the step), and what helps them: mixed precision for
+  MatMul/Conv-family ops on a GPU (Tensor Cores run fp16/bf16 matrix math; NVIDIA's mixed
+  precision training guide), XLA fusion when small elementwise ops dominate (one fused
+  kernel instead of one per op: TensorFlow's XLA guide). The order of the recommendations
+  (their predicted gains, :mod:`.whatif`) is kept.
+* Input-bound: the costliest op types inside the blocking stage's function.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional
+
+from ..schema import Recommendation
+
+#: Op types that are matrix math (MatMul, BatchMatMulV2, _FusedMatMul, _MklMatMul, Conv2D,
+#: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm).
+MATRIX_RE = re.compile(r"MatMul|Conv|Einsum|^dot|convolution|gemm", re.I)
+#: Causes whose first recommendation names the model's op types / the input function's op types.
+COMPUTE_CAUSES = ("model_compute",)
+INPUT_CAUSES = ("input_preprocessing", "cpu_contention")
+#: Op types named in a sentence.
+NAMED = 3
+
+
+def _groups(summary: Dict, where: str, stage: Optional[str] = None) -> List[Dict]:
+    return [g for g in summary.get("by_type") or [] if g["where"] == where
+            and (where != "input_pipeline" or g.get("stage") == stage)]
+
+
+def measured_types(summary: Dict, where: str, stage: Optional[str] = None) -> Optional[str]:
+    """"`MatMul` ops 61 % of the step (40.1 ms per step), ..." for the costliest types, or None."""
+    groups = _groups(summary, where, stage)[:NAMED]
+    if not groups:
+        return None
+    basis = "of the device's busy time" if where == "device" else "of the step"
+    return ", ".join(f"`{g['type']}` {g['pct']:.0f} % {basis} ({g['self_ms_per_step']:.2f} ms per step, "
+                     f"{g['count_per_step']:g} runs)" for g in groups)
+
+
+def matrix_share(summary: Dict, where: str) -> float:
+    """The MatMul/Conv family's share (%) of the place's op self time."""
+    groups = _groups(summary, where)
+    total = sum(g["self_ms_per_step"] for g in groups)
+    matrix = sum(g["self_ms_per_step"] for g in groups if MATRIX_RE.search(g["type"]))
+    return 100.0 * matrix / total if total > 0 else 0.0
+
+
+def _compute_note(summary: Dict, where: str) -> Optional[str]:
+    named = measured_types(summary, where)
+    if named is None:
+        return None
+    share = matrix_share(summary, where)
+    matrix = ("mixed precision runs it on Tensor Cores" if where == "device" else
+              "a GPU, or oneDNN's bf16 paths on a CPU that has them, speed it up")
+    if share >= 50:  # the majority: the matrix math is what to speed up first
+        helps = f"matrix math is most of it: {matrix}"
+    else:
+        helps = ("the rest (elementwise and optimizer ops) is most of it: XLA fuses those into fewer kernels; "
+                 f"for the matrix math, {matrix}")
+    return f"Measured op types: {named}; MatMul/Conv ops are {share:.0f} % of the op time, so {helps}."
+
+
+def name_ops(cause: str, recs: List[Recommendation], summary: Optional[Dict], blocking: Optional[str],
+             device_kind: str = "CPU") -> List[Recommendation]:
+    """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's
+    ``op_summary``; ``blocking``: the blocking tf.data stage's path; ``device_kind``: the
+    breakdown's device (an accelerator whose ops the trace lacks gets no note: the host's
+    ops would only be the launching side)."""
+    if not recs or not summary:
+        return recs
+    note = None
+    if cause in COMPUTE_CAUSES:
+        where = "device" if _groups(summary, "device") else "host"
+        if where == "host" and device_kind != "CPU":
+            return recs
+        note = _compute_note(summary, where)
+    elif cause in INPUT_CAUSES and blocking:
+        named = measured_types(summary, "input_pipeline", blocking)
+        if named:
+            note = f"The costliest ops in `{blocking.split('::')[-1]}`'s function: {named}."
+    if note is None:
+        return recs
+    first = recs[0].copy()
+    first["detail"] = f"{recs[0].get('detail', '')} {note}".strip()
+    return [first] + list(recs[1:])

@@ -1,0 +1,354 @@
+"""The slowdown trigger's state machine: a baseline of the current level of step times, a
+slow stretch found by the median of the last few steps, its confirmation, and the record
+of what it did (issue 24). Pure Python, no TensorFlow; fed one step time at a time by
+:class:`~tfbneck_plugin.capture.steptime.StepTimer`.
+
+How it decides (each part fixes a way issue 24's fit was missed):
+
+* **Baseline** = one *level*: the clean steps since the last level change (at most
+  ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them lasting
+  :data:`MIN_BASELINE_SECONDS`, so a slowdown a few seconds into training is compared with
+  the steps before it. Steps of a stretch never join it, even when the stretch ends
+  unconfirmed (a slowdown that dips for a moment must not teach it the slow level). After
+  a capture, or when a slow stretch was confirmed but could not be captured
+  (``max_captures``), or when the steps got lastingly *faster* (a slowdown that recovered),
+  the baseline starts again from the next steps: it learns the new level instead of mixing
+  two, so a slowdown that returns is seen again.
+* **Slow stretch**: the level of the last ``k`` steps (their :func:`trimmed_mean`) is above
+  ``factor`` x the baseline's, ``k`` about :data:`LEVEL_SECONDS` of baseline steps, odd, between
+  :data:`LEVEL_MIN_STEPS` and :data:`LEVEL_MAX_STEPS`, and fewer (not under
+  :data:`LEVEL_MIN_STEPS`) when the last ones are long: only those that ended within
+  :data:`LEVEL_SECONDS`. A level of several steps ignores a minority of fast steps (issue
+  24's single 30 ms step among 100 ms ones ended the old run), the trimming one stall, and
+  i.i.d. noise averages out, so no separate 90th-percentile guard is needed. A stretch ends
+  when the level has stayed back for the span of a level (``k`` steps or
+  :data:`LEVEL_SECONDS`), or at once when it crossed to the other side.
+* **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
+  ``min_seconds`` (its steps' time, each counted at most :data:`STALL_CAP` x their median,
+  so that one stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
+  lasting ``quick_seconds`` (a job of 1 ms steps slowed 2x is confirmed after 2 s instead
+  of ``min_seconds``). While an analysis runs (``holds``) or
+  during the cooldown, a confirmed stretch waits and fires at its first slow step after,
+  if it still lasts (a window opens after a slow step, never after a fast one).
+
+Every stretch that reached ``consecutive`` steps, and why it ended or was not captured, is
+kept in :attr:`SlowdownWatch.log` (the trend file's ``trigger_state.log``).
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Dict, List, Optional
+
+#: Clean steps the baseline needs before the trigger is armed (and again after each reset).
+#: Short, so that an early slowdown is compared with the steps before it; the median of 20
+#: steps is within 10% of the median of 200 on every steady run of the corpus
+#: (docs/slowdown_capture.md).
+MIN_BASELINE_STEPS = 20
+#: ... lasting this long together (a job of 1 ms steps: 250 steps, not 20: on a busy
+#: machine its first steps after warm-up can be off its level by 10x).
+MIN_BASELINE_SECONDS = 0.25
+#: The baseline's statistics are recomputed every this many clean steps, or every 1/16 of
+#: the baseline's steps when more (sorting n values every n/16 steps: about 1 us per step).
+RECOMPUTE_EVERY = 16
+#: The level is the median of about this many seconds of baseline steps ...
+LEVEL_SECONDS = 0.5
+#: ... and at least / at most this many steps (odd: a median of whole steps).
+LEVEL_MIN_STEPS, LEVEL_MAX_STEPS = 5, 31
+#: A step of a stretch counts at most this many times the stretch's median (:func:`capped_sum`).
+STALL_CAP = 4.0
+#: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
+MAX_LOG = 40
+
+_INF = float("inf")
+
+
+def percentile(sorted_values: List[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of an ascending list, by linear interpolation between the
+    closest ranks (numpy's default method). Raises IndexError on an empty list."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def trimmed_mean(sorted_values: List[float]) -> float:
+    """The mean of an ascending list without its largest tenth (at least its largest value
+    from 5 values on): a step time level that one stall does not move, yet that follows an
+    input-bound slowdown whose steps alternate between waiting and finding a batch ready
+    (a median of such steps can stay at the fast ones). Raises ZeroDivisionError on []."""
+    n = len(sorted_values)
+    keep = n - (max(1, n // 10) if n >= 5 else 0)
+    return sum(sorted_values[:keep]) / keep
+
+
+def capped_sum(sorted_values: List[float]) -> float:
+    """The time of a stretch: the sum of its step times, each counted at most
+    :data:`STALL_CAP` x their median (one stall of seconds among steps of 30 ms, as a busy
+    machine gives, is not a slowdown of seconds; skewed slow steps still count in full)."""
+    cap = STALL_CAP * _median(sorted_values)
+    i = bisect.bisect_right(sorted_values, cap)
+    return sum(sorted_values[:i]) + cap * (len(sorted_values) - i)
+
+
+def _median(sorted_values: List[float]) -> float:
+    n = len(sorted_values)
+    mid = n // 2
+    return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
+
+
+class SlowdownWatch:
+    """The baseline, the slow stretch and the log of one job (module docstring).
+
+    Args:
+      trigger: a :class:`~tfbneck_plugin.capture.steptime.SlowdownTrigger`.
+
+    Attributes:
+      p50, p90, mean: the baseline (seconds; ``mean`` is :func:`trimmed_mean`), None before it exists.
+      captures: windows fired so far.
+      fired: what the last firing saw (:meth:`describe`'s dict).
+      log: the trigger's record (dicts with ``event``: ``armed``, ``run``, ``rebaselined``).
+      short_runs: slow stretches that ended before ``consecutive`` steps (not logged one by one).
+    """
+
+    def __init__(self, trigger) -> None:
+        self.trigger = trigger
+        self.p50: Optional[float] = None
+        self.mean: Optional[float] = None   # trimmed mean: the level the thresholds use
+        self.p90: Optional[float] = None
+        self.captures = 0
+        self.fired: Optional[Dict] = None
+        self.log: List[Dict] = []
+        self.short_runs = 0
+        self.next_allowed = 0          # first step the trigger may fire at (cooldown)
+        self._armed_logged = False
+        self._reset_baseline()
+        self._run: Optional[Dict] = None
+
+    # -- baseline -------------------------------------------------------------------------
+    def _reset_baseline(self) -> None:
+        self._ring: List[float] = []
+        self._ring_i = self._since = 0
+        self._k = LEVEL_MIN_STEPS
+        self._recent: List[float] = []     # the last k step times, in order
+        self._recent_first: List[int] = []  # and the first batch of each of those steps
+        self._recent_end: List[float] = []  # and the clock when each ended
+        self._recent_sorted: List[float] = []
+        self._slow_at = self._fast_at = _INF  # level thresholds, armed when finite
+        self.armed = False
+
+    def _push(self, dt: float, step: int) -> None:
+        ring, horizon = self._ring, self.trigger.horizon_steps
+        if len(ring) < horizon:
+            ring.append(dt)
+        else:
+            ring[self._ring_i] = dt
+            self._ring_i = (self._ring_i + 1) % horizon
+        self._since += 1
+        if self._since >= max(RECOMPUTE_EVERY, len(ring) // 16) or (not self.armed and self._enough(ring)):
+            self._recompute(step)
+
+    def _recompute(self, step: int) -> None:
+        self._since = 0
+        values = sorted(self._ring)
+        n = len(values)
+        if not (self._enough(values) if not self.armed else n >= MIN_BASELINE_STEPS):
+            return
+        self.p50, self.p90, self.mean = percentile(values, 0.5), percentile(values, 0.9), trimmed_mean(values)
+        k = int(LEVEL_SECONDS / self.mean) if self.mean > 0 else LEVEL_MAX_STEPS
+        self._k = min(LEVEL_MAX_STEPS, max(LEVEL_MIN_STEPS, k | 1))
+        self._slow_at = self.trigger.factor * self.mean
+        self._fast_at = self.mean / self.trigger.factor
+        if not self.armed:
+            self.armed = True
+            self._add_log({"event": "armed", "step": step, "baseline_p50_ms": _ms(self.p50),
+                           "baseline_mean_ms": _ms(self.mean),
+                           "baseline_steps": n, "threshold_ms": _ms(self._slow_at), "level_steps": self._k})
+
+    def _enough(self, steps: List[float], share: float = 1.0) -> bool:
+        """Enough steps for a baseline: :data:`MIN_BASELINE_STEPS` lasting
+        :data:`MIN_BASELINE_SECONDS` (or a full horizon)."""
+        return len(steps) >= MIN_BASELINE_STEPS and (sum(steps) >= share * MIN_BASELINE_SECONDS
+                                                     or len(steps) >= self.trigger.horizon_steps)
+
+    def rebaseline(self, step: int, why: str) -> None:
+        """Learn the baseline again from the next steps (a new level)."""
+        self._reset_baseline()
+        self._add_log({"event": "rebaselined", "step": step, "why": why})
+
+    # -- every step -----------------------------------------------------------------------
+    def step(self, dt: float, first: int, last: int, start: float, now: float, held: bool, at: int) -> bool:
+        """The step ``first..last`` took ``dt`` seconds (began at clock ``start``, ended at
+        ``now``, when step ``at`` begins). Returns True when the trigger fires now, a window
+        opening at step ``at`` (:attr:`fired` says why)."""
+        recent, srt = self._recent, self._recent_sorted
+        recent.append(dt)
+        self._recent_first.append(first)
+        self._recent_end.append(now)
+        bisect.insort(srt, dt)
+        # The last k steps, fewer when they are long: those that ended in the last
+        # LEVEL_SECONDS (a 100x slowdown is seen after 3 steps, not after k/2 of them).
+        while len(recent) > LEVEL_MIN_STEPS and (len(recent) > self._k
+                                                 or now - self._recent_end[0] > LEVEL_SECONDS):
+            srt.pop(bisect.bisect_left(srt, recent.pop(0)))
+            self._recent_first.pop(0)
+            self._recent_end.pop(0)
+        level = trimmed_mean(srt) if len(recent) >= LEVEL_MIN_STEPS else None
+        run = self._run
+        if run is not None and level is not None:
+            self._extend(run, dt, last, level, at)
+            run = self._run  # None when it ended
+        if run is None:
+            if self.armed and level is not None and (level > self._slow_at or level < self._fast_at):
+                run = self._run = self._open_run(level > self._slow_at, first, last, dt, start)
+            else:
+                self._push(dt, first)
+                return False
+        return self._confirm(run, at, now, held)
+
+    def _extend(self, run: Dict, dt: float, last: int, level: float, at: int) -> None:
+        """One more step in the stretch; it ends when the level has been back for the span
+        of a level (``k`` steps or :data:`LEVEL_SECONDS`, at least :data:`LEVEL_MIN_STEPS`),
+        or at once when the level crossed to the other side (a slowdown during a faster
+        stretch is a slow stretch of its own)."""
+        slow, up, down = run["slow"], self._slow_at, self._fast_at
+        if (level < down) if slow else (level > up):
+            self._end_run(at, "fast_steps" if slow else "slow_steps")
+            return
+        run["times"].append(dt)
+        bisect.insort(run["sorted"], dt)
+        run["last"] = last
+        if (dt > up) if slow else (dt < down):
+            bisect.insort(run["side"], dt)
+        if (level <= up) if slow else (level >= down):
+            run["back"] += 1
+            run["back_s"] += dt
+        else:
+            run["back"], run["back_s"] = 0, 0.0
+        if run["back"] >= LEVEL_MIN_STEPS and (run["back"] >= self._k or run["back_s"] >= LEVEL_SECONDS):
+            self._end_run(at, "fast_steps" if slow else "slow_steps")
+
+    def _open_run(self, slow: bool, first: int, last: int, dt: float, start: float) -> Dict:
+        """The level crossed: the stretch began at the oldest of the recent steps that are
+        beyond the threshold in the same direction (about k/2 steps ago)."""
+        back = 0
+        for v in reversed(self._recent[:-1]):
+            if (v > self._slow_at) if slow else (v < self._fast_at):
+                back += 1
+            else:
+                break
+        times = self._recent[len(self._recent) - 1 - back:]
+        side = sorted(v for v in times if ((v > self._slow_at) if slow else (v < self._fast_at)))
+        return {"slow": slow, "first": self._recent_first[len(self._recent) - 1 - back], "last": last,
+                "start": start - sum(times[:-1]),
+                "times": list(times), "pushed": back, "held_by": None, "confirmed_at": None,
+                "side": side, "sorted": sorted(times), "back": 0, "back_s": 0.0}
+
+    def _confirm(self, run: Dict, first: int, now: float, held: bool) -> bool:
+        if not self._long_enough(run):
+            return False
+        trig, spent = self.trigger, now - run["start"]
+        if not run["slow"]:  # lastingly faster: a new level (a slowdown recovered)
+            self._log_run(run, first, spent, "faster: new baseline")
+            self._run = None
+            self.rebaseline(first, "the steps got faster")
+            return False
+        if run["confirmed_at"] is None:
+            run["confirmed_at"] = first
+        if run["times"][-1] <= self._slow_at:
+            return False  # a window opens after a slow step, not after a fast one inside the stretch
+        gate = ("max_captures" if self.captures >= trig.max_captures else "analysis" if held
+                else "cooldown" if first < self.next_allowed else None)
+        if gate == "max_captures":
+            self._log_run(run, first, spent, "not captured: max_captures reached")
+            self._run = None
+            self.rebaseline(first, "slower level not captured (max_captures)")
+            return False
+        if gate is not None:
+            run["held_by"] = gate
+            return False
+        self.captures += 1
+        self.fired = self.describe(run, first, spent)
+        self.next_allowed = first + trig.window_steps + trig.cooldown_steps
+        self._log_run(run, first, spent, "captured")
+        self._run = None
+        self.rebaseline(first, "after a capture")
+        return True
+
+    def _long_enough(self, run: Dict, share: float = 1.0) -> bool:
+        """The stretch's confirmation. It needs ``consecutive`` steps beyond the threshold on
+        its side. Its time: for a slower stretch, all its steps (those that find a batch
+        ready between those that wait belong to the slowdown too), each counted at most
+        :data:`STALL_CAP` x their median (:func:`capped_sum`). A faster stretch (it only re-learns the
+        baseline) is confirmed as a baseline arms: by its fast steps alone (a few slow ones
+        inside must not confirm it)."""
+        trig, side = self.trigger, run["side"]
+        if len(side) < trig.consecutive:
+            return False
+        if not run["slow"]:  # enough fast steps to be a baseline of their own
+            return self._enough(side, share)
+        n, level_s = len(run["sorted"]), capped_sum(run["sorted"])
+        return level_s >= share * trig.min_seconds or (n >= trig.quick_steps and level_s >= share * trig.quick_seconds)
+
+    def _end_run(self, first: int, why: str) -> None:
+        """The level came back before the stretch fired. Its steps do not join the baseline
+        (issue 24: the steps of stretches that ended taught the old baseline a slowdown that
+        dipped for a moment); the baseline learns only steps outside stretches."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        spent = sum(run["times"])
+        if run["slow"]:
+            reason = f"ended: {why}" + (f" (held by {run['held_by']})" if run["held_by"] else "")
+            if len(run["side"]) >= self.trigger.consecutive or run["held_by"]:
+                self._log_run(run, first, spent, reason + ("" if run["held_by"] else ": too short"))
+            else:
+                self.short_runs += 1
+
+    def unfinished(self, at_step: int, now: Optional[float]) -> Optional[Dict]:
+        """Training ends: the slow stretch in progress when it has ``consecutive`` steps and
+        half of ``min_seconds`` (or of the quick confirmation); it is logged and dropped."""
+        run = self._run
+        if run is None or not run["slow"] or not self._long_enough(run, share=0.5):
+            return None
+        spent = (now - run["start"]) if now is not None else sum(run["times"])
+        out = self.describe(run, at_step, spent)
+        out.pop("capture")
+        self._log_run(run, at_step, spent, "training ended: too late")
+        self._run = None
+        return out
+
+    # -- records --------------------------------------------------------------------------
+    def describe(self, run: Dict, at_step: int, spent: float) -> Dict:
+        """What the slow stretch shows (the sidecar's ``window.trigger``, records.py)."""
+        times = sorted(run["times"])
+        observed = percentile(times, 0.5)
+        return {"kind": "slowdown", "detected_at_step": at_step, "detected_unix_ns": time.time_ns(),
+                "slow_steps": [run["first"], run["last"]], "slow_step_count": len(times),
+                "slow_for_s": round(spent, 3), "observed_p50_ms": _ms(observed),
+                "baseline_p50_ms": _ms(self.p50), "baseline_p90_ms": _ms(self.p90),
+                "baseline_mean_ms": _ms(self.mean), "observed_mean_ms": _ms(trimmed_mean(times)),
+                "baseline_steps": len(self._ring), "threshold_ms": _ms(self._slow_at),
+                "slower_by": round(trimmed_mean(times) / self.mean, 3) if self.mean else None,
+                "held_by": run["held_by"], "confirmed_at_step": run["confirmed_at"],
+                "capture": self.captures, "thresholds": self.trigger.to_dict()}
+
+    def _log_run(self, run: Dict, at_step: int, spent: float, outcome: str) -> None:
+        times = sorted(run["times"])
+        self._add_log({"event": "run", "direction": "slower" if run["slow"] else "faster",
+                       "first_step": run["first"], "last_step": run["last"], "steps": len(times),
+                       "seconds": round(spent, 3), "observed_p50_ms": _ms(_median(times)),
+                       "observed_mean_ms": _ms(trimmed_mean(times)), "baseline_p50_ms": _ms(self.p50),
+                       "baseline_mean_ms": _ms(self.mean), "confirmed_at_step": run["confirmed_at"],
+                       "held_by": run["held_by"], "outcome": outcome, "at_step": at_step})
+
+    def _add_log(self, entry: Dict) -> None:
+        entry["t_unix_ns"] = time.time_ns()
+        log = self.log
+        log.append(entry)
+        if len(log) > MAX_LOG:
+            del log[MAX_LOG // 4]  # keep the first entries (arming) and the latest
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return round(1e3 * seconds, 4) if seconds is not None and seconds != _INF else None

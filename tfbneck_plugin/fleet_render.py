@@ -1,0 +1,127 @@
+"""Renderings of the fleet report (:func:`tfbneck_plugin.fleet_report.build`): JSON (the whole
+dict), a terminal table, Markdown, and CSV (one row per run, ranked). No TensorFlow here."""
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+from typing import Dict, List
+
+from .analysis.breakdown import CATEGORIES
+
+#: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
+TOP_RUNS = 20
+#: Columns of the CSV: one row per run, in rank order.
+CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "speedup",
+               "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known", "recoverable_ms",
+               "recoverable_hours", "fix_first", "window_kind", "window_trigger", "session", "session_time",
+               "sessions", "errors", "path"]
+
+
+def fmt_duration(ms) -> str:
+    """``ms`` in the unit that reads best: ms, s, min or h."""
+    if not isinstance(ms, (int, float)):
+        return "?"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.2f} h"
+
+
+def iso_time(t) -> str:
+    """Unix seconds as local ``YYYY-MM-DDTHH:MM:SS``, "" when unknown."""
+    return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else ""
+
+
+def run_row(rank: int, r: Dict) -> Dict:
+    """One run as a flat row of :data:`CSV_COLUMNS`."""
+    w = r.get("window") or {}
+    rec = r.get("recoverable_ms") or 0.0
+    row = {k: r.get(k) for k in CSV_COLUMNS if k in r}
+    row.update(rank=rank, recoverable_ms=round(rec, 3), recoverable_hours=round(rec / 3.6e6, 6),
+               window_kind=w.get("kind"), window_trigger=w.get("trigger"), session_time=iso_time(r.get("session_time")))
+    return {k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS}
+
+
+def to_json(fleet: Dict) -> str:
+    return json.dumps(fleet, indent=2)
+
+
+def to_csv(fleet: Dict) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for i, r in enumerate(fleet["runs"], 1):
+        w.writerow(run_row(i, r))
+    return buf.getvalue()
+
+
+def _headline(f: Dict) -> str:
+    err = f["errors"]
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(err["by_kind"].items()))
+    skipped = f["skipped_windows"]
+    return (f"{f['sessions']} sessions in {f['runs_total']} runs; {err['sessions']} without a report"
+            + (f" ({kinds})" if kinds else "") + f"; skipped windows: {skipped['sessions']} sessions, "
+            f"{skipped['in_trend_files']} in trend files")
+
+
+def _table(header: List[str], rows: List[List], md: bool) -> List[str]:
+    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    if md:
+        esc = [[c.replace("|", "\\|") for c in r] for r in cells]
+        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in esc]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    line = lambda r: "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()  # noqa: E731
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in cells]
+
+
+def _sections(f: Dict, md: bool) -> List[str]:
+    title = (lambda t: f"\n## {t}\n") if md else (lambda t: f"\n{t}")
+    hours = f["accelerator_hours"]
+    out = [title(f"Where the time goes (share of the profiled steps; accelerator-hours over the "
+                 f"{hours['runs_with_length']} of {hours['runs']} runs whose length a trend file gives)")]
+    cats = sorted(CATEGORIES, key=lambda c: -f["categories_pct"].get(c, 0.0))
+    out += _table(["category", "share", "accel_hours"],
+                  [[c, f"{f['categories_pct'].get(c, 0.0):.1f}%", f"{hours['by_category'].get(c, 0.0):.3f}"]
+                   for c in cats], md)
+    out.append(title("Verdicts (sessions / runs, a run by its latest session)"))
+    out += _table(["bottleneck/cause", "sessions", "runs"],
+                  [[k, v["sessions"], v["runs"]] for k, v in f["by_cause"].items()], md)
+    out.append(title("Groups"))
+    out += _table(["group", "runs", "sessions", "errors", "recoverable", "input", "device_compute", "host_compute"],
+                  [[g["group"], g["runs"], g["sessions"], g["errors"], fmt_duration(g["recoverable_ms"])]
+                   + [f"{g['categories_pct'].get(c, 0.0):.1f}%" for c in ("input", "device_compute", "host_compute")]
+                   for g in f["groups"]], md)
+    out.append(title(f"Fix these first (runs ranked by recoverable time; top {min(TOP_RUNS, len(f['runs']))} "
+                     f"of {len(f['runs'])})"))
+    out += _table(["#", "run", "verdict", "fix", "speedup", "recoverable", "batches", "length"],
+                  [[i, r["run"], f"{r['bottleneck']}/{r['cause'] or ''}", r["fix"] or "-",
+                    f"{r['speedup']:.2f}x" if isinstance(r.get("speedup"), (int, float)) else "-",
+                    fmt_duration(r["recoverable_ms"]), r["batches"] if r["batches"] is not None else "-",
+                    "run" if r["length_known"] else "profiled"]
+                   for i, r in enumerate(f["runs"][:TOP_RUNS], 1)], md)
+    out.append(title("Trend (sessions per day)"))
+    out += _table(["date", "sessions", "errors", "input", "device_compute", "host_compute"],
+                  [[d["date"], d["sessions"], d["errors"]]
+                   + [f"{d['categories_pct'].get(c, 0.0):.1f}%" for c in ("input", "device_compute", "host_compute")]
+                   for d in f["trend"]], md)
+    notes = f["basis"] + [f"warning: {p}" for p in f["problems"]]
+    if notes:
+        out.append(title("Notes"))
+        out += [("- " if md else "  ") + n for n in notes]
+    return out
+
+
+def to_table(fleet: Dict) -> str:
+    return "\n".join([f"tfbneck fleet: {_headline(fleet)}"] + _sections(fleet, md=False)) + "\n"
+
+
+def to_markdown(fleet: Dict) -> str:
+    return "\n".join(["# tfbneck fleet", "", _headline(fleet)] + _sections(fleet, md=True)) + "\n"
+
+
+RENDERERS = {"json": to_json, "csv": to_csv, "table": to_table, "markdown": to_markdown}

@@ -1,0 +1,90 @@
+"""``compare`` at op level: which ops' (and which layer scopes') time per batch changed most
+between two session reports, in ms and %, each with the per-step significance test the
+step-time comparison uses (:func:`.comparison.significance`, Mann-Whitney U over the steps).
+
+Reads each side's ``top_ops`` rows: their ``self_ms_steps`` (self ms in each steady step),
+divided by the batches per step; a layer scope's or op type's time is that of its ops among
+those rows. An op kept in one side's ``top_ops`` only (below the other side's cut) counts 0 ms
+there and is flagged ``only_in``.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+#: Rows of each list in the comparison.
+LIMIT = 10
+
+
+def _per_batch(report: Dict) -> int:
+    return max(int((report.get("steps") or {}).get("batches_per_step") or 1), 1)
+
+
+def _series(report: Dict, key) -> Dict[Tuple[str, str], np.ndarray]:
+    """(where, name) -> self ms per batch in each steady step, summed over the rows ``key`` maps to it."""
+    out: Dict[Tuple[str, str], np.ndarray] = {}
+    bps = _per_batch(report)
+    for r in report.get("top_ops") or []:
+        k = key(r)
+        steps = np.asarray(r.get("self_ms_steps") or [], dtype=np.float64) / bps
+        if k is None or not len(steps):
+            continue
+        out[k] = out[k] + steps if k in out and len(out[k]) == len(steps) else steps
+    return out
+
+
+def _changes(before: Dict, after: Dict, label: str, significance) -> List[Dict]:
+    rows = []
+    for k in set(before) | set(after):
+        b, a = before.get(k), after.get(k)
+        mb = float(b.mean()) if b is not None else 0.0
+        ma = float(a.mean()) if a is not None else 0.0
+        row = {"where": k[0], label: k[1], "baseline_ms": round(mb, 3), "candidate_ms": round(ma, 3),
+               "change_ms": round(ma - mb, 3), "change_pct": round(100.0 * (ma - mb) / mb, 1) if mb > 0 else None,
+               "p_value": round(significance(b, a), 6) if b is not None and a is not None else None}
+        if b is None or a is None:
+            row["only_in"] = "candidate" if b is None else "baseline"
+        rows.append(row)
+    rows.sort(key=lambda r: -abs(r["change_ms"]))
+    return rows[:LIMIT]
+
+
+def op_changes(baseline: Dict, candidate: Dict, significance) -> Dict[str, List[Dict]]:
+    """``{"ops": [...], "scopes": [...], "types": [...]}``: the ops, layer scopes and op types
+    whose self time per batch changed most (``baseline_ms``, ``candidate_ms``, ``change_ms``, ``change_pct``,
+    ``p_value``), largest absolute change first. ``significance(a, b) -> p``."""
+    def op(r):
+        return (r["where"], r["name"])
+
+    def scope(r):
+        return (r["where"], r["scope"]) if r.get("scope") else None
+
+    def kind(r):
+        return (r["where"], r["type"])
+
+    return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance),
+            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance),
+            # Op types match where names do not (Keras 3 and tf-keras name the same layers differently).
+            "types": _changes(_series(baseline, kind), _series(candidate, kind), "type", significance)}
+
+
+def _line(r: Dict, label: str) -> str:
+    pct = f", {r['change_pct']:+.1f} %" if r.get("change_pct") is not None else ""
+    p = f", p = {r['p_value']:.4g}" if r.get("p_value") is not None else ""
+    only = f" (in the {r['only_in']}'s top ops only)" if r.get("only_in") else ""
+    return (f"{r['where']} {r[label]}: {r['baseline_ms']:.3f} -> {r['candidate_ms']:.3f} ms per batch "
+            f"({r['change_ms']:+.3f} ms{pct}{p}){only}")
+
+
+def text_lines(changes: Optional[Dict], limit: int = 5) -> List[str]:
+    """The op-level part of the comparison, as lines of text."""
+    if not changes or not (changes.get("ops") or changes.get("scopes")):
+        return []
+    out = ["  ops that changed most (self time per batch):"]
+    out += [f"    {_line(r, 'name')}" for r in changes["ops"][:limit]]
+    for key, title in (("scopes", "layer scopes"), ("types", "op types")):
+        if changes.get(key):
+            out.append(f"  {title} that changed most:")
+            out += [f"    {_line(r, key[:-1])}" for r in changes[key][:limit]]
+    return out

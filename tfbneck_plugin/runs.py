@@ -1,0 +1,181 @@
+"""What a run's step-time trend files say about the whole run, for offline analysis: how
+long it trained (batches and time), and which window (kind, trigger) each profiling session
+was. The files are those ``BottleneckProfiler`` writes (``<run>/plugins/bottleneck/
+steptimes_*.json``, format in :mod:`tfbneck_plugin.records`). No TensorFlow here; nothing
+is written.
+
+A run's length, from each trend file (one per training process that used the run's folder):
+batches = the last point's ``step`` (the last batch of its period, 1-based); time = batches
+/ ``steps_per_execution`` x the mean time per execution over the file's points (weighted by
+each point's ``n``, the steps it timed). The file keeps at most 4,000 points, thinning old
+ones, so the count comes from the last batch number, not from adding up points. A run's
+length is the sum over its files.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .logdir import Session, is_remote, open_any, session_folder_time
+from .records import STEP_TIMES_DIR, SidecarError, read_step_times
+from .schema import SessionDict
+
+_PREFIX, _SUFFIX = "steptimes_", ".json"
+
+
+def run_dir_of(session: Session) -> str:
+    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL)."""
+    if is_remote(session.path):
+        return session.path.rstrip("/").rsplit("/", 3)[0]
+    parts = session.path.rstrip(os.sep).rsplit(os.sep, 3)  # string work: called for every session of a fleet
+    return parts[0] if len(parts) == 4 else ""
+
+
+def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int, float]]:
+    """``(path, size in bytes, modification time)`` of the run's trend files (or, with
+    ``prefix="system_"``, its system records), newest name first (names start with the
+    job's start time). Raises OSError when listing fails."""
+    if is_remote(run_dir):
+        from . import remote
+        fs, root = remote.filesystem(run_dir)
+        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + _SUFFIX
+        scheme = run_dir.split("://", 1)[0]
+        out = []
+        for p in fs.glob(pattern):
+            info = fs.info(p)
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("updated") or 0
+            out.append((f"{scheme}://{p}", int(info.get("size") or 0), hash(str(stamp))))
+        return sorted(out, key=lambda x: x[0].rsplit("/", 1)[-1], reverse=True)
+    folder = os.path.join(run_dir, STEP_TIMES_DIR)
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for n in names:
+        if n.startswith(prefix) and n.endswith(_SUFFIX):
+            st = os.stat(os.path.join(folder, n))
+            out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
+    return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)
+
+
+#: The folder-name time of a session (logdir.session_folder_time), memoized: a fleet asks it
+#: for every session, and many share a name prefix.
+_named_time = functools.lru_cache(maxsize=65536)(session_folder_time)
+
+
+def session_time(s: Session) -> float:
+    """When the session was recorded (unix seconds): the time its folder is named after
+    (local time, as the profiler names it), else its newest trace file's modification
+    time, else 0."""
+    named = _named_time(s.name[:19])  # the time part of the name
+    if named is not None:
+        return named
+    newest = 0.0
+    for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped,) if x]:
+        if not is_remote(p):
+            try:
+                newest = max(newest, os.stat(p).st_mtime)
+            except (OSError, ValueError):
+                pass
+    return newest
+
+
+@dataclass
+class RunContext:
+    """What a run's trend files say.
+
+    Attributes:
+      batches: batches trained (sum over the run's trend files), None without a point.
+      time_ms: time those batches took (ms), None without a point.
+      windows: ``{session folder name: window}`` (the trend file's window dicts).
+      skipped_windows: windows the files record as ``skipped``.
+      files: trend files read; problems: one line per file that could not be read.
+    """
+    batches: Optional[int] = None
+    time_ms: Optional[float] = None
+    windows: Dict[str, Dict] = field(default_factory=dict)
+    skipped_windows: int = 0
+    files: int = 0
+    problems: List[str] = field(default_factory=list)
+
+    @property
+    def length_known(self) -> bool:
+        return self.batches is not None and self.time_ms is not None
+
+
+def file_length(data: Dict) -> Optional[Tuple[int, float]]:
+    """(batches, time in ms) one trend file records, None when it has no timed point."""
+    points = [p for p in data.get("points") or []
+              if isinstance(p.get("step"), int) and isinstance(p.get("mean_ms"), (int, float))]
+    weight = sum(int(p.get("n") or 0) for p in points)
+    if not points or weight <= 0:
+        return None
+    spe = data.get("steps_per_execution")
+    spe = spe if isinstance(spe, int) and not isinstance(spe, bool) and spe > 0 else 1
+    mean_per_execution = sum(float(p["mean_ms"]) * int(p.get("n") or 0) for p in points) / weight
+    batches = max(p["step"] for p in points)
+    return batches, batches / spe * mean_per_execution
+
+
+def read_run(run_dir: str) -> RunContext:
+    """The :class:`RunContext` of a run's folder. Never raises: unreadable files are listed
+    in ``problems``."""
+    ctx = RunContext()
+    try:
+        files = list_trend_files(run_dir)
+    except Exception as err:  # noqa: BLE001 - one unlistable run must not stop a fleet
+        ctx.problems.append(f"{run_dir}: trend files cannot be listed ({type(err).__name__})")
+        return ctx
+    for path, _size, _mtime in files:
+        try:
+            data = read_step_times(path, open_any)
+        except SidecarError as err:
+            ctx.problems.append(str(err))
+            continue
+        ctx.files += 1
+        length = file_length(data)
+        if length is not None:
+            ctx.batches = (ctx.batches or 0) + length[0]
+            ctx.time_ms = (ctx.time_ms or 0.0) + length[1]
+        for w in data.get("windows") or []:
+            if w.get("status") == "skipped":
+                ctx.skipped_windows += 1
+            if isinstance(w.get("session"), str):
+                ctx.windows.setdefault(w["session"], w)
+    return ctx
+
+
+def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
+    """``{"index", "kind", "trigger", "steps"}`` of the window that recorded a session
+    (``trigger``: the trigger's ``kind``, e.g. ``slowdown``, or None for a scheduled
+    window), None when no trend file names the session."""
+    w = ctx.windows.get(session_name) if ctx else None
+    if w is None:
+        return None
+    trig = w.get("trigger")
+    return {"index": w.get("index"), "kind": w.get("kind") or "scheduled",
+            "trigger": trig.get("kind") if isinstance(trig, dict) else None, "steps": w.get("steps")}
+
+
+def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
+    """Add to each report what its run's trend files say (in place): ``session_time``
+    (unix s, None when unknown), ``window`` (:func:`window_of`, when a trend file names the
+    session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known).
+    ``reports[i]`` is the report of ``sessions[i]``. Never raises."""
+    contexts: Dict[str, RunContext] = {}
+    for report, s in zip(reports, sessions):
+        if s.incomplete:
+            continue
+        d = run_dir_of(s)
+        ctx = contexts.get(d)
+        if ctx is None:
+            ctx = contexts[d] = read_run(d)
+        report["session_time"] = session_time(s) or None
+        w = window_of(ctx, s.name)
+        if w is not None:
+            report["window"] = w
+        if ctx.batches is not None and ctx.time_ms is not None:
+            report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
