@@ -229,6 +229,8 @@ class SessionDict(TypedDict, total=False):
     sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[Dict[str, float]]
+    interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
+    #                                           steps_recorded, markers_recorded, exception, detected
     top_ops: List[TopOp]                      # costliest ops per place, costliest first
     op_summary: OpSummary
     trace_viewer: Dict[str, str]
