@@ -225,7 +225,9 @@ def pair_rows(logdir: str = HERE):
     rows = []
     for fix, pair in pairs.items():
         before, after = reports[pair["before"]], reports[pair["after"]]
-        rec = next(r for r in before["recommendations"] if r["fix"] == fix)
+        rec = next((r for r in before["recommendations"] if r["fix"] == fix), None)
+        if rec is None or not rec.get("predicted"):
+            raise SystemExit(f"{pair['before']}: no prediction for `{fix}` (not recommended, or no model)")
         pred, measured = rec["predicted"], after["steps"]["time_per_batch_ms"]
         rows.append((fix, pair["before"], pair["after"], before["steps"]["time_per_batch_ms"],
                      pred["time_per_batch_ms"], pred["range_ms"], measured,

@@ -561,7 +561,9 @@ def test_single_threaded_python_input_is_cpu_bound(job):
 @pytest.mark.tf
 def test_exception_inside_a_window_then_next_fit_saves_complete_steps(job):
     r = job("robustness")
-    assert r["boom_raised"] and r["profiler_running_after_exception"]
+    # The owner watch (capture/interrupts.py) or the next fit closes the window, whichever comes
+    # first: the profiler may or may not still run right after the exception.
+    assert r["boom_raised"]
     (w,) = r["interrupted"]
     # Step 4 was cut by the exception: only the complete step 3 is in the trace.
     assert w["closed_by"] == "interrupted" and w["markers"] == [[3, 3]]

@@ -130,6 +130,15 @@ def check_recommendations(tab: Tab, report: dict):
     codes = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
                                ".map(r => { const c = r.querySelector('pre code'); return c ? c.textContent : null; })")
     assert codes == [r.get("code") or None for r in recs]
+    # Each card shows the fix's worth (issue 23, point 5), as tfbneck_plugin/schema.py words it.
+    from tfbneck_plugin.schema import worth
+    now = (report.get("steps") or {}).get("time_per_batch_ms")
+    shown = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
+                               ".map(r => { const w = r.querySelector('.tfb-rec-worth'); return w ? w.textContent : ''; })")
+    assert shown == [worth(r, now) for r in recs]
+    whys = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
+                              ".map(r => { const w = r.querySelector('.tfb-rec-why'); return w ? w.textContent : ''; })")
+    assert whys == ["Why here: " + r["why_here"].replace("`", "") if r.get("why_here") else "" for r in recs]
 
 
 def check_trace_link(tab: Tab, report: dict, kind: str = "session"):

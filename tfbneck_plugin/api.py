@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from . import batch, notebook
 from .logdir import DiscoveryError
 from .report import CSV_COLUMNS, build_report, csv_row, to_table
-from .schema import step_time_ms
+from .schema import first_fix, step_time_ms
 from .version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -82,6 +82,16 @@ class SessionReport(dict):
         return notebook.session_html(self)
 
 
+#: The DataFrame's columns about the fix to make first (see :meth:`Report.to_dataframe`).
+FIX_FIRST_COLUMNS = ["fix_first_predicted_ms", "fix_first_range_ms"]
+
+
+def _fix_first_columns(s: Dict) -> Dict:
+    fix = first_fix(s) or {}
+    p = fix.get("predicted") or {}
+    return {"fix_first_predicted_ms": p.get("time_per_batch_ms"), "fix_first_range_ms": p.get("range_ms")}
+
+
 class Report:
     """The reports of one ``analyze`` call: one :class:`SessionReport` per session found.
 
@@ -143,7 +153,9 @@ class Report:
           categories (% of step time), then :data:`tfbneck_plugin.report.EXTRA_COLUMNS`:
           ``fix_first``, ``fix_speedup`` (its predicted speedup), ``time_per_batch_ms``,
           ``window_kind``, ``window_trigger`` (from the run's trend file), ``path`` and
-          ``session_time`` (local ISO time). Missing values are None/NaN.
+          ``session_time`` (local ISO time), then the rest of the first fix's worth:
+          ``fix_first_predicted_ms`` (predicted time per batch, ms) and ``fix_first_range_ms``
+          ([low, high] ms). Missing values are None/NaN.
         Raises:
           ImportError: pandas is not installed (one line saying how to install it).
         """
@@ -152,8 +164,9 @@ class Report:
         except ImportError:
             raise ImportError("Report.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
                               "(or pip install pandas)") from None
-        rows = [{k: (None if v == "" else v) for k, v in csv_row(s).items()} for s in self.sessions]
-        return pd.DataFrame(rows, columns=CSV_COLUMNS)
+        rows = [{k: (None if v == "" else v) for k, v in dict(csv_row(s), **_fix_first_columns(s)).items()}
+                for s in self.sessions]
+        return pd.DataFrame(rows, columns=CSV_COLUMNS + FIX_FIRST_COLUMNS)
 
     def __repr__(self) -> str:
         if not self.sessions:

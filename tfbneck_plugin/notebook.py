@@ -21,6 +21,7 @@ import html
 import math
 from typing import Dict, Iterable, List, Optional
 
+from . import schema
 from .notebook_ops import ops_section
 from .schema import step_time_ms
 
@@ -391,16 +392,21 @@ def stages_section(s: Dict) -> str:
 
 
 def recommendations_section(s: Dict) -> str:
-    """The first :data:`MAX_RECOMMENDATIONS` recommendations: title, detail, code snippet."""
+    """The first :data:`MAX_RECOMMENDATIONS` recommendations: title, worth (predicted time per
+    batch, speedup, range; or the best case), why here, detail, code snippet."""
     recs = s.get("recommendations") or []
     out = ['<section class="tfb-card tfb-recs"><div class="tfb-h">What to change</div>']
     if not recs:
         out.append('<p class="tfb-muted">No change to recommend from this trace.</p></section>')
         return "".join(out)
     out.append('<ol class="tfb-rec-list">')
+    now = (s.get("steps") or {}).get("time_per_batch_ms")
     for r in recs[:MAX_RECOMMENDATIONS]:
         code = f'<pre><code>{_e(r.get("code"))}</code></pre>' if r.get("code") else ""
-        out.append(f'<li class="tfb-rec"><strong>{_rich(r.get("title"))}</strong>'
+        worth = schema.worth(r, now)
+        worth_html = f'<div class="tfb-worth">{_e(worth)}</div>' if worth else ""
+        why = f'<div class="tfb-why"><em>Why here:</em> {_rich(r.get("why_here"))}</div>' if r.get("why_here") else ""
+        out.append(f'<li class="tfb-rec"><strong>{_rich(r.get("title"))}</strong>{worth_html}{why}'
                    f'<div>{_rich(r.get("detail"))}</div>{code}</li>')
     out.append("</ol>")
     if len(recs) > MAX_RECOMMENDATIONS:

@@ -20,6 +20,7 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
 
     {"format": "tfbneck.system_metrics", "version": 1,
      "host": str, "pid": int, "cpu_count": int, "interval_s": float,
+     "cpu_affinity": int | null,          # added later: cores the process may run on (sched_getaffinity)
      "start_unix_ns": int, "end_unix_ns": int,
      "samples": [{"t_unix_ns": int,
                   "cpu_pct": [float per core, 0-100],   # psutil.cpu_percent(percpu=True)
@@ -57,7 +58,12 @@ top-level keys; readers ignore the ones they do not know. ``BottleneckProfiler``
                "closed_by": str,                  # "completed", "training_ended", "closed", ...
                # Added later (absent from older sidecars):
                "kind": "scheduled" | "triggered", # triggered: opened by on_slowdown
-               "trigger": null | {...}}           # why a triggered window opened (below)
+               "trigger": null | {...},           # why a triggered window opened (below)
+               "interrupted": null | {            # closed_by "interrupted": training left the
+                   "steps_recorded": int,         #   window with an exception; complete steps
+                   "markers_recorded": int,       #   (batches, markers) kept in the trace
+                   "exception": str | null,       #   its type name, when the callback saw it
+                   "detected": str}}              #   how the callback saw it
 
 ``trigger`` (``capture/steptime.py``; step times are between consecutive step beginnings,
 ms per step, per execution when ``steps_per_execution`` > 1)::
@@ -219,6 +225,24 @@ def read_sidecar(path: str, opener=open) -> Dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("samples"), list):
         raise SidecarError(f"{path}: not a tfbneck system-metrics file")
     return data
+
+
+def interrupted_window(sidecar: Dict) -> Optional[Dict]:
+    """The ``window.interrupted`` record of a sidecar (format above), or None: absent, not
+    a window closed as interrupted, or malformed (older sidecars lack it)."""
+    window = sidecar.get("window")
+    if not isinstance(window, dict) or window.get("closed_by") != "interrupted":
+        return None
+    rec = window.get("interrupted")
+    if not isinstance(rec, dict):  # an older callback: interrupted, counts unknown
+        markers = window.get("markers")
+        return {"steps_recorded": None, "markers_recorded": len(markers) if isinstance(markers, list) else 0,
+                "exception": None, "detected": None}
+    steps = rec.get("steps_recorded")
+    return {"steps_recorded": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+            "markers_recorded": rec.get("markers_recorded") if isinstance(rec.get("markers_recorded"), int) else None,
+            "exception": rec.get("exception") if isinstance(rec.get("exception"), str) else None,
+            "detected": rec.get("detected") if isinstance(rec.get("detected"), str) else None}
 
 
 @dataclass

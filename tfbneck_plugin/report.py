@@ -115,7 +115,10 @@ def to_table(report: Mapping[str, Any]) -> str:
         lines.extend(worker_lines(s))
         fix = schema.first_fix(s)
         if fix:
-            lines.append(f"  fix first: {fix['title']}")
+            worth = schema.worth(fix, (s.get("steps") or {}).get("time_per_batch_ms"))
+            lines.append(f"  fix first: {fix['title']}" + (f" — {worth}" if worth else ""))
+            if fix.get("why_here"):
+                lines.append(f"    why here: {fix['why_here']}")
         lines.append("")
     return "\n".join(lines)
 
@@ -162,8 +165,12 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         out.append(f"**{s.get('bottleneck')}** ({s.get('cause')}, confidence {s.get('confidence')})\n")
         out.extend(f"- {e}" for e in s.get("evidence", []))
         out.extend(_worker_table(s))
+        now = (s.get("steps") or {}).get("time_per_batch_ms")
         for r in s.get("recommendations") or []:
-            out.append(f"\n**{r['title']}**: {r['detail']}")
+            worth = schema.worth(r, now)
+            out.append(f"\n**{r['title']}**" + (f" — {worth}" if worth else "") + f": {r['detail']}")
+            if r.get("why_here"):
+                out.append(f"\n*Why here:* {r['why_here']}")
             if r.get("code"):
                 out.append(f"\n```python\n{r['code']}\n```")
         out.append("")

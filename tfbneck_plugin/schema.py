@@ -66,6 +66,8 @@ class Recommendation(TypedDict, total=False):
     code: Optional[str]
     predicted: Optional[Predicted]
     predicted_why_not: str
+    bound_ms: float                   # no model: the best time per batch (ms), the share it acts on removed
+    why_here: str                     # one sentence with this run's numbers: why the change fits it
 
 
 class InputPipeline(TypedDict, total=False):
@@ -230,6 +232,8 @@ class SessionDict(TypedDict, total=False):
     sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[Dict[str, float]]
+    interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
+    #                                           steps_recorded, markers_recorded, exception, detected
     top_ops: List[TopOp]                      # costliest ops per place, costliest first
     op_summary: OpSummary
     trace_viewer: Dict[str, str]
@@ -267,6 +271,21 @@ def first_fix(report: Report) -> Optional[Recommendation]:
     """The recommendation to make first (the verdict's "fix first"), or None."""
     recs = report.get("recommendations") or []
     return recs[0] if recs else None
+
+
+def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
+    """A recommendation's worth in words: its predicted time per batch, speedup and range,
+    or (no model) its best case from the share of the step it acts on, or ""."""
+    p = rec.get("predicted")
+    if p:
+        low, high = p["range_ms"]
+        gain = (f"{p['speedup']:.2f}x" if p["speedup"] >= 1.005 else
+                "no faster" if p["speedup"] > 0.995 else f"{p['speedup']:.2f}x, slower")
+        return f"predicted {p['time_per_batch_ms']:.2f} ms per batch ({gain}; range {low:.2f}-{high:.2f} ms)"
+    bound = rec.get("bound_ms")
+    if bound and now_ms:
+        return f"at best {bound:.2f} ms per batch (up to {now_ms / bound:.1f}x; no model)"
+    return ""
 
 
 def top_ops(report: SessionDict, where: Optional[str] = None) -> List[TopOp]:

@@ -314,6 +314,19 @@ function systemSection(report) {
   return section;
 }
 
+/** A recommendation's worth in words, as tfbneck_plugin/schema.py's worth(): the predicted
+ * time per batch, speedup and range, or (no model) the best case; "" when neither. */
+function worthText(r, nowMs) {
+  const p = r.predicted;
+  if (p) {
+    const [low, high] = p.range_ms;
+    const gain = p.speedup >= 1.005 ? `${p.speedup.toFixed(2)}x` : p.speedup > 0.995 ? "no faster" : `${p.speedup.toFixed(2)}x, slower`;
+    return `predicted ${p.time_per_batch_ms.toFixed(2)} ms per batch (${gain}; range ${low.toFixed(2)}-${high.toFixed(2)} ms)`;
+  }
+  if (r.bound_ms && nowMs) return `at best ${r.bound_ms.toFixed(2)} ms per batch (up to ${(nowMs / r.bound_ms).toFixed(1)}x; no model)`;
+  return "";
+}
+
 function recommendationsSection(report) {
   if (report.status !== "ok") return null;
   const recs = report.recommendations || [];
@@ -322,10 +335,14 @@ function recommendationsSection(report) {
     section.append(h("p", { class: "tfb-muted", text: "No change to recommend from this trace." }));
     return section;
   }
+  const nowMs = (report.steps || {}).time_per_batch_ms;
   section.append(h("ol", { class: "tfb-rec-list" }, recs.map((r, i) => {
     const li = h("li", { class: "tfb-rec" },
-      h("div", { class: "tfb-rec-title" }, h("span", { class: "tfb-rec-num", text: String(i + 1) }), h("strong", { text: r.title || "" })),
-      h("p", { class: "tfb-rec-detail" }, richText(r.detail || "")));
+      h("div", { class: "tfb-rec-title" }, h("span", { class: "tfb-rec-num", text: String(i + 1) }), h("strong", { text: r.title || "" })));
+    const worth = worthText(r, nowMs);
+    if (worth) li.append(h("p", { class: "tfb-rec-worth", title: (r.predicted || {}).basis || r.predicted_why_not || "", text: worth }));
+    if (r.why_here) li.append(h("p", { class: "tfb-rec-why" }, h("em", { text: "Why here: " }), richText(r.why_here)));
+    li.append(h("p", { class: "tfb-rec-detail" }, richText(r.detail || "")));
     if (r.code) {
       const status = h("span", { class: "tfb-copy-status", role: "status" });
       const button = h("button", {

@@ -61,6 +61,7 @@ class StepTiming:
     eager_ops: float = 0.0            # eager op kernels run per step (outside input waits)
     eager_kernel_ms: float = 0.0      # their time per step
     eager_op_floor_us: float = 0.0    # the fixed cost of one eager kernel run (low percentile of their durations)
+    model_cpu_ms: Optional[float] = None  # core-ms per step of the training function's executor work on host threads
 
     @property
     def time_per_batch_ms(self) -> float:
@@ -116,6 +117,7 @@ class Findings:
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
     ops: Optional[Dict] = None        # the report's op_summary (analysis.op_report): the advice names the ops
     own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
+    xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

@@ -219,7 +219,7 @@ class HostAnalysis:
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
             timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity),
-            ops=op_report.op_summary(self.ops))
+            ops=op_report.op_summary(self.ops), xla=whatif.runs_xla(self.view))
 
     @cached_property
     def device_kind(self) -> str:

@@ -19,7 +19,7 @@ from .findings import Findings
 from .op_advice import name_ops
 from .placement import PLUGGABLE_HOST_ALLOCATOR
 from .verdict import Verdict, confidence, first_verdict
-from .whatif import rank
+from .fit_to_run import fit
 
 #: Input share (%) above which a step is input-bound. XProf uses the same two levels,
 #: "HIGHLY input-bound" above 20 % and "MODERATELY" above 5 %
@@ -388,7 +388,8 @@ def decide(f: Findings) -> Verdict:
     assert CAUSES[v.cause].bottleneck == v.bottleneck, (v.cause, v.bottleneck)
     if v.cause == "not_tensorflow":
         return v
-    v.recommendations = cast(List[Recommendation], rank(advice_for(v.cause, f), f))  # `predicted`: largest gain first
+    # What fits this run, with `predicted`, the largest gain first.
+    v.recommendations = cast(List[Recommendation], fit(advice_for(v.cause, f), f))
     blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
     v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
     if f.steps.odd:

@@ -47,7 +47,8 @@ def summarize(data: Dict) -> Optional[Dict]:
 
     Returns:
       None when there are no samples, else a dict:
-        ``samples`` (int), ``cpu_count`` (int), ``sampled_s`` (float, seconds the samples
+        ``samples`` (int), ``cpu_count`` (int), ``usable_cores`` (int: the cores the process may
+        run on, its CPU affinity when recorded, else ``cpu_count``), ``sampled_s`` (float, seconds the samples
         cover; None for old sidecars), ``cpu_mean_pct`` (all cores, %),
         ``busiest_core_mean_pct`` (%), ``saturated_cores_mean`` (cores above
         :data:`SATURATED_CORE_PCT`), ``proc_cpu_cores`` (the training process alone, cores),
@@ -80,6 +81,7 @@ def summarize(data: Dict) -> Optional[Dict]:
     out = {
         "samples": len(samples),
         "cpu_count": data.get("cpu_count"),
+        "usable_cores": _usable_cores(data),
         "sampled_s": round(sum(weights), 4) if timed else None,
         "cpu_mean_pct": mean(_plain_mean(s["cpu_pct"]) for s in samples),
         "busiest_core_mean_pct": mean(max(s["cpu_pct"]) for s in samples),
@@ -99,6 +101,15 @@ def summarize(data: Dict) -> Optional[Dict]:
 #: Keys of the process-tree figures in :func:`summarize` (None for sidecars without them).
 TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "tree_disk_read_MBps",
              "net_recv_external_MBps", "remote_connections", "loopback_connections", "tree_runq_wait_cores")
+
+
+def _usable_cores(data: Dict) -> Optional[int]:
+    """Cores the training process may run on: its CPU affinity (taskset, a cpuset) when the
+    sidecar records it, else every core."""
+    n, affinity = data.get("cpu_count"), data.get("cpu_affinity")
+    if isinstance(affinity, int) and affinity > 0:
+        return min(affinity, n) if isinstance(n, int) and n > 0 else affinity
+    return n if isinstance(n, int) else None
 
 
 def _tree_summary(samples, mean) -> Dict:

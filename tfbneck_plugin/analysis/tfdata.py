@@ -9,13 +9,15 @@ time of iterator events nested inside it. On the consumer thread, an asynchronou
 (prefetch, parallel map, map-and-batch, parallel interleave) shows its waiting time as
 self time: the consumer was blocked on that stage's buffer.
 
-The *blocking stage* is the stage with the most work: its self time plus the CPU time of
-its user function (a map's function runs on executor threads, outside the iterator's own
-events), skipping pure buffers and wrappers (``Root``, ``Model``, ``Prefetch``...) whose
-waiting only passes on the slowness of the stage upstream of them. XProf's tf.data
-bottleneck analysis (xprof: convert/xplane_to_tf_data_stats.cc) ranks iterators by self
-time alone; adding the function time keeps a parallel map whose work runs on other threads
-from looking cheap.
+The *blocking stage* is the stage with the most work, skipping pure buffers and wrappers
+(``Root``, ``Model``, ``Prefetch``...) whose waiting only passes on the slowness of the
+stage upstream of them. A stage's work is one thing counted once: for an asynchronous
+stage (parallel map, ``MapAndBatch``...) the CPU time of its user function, which runs on
+executor threads, since its self time on the consumer thread is waiting for that work; for
+a synchronous stage its self time, which already holds its function when the function runs
+inline (or the function's CPU time when larger). XProf's tf.data bottleneck analysis
+(xprof: convert/xplane_to_tf_data_stats.cc) ranks iterators by self time alone; counting
+the function time keeps a parallel map whose work runs on other threads from looking cheap.
 """
 from __future__ import annotations
 
@@ -49,6 +51,18 @@ FILE_SOURCES = {"TFRecord", "TextLine", "FixedLengthRecord", "SSTable", "ArrayRe
 #: ``Dataset.from_generator`` flat-maps a generator dataset over an id dataset
 #: (tensorflow/python/data/ops/from_generator_op.py): its stage path holds ``FlatMap[i]::Generator``.
 FROM_GENERATOR_PARENT = "FlatMap["
+#: Stages that work on their own threads ahead of the consumer, with a buffer
+#: (core/kernels/data/parallel_map_dataset_op.cc, map_and_batch_dataset_op.cc...).
+#: ``MapAndBatch`` is what tf.data's map_and_batch_fusion makes of ``.map(f).batch(b)``.
+ASYNC = {"ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch", "ParallelInterleave",
+         "ParallelInterleaveV2", "ParallelInterleaveV4", "LegacyParallelInterleaveV2", "ParallelFilter",
+         "Prefetch"}
+#: Stages that run a user function once per input element (a map before ``batch`` runs it
+#: per example; after it, per batch).
+MAPS = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch"}
+#: Stages that cache their input (Dataset.cache: in memory or in files).
+CACHES = {"Cache", "MemoryCache", "MemoryCacheImpl", "CacheImpl", "FileCache", "FileCacheImpl"}
+BATCHES = {"Batch", "BatchV2", "PaddedBatch", "PaddedBatchV2", "ParallelBatch", "MapAndBatch"}
 MAP_LIKE = {"Map", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch", "Batch",
             "PaddedBatch", "Filter", "ParallelFilter", "Unbatch", "Shuffle", "ShuffleAndRepeat"}
 
@@ -69,9 +83,28 @@ class Stage:
     function_ps: int = 0   # CPU time of the stage's user function (map fn) on executor threads
 
     @property
+    def asynchronous(self) -> bool:
+        """The stage produces on its own threads ahead of the consumer (:data:`ASYNC`)."""
+        return self.kind in ASYNC
+
+    @property
     def work_ps(self) -> int:
-        """Self time plus the function's CPU time (ps): what ranks the blocking stage."""
-        return self.self_ps + self.function_ps
+        """The stage's own work (ps), counted once: an asynchronous stage's function CPU time
+        (its self time is the consumer waiting for that work), else the larger of its self
+        time and its function's CPU time. What ranks the blocking stage."""
+        if self.asynchronous and self.function_ps:
+            return self.function_ps
+        return max(self.self_ps, self.function_ps)
+
+    @property
+    def threads(self) -> int:
+        """Elements it works on at once: its ``parallelism`` stat for an asynchronous stage
+        (at least 1), 1 for a synchronous one."""
+        try:
+            par = int(str(self.parallelism))
+        except ValueError:  # None, or a stat that is not a number
+            par = 1
+        return max(par, 1) if self.asynchronous else 1
 
     @property
     def category(self) -> str:
@@ -102,6 +135,25 @@ class Pipeline:
     has_prefetch: bool
     uses_py_function: bool
     links: Optional["FunctionLinks"] = None   # which stage's function each FunctionRun ran
+
+    @property
+    def has_cache(self) -> bool:
+        """A ``cache()`` stage is in the pipeline."""
+        return any(st.kind in CACHES for st in self.stages)
+
+    @property
+    def map_per_element(self) -> Optional[Stage]:
+        """The map stage with the most work when it runs once per element: a ``MapAndBatch``
+        (fused ``.map(f).batch(b)``), or a map that a batch stage consumes (the batch stage's
+        iterator encloses the map's: ``...::BatchV2::Map``). None when the maps run on whole
+        batches (``...::Map::BatchV2``: the pipeline is vectorised) or there is no map."""
+        maps = sorted((st for st in self.stages if st.kind in MAPS), key=lambda st: -st.work_ps)
+        for st in maps:
+            if st.kind == "MapAndBatch":
+                return st
+            if any(st.path.startswith(o.path + "::") for o in self.stages if o.kind in BATCHES):
+                return st
+        return None
 
     @property
     def source(self) -> Optional[str]:

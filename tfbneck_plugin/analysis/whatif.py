@@ -12,20 +12,24 @@ trace. ``predicted``:
     ``speedup``            today's time per batch / the predicted one
     ``basis``              one sentence: the model and its assumptions
 
-The models (times per steady step, ms; T the step, I its input wait, R = T - I the rest):
+The models (per batch, ms; T today's time, I its input wait, R = T - I the rest; cores from
+the sampler, :mod:`.cpu_share`: G those the training process tree gets once it wants more):
 
-``prefetch``            the input pipeline overlaps the step: max(R, P, W/n), where P is the
-                        pipeline's own time per batch (the larger of the input wait and the
-                        work its stages recorded) and W/n the CPU work the training process
-                        did per step (sampled cores x T) spread over the machine's n cores:
-                        on a CPU-only host the pipeline shares cores with the model. (The
-                        range's top: the other processes keep the cores they used.)
-``parallel_map`` / ``pydataset_workers``  the limiting stage runs on k threads or workers
-                        (and, being asynchronous, overlaps the step): P becomes
-                        (P - S) + S/k for the stage's work S per batch.
-``steps_per_execution`` the ops' own time in a step, and a small part of the gaps between
-                        them (the span from first op start to last op end, less the ops'
-                        time), recur per batch; the rest of the median step (Python, Keras,
+``prefetch``            the input pipeline runs beside the rest of the step:
+                        min(T, max(R, P, W/G)). P, the pipeline's wall time per batch: the
+                        input wait when the consumer runs it itself; else its limiting
+                        stage's work per batch over the calls it runs at once (an
+                        asynchronous stage's self time is the wait for that work, never added
+                        to it). W: the CPU work per batch of model and pipeline (the model's
+                        executor work and the limiting stage's, from the trace, at most the
+                        sampled tree's): on a CPU-only host they share the cores.
+``parallel_map``        the same with P = (P - S) + S/n: the limiting stage's work S per
+                        batch on one call per core (AUTOTUNE).
+``pydataset_workers``   the same with P = S1/k': one worker's Python time per batch over the
+                        workers at work at once (all when they wait, at most n when they
+                        compute).
+``steps_per_execution`` the ops' own time in a step, and ``GAP_RECUR`` of the gaps between
+                        them, recur per batch; the rest of the median step (Python, Keras,
                         callbacks, the call and the executor's start-up) is paid once per
                         call of k batches.
 ``tf_function``         eager op by op -> one graph: each op keeps its kernel time less
@@ -33,18 +37,23 @@ The models (times per steady step, ms; T the step, I its input wait, R = T - I t
                         as far as the cores and the graph allow, each op pays an executor's
                         cost instead, and the step one compiled call.
 
-The checks against reality: ``demo_logs/PAIRS.json`` (before/after runs made here, each
-changing one thing) and ``tests/test_whatif.py``.
+A change that overlaps or adds parallelism is never predicted slower than today; every
+range holds its point. A change with no model gets ``bound_ms`` where the share of the step
+it acts on bounds it (:data:`ACTS_ON`). The checks against reality: the validation half of
+``benchmarks/pairs_corpus.py`` (``docs/predictions.md``), the ``demo_logs`` pairs and
+``tests/test_whatif.py``; the constants ``SHARE_GAIN`` and ``GAP_RECUR`` are fit on the
+corpus's fit half only (``benchmarks/fit_whatif.py``).
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..trace import timeline
-from . import breakdown, sysmetrics
+from . import breakdown, cpu_share
 from .findings import Findings, StepTiming
 
 #: Eager kernel runs on the training thread (tensorflow/core/common_runtime/eager/
@@ -67,21 +76,29 @@ COMPILED_CALL_MS = 0.61
 GRAPH_CONCURRENCY = 1.7
 #: Fraction of the gaps between a step's ops (executor hand-offs between threads) that
 #: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
-#: loop does not pay again. Fit here on four pairs of runs like demo_logs' pair_spe1 ->
-#: pair_spe32, made before the committed ones (2-core VM under other jobs' load): from 0 to
-#: 0.1 every prediction was within 25 % (-23 % to +17 % at 0.05); 0.5 gave up to +69 %.
-GAP_RECUR = 0.05
+#: loop does not pay again. Fit by benchmarks/fit_whatif.py on the steps_per_execution
+#: pairs of the corpus's fit half (benchmarks/whatif_fit.json).
+GAP_RECUR = 0.525
 #: steps_per_execution assumed when a recommendation's code names none (advice.py's value).
 DEFAULT_STEPS_PER_EXECUTION = 32
 #: Workers assumed when a PyDataset recommendation's code names none (advice.py's value).
 DEFAULT_WORKERS = 8
-#: Fewest cores a process is assumed to get (guards the division; our choice).
-MIN_FREE_CORES = 0.1
+#: Share of the cores other processes used that the training process tree takes once it
+#: wants more (0: it keeps what it used plus the idle cores; 1: it gets every core it may
+#: run on; see :mod:`.cpu_share`). Fit by benchmarks/fit_whatif.py on the fit half of the
+#: pairs corpus (benchmarks/whatif_fit.json).
+SHARE_GAIN = 0.0
 #: Relative spread given to a model's point value when nothing tighter bounds it (our
 #: choice: the step-to-step spread of the demo runs is about this size).
 MODEL_SPREAD = 0.15
 
 Prediction = Dict[str, object]
+
+
+class CannotHelp(str):
+    """A model's reason why the change cannot help this run because it is already made.
+    Such a recommendation is not made (:func:`rank` leaves it out)."""
+
 Model = Callable[[Dict, Findings], Union[Prediction, str]]
 
 
@@ -118,9 +135,24 @@ def step_timing(steps, parts: Dict[str, np.ndarray], view, activity) -> Optional
         work = timeline.concat([act.device_compute, act.collective, act.host_to_device, act.device_to_host,
                                 act.kernel_launch])
         timing.op_span_ms = _op_span_ms(work, steps)
+        timing.model_cpu_ms = _core_ms(view.model_executor_intervals(), steps)
     else:  # no training function: the ops ran eagerly, one kernel run each
         _eager_kernels(view, steps, timing)
     return timing
+
+
+#: Events of XLA executables on the host (XLA:CPU's ``CpuExecutable::ExecuteAsyncOnStream`` and
+#: ``ThunkExecutor::Execute``, seen in a Keras ``jit_compile=True`` run here; TF's XLA launch
+#: ops ``XlaLaunch`` / ``_XlaRun`` (tensorflow/compiler/jit/kernels/xla_ops.cc)).
+XLA_EVENTS = ("CpuExecutable::ExecuteAsyncOnStream", "ThunkExecutor::Execute", "GpuExecutable::ExecuteAsyncOnStream",
+              "XlaLaunch", "_XlaRun", "XlaLaunchV2")
+
+
+def runs_xla(view) -> bool:
+    """XLA executables ran in the window (any :data:`XLA_EVENTS` on the host plane)."""
+    if view is None:
+        return False
+    return bool(view.select(view.ids_named(XLA_EVENTS)))
 
 
 def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
@@ -138,6 +170,15 @@ def _op_span_ms(ops: timeline.Intervals, steps) -> Optional[float]:
     lo = np.maximum(s[first[ok]], steps.starts[ok])
     hi = np.minimum(e[last[ok]], steps.ends[ok])
     return float((hi - lo).mean()) / 1e9
+
+
+def _core_ms(iv: timeline.Intervals, steps) -> float:
+    """Core-ms per step of intervals on any number of threads (not merged: two threads busy
+    at once count twice) inside the span of the steady steps."""
+    s, e = iv
+    lo, hi = int(steps.starts.min()), int(steps.ends.max())
+    inside = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None)
+    return float(inside.sum()) / steps.count / 1e9
 
 
 def _eager_kernels(view, steps, timing: StepTiming) -> None:
@@ -166,48 +207,46 @@ def _eager_kernels(view, steps, timing: StepTiming) -> None:
 
 # ---- the numbers the models share -----------------------------------------------------------
 
-def _stage_per_batch_ms(st, batches: int) -> float:
-    """A stage's work per batch (ms): per call x calls per batch (a stage before ``batch``
-    runs once per element). Calls cut by the window's edges do not change the ratio."""
-    if st.calls:
-        per_batch_calls = max(1, round(st.calls / max(batches, 1)))
-        return st.work_ps / st.calls * per_batch_calls / 1e9
-    return st.work_ps / max(batches, 1) / 1e9
+@dataclass
+class PipelineWall:
+    """The input pipeline's wall time per batch, from the trace (ms per batch)."""
+    wait: float          # the step's input wait
+    rest: float          # the rest of the step: now - wait
+    now: float           # the pipeline's time per batch as it runs today
+    stage: float         # the limiting stage's work per batch, one element at a time
+    threads: int         # elements the limiting stage works on at once today
+    synchronous: bool    # the consumer runs the pipeline itself (no asynchronous stage above it)
+    kind: str            # the limiting stage's kind
 
 
-def _pipeline_ms(f: Findings) -> Optional[Tuple[float, float]]:
-    """(P, S): the input pipeline's own time per batch and its limiting stage's work per
-    batch (ms). P is the larger of the input wait and the work its stages recorded (an
-    asynchronous stage's work counts once per thread it runs on)."""
+def _pipeline_wall(f: Findings) -> Optional[PipelineWall]:
+    """The pipeline's wall time per batch. Synchronous (no prefetch, no parallel stage): the
+    consumer runs it, so its time is the input wait. Asynchronous: its producer runs beside
+    the step, so the wait says only by how much it is late; its time is the limiting stage's
+    work per batch over the elements it works on at once (its function's CPU time: the self
+    time on the consumer thread is the wait for that work, never added to it)."""
     p, t = f.pipeline, f.timing
     if p is None or p.blocking is None or t is None:
         return None
-    batches = f.steps.count * t.batches_per_step
-    total = blocking = 0.0
-    for st in p.stages:
-        if st.category == "buffer":
-            continue
-        work = _stage_per_batch_ms(st, batches)
-        par = st.parallelism if isinstance(st.parallelism, (int, float)) else None
-        if par and par > 1:
-            work /= par
-        total += work
-        if st is p.blocking:
-            blocking = work
+    st = p.blocking
+    batches = max(f.steps.count * t.batches_per_step, 1)
     wait = t.breakdown_ms["input"] / t.batches_per_step
-    return max(wait, total), blocking
+    rest = t.time_per_batch_ms - wait
+    stage = st.work_ps / batches / 1e9
+    top = [o for o in p.stages if o.asynchronous and st.path.startswith(o.path)]
+    synchronous = not top
+    if synchronous:
+        now = wait
+        stage = min(stage, wait) if wait > 0 else stage  # the stage runs inside the wait
+    else:
+        now = max(stage / min(st.threads, max(_n_cores(f), 1)), wait)
+    return PipelineWall(wait=wait, rest=rest, now=now, stage=stage, threads=st.threads,
+                        synchronous=synchronous, kind=st.kind)
 
 
-def _cores(f: Findings) -> Optional[Tuple[int, float, float]]:
-    """(n cores, cores the training process tree used, cores other processes used) from the
-    system metrics, or None without them."""
-    s = f.system
-    if not s or not s.get("cpu_count"):
-        return None
-    n = int(s["cpu_count"])
-    own = s.get("tree_cpu_cores")
-    own = float(own if own is not None else s.get("proc_cpu_cores") or 0.0)
-    return n, own, sysmetrics.other_cores(s, own, n)
+def _n_cores(f: Findings) -> int:
+    c = cpu_share.cores_of(f.system)
+    return c.n if c else 1
 
 
 def _code_int(rec: Dict, name: str, default: int) -> int:
@@ -223,68 +262,113 @@ def _timing(f: Findings) -> StepTiming:
 
 def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: str,
                 batches_per_step: Optional[int] = None) -> Prediction:
+    """A prediction whose range holds its point (the point is clipped into [low, high] where
+    the bounds are tighter than the model)."""
     now = _timing(f).time_per_batch_ms
-    per_batch = max(per_batch, 1e-6)
+    low, high = max(min(low, high), 1e-6), max(low, high)
+    per_batch = min(max(per_batch, low), high)
     b = batches_per_step or _timing(f).batches_per_step
     return {"time_per_batch_ms": round(per_batch, 3), "step_time_ms": round(per_batch * b, 3),
-            "range_ms": [round(min(low, per_batch), 3), round(max(high, per_batch), 3)],
+            "range_ms": [round(low, 3), round(high, 3)],
             "speedup": round(now / per_batch, 2), "basis": basis}
 
 
 # ---- the models -------------------------------------------------------------------------------
 
-def _overlap(f: Findings, pipeline_after: float, what: str) -> Prediction:
-    """The step once the input pipeline (``pipeline_after`` ms per batch) runs beside it:
-    the longer of the rest of the step and the pipeline, unless the CPU work per step does
-    not fit the machine's cores (a CPU-only host shares them between model and pipeline)."""
-    t = _timing(f)
-    now = t.time_per_batch_ms
-    rest = now - t.breakdown_ms["input"] / t.batches_per_step
-    ideal = max(rest, pipeline_after)
-    cores = _cores(f)
+def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Prediction:
+    """The step once the input pipeline (``after`` ms per batch) runs beside the rest of the
+    step: the longer of the two, unless the CPU work per batch does not fit the cores the
+    training process tree gets (a CPU-only host shares them between model and pipeline).
+    A change that only overlaps or adds parallelism never makes the step longer than now."""
+    now = _timing(f).time_per_batch_ms
+    ideal = max(pipe.rest, after)
+    cores = cpu_share.cores_of(f.system)
     if cores is None:
         return _prediction(f, ideal, ideal * (1 - MODEL_SPREAD), now, (
-            f"{what}; the step becomes the longer of the rest of the step ({rest:.1f} ms) and the pipeline "
-            f"({pipeline_after:.1f} ms per batch). Without system metrics the cores it shares with the model are "
-            "unknown: at worst nothing overlaps."))
-    n, own, others = cores
-    work = own * now  # core-ms the training process used per batch
-    point = max(ideal, work / n)
-    contended = work / max(n - others, own, MIN_FREE_CORES)  # had the other processes kept their cores
-    return _prediction(f, point, point * (1 - MODEL_SPREAD), max(point * (1 + MODEL_SPREAD), contended), (
-        f"{what}; the step becomes the longest of the rest of the step ({rest:.1f} ms), the pipeline "
-        f"({pipeline_after:.1f} ms per batch) and the CPU work the training process did per batch ({own:.2f} "
-        f"cores x {now:.1f} ms) spread over the machine's {n} cores, which model and pipeline share; the "
-        f"range's top assumes the other processes keep the {others:.2f} cores they used."))
+            f"{what}; the step becomes the longer of the rest of the step ({pipe.rest:.1f} ms) and the pipeline "
+            f"({after:.1f} ms per batch). Without system metrics the cores it shares with the model are unknown: "
+            "at worst nothing overlaps."))
+    work = _cpu_work(f, pipe, cores)  # core-ms per batch; the change keeps the work
+    gets = cores.gets(SHARE_GAIN)
+    point = min(max(ideal, work / gets), now)
+    low = min(max(ideal, work / cores.n), now)
+    high = min(max(ideal, work / cores.free) * (1 + MODEL_SPREAD), now)
+    return _prediction(f, point, low, high, (
+        f"{what}; the step becomes the longest of the rest of the step ({pipe.rest:.1f} ms), the pipeline "
+        f"({after:.1f} ms per batch) and the CPU work per batch of model and pipeline ({work:.1f} core-ms, at most "
+        f"the process tree's {cores.tree:.2f} cores x {now:.1f} ms) over the cores the tree gets: the {cores.free:.2f} "
+        f"of {cores.n} it used or found idle and {SHARE_GAIN:.0%} of the {cores.others:.2f} other processes used; "
+        "never longer than now. The range runs from all the cores to none of the others'."))
+
+
+def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
+    """Core-ms of CPU work per batch that model and pipeline share: the model's executor work
+    and the limiting stage's work, both from the trace (threads that spin while idle add CPU
+    time but no work), at most what the sampler saw the process tree use."""
+    t = _timing(f)
+    sampled = cores.tree * t.time_per_batch_ms
+    if t.model_cpu_ms is None or f.device_kind != "CPU":
+        return sampled
+    return min(t.model_cpu_ms / t.batches_per_step + pipe.stage, sampled)
 
 
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    pipe = _pipeline_ms(f)
+    pipe = _pipeline_wall(f)
     if pipe is None:
         return "The trace holds no tf.data stages: the input pipeline's own time is unknown."
-    return _overlap(f, pipe[0], "Prefetch overlaps the input pipeline with the step")
+    if f.pipeline is not None and f.pipeline.has_prefetch:
+        return CannotHelp("The pipeline already prefetches.")
+    what = ("Prefetch runs the pipeline on its own thread beside the step" if pipe.synchronous else
+            f"The `{pipe.kind}` stage already runs ahead on its own threads; prefetch adds a buffer")
+    return _overlap(f, pipe, pipe.now, what)
 
 
-def _parallel_stage(rec: Dict, f: Findings) -> Union[Prediction, str]:
-    pipe, cores = _pipeline_ms(f), _cores(f)
+def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
+    pipe, cores = _pipeline_wall(f), cpu_share.cores_of(f.system)
     if pipe is None:
         return "The trace holds no tf.data stages: the limiting stage's work is unknown."
     if cores is None:
         return "Without system metrics the number of cores a parallel stage could use is unknown."
-    total, stage = pipe
-    n, own, _others = cores
-    if rec["fix"] == "pydataset_workers":
-        workers = _code_int(rec, "workers", DEFAULT_WORKERS)
-        # Workers that wait (sleep, I/O) all wait at once; workers that compute share the cores.
-        k = workers if own < sysmetrics.BUSY_PROCESS_CORES else min(workers, n)
-        what = (f"{workers} workers run the Python input ({'waiting' if k == workers else 'computing'}, from the "
-                f"sampled CPU use), {k} at a time, ahead of the step")
-    else:
-        k = n
-        blocking = f.pipeline.blocking if f.pipeline is not None else None
-        kind = blocking.kind if blocking is not None else "?"
-        what = f"The `{kind}` stage runs on the {n} cores (AUTOTUNE) and overlaps the step"
-    return _overlap(f, total - stage + stage / k, what)
+    k = cores.n  # AUTOTUNE runs up to one call per core
+    if pipe.threads >= k:
+        now = _timing(f).time_per_batch_ms
+        return _prediction(f, now, now, now, (
+            f"The `{pipe.kind}` stage already runs {pipe.threads} calls at once on {cores.n} core(s): AUTOTUNE "
+            "would run no more."))
+    others = max(pipe.now - pipe.stage / pipe.threads, 0.0) if pipe.synchronous else 0.0
+    after = others + pipe.stage / k
+    return _overlap(f, pipe, after, (
+        f"The `{pipe.kind}` stage ({pipe.stage:.1f} ms of work per batch, {pipe.threads} call(s) at a time) runs "
+        f"{k} calls at once (AUTOTUNE, one per core) ahead of the step"))
+
+
+def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
+    pipe, cores = _pipeline_wall(f), cpu_share.cores_of(f.system)
+    if pipe is None:
+        return "The trace holds no tf.data stages: the Python input's time is unknown."
+    if cores is None:
+        return "Without system metrics it is unknown whether the Python input computes or waits."
+    from .sysmetrics import BUSY_PROCESS_CORES
+    now = _timing(f).time_per_batch_ms
+    workers = max(int((f.system or {}).get("tree_children") or 0), 1)  # worker processes (threads are not seen)
+    k = _code_int(rec, "workers", DEFAULT_WORKERS)
+    # Threads that ran or waited for a core want the CPU: a starved tree still computes.
+    computing = cores.tree + cores.waiting >= BUSY_PROCESS_CORES
+    at_once = (lambda w: min(w, cores.n)) if computing else (lambda w: w)
+    if at_once(k) <= at_once(workers):
+        return _prediction(f, now, now, now, (
+            f"{workers} worker process(es) already run the Python input"
+            f"{f', computing, on all {cores.n} core(s) the run may use' if computing else ''}: {k} workers would run "
+            "no more at once."))
+    # One batch's Python work on one worker: the generator stage's time per batch (the
+    # Python code itself with one worker; with several, the wait for the next batch they
+    # deliver) times the workers that were at work at once.
+    one = pipe.stage * at_once(workers)
+    after = one / at_once(k)
+    return _overlap(f, pipe, after, (
+        f"{k} workers run the Python input ({'computing' if computing else 'waiting'}, from the sampled CPU "
+        f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of "
+        f"{at_once(workers)}, ahead of the step"))
 
 
 def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
@@ -295,7 +379,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
     k = _code_int(rec, "steps_per_execution", DEFAULT_STEPS_PER_EXECUTION)
     b = t.batches_per_step
     if k <= b:
-        return f"The steps already run {b} batches per call."
+        return CannotHelp(f"The steps already run {b} batches per call.")
     ops = min(t.breakdown_ms["device_compute"], t.op_span_ms)  # the ops' own time, gaps between them left out
     # The typical step: a step preempted or slowed by the profiler's start is not per-call cost.
     step = float(np.median(t.durations_ms))
@@ -307,7 +391,8 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
     recur, why = (GAP_RECUR, "fit on runs made here") if f.device_kind == "CPU" else (1.0, "kernel launches")
     recurring = ops + recur * (t.op_span_ms - ops)
     point = per_batch(recurring)
-    return _prediction(f, point, per_batch(ops), max(per_batch(t.function_ms), point), (
+    now = t.time_per_batch_ms
+    return _prediction(f, point, min(per_batch(ops), now), min(max(per_batch(t.function_ms), point), now), (
         f"With steps_per_execution={k} the ops' own time ({ops / b:.2f} ms per batch) and {recur:.0%} of the "
         f"gaps between them ({(t.op_span_ms - ops) / b:.2f} ms; {why}) recur for every batch, and the rest of the "
         f"median step ({max(step - recurring, 0.0):.2f} ms: Python, Keras, callbacks, the call and its start-up) is "
@@ -318,19 +403,21 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
 def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
     t = _timing(f)
     if not f.eager or t.eager_ops <= 0:
-        return "The model does not run eagerly: it is already a tf.function."
+        return CannotHelp("The model does not run eagerly: it is already a tf.function.")
     compute = max(t.eager_kernel_ms - t.eager_ops * t.eager_op_floor_us / 1e3, 0.0)
-    cores = _cores(f)
-    n = cores[0] if cores else 1
-    together = min(n, GRAPH_CONCURRENCY)  # independent ops of one graph run at once
+    cores = cpu_share.cores_of(f.system)
+    n = cores.gets(SHARE_GAIN) if cores else 1.0  # the cores the run gets (see _overlap)
+    together = max(min(n, GRAPH_CONCURRENCY), 1.0)  # independent ops of one graph run at once
     fixed = t.eager_ops * GRAPH_OP_US / 1e3 + COMPILED_CALL_MS + t.breakdown_ms["input"]
     b = t.batches_per_step
     point = (compute / together + fixed) / b
-    return _prediction(f, point, (compute / max(n, 1) + fixed) / b, (compute + fixed) / b, (
+    now = t.time_per_batch_ms
+    return _prediction(f, point, (compute / max(n, 1.0) + fixed) / b, min((compute + fixed) / b, now), (
         f"In one graph the {t.eager_ops:.0f} ops per step keep their kernel time ({t.eager_kernel_ms:.1f} ms) less "
         f"the fixed cost of an eager kernel run ({t.eager_op_floor_us:.0f} us each, the {EAGER_FLOOR_PERCENTILE}th "
-        f"percentile of their durations), {together:.1f} at a time on {n} core(s) as the executor ran the compiled "
-        f"dense models here; each op pays the executor's {GRAPH_OP_US:.1f} us and the step one compiled Keras "
+        f"percentile of their durations), {together:.1f} at a time on the {n:.1f} core(s) it gets (at most "
+        f"{GRAPH_CONCURRENCY}, as the executor ran compiled dense models here); each op pays the executor's "
+        f"{GRAPH_OP_US:.1f} us and the step one compiled Keras "
         f"call ({COMPILED_CALL_MS} ms); Python between the ops disappears."))
 
 
@@ -359,8 +446,8 @@ def _overlap_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
 #: fix id -> its model.
 MODELS: Dict[str, Model] = {
     "prefetch": _prefetch,
-    "parallel_map": _parallel_stage,
-    "pydataset_workers": _parallel_stage,
+    "parallel_map": _parallel_map,
+    "pydataset_workers": _pydataset_workers,
     "steps_per_execution": _steps_per_execution,
     "tf_function": _tf_function,
     "tensor_arguments": _no_retracing,
@@ -381,6 +468,7 @@ WHY_NOT: Dict[str, str] = {
     "local_copy": "The local disk's speed is not in the trace.",
     "larger_files": "The storage's cost per file open, apart from per byte, is not in the trace.",
     "free_cores": "What the other processes would leave free is not in the trace.",
+    "more_cores": "How the run would use cores it did not have is not in the trace.",
     "fewer_syncs": "The interconnect's behaviour at other message sizes is not in the trace.",
     "xla": "Which ops XLA would fuse, and what that saves, is not in the trace.",
     "mixed_precision": "How much faster the ops run in 16-bit depends on the hardware and the op mix, not in the "
@@ -391,8 +479,26 @@ WHY_NOT: Dict[str, str] = {
 }
 
 
+#: fix id -> the breakdown categories the change can at most remove: for a change with no
+#: model, its share of the step bounds its gain (``bound_ms``, the best time per batch).
+#: Changes to the model's math (XLA, mixed precision, a GPU) have no such bound: they speed
+#: the ops up, they do not remove them.
+ACTS_ON: Dict[str, Tuple[str, ...]] = {
+    "vectorise_map": ("input",), "cache": ("input",), "no_py_function": ("input",), "tfdata_ops": ("input",),
+    "augment_on_device": ("input",), "parallel_reads": ("input",), "local_copy": ("input",),
+    "larger_files": ("input",), "free_cores": ("input",), "more_cores": ("input",),
+    "fewer_syncs": ("collective",),
+}
+#: A change worth less than this share of the time per batch is within the run-to-run
+#: spread of the runs here (two runs of one program differ by up to about this much on the
+#: shared 2-core machine of benchmarks/pairs_corpus.py; our choice): "no gain".
+NO_GAIN = 0.05
+
+
+
 def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]]:
-    """(prediction, None) or (None, why not) for one recommendation.
+    """(prediction, None) or (None, why not) for one recommendation; ``why not`` is a
+    :class:`CannotHelp` when the change cannot help this run.
 
     Args:
       rec: a recommendation of :mod:`.advice` (``fix``, ``title``, ``detail``, ``code``).
@@ -409,26 +515,62 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     return (None, out) if isinstance(out, str) else (out, None)
 
 
-def rank(recs: List[Dict], f: Findings) -> List[Dict]:
-    """Each recommendation with ``predicted`` (or ``predicted: None`` and
-    ``predicted_why_not``), ordered by predicted time per batch (the largest gain first);
-    those without a prediction follow in the catalogue's order.
+def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
+    """The best time per batch a change with no model could reach: today's less the share of
+    the step it acts on (:data:`ACTS_ON`), or None when that is not known."""
+    cats = ACTS_ON.get(str(rec.get("fix")))
+    if not cats or f.timing is None or not f.steps.found:
+        return None
+    t = f.timing
+    acts = sum(t.breakdown_ms.get(c, 0.0) for c in cats) / t.batches_per_step
+    return round(max(t.time_per_batch_ms - acts, 1e-3), 3)
+
+
+def _order(rec: Dict, now: float) -> Tuple[int, float]:
+    """Sort key: changes with a gain first, by their predicted time per batch or, without a
+    model, the middle of [bound, now] (the expected time were its gain anywhere between
+    none and all of the share it acts on, equally likely); then changes of unknown worth;
+    then those predicted to gain nothing; those predicted to slow the run last."""
+    p = rec.get("predicted")
+    t = p["time_per_batch_ms"] if p else rec.get("bound_ms")
+    if t is None:
+        return 1, 0.0
+    if not p:
+        t = (t + now) / 2.0
+    if t > now * (1 + NO_GAIN) and p:
+        return 3, t
+    if t >= now * (1 - NO_GAIN):
+        return 2, t
+    return 0, t
+
+
+def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, str]]]:
+    """Each recommendation with ``predicted`` (or ``predicted: None``, ``predicted_why_not``
+    and, where the trace bounds it, ``bound_ms``), those that cannot help this run left
+    out, ordered by what they gain (:func:`_order`).
 
     Args:
       recs: the advice catalogue's recommendations for the verdict (updated in place).
       f: the findings (see :func:`predict`).
 
     Returns:
-      The same recommendations, reordered; ``recommendations[0]`` is the fix to make first.
+      (kept, dropped): the kept recommendations reordered, ``kept[0]`` the fix to make
+      first; ``dropped``: (recommendation, why it cannot help) of those left out.
     """
-    with_model, without = [], []
+    kept: List[Dict] = []
+    dropped: List[Tuple[Dict, str]] = []
     for rec in recs:
         pred, why = predict(rec, f)
+        if isinstance(why, CannotHelp):
+            dropped.append((rec, str(why)))
+            continue
         rec["predicted"] = pred
         if pred is None:
             rec["predicted_why_not"] = why
-            without.append(rec)
-        else:
-            with_model.append(rec)
-    with_model.sort(key=lambda r: r["predicted"]["time_per_batch_ms"])  # stable: ties keep catalogue order
-    return with_model + without
+            b = bound_ms(rec, f)
+            if b is not None:
+                rec["bound_ms"] = b
+        kept.append(rec)
+    now = f.timing.time_per_batch_ms if f.timing is not None else 0.0
+    kept.sort(key=lambda r: _order(r, now))  # stable: ties keep the catalogue's order
+    return kept, dropped

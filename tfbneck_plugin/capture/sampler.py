@@ -159,7 +159,7 @@ class SystemSampler:
         except Exception:  # noqa: BLE001 - psutil missing: the error is already in self.error
             cpu_count = os.cpu_count() or 0
         return {"format": FORMAT, "version": VERSION, "host": socket.gethostname(), "pid": os.getpid(),
-                "cpu_count": cpu_count, "interval_s": self.interval_s,
+                "cpu_count": cpu_count, "cpu_affinity": _affinity(), "interval_s": self.interval_s,
                 "start_unix_ns": self._start_ns, "end_unix_ns": self._end_ns or time.time_ns(),
                 "sampler_error": self.error, "samples": list(self.samples)}
 
@@ -471,3 +471,12 @@ def _count_connections(psutil, procs) -> Tuple[int, int]:
                 else:
                     remote += 1
     return remote, loop
+
+
+def _affinity() -> Optional[int]:
+    """Cores this process may run on (``os.sched_getaffinity``; taskset / a container's cpuset
+    narrow it below ``cpu_count``), or None where the platform cannot say."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None

@@ -1,0 +1,162 @@
+"""Advice that fits the run and the machine, and a ranking a user can trust (issue 23, points
+3-5), on hand-made findings (the real-run checks are in test_fit_to_run_tf.py): what the run
+already does is not recommended, a change the cores cap is left out and the work-reducing
+change comes first, a fix predicted to slow the run is never first, a fix with no model is
+placed by its bound, ranges hold their points, and a fused MapAndBatch's work is counted once."""
+import pytest
+
+from test_whatif import _findings, _rec
+
+from tfbneck_plugin.analysis import cpu_share, fit_to_run, whatif
+from tfbneck_plugin.analysis.advice import advice_for
+from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
+
+MS = 1e9  # ps per ms
+
+
+def _stage(path, self_ms, fn_ms=0.0, calls=10, parallelism=None):
+    kind = path.split("::")[-1].split("[")[0]
+    return Stage(path=path, kind=kind, calls=calls, total_ps=int(self_ms * MS), self_ps=int(self_ms * MS),
+                 parallelism=parallelism, autotune=None, depth=path.count("::"), function_ps=int(fn_ms * MS))
+
+
+def _pipeline(*stages, prefetch=False):
+    working = [st for st in stages if st.category != "buffer"]
+    blocking = max(working, key=lambda st: st.work_ps)
+    return Pipeline(stages=list(stages), blocking=blocking, has_prefetch=prefetch, uses_py_function=False)
+
+
+def test_a_fused_map_and_batch_counts_its_work_once():
+    """Its self time on the consumer thread is the wait for its function's work: not added."""
+    st = _stage("Iterator::Root::MapAndBatch", self_ms=60.0, fn_ms=55.0, parallelism=1)
+    assert st.asynchronous and st.work_ps == int(55.0 * MS) and st.threads == 1
+    sync = _stage("Iterator::Root::Map", self_ms=60.0, fn_ms=20.0)
+    assert not sync.asynchronous and sync.work_ps == int(60.0 * MS)  # its function ran inside its self time
+
+
+def test_prefetch_on_a_fused_map_is_never_slower_than_the_step_and_its_range_holds_it():
+    """The issue's first table row: 21.3 ms steps, the stage's self time and function time each
+    about the input wait; summed they made a 26.6 ms pipeline and a slower prediction."""
+    st = _stage("Iterator::Root::MapAndBatch", self_ms=120.0, fn_ms=130.0, parallelism=1)
+    for system in (None, {"cpu_count": 2, "tree_cpu_cores": 1.4, "others_cpu_cores": 0.5},
+                   {"cpu_count": 2, "tree_cpu_cores": 1.9, "others_cpu_cores": 0.1}):
+        f = _findings(step_ms=21.3, input_ms=13.0, pipe=_pipeline(st), system=system)
+        p, _ = whatif.predict(_rec("prefetch"), f)
+        assert p["time_per_batch_ms"] <= 21.3, system
+        low, high = p["range_ms"]
+        assert low <= p["time_per_batch_ms"] <= high <= 21.3, (system, p)
+
+
+def test_cores_the_tree_gets_never_exceed_the_free_ones_at_the_point():
+    c = cpu_share.cores_of({"cpu_count": 2, "tree_cpu_cores": 1.41, "others_cpu_cores": 0.59})
+    assert c.saturated and c.free == pytest.approx(1.41)
+    assert c.gets(0.0) == pytest.approx(1.41) and c.gets(1.0) == pytest.approx(2.0)
+    assert c.gets(0.5) == pytest.approx(1.41 + 0.5 * 0.59)
+    one = cpu_share.cores_of({"cpu_count": 2, "usable_cores": 1, "tree_cpu_cores": 0.5, "others_cpu_cores": 1.2})
+    # one core of its own: others count only up to what is left of it (0.5), all of it taken
+    assert one.n == 1 and one.others == pytest.approx(0.5) and one.free == pytest.approx(0.5)
+    assert cpu_share.cores_of(None) is None
+
+
+def _generator_findings(tree, others, children, wait=7.9, step=10.0):
+    gen = _stage("Iterator::Root::FlatMap[0]::Generator", self_ms=wait * 10)
+    system = {"cpu_count": 2, "tree_cpu_cores": tree, "others_cpu_cores": others, "tree_children": children}
+    return _findings(step_ms=step, input_ms=wait, pipe=_pipeline(gen), system=system)
+
+
+def test_a_saturated_multiprocess_pydataset_does_not_get_more_workers():
+    """Two worker processes and training keep both cores busy (input wait 79 %, the tree at
+    1.41 cores, the rest taken): more workers cannot run more at once; the change that reduces
+    the work comes first, and says why."""
+    f = _generator_findings(tree=1.41, others=0.59, children=2)
+    recs = fit_to_run.fit(advice_for("input_preprocessing", f), f)
+    fixes = [r["fix"] for r in recs]
+    assert "pydataset_workers" not in fixes, fixes
+    assert fixes[0] in fit_to_run.REDUCES_WORK + ("more_cores",), fixes
+    assert "capped" in recs[0]["why_here"] and "1.41 of the 2" in recs[0]["why_here"]
+
+
+def test_a_pydataset_with_idle_cores_gets_more_workers_first():
+    f = _generator_findings(tree=0.95, others=0.05, children=0)
+    recs = fit_to_run.fit(advice_for("input_preprocessing", f), f)
+    assert recs[0]["fix"] == "pydataset_workers", [r["fix"] for r in recs]
+    p = recs[0]["predicted"]
+    assert p["speedup"] > 1.05 and p["range_ms"][0] <= p["time_per_batch_ms"] <= p["range_ms"][1]
+    assert "7.9 ms per batch" in recs[0]["why_here"] and "0.95 of 2" in recs[0]["why_here"]
+
+
+def test_a_vectorised_map_does_not_get_vectorise_and_a_per_element_one_does_by_its_bound():
+    per_batch = _pipeline(_stage("Iterator::Root::Map", 60.0), _stage("Iterator::Root::Map::BatchV2", 1.0))
+    f = _findings(step_ms=10.0, input_ms=6.0, pipe=per_batch, system={"cpu_count": 2, "tree_cpu_cores": 1.0,
+                                                                         "others_cpu_cores": 0.0})
+    assert "vectorise_map" not in [r["fix"] for r in fit_to_run.fit(advice_for("input_preprocessing", f), f)]
+    fused = _pipeline(_stage("Iterator::Root::MapAndBatch", 60.0, fn_ms=55.0, calls=10, parallelism=2))
+    busy = {"cpu_count": 2, "tree_cpu_cores": 1.95, "others_cpu_cores": 0.05}
+    f = _findings(step_ms=10.0, input_ms=6.0, pipe=fused, system=busy)
+    recs = fit_to_run.fit(advice_for("input_preprocessing", f), f)
+    fixes = [r["fix"] for r in recs]
+    vec = recs[fixes.index("vectorise_map")]
+    assert vec["predicted"] is None and vec["bound_ms"] == pytest.approx(4.0)  # the step less its input wait
+    assert fixes.index("vectorise_map") < fixes.index("prefetch") if "prefetch" in fixes else True
+    assert fixes[0] in fit_to_run.REDUCES_WORK, fixes  # the cores cap the parallel fixes
+
+
+def test_an_xla_run_does_not_get_xla_and_a_cpu_host_no_accelerator_advice():
+    f = _findings(step_ms=10.0, input_ms=0.5)
+    assert [r["fix"] for r in fit_to_run.fit(advice_for("model_compute", f), f)] == ["xla"]
+    f.xla = True
+    assert fit_to_run.fit(advice_for("model_compute", f), f) == []
+    f.device_kind = "CPU"
+    assert fit_to_run.already_done(_rec("augment_on_device"), f) and fit_to_run.already_done(_rec("mixed_precision"), f)
+
+
+def test_already_done_changes_are_left_out():
+    f = _findings(step_ms=10.0, input_ms=6.0, pipe=_pipeline(_stage("Iterator::Root::Map", 60.0), prefetch=True))
+    recs = fit_to_run.fit([_rec("prefetch"), _rec("cache")], f)
+    assert [r["fix"] for r in recs] == ["cache"]
+    spe = _findings(input_ms=0.0, compute_ms=1.5, function_ms=3.0, op_span_ms=2.0, bps=32)
+    assert fit_to_run.fit([_rec("steps_per_execution", "steps_per_execution=32")], spe) == []
+
+
+def test_a_fix_predicted_to_slow_the_run_is_never_first_and_unmodelled_ones_rank_by_their_bound():
+    now = 10.0
+    slower = {"fix": "a", "predicted": {"time_per_batch_ms": 12.0}}
+    small = {"fix": "b", "predicted": {"time_per_batch_ms": 9.0}}
+    bounded = {"fix": "c", "predicted": None, "bound_ms": 4.0}  # placed at 7.0: halfway to now
+    unknown = {"fix": "d", "predicted": None}
+    flat = {"fix": "e", "predicted": {"time_per_batch_ms": 9.9}}
+    ranked = sorted([slower, unknown, flat, small, bounded], key=lambda r: whatif._order(r, now))
+    assert [r["fix"] for r in ranked] == ["c", "b", "d", "e", "a"]
+
+
+def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():
+    """Issue 23, point 5: the CLI table's "fix first", the markdown, the notebook's HTML and
+    DataFrame carry the predicted time per batch, speedup and range (the demo's sequential map)."""
+    import os
+
+    from conftest import DEMO_LOGS
+    from tfbneck_plugin import api, notebook, schema
+    from tfbneck_plugin.report import build_report, to_markdown, to_table
+    report = api.analyze(os.path.join(DEMO_LOGS, "pair_map_sequential"))
+    (s,) = report.sessions
+    first = schema.first_fix(s)
+    worth = schema.worth(first, s["steps"]["time_per_batch_ms"])
+    if first["predicted"]:
+        assert f"predicted {first['predicted']['time_per_batch_ms']:.2f} ms per batch" in worth
+    else:
+        assert f"at best {first['bound_ms']:.2f} ms per batch" in worth
+    table = to_table(build_report([s]))
+    assert f"fix first: {first['title']} — {worth}" in table and f"why here: {first['why_here']}" in table
+    md = to_markdown(build_report([s]))
+    for r in s["recommendations"]:
+        w = schema.worth(r, s["steps"]["time_per_batch_ms"])
+        assert f"**{r['title']}**" + (f" — {w}" if w else "") in md
+    assert "*Why here:*" in md
+    html = notebook.recommendations_section(s)
+    assert 'class="tfb-worth"' in html and "Why here:" in html
+    predicted = next(r for r in s["recommendations"] if r["predicted"])
+    assert f"{predicted['predicted']['speedup']:.2f}x" in html
+    df = report.to_dataframe()
+    assert df.loc[0, "fix_first"] == first["fix"]
+    if first["predicted"]:
+        assert df.loc[0, "fix_first_predicted_ms"] == first["predicted"]["time_per_batch_ms"]

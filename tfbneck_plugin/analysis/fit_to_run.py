@@ -1,0 +1,239 @@
+"""Advice that fits the run and the machine: the catalogue's recommendations (:mod:`.advice`)
+less what the run already does, ranked by what each is worth (:mod:`.whatif`), less what
+the machine leaves nothing to gain, each with one sentence "why here" carrying the numbers.
+
+What the run already does is read from the trace and the sampler: an existing ``prefetch``
+or ``cache()`` stage, a map already run on whole batches (no "vectorise"), parallel map
+calls (the stage's ``parallelism`` stat), ``steps_per_execution`` (batches per step), XLA
+(``XLA_EVENTS`` in the trace: no "compile with XLA"), eager or compiled execution, whether
+an accelerator computes, PyDataset worker processes (the process tree's children) and the
+cores the training process tree uses (:mod:`.cpu_share`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, List, Optional
+
+from . import cpu_share, whatif
+from .advice import rec as make_rec
+from .findings import Findings, StepTiming
+
+#: Changes that add parallelism or overlap to the input: the machine's free cores cap them.
+CAPPED_BY_CORES = ("prefetch", "parallel_map", "pydataset_workers")
+#: Changes that reduce the input's work (run in fewer cores, not more).
+REDUCES_WORK = ("vectorise_map", "cache", "no_py_function", "tfdata_ops")
+
+
+def already_done(rec: Dict, f: Findings) -> Optional[str]:
+    """Why the run already does what ``rec`` recommends, or None."""
+    fix, p = rec.get("fix"), f.pipeline
+    if fix == "cache" and p is not None and p.has_cache:
+        return "The pipeline already caches."
+    if fix == "vectorise_map" and p is not None and p.map_per_element is None:
+        return "The map already runs on whole batches."
+    if fix == "xla" and f.xla:
+        return "The trace shows XLA executables: the step is already compiled with XLA."
+    if fix in ("augment_on_device", "mixed_precision") and f.device_kind == "CPU":
+        return "No accelerator computes in this run."
+    return None
+
+
+def fit(recs: List[Dict], f: Findings) -> List[Dict]:
+    """The recommendations that fit this run, ranked, each with ``why_here``.
+
+    Args:
+      recs: the catalogue's recommendations for the verdict's cause.
+      f: the findings.
+
+    Returns:
+      The kept recommendations, the one to make first at [0]. Where every change that adds
+      input parallelism is capped by the machine, the first is one that reduces the work
+      (or more cores) and its ``why_here`` says so.
+    """
+    recs = [_fit_code(r, f) for r in recs if already_done(r, f) is None]
+    kept, _done = whatif.rank(recs, f)
+    capped = [r for r in kept if r["fix"] in CAPPED_BY_CORES and _no_gain(r)]
+    kept = [r for r in kept if r not in capped]
+    if capped and not any(r["fix"] in CAPPED_BY_CORES for r in kept):
+        if not any(r["fix"] in REDUCES_WORK for r in kept):
+            extra = [_more_cores()]
+            kept, _ = whatif.rank(extra + kept, f)
+    for r in kept:
+        r["why_here"] = why_here(r, f)
+    if capped and kept:
+        names = ", ".join(f"`{r['fix']}`" for r in capped)
+        kept[0]["why_here"] = (f"{_capped_sentence(f)} ({names} would gain nothing here, "
+                               f"predicted {capped[0]['predicted']['time_per_batch_ms']:.1f} ms per batch). "
+                               + kept[0]["why_here"])
+    return kept
+
+
+def _fit_code(r: Dict, f: Findings) -> Dict:
+    """The snippet's worker count fitted to the machine: Python input that computes gets one
+    worker per core it may use (more would wait for a core), input that waits keeps the
+    catalogue's count (waiting workers all wait at once)."""
+    c = cpu_share.cores_of(f.system)
+    if r.get("fix") != "pydataset_workers" or c is None or not r.get("code"):
+        return r
+    from .sysmetrics import BUSY_PROCESS_CORES
+    if c.tree + c.waiting >= BUSY_PROCESS_CORES:
+        r["code"] = re.sub(r"\bworkers=\d+", f"workers={max(c.n, 2)}", r["code"])
+    return r
+
+
+def _no_gain(r: Dict) -> bool:
+    p = r.get("predicted")
+    return p is not None and p["speedup"] < 1.0 / (1.0 - whatif.NO_GAIN)
+
+
+def _more_cores() -> Dict:
+    return make_rec("more_cores", "Give training more cores",
+                    "The training process tree already keeps the cores it can use busy: a machine (or container "
+                    "limit, or taskset) with more cores, or preprocessing done once ahead of training, is what "
+                    "shortens the step.", None)
+
+
+def _capped_sentence(f: Findings) -> str:
+    c = cpu_share.cores_of(f.system)
+    if c is None:
+        return "Every change that adds input parallelism is capped here."
+    return (f"Every change that adds input parallelism is capped here: the training process tree used "
+            f"{c.tree:.2f} of the {c.n} core(s) it may run on and other processes {c.others:.2f}.")
+
+
+# ---- why here ----------------------------------------------------------------------------------
+
+def _tm(f: Findings) -> StepTiming:
+    """The step timing: the sentences run only when there is one (:func:`why_here`)."""
+    assert f.timing is not None
+    return f.timing
+
+
+def _t(f: Findings):
+    t = _tm(f)
+    now = t.time_per_batch_ms
+    wait = t.breakdown_ms.get("input", 0.0) / t.batches_per_step
+    return now, wait, 100.0 * wait / now if now > 0 else 0.0
+
+
+def _cores_clause(f: Findings) -> str:
+    c = cpu_share.cores_of(f.system)
+    return "" if c is None else f"; the training process tree used {c.tree:.2f} of {c.n} core(s)"
+
+
+def _why_prefetch(f):
+    now, wait, pct = _t(f)
+    return (f"The step waits {wait:.1f} of its {now:.1f} ms per batch ({pct:.0f} %) for an input pipeline with no "
+            f"prefetch{_cores_clause(f)}.")
+
+
+def _why_parallel(f):
+    st = f.pipeline.blocking
+    now, wait, pct = _t(f)
+    per_batch = st.work_ps / max(f.steps.count * _tm(f).batches_per_step, 1) / 1e9
+    return (f"The `{st.kind}` stage does {per_batch:.1f} ms of work per batch, {st.threads} call at a time, while "
+            f"the step waits {wait:.1f} ms per batch ({pct:.0f} %){_cores_clause(f)}.")
+
+
+def _why_workers(f):
+    now, wait, pct = _t(f)
+    workers = int((f.system or {}).get("tree_children") or 0)
+    made = f"{workers} worker process(es)" if workers else "the training process (no worker processes seen)"
+    return f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for Python input made by {made}{_cores_clause(f)}."
+
+
+def _why_vectorise(f):
+    st = f.pipeline.map_per_element
+    now, wait, pct = _t(f)
+    batches = max(f.steps.count * _tm(f).batches_per_step, 1)
+    calls = f" ({st.calls / batches:.0f} calls per batch)" if st.calls > batches else ""
+    return (f"The `{st.kind}` stage calls its function once per element{calls} and the step waits {wait:.1f} ms "
+            f"per batch ({pct:.0f} %) for the input.")
+
+
+def _why_cache(f):
+    now, wait, pct = _t(f)
+    return (f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for preprocessing that runs again for every "
+            "batch; no cache() in the pipeline.")
+
+
+def _why_spe(f):
+    t = _tm(f)
+    outside = t.time_per_batch_ms - (t.op_span_ms or 0.0) / t.batches_per_step
+    return (f"Each batch pays one call of the training function ({t.batches_per_step} batch(es) per call): "
+            f"{max(outside, 0.0):.2f} of its {t.time_per_batch_ms:.2f} ms lie outside the model's ops.")
+
+
+def _why_tf_function(f):
+    t = _tm(f)
+    return (f"The model runs eagerly: {t.eager_ops:.0f} ops per step each dispatched from Python, their kernels "
+            f"{t.eager_kernel_ms:.1f} ms of the {t.step_ms:.1f} ms step.")
+
+
+def _why_xla(f):
+    t = _tm(f)
+    ops = t.breakdown_ms.get("device_compute", 0.0)
+    return (f"The model's ops take {ops:.1f} ms of the {t.step_ms:.1f} ms step on the {f.device_kind} and no XLA "
+            "executable ran in the trace.")
+
+
+def _why_retracing(f):
+    st = f.steps
+    per_batch = st.graph_build_ms / max(st.count * _tm(f).batches_per_step, 1)
+    return (f"Steady steps spent {per_batch:.1f} ms per batch ({st.graph_build_pct:.0f} % of their time) building "
+            f"graphs, in {st.graph_build_steps} of {st.count} steps.")
+
+
+def _why_copies(f):
+    t = _tm(f)
+    h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
+    return f"Host-to-device copies held the step {h2d:.1f} of its {t.time_per_batch_ms:.1f} ms per batch."
+
+
+def _why_trace(f):
+    return (f"The breakdown of the {_tm(f).time_per_batch_ms:.1f} ms per batch rests on what the trace recorded: "
+            "this makes it record the rest.")
+
+
+def _why_math(f):
+    t = _tm(f)
+    ops = t.breakdown_ms.get("device_compute", 0.0)
+    return f"The model's ops take {ops:.1f} ms of the {t.step_ms:.1f} ms step on the {f.device_kind}."
+
+
+def _why_more_cores(f):
+    return _capped_sentence(f)
+
+
+def _why_share(r: Dict, f: Findings) -> str:
+    cats = whatif.ACTS_ON.get(str(r.get("fix")))
+    t = _tm(f)
+    if not cats:
+        return f"The step takes {t.time_per_batch_ms:.1f} ms per batch."
+    ms = sum(t.breakdown_ms.get(c, 0.0) for c in cats) / t.batches_per_step
+    what = " and ".join(c.replace("_", " ") for c in cats)
+    return (f"{what.capitalize()} takes {ms:.1f} of the {t.time_per_batch_ms:.1f} ms per batch "
+            f"({100.0 * ms / max(t.time_per_batch_ms, 1e-9):.0f} %): what this change can shorten at most.")
+
+
+WHY: Dict[str, Callable[[Findings], str]] = {
+    "prefetch": _why_prefetch, "parallel_map": _why_parallel, "pydataset_workers": _why_workers,
+    "vectorise_map": _why_vectorise, "cache": _why_cache, "steps_per_execution": _why_spe,
+    "tf_function": _why_tf_function, "xla": _why_xla, "more_cores": _why_more_cores,
+    "tensor_arguments": _why_retracing, "input_signature": _why_retracing, "reduce_retracing": _why_retracing,
+    "prefetch_to_device": _why_copies, "mixed_precision": _why_math, "use_gpu": _why_math,
+    "fix_device_trace": _why_trace, "step_markers": _why_trace,
+}
+
+
+def why_here(r: Dict, f: Findings) -> str:
+    """One sentence with this run's numbers: why ``r`` fits it."""
+    if f.timing is None or not f.steps.found:
+        return "No steady step was found: the advice follows the verdict's cause alone."
+    fn = WHY.get(str(r.get("fix")))
+    needs_pipeline = r.get("fix") in ("parallel_map", "vectorise_map")
+    if fn is None or (needs_pipeline and (f.pipeline is None or f.pipeline.blocking is None)):
+        return _why_share(r, f)
+    if r.get("fix") == "vectorise_map" and (f.pipeline is None or f.pipeline.map_per_element is None):
+        return _why_share(r, f)
+    return fn(f)
