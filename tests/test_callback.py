@@ -423,7 +423,14 @@ def test_distributed_and_custom_loops_make_analysable_sessions(job, which):
     assert marker_steps(w["session_dir"]) == [3, 4, 5]
     rep = analyze_dir(w["session_dir"])
     assert rep["status"] == "ok" and rep["step_source"] == MARKERS
-    assert [i["step"] for i in rep["steps"]["items"]] == [3, 4, 5]
+    if which == "mirrored":
+        assert [i["step"] for i in rep["steps"]["items"]] == [3, 4, 5]
+    else:
+        # Both loops fetch the batch with `for xb, yb in ds` before `with prof.step()`: each
+        # step holds its own fetch from the previous step's end, so step 3 (fetched before the
+        # trace began) is dropped, and the evidence says so (issue 25 point 1).
+        assert [i["step"] for i in rep["steps"]["items"]] == [4, 5]
+        assert any("fetched outside the marked step" in e for e in rep["evidence"]), rep["evidence"]
     assert rep["bottleneck"] in ("cpu", "device", "io", "network")
     assert w["step_source"] == MARKERS  # the background analysis agrees
 
@@ -585,7 +592,9 @@ def test_single_threaded_python_input_is_cpu_bound(job):
 @pytest.mark.tf
 def test_exception_inside_a_window_then_next_fit_saves_complete_steps(job):
     r = job("robustness")
-    assert r["boom_raised"] and r["profiler_running_after_exception"]
+    # The owner watch (capture/interrupts.py) or the next fit closes the window, whichever comes
+    # first: the profiler may or may not still run right after the exception.
+    assert r["boom_raised"]
     (w,) = r["interrupted"]
     # Step 4 was cut by the exception: only the complete step 3 is in the trace.
     assert w["closed_by"] == "interrupted" and w["markers"] == [[3, 3]]

@@ -167,3 +167,69 @@ def test_python_api_compare_is_the_cli_json():
     assert cli.returncode == 0, cli.stderr
     assert out["verdict"] == json.loads(cli.stdout)["verdict"] == "faster"
     assert out["change_pct"] == pytest.approx(json.loads(cli.stdout)["change_pct"])
+
+
+def _stages(*stages):
+    return {"input_pipeline": {"stages": [dict(kind=k, parallelism=p, autotune=a) for k, p, a in stages],
+                               "has_prefetch": True}, "steps": {"batches_per_step": 1}, "recommendations": []}
+
+
+def test_fused_map_and_batch_made_parallel_is_parallel_map():
+    """Issue 25: a fused MapAndBatch whose parallelism went from 1 to AUTOTUNE (as tf.data's
+    stats record it: parallelism, autotune) is the change parallel_map."""
+    from tfbneck_plugin.comparison import detect_changes
+    before = _stages(("MapAndBatch", 1, None), ("Prefetch", None, None))
+    assert detect_changes(before, _stages(("MapAndBatch", 2, "true"), ("Prefetch", None, None))) == ["parallel_map"]
+    assert detect_changes(before, _stages(("ParallelMapV2", 4, None), ("BatchV2", None, None))) == ["parallel_map"]
+    assert detect_changes(before, _stages(("MapAndBatch", 1, None), ("Prefetch", None, None))) == []
+    assert detect_changes(_stages(("Map", None, None)), _stages(("ParallelMapV2", -1, "true"))) == ["parallel_map"]
+
+
+def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
+    from tfbneck_plugin.comparison import CPU_FLOOR_PCT, RUN_TO_RUN_FLOOR_PCT, _decide
+    quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": None}
+    floor = RUN_TO_RUN_FLOOR_PCT["steps"]
+    assert _decide(2 * floor, 0.2, "steps", quiet, "m") == ("no_change", None)
+    assert _decide(floor / 2, 0.01, "steps", quiet, "what is missing")[0] == "inconclusive"
+    assert "what is missing" in _decide(floor / 2, 0.01, "steps", quiet, "what is missing")[1]
+    assert _decide(2 * floor, 0.01, "steps", quiet, "m") == ("slower", None)
+    assert _decide(-70.0, 0.01, "steps", quiet, "m") == ("faster", None)  # |log 0.3| > log 1.6
+    # The candidate waited for cores 3x as long: a +100 % change is the load's.
+    loaded = dict(quiet, differs=True, explains_x=3.0, more_loaded="candidate", baseline_contention=1.2,
+                  candidate_contention=3.6, baseline_others_cpu_cores=0.1, candidate_others_cpu_cores=1.8)
+    verdict, why = _decide(100.0, 0.01, "steps", loaded, "m")
+    assert verdict == "inconclusive" and "load differed" in why and "3.00x" in why
+    assert _decide(-60.0, 0.01, "steps", loaded, "m")[0] == "faster"  # faster despite more load: the code
+    # Periods of a CPU-computed model: the wall time doubled, the CPU time per step did not.
+    cpu_same = dict(quiet, cpu_change_pct=CPU_FLOOR_PCT / 2)
+    assert _decide(100.0, 0.001, "periods", cpu_same, "m")[0] == "inconclusive"
+    assert _decide(100.0, 0.001, "periods", dict(quiet, cpu_change_pct=90.0), "m")[0] == "slower"
+
+
+def test_compare_route_is_the_cli_and_refuses_bad_parameters():
+    """``GET /compare`` (the tab's compare view) returns the CLI's comparison of the two
+    sessions; a missing or unknown session is a 400 / 404, never a traceback."""
+    if not os.path.isdir(SEQUENTIAL) or not os.path.isdir(PARALLEL):
+        pytest.skip("demo_logs/ has no before/after pairs")
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins import base_plugin
+
+    from tfbneck_plugin.logdir import find_sessions
+    from tfbneck_plugin.plugin import BottleneckPlugin, RouteError
+    plugin = BottleneckPlugin(base_plugin.TBContext(logdir=DEMO_LOGS))
+    plugin.sessions_impl()
+    names = {s.run: s.name for s in find_sessions(DEMO_LOGS).sessions}
+    params = {"before_run": "pair_map_sequential", "before_session": names["pair_map_sequential"],
+              "after_run": "pair_map_parallel", "after_session": names["pair_map_parallel"]}
+    status, body, _ = plugin.compare_impl(params, wait_s=120)
+    assert status == 200 and body["before"] == ["pair_map_sequential", names["pair_map_sequential"]]
+    cli = json.loads(compare(SEQUENTIAL, PARALLEL, "--format", "json").stdout)["comparisons"][0]
+    route = body["comparison"]
+    for key in ("verdict", "change_pct", "p_value", "test", "evidence", "load", "breakdown_ms", "predictions"):
+        assert route[key] == cli[key], key
+    with pytest.raises(RouteError) as err:
+        plugin.compare_impl({k: v for k, v in params.items() if k != "after_session"})
+    assert err.value.status == 400
+    with pytest.raises(RouteError) as err:
+        plugin.compare_impl(dict(params, after_session="2000_01_01_00_00_00"))
+    assert err.value.status == 404

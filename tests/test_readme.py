@@ -253,6 +253,7 @@ OTHER_TOOLS_FLAGS = {
     "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
     "--epochs": "the reader's own train.py, in a tfbneck watch example",
     "--md": "benchmarks/slowdown_corpus.py report",
+    "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
 }
 
 

@@ -217,12 +217,14 @@ def test_share_rules_edges(category, threshold, cause, kind):
 
 def test_transfer_edges_sum_both_directions():
     t = rules.TRANSFER_BOUND_PCT
+    # Copies are the input side's work: the kind is io (issue 25 point 7), with the reason said.
     below = verdict(findings(placement=gpu_traced(), device_kind="GPU",
                              pct=pct(host_to_device=t / 2, device_to_host=t / 2 - EPS, device_compute=60)))
     above = verdict(findings(placement=gpu_traced(), device_kind="GPU",
                              pct=pct(host_to_device=t / 2, device_to_host=t / 2 + EPS, device_compute=60)))
     assert below.cause == "model_compute"
-    assert (above.bottleneck, above.cause) == ("device", "host_device_transfer")
+    assert (above.bottleneck, above.cause) == ("io", "host_device_transfer")
+    assert any("input side's work" in str(e) and "Enqueuing data" in str(e) for e in above.evidence)
 
 
 def test_eager_gaps_between_ops_count_as_python_overhead():

@@ -28,7 +28,8 @@ CAUSES: Dict[str, Cause] = {
     "kernel_launch": Cause("cpu", "The host launches many small kernels and the device waits for them."),
     "model_on_cpu": Cause("cpu", "The model ran on the CPU although an accelerator was present."),
     "model_compute": Cause("device", "The model's own math keeps the device busy: the healthy state."),
-    "host_device_transfer": Cause("device", "Copies between host and device take a large share of the step."),
+    "host_device_transfer": Cause("io", "Copies between host and device take a large share of the step: "
+                                        "delivering the data to the device, the input side's work."),
     "file_read": Cause("io", "Reading the input from storage is too slow."),
     "remote_read": Cause("network", "Reading input over the network is too slow."),
     "gradient_sync": Cause("network", "Devices wait on gradient synchronisation (collectives) that no "

@@ -132,8 +132,10 @@ def _add_compare_parser(sub) -> None:
     from .comparison import RENDERERS as COMPARE_RENDERERS
     c = sub.add_parser("compare", help="compare two sessions: faster, slower or no change, and why",
                        description="Compare the step times of BASELINE and CANDIDATE (one session each, or the runs "
-                                   "of the same name): mean, p50 and p90 time per batch, the change with a Mann-Whitney "
-                                   "U test, the breakdown per category, the verdicts, and the baseline's predicted "
+                                   "of the same name): mean, p50 and p90 time per batch, the change tested on the runs' "
+                                   "step-time trends, windows or steps (inconclusive when that evidence cannot "
+                                   "separate the code from run-to-run noise or machine load), the breakdown per "
+                                   "category, the verdicts, and the baseline's predicted "
                                    "gain of the change against the measured one.")
     c.add_argument("baseline", metavar="BASELINE", help="a logdir, run folder, session folder or .xplane.pb file")
     c.add_argument("candidate", metavar="CANDIDATE", help="the same for the run after the change")
@@ -169,6 +171,10 @@ def cmd_compare(args) -> int:
         for c in slow:
             print(f"tfbneck: {c['candidate']['run']} is {c['change_pct']:.1f} % slower than {c['baseline']['run']} "
                   f"(p = {c['p_value']:.4g}), beyond --fail-if-slower {args.fail_if_slower:g}", file=sys.stderr)
+        if not slow:
+            for c in comparemod.inconclusive(result):
+                print(f"tfbneck: inconclusive ({c['candidate']['run']} vs {c['baseline']['run']}, "
+                      f"{c['change_pct']:+.1f} %): {c['evidence']['missing']}", file=sys.stderr)
         return 1 if slow else 0
     return 0
 

@@ -5,14 +5,23 @@ No TensorFlow: both sides are analysed from their traces (:func:`.batch.analyze_
 
 The comparison of two session reports (:func:`compare_reports`):
 
-``time_per_batch_ms``  mean, p50, p90 of each side's steady steps (a step's time divided by
-                       its batches, so that a change of ``steps_per_execution`` compares)
-``change_pct``         candidate mean over baseline mean, less 1, in %
-``p_value``            two-sided Mann-Whitney U test over the per-step times per batch
-                       (``scipy.stats.mannwhitneyu``; exact for small samples without ties).
-                       Rank-based: one preempted step does not sway it, and it assumes no
-                       normal distribution, which step times seldom follow.
-``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA`, else ``no_change``
+``time_per_batch_ms``  mean, p50, p90 of each side's steady steps in the compared window (a
+                       step's time divided by its batches, so that a change of
+                       ``steps_per_execution`` compares)
+``evidence``           the timings the test rests on (:mod:`.compare_evidence`): ``level``
+                       (``periods`` of the step-time trend, ``windows`` of the run, or the
+                       ``steps`` of one window), units per side, the test, the bootstrap
+                       interval of the ratio, the run-to-run floor, and ``missing``: one
+                       line saying what would settle an ``inconclusive`` comparison
+``change_pct``         candidate over baseline at that level (means of one window's steps,
+                       medians of periods or windows), less 1, in %
+``p_value``            the test's two-sided p-value
+``load``               each side's other processes' load (cores, sidecars) and whether it differed
+``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA` and the change exceeds the
+                       run-to-run spread of identical code (:data:`RUN_TO_RUN_FLOOR_PCT`) and is
+                       not explained by a difference of machine load; ``inconclusive`` when it
+                       is significant but within that spread or explained by the load;
+                       else ``no_change``
 ``breakdown_ms``       per breakdown category: each side's mean ms per batch and the change
 ``verdicts``           each side's bottleneck / cause / confidence
 ``predictions``        for each change detected between the sides (or named with
@@ -24,18 +33,35 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import compare_evidence as evid
 from .analysis.breakdown import CATEGORIES
 from .op_compare import op_changes, text_lines as op_text_lines
 from .trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
-#: The test, as the reports name it.
-TEST = "Mann-Whitney U, two-sided, over the per-step times per batch (scipy.stats.mannwhitneyu)"
+#: The test over one window's steps, as the reports name it (the weakest evidence).
+TEST = evid.TESTS["steps"]
+#: Change (%, either way, as |log ratio|) within which a significant change between two runs
+#: is ``inconclusive``, per level of evidence. Our choice for a machine whose load holds
+#: still; benchmarks/compare_noise.py fits it on half of its identical-code pairs and prints
+#: the fit: on the 2-core machine shared by 8 agents where docs/compare_noise.md was made
+#: (load average 20-55) identical runs differed by up to 9x, a floor no useful gate can use,
+#: so the load itself is tested instead (the run queue, the CPU time per step below).
+RUN_TO_RUN_FLOOR_PCT = {"periods": 10.0, "windows": 15.0, "steps": 60.0}
+#: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
+#: the sidecars) that differ by this ratio make the machine's load a cause of a change in
+#: its direction (our choice: a quarter, beyond the window-to-window jitter of the factor).
+LOAD_DIFF_FACTOR = 1.25
+#: Largest change (%) of the process's CPU time per step (the trend's ``cpu_ms``) between
+#: two runs of identical code: a CPU-computed model whose CPU time per step stays within it
+#: did not change its own cost. Fitted by benchmarks/compare_noise.py on half of its
+#: same-load identical pairs (largest change, rounded up to 5 %: docs/compare_noise.md).
+CPU_FLOOR_PCT = 35.0
 
 
 class CompareError(Exception):
@@ -78,19 +104,78 @@ def _breakdown_per_batch(report: Dict) -> Dict[str, float]:
 def significance(baseline: np.ndarray, candidate: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value of the two samples of step times (1.0 when they
     cannot differ: identical values)."""
-    from scipy.stats import mannwhitneyu
-    if np.array_equal(np.sort(baseline), np.sort(candidate)):
-        return 1.0
-    return float(mannwhitneyu(baseline, candidate, alternative="two-sided").pvalue)
+    return evid.step_test(baseline, candidate)["p_value"]
 
 
-def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = None) -> Dict:
+def _load(baseline: Dict, candidate: Dict, t: Tuple[evid.SideTimings, evid.SideTimings]) -> Dict:
+    """Each side's machine load (the sidecars) and how much slower it alone could make the
+    more contended side: ``explains_x`` = the ratio of the sides' run-queue slowdown factors
+    (:func:`.compare_evidence.contention_of`), 1.0 when they are within
+    :data:`LOAD_DIFF_FACTOR` of each other or unknown. ``differs`` when they are not."""
+    lb = t[0].others_cpu_cores if t[0].others_cpu_cores is not None else evid.load_of(baseline)
+    lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else evid.load_of(candidate)
+    fb = t[0].contention if t[0].contention is not None else evid.contention_of(baseline)
+    fc = t[1].contention if t[1].contention is not None else evid.contention_of(candidate)
+    out: Dict[str, Any] = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
+           "candidate_contention": fc, "differs": False, "explains_x": 1.0, "more_loaded": None}
+    if fb is None or fc is None:
+        return out
+    ratio = max(fb, fc) / min(fb, fc)
+    if ratio >= LOAD_DIFF_FACTOR:
+        out.update(differs=True, explains_x=round(ratio, 3), more_loaded="candidate" if fc > fb else "baseline")
+    return out
+
+
+def _cores(v) -> str:
+    return "?" if v is None else f"{v:.2f}"
+
+
+def _wait_text(load: Dict, side: str) -> str:
+    f = load[f"{side}_contention"]
+    return f"{100 * (f - 1):.0f} % of its running time"
+
+
+def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
+    """(verdict, the line saying what is missing when inconclusive). A significant change is
+    called when it exceeds the run-to-run floor times what a difference of load explains in
+    its direction; else it is inconclusive, naming the load when the load could explain it."""
+    if p >= ALPHA:
+        return "no_change", None
+    word = "slower" if change_pct > 0 else "faster"
+    floor = RUN_TO_RUN_FLOOR_PCT[lvl]
+    size = abs(np.log1p(change_pct / 100.0))
+    allowed = np.log1p(floor / 100.0)
+    loaded_slower = load["differs"] and (load["more_loaded"] == "candidate") == (word == "slower")
+    if loaded_slower and size <= allowed + np.log(load["explains_x"]):
+        return "inconclusive", (
+            f"the machine's load differed: the training waited for a core {_wait_text(load, 'baseline')} in the "
+            f"baseline's window and {_wait_text(load, 'candidate')} in the candidate's (other processes "
+            f"{_cores(load['baseline_others_cpu_cores'])} -> {_cores(load['candidate_others_cpu_cores'])} cores), "
+            f"enough to make the {load['more_loaded']} up to {load['explains_x']:.2f}x slower; the change may be the "
+            "load's, not the code's: compare runs made under the same load")
+    if size <= allowed:
+        return "inconclusive", f"{change_pct:+.1f} % is within the {floor:.0f} % spread of identical code: {missing}"
+    cpu = load.get("cpu_change_pct")
+    if cpu is not None and (abs(np.log1p(cpu / 100.0)) <= np.log1p(CPU_FLOOR_PCT / 100.0)
+                            or (cpu > 0) != (change_pct > 0)):
+        return "inconclusive", (
+            f"the process's CPU time per step changed {cpu:+.1f} % (within the {CPU_FLOOR_PCT:.0f} % spread of identical "
+            f"code, or the other way) while its time per step changed {change_pct:+.1f} %: on a CPU-computed model the "
+            "code's own cost did not change; the difference is the machine's (other processes' load, throttling): "
+            "compare runs made under the same load")
+    return word, None
+
+
+def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = None,
+                    timings: Optional[Tuple[evid.SideTimings, evid.SideTimings]] = None) -> Dict:
     """The comparison of two session reports (module docstring for the fields).
 
     Args:
       baseline, candidate: session reports (``analyze_session`` dicts) with steps.
       change: the fix id of the change made (``parallel_map``, ``prefetch``...); None to
         detect it from the reports (:func:`detect_changes`).
+      timings: each side's timings beyond the window (:func:`.compare_evidence`); None: the
+        window's steps and the sidecars' load only.
 
     Raises:
       CompareError: a side failed to analyse or has no steady steps.
@@ -104,20 +189,46 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
             raise CompareError(f"{name} {r.get('path')}: no steps found, so no step times to compare")
         sides.append(times)
     b, c = sides
-    change_pct = 100.0 * (c.mean() - b.mean()) / b.mean()
-    p = significance(b, c)
-    verdict = "no_change" if p >= ALPHA else ("slower" if change_pct > 0 else "faster")
+    if timings is None:
+        timings = (evid.SideTimings(steps=b), evid.SideTimings(steps=c))
+    timings[0].steps, timings[1].steps = b, c
+    lvl = evid.level(*timings)
+    ub, uc = evid.units(timings[0], lvl), evid.units(timings[1], lvl)
+    # One window's steps: their means (the reports' step time); periods and windows: medians.
+    mid = np.mean if lvl == "steps" else np.median
+    change_pct = 100.0 * (mid(uc) - mid(ub)) / mid(ub)
+    test = evid.step_test(ub, uc) if lvl == "steps" else evid.unit_test(ub, uc)
+    load = _load(baseline, candidate, timings)
+    if lvl == "periods" and all(t.device_kind == "CPU" for t in timings):
+        load["cpu_change_pct"] = evid.cpu_change(*timings)
+    missing_why = evid.missing_line(lvl, *timings)
+    verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why)
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
     return {
         "baseline": _side(baseline, b), "candidate": _side(candidate, c),
-        "change_pct": round(change_pct, 2), "p_value": round(p, 6), "verdict": verdict, "alpha": ALPHA,
-        "test": TEST,
+        "change_pct": round(change_pct, 2), "p_value": round(test["p_value"], 6), "verdict": verdict,
+        "alpha": ALPHA, "test": evid.TESTS[lvl],
+        "evidence": {"level": lvl, "units": [int(len(ub)), int(len(uc))], "ratio_ci": test["ratio_ci"],
+                     "floor_pct": RUN_TO_RUN_FLOOR_PCT[lvl], "missing": missing,
+                     "window_change_pct": round(100.0 * (c.mean() - b.mean()) / b.mean(), 2),
+                     "trend_files": [timings[0].trend_file, timings[1].trend_file]},
+        "load": load,
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
-        "predictions": [_prediction_check(baseline, fix, float(c.mean())) for fix in fixes],
+        "predictions": _credited([_prediction_check(baseline, fix, float(c.mean())) for fix in fixes]),
         "op_changes": op_changes(baseline, candidate, significance),
     }
+
+
+def _credited(predictions: List[Dict]) -> List[Dict]:
+    """Marks ``credited`` the change whose prediction explains the measured time best (the
+    smallest error; a measured time inside a prediction's range wins), when several were made."""
+    scored = [p for p in predictions if p.get("predicted_ms") is not None]
+    best = min(scored, key=lambda p: (not p["within_range"], abs(p["error_pct"])), default=None)
+    for p in predictions:
+        p["credited"] = p is best
+    return predictions
 
 
 def _prediction_check(baseline: Dict, fix: str, measured: float) -> Dict:
@@ -135,18 +246,41 @@ def _prediction_check(baseline: Dict, fix: str, measured: float) -> Dict:
                 within_range=bool(low <= measured <= high), basis=pred.get("basis"))
 
 
-def _stage_kinds(report: Dict) -> List[str]:
-    return [s.get("kind", "") for s in (report.get("input_pipeline") or {}).get("stages") or []]
-
-
 def _fixes(report: Dict) -> List[str]:
     return [r.get("fix") for r in report.get("recommendations") or []]
 
 
+def _parallelism(stage: Dict) -> Optional[int]:
+    value: Any = stage.get("parallelism")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _map_stages(report: Dict) -> List[Dict]:
+    return [s for s in (report.get("input_pipeline") or {}).get("stages") or []
+            if s.get("kind") in ("Map", "MapAndBatch") or str(s.get("kind", "")).startswith("ParallelMap")]
+
+
+def _sequential_maps(report: Dict) -> List[Dict]:
+    """Map stages that run one element at a time: ``Map``, or a (fused ``MapAndBatch`` /
+    ``ParallelMap``) stage whose recorded parallelism is 1."""
+    return [s for s in _map_stages(report) if s.get("kind") == "Map" or _parallelism(s) == 1]
+
+
+def _parallel_maps(report: Dict) -> List[Dict]:
+    """Map stages running several elements at once (parallelism > 1, or AUTOTUNE: -1)."""
+    def parallel(s: Dict) -> bool:
+        return _parallelism(s) not in (1, None, 0) or s.get("autotune") not in (None, False, 0, "0", "false")
+    return [s for s in _map_stages(report) if s.get("kind") != "Map" and parallel(s)]
+
+
 def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     """Fix ids of the changes visible between two reports, as far as the reports show them:
-    more batches per step (``steps_per_execution``); a sequential ``Map`` that became a
-    parallel map (``parallel_map``: a parallel map is asynchronous and overlaps the step, so
+    more batches per step (``steps_per_execution``); a sequential map (``Map``, or a fused
+    ``MapAndBatch`` / ``ParallelMap`` at parallelism 1) that became a parallel one
+    (``parallel_map``: parallelism above 1 or AUTOTUNE; a parallel map is asynchronous and overlaps the step, so
     a prefetch added with it is part of the same change); a prefetch added
     (``prefetch``); a baseline advised to compile its eager step that the candidate no longer
     is (``tf_function``: offered to eager programs only)."""
@@ -154,8 +288,7 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     b_steps, c_steps = baseline.get("steps") or {}, candidate.get("steps") or {}
     if (c_steps.get("batches_per_step") or 1) > (b_steps.get("batches_per_step") or 1):
         out.append("steps_per_execution")
-    b_kinds, c_kinds = _stage_kinds(baseline), _stage_kinds(candidate)
-    if "Map" in b_kinds and "Map" not in c_kinds and any(k.startswith("ParallelMap") for k in c_kinds):
+    if _sequential_maps(baseline) and not _sequential_maps(candidate) and _parallel_maps(candidate):
         out.append("parallel_map")
     elif not (baseline.get("input_pipeline") or {}).get("has_prefetch") and \
             (candidate.get("input_pipeline") or {}).get("has_prefetch"):
@@ -167,8 +300,8 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
 
 # ---- two paths -----------------------------------------------------------------------------
 
-def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
-    """run name -> its latest session (session folders are named by time), and notes."""
+def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
+    """run name -> its sessions, oldest first (session folders are named by time), and notes."""
     from .batch import no_session_message
     from .logdir import DiscoveryError, find_sessions
     try:
@@ -179,22 +312,21 @@ def _latest_per_run(path: str) -> Tuple[Dict[str, object], List[str]]:
     for s in found.sessions:
         by_run.setdefault(s.run, []).append(s)
     notes = [f"{path}: {p}" for p in found.problems]
-    latest = {}
     for run, sessions in by_run.items():
         sessions.sort(key=lambda s: s.name)
-        latest[run] = sessions[-1]
         if len(sessions) > 1:
-            notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, {sessions[-1].name}")
-    if not latest:
+            notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, "
+                         f"{sessions[-1].name} (the others' step times are evidence)")
+    if not by_run:
         raise CompareError(no_session_message([path]))
-    return latest, notes
+    return by_run, notes
 
 
 def _matched(baseline: str, candidate: str):
-    """[(baseline session, candidate session)] and notes: one session each, else the runs
-    of the same name."""
-    base, notes_b = _latest_per_run(baseline)
-    cand, notes_c = _latest_per_run(candidate)
+    """[(baseline sessions, candidate sessions)] and notes: one run each, else the runs of
+    the same name; each side's sessions oldest first (the latest is compared)."""
+    base, notes_b = _sessions_per_run(baseline)
+    cand, notes_c = _sessions_per_run(candidate)
     if len(base) == 1 and len(cand) == 1:
         return [(next(iter(base.values())), next(iter(cand.values())))], notes_b + notes_c
     common = sorted(set(base) & set(cand))
@@ -206,20 +338,55 @@ def _matched(baseline: str, candidate: str):
     return [(base[r], cand[r]) for r in common], notes
 
 
-def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict:
+#: Most windows of a run analysed as evidence (the newest; each costs an analysis).
+MAX_EVIDENCE_WINDOWS = 12
+
+
+def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = True,
+                 analyze=None) -> evid.SideTimings:
+    """One side's timings: the compared session's steps (``report``), its run's trend
+    periods, and, from :data:`.compare_evidence.MIN_UNITS` sessions of the run on, each
+    window's mean step (the newest :data:`MAX_EVIDENCE_WINDOWS`).
+
+    Args:
+      run_sessions: the run's sessions, oldest first; compared: the one compared (its report
+        is ``report``); analyze: ``Session -> report`` for the other windows (default
+        ``batch.analyze_one``; the plugin passes its cache); a report without steps is skipped.
+    """
+    if analyze is None:
+        from .batch import analyze_one as analyze
+    t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report),
+                         contention=evid.contention_of(report), device_kind=report.get("device_kind"))
+    if use_trend:
+        t.periods, t.period_cpu, t.trend_file = evid.trend_periods(evid.run_dir(compared.path))
+    if len(run_sessions) >= evid.MIN_UNITS:
+        others = [s for s in run_sessions if s.name != compared.name][-(MAX_EVIDENCE_WINDOWS - 1):]
+        means = [float(t.steps.mean())]
+        for s in others:
+            times = per_batch_times(analyze(s) or {})
+            if len(times):
+                means.append(float(times.mean()))
+        t.windows = np.array(means)
+    return t
+
+
+def compare(baseline: str, candidate: str, change: Optional[str] = None, use_trend: bool = True) -> Dict:
     """Compare the sessions under two paths (logdirs, run folders, session folders, local or
     remote, as ``tfbneck analyze`` takes them): one session each, or the runs of the same
-    name (the latest session of each run).
+    name (the latest session of each run, with the run's other windows and its step-time
+    trend as evidence: :mod:`.compare_evidence`).
 
     Args:
       baseline, candidate: the paths.
       change: the fix id of the change made, or None to detect it.
+      use_trend: read the runs' trend files (False: the windows' steps only).
 
     Returns:
       ``{"baseline", "candidate", "comparisons": [compare_reports(...)], "notes", and the
       summary "change_pct", "p_value", "verdict"}``: the summary is the comparison that
       decides: the most slowed down of those that are ``slower``, else the most sped up of
-      those that are ``faster``, else the one with the largest change.
+      those that are ``faster``, else an ``inconclusive`` one, else the one with the
+      largest change.
 
     Raises:
       CompareError: a path holds no session, the runs do not match, or a side cannot be
@@ -227,24 +394,38 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None) -> Dict
     """
     from .batch import analyze_one
     pairs, notes = _matched(baseline, candidate)
-    comparisons = [compare_reports(dict(analyze_one(b)), dict(analyze_one(c)), change) for b, c in pairs]
+    comparisons = []
+    for b_sessions, c_sessions in pairs:
+        rb, rc = dict(analyze_one(b_sessions[-1])), dict(analyze_one(c_sessions[-1]))
+        timings = None
+        if rb.get("status") == "ok" and rc.get("status") == "ok":
+            timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),
+                       side_timings(c_sessions, c_sessions[-1], rc, use_trend, analyze=analyze_one))
+        comparisons.append(compare_reports(rb, rc, change, timings))
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
-            "verdict": top["verdict"], "comparisons": comparisons, "notes": notes}
+            "verdict": top["verdict"], "missing": top["evidence"]["missing"], "comparisons": comparisons,
+            "notes": notes}
 
 
 def decisive(comparisons: List[Dict]) -> Dict:
     """The comparison that sums up several (see :func:`compare`)."""
-    for verdict, sign in (("slower", 1), ("faster", -1)):
+    for verdict, sign in (("slower", 1), ("faster", -1), ("inconclusive", 0)):
         hits = [c for c in comparisons if c["verdict"] == verdict]
         if hits:
-            return max(hits, key=lambda c: sign * c["change_pct"])
+            return max(hits, key=lambda c: sign * c["change_pct"] if sign else abs(c["change_pct"]))
     return max(comparisons, key=lambda c: abs(c["change_pct"]))
 
 
 def slower_than(result: Dict, pct: float) -> List[Dict]:
-    """The comparisons whose candidate is significantly slower by more than ``pct`` %."""
+    """The comparisons whose candidate is significantly slower by more than ``pct`` %
+    (an ``inconclusive`` comparison never is)."""
     return [c for c in result["comparisons"] if c["verdict"] == "slower" and c["change_pct"] > pct]
+
+
+def inconclusive(result: Dict) -> List[Dict]:
+    """The comparisons the evidence could not settle."""
+    return [c for c in result["comparisons"] if c["verdict"] == "inconclusive"]
 
 
 # ---- renderings ----------------------------------------------------------------------------
@@ -252,9 +433,11 @@ def slower_than(result: Dict, pct: float) -> List[Dict]:
 def _title(c: Dict) -> str:
     b, k = c["baseline"], c["candidate"]
     names = b["run"] if b["run"] == k["run"] else f"{b['run']} -> {k['run']}"
-    word = {"faster": "FASTER", "slower": "SLOWER", "no_change": "no significant change"}[c["verdict"]]
+    word = {"faster": "FASTER", "slower": "SLOWER", "no_change": "no significant change",
+            "inconclusive": "INCONCLUSIVE"}[c["verdict"]]
+    ev = c.get("evidence") or {"level": "steps", "units": [b["steps"], k["steps"]]}
     return (f"{names}: {word} ({c['change_pct']:+.1f} % time per batch, p = {c['p_value']:.4g}, "
-            f"{b['steps']} vs {k['steps']} steps)")
+            f"{ev['units'][0]} vs {ev['units'][1]} {ev['level']})")
 
 
 def _verdict_text(side: Dict) -> str:
@@ -282,6 +465,22 @@ def _rows(c: Dict) -> List[Tuple[str, str, str, str]]:
     return rows
 
 
+def _evidence_lines(c: Dict) -> List[str]:
+    """The test, the machine load and, when inconclusive, what is missing."""
+    out = [f"test: {c.get('test', TEST)}; significant below p = {ALPHA}"]
+    ev, load = c.get("evidence") or {}, c.get("load") or {}
+    if ev.get("ratio_ci"):
+        lo, hi = ev["ratio_ci"]
+        out.append(f"95 % interval of the change: {100 * (lo - 1):+.1f} % to {100 * (hi - 1):+.1f} %")
+    if load.get("baseline_contention") is not None and load.get("candidate_contention") is not None:
+        out.append(f"waiting for a core (run queue): {100 * (load['baseline_contention'] - 1):.0f} % -> "
+                   f"{100 * (load['candidate_contention'] - 1):.0f} % of the training's running time"
+                   + (" (differs)" if load.get("differs") else ""))
+    if ev.get("missing"):
+        out.append(f"inconclusive: {ev['missing']}")
+    return out
+
+
 def to_table(result: Dict) -> str:
     out = [f"tfbneck compare: {result['baseline']} -> {result['candidate']}: {result['verdict']} "
            f"({result['change_pct']:+.1f} %, p = {result['p_value']:.4g})"]
@@ -292,8 +491,8 @@ def to_table(result: Dict) -> str:
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         out += [f"  predicted vs measured: {_prediction_text(p)}" for p in c["predictions"]]
         out += op_text_lines(c.get("op_changes"))
+        out += [f"  {line}" for line in _evidence_lines(c)]
     out += [f"note: {n}" for n in result.get("notes") or []]
-    out.append(f"test: {TEST}; significant below p = {ALPHA}")
     return "\n".join(out) + "\n"
 
 
@@ -313,8 +512,8 @@ def to_markdown(result: Dict) -> str:
         if ops:
             out += [""] + [f"- {_md(line.strip())}" if line.startswith("    ") else f"\n{_md(line.strip())}\n"
                            for line in ops]
+        out += [""] + [f"- {_md(line)}" for line in _evidence_lines(c)]
     out += [""] + [f"> note: {_md(n)}" for n in result.get("notes") or []]
-    out.append(f"Test: {TEST}; significant below p = {ALPHA}.")
     return "\n".join(out) + "\n"
 
 

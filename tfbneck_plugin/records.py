@@ -58,7 +58,12 @@ top-level keys; readers ignore the ones they do not know. ``BottleneckProfiler``
                "closed_by": str,                  # "completed", "training_ended", "closed", ...
                # Added later (absent from older sidecars):
                "kind": "scheduled" | "triggered", # triggered: opened by on_slowdown
-               "trigger": null | {...}}           # why a triggered window opened (below)
+               "trigger": null | {...},           # why a triggered window opened (below)
+               "interrupted": null | {            # closed_by "interrupted": training left the
+                   "steps_recorded": int,         #   window with an exception; complete steps
+                   "markers_recorded": int,       #   (batches, markers) kept in the trace
+                   "exception": str | null,       #   its type name, when the callback saw it
+                   "detected": str}}              #   how the callback saw it
 
 ``trigger`` (``capture/steptime.py``; step times are between consecutive step beginnings,
 ms per step, per execution when ``steps_per_execution`` > 1)::
@@ -120,7 +125,9 @@ read by the TensorBoard tab's ``/trend`` route::
                | {"event": "rebaselined", "step", "why", "t_unix_ns"}]},
      "points": [{"step": int,           # last batch of the period (x of the scalars)
                  "first_step": int, "epoch": int | null, "n": int,   # steps timed
-                 "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int}],
+                 "p50_ms": float, "p90_ms": float, "mean_ms": float, "t_unix_ns": int,
+                 "cpu_ms": float}],               # the process's CPU time per step over the period
+                                                  # (absent from the first period and older files)
      "windows": [{"index": int, "kind": "scheduled" | "triggered",
                   "requested": [[int, int]], "steps": [int, int] | null,
                   "status": "open" | "profiled" | "skipped", "reason": str | null,
@@ -129,7 +136,9 @@ read by the TensorBoard tab's ``/trend`` route::
                   "verdict": null | {"bottleneck", "cause", "confidence", "step_time_ms"},
                   "analysis_error": str | null,
                   "change": null | {"from_window": int, "from": {"bottleneck", "cause"},
-                                    "to": {"bottleneck", "cause"}, "text": str, ...}}]}
+                                    "to": {"bottleneck", "cause"}, "text": str, ...},
+                  "overhead": null | {"window_step_ms", "job_step_ms",   # the traced step against
+                                      "periods": int, "x": float}}]}     # the unprofiled one around it
 
 The file is written atomically (temporary file + rename): a reader never sees torn JSON.
 """
@@ -216,6 +225,24 @@ def read_sidecar(path: str, opener=open) -> Dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("samples"), list):
         raise SidecarError(f"{path}: not a tfbneck system-metrics file")
     return data
+
+
+def interrupted_window(sidecar: Dict) -> Optional[Dict]:
+    """The ``window.interrupted`` record of a sidecar (format above), or None: absent, not
+    a window closed as interrupted, or malformed (older sidecars lack it)."""
+    window = sidecar.get("window")
+    if not isinstance(window, dict) or window.get("closed_by") != "interrupted":
+        return None
+    rec = window.get("interrupted")
+    if not isinstance(rec, dict):  # an older callback: interrupted, counts unknown
+        markers = window.get("markers")
+        return {"steps_recorded": None, "markers_recorded": len(markers) if isinstance(markers, list) else 0,
+                "exception": None, "detected": None}
+    steps = rec.get("steps_recorded")
+    return {"steps_recorded": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+            "markers_recorded": rec.get("markers_recorded") if isinstance(rec.get("markers_recorded"), int) else None,
+            "exception": rec.get("exception") if isinstance(rec.get("exception"), str) else None,
+            "detected": rec.get("detected") if isinstance(rec.get("detected"), str) else None}
 
 
 @dataclass

@@ -44,6 +44,8 @@ class Steps(TypedDict, total=False):
     tried: List[Dict[str, str]]       # {"finder", "why_not"}
     why_none: str
     warmup: Dict[str, object]         # count, time_ms, steps, reason, excluded
+    outliers: Dict[str, object]       # odd steps left out of the verdict: steps, time_ms, reason
+    notes: List[str]                  # how the steps were read (e.g. a batch fetched outside the marked step)
     graph_builds: Dict[str, float]    # steps, time_ms, pct
 
 
@@ -70,7 +72,8 @@ class Recommendation(TypedDict, total=False):
 
 class InputPipeline(TypedDict, total=False):
     """The tf.data stages and the one that blocks the consumer."""
-    bottleneck_stage: Optional[str]   # full tf.data iterator name
+    bottleneck_stage: Optional[str]   # full iterator name of the stage the step waits on; None below 5 % input
+    busiest_stage: Optional[str]      # the stage with the most work, whether or not the step waits for it
     stages: List[Dict[str, object]]
     has_prefetch: bool
 
@@ -239,6 +242,8 @@ class SessionDict(TypedDict, total=False):
     sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[WorstStep]
+    interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
+    #                                           steps_recorded, markers_recorded, exception, detected
     top_ops: List[TopOp]                      # costliest ops per place, costliest first
     op_summary: OpSummary
     trace_viewer: Dict[str, str]

@@ -57,6 +57,21 @@ export function jobUrl(run, session) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** The comparison of two sessions, the one `tfbneck compare` makes (GET /compare): resolves to
+ * the route's body ({comparison, error}), polling while a side is analysed; null if cancelled. */
+export async function fetchComparison(before, after, { isCancelled = () => false } = {}) {
+  const url = "compare?" + new URLSearchParams({
+    before_run: before.run, before_session: before.session, after_run: after.run, after_session: after.session,
+  }).toString();
+  for (;;) {
+    const r = await getJson(url);
+    if (isCancelled()) return null;
+    if (r.status === 200) return r.body;
+    await sleep(Math.min(Math.max((r.body && r.body.retry_after_ms) || 400, 100), 3000));
+    if (isCancelled()) return null;
+  }
+}
+
 /**
  * The report of one session (with job: of the job that worker session belongs to). While the server analyses it (202) calls onWait() and polls.
  * Resolves to null if isCancelled() turns true while waiting.

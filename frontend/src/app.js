@@ -1,7 +1,7 @@
 // The tab: a session list (newest first) beside the selected session's report, or the
 // comparison of two sessions. Polls the list (new sessions appear without a restart)
 // and a report while the server analyses it.
-import { ApiError, fetchFleet, fetchReport, fetchTrend, listSessions } from "./api.js";
+import { ApiError, fetchComparison, fetchFleet, fetchReport, fetchTrend, listSessions } from "./api.js";
 import { destroyAll } from "./charts.js";
 import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
@@ -16,6 +16,37 @@ const LIST_POLL_MS = 10000;
 /** While sessions still wait for their verdict, the list is asked for this often. */
 const LIST_BUSY_POLL_MS = 1000;
 const keyOf = (s) => JSON.stringify([s.run, s.session]);
+// The compare view's state in the page's URL (TensorBoard's own page, so that it can be
+// shared): ?tfbneck_compare=<JSON [before key, after key]>.
+const URL_PARAM = "tfbneck_compare";
+
+function topWindow() {
+  try {
+    return window.parent && window.parent.location.href ? window.parent : window;
+  } catch (_) {
+    return window;  // another origin: only the frame's own URL
+  }
+}
+
+function readUrlState() {
+  try {
+    const raw = new URL(topWindow().location.href).searchParams.get(URL_PARAM);
+    const pair = raw ? JSON.parse(raw) : null;
+    return Array.isArray(pair) && pair.length === 2 ? { before: pair[0], after: pair[1] } : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+function writeUrlState(compare) {
+  try {
+    const w = topWindow();
+    const url = new URL(w.location.href);
+    if (compare) url.searchParams.set(URL_PARAM, JSON.stringify([compare.before, compare.after]));
+    else url.searchParams.delete(URL_PARAM);
+    if (url.href !== w.location.href) w.history.replaceState(w.history.state, "", url.href);
+  } catch (_) { /* the URL cannot be written here: the view still works */ }
+}
 
 export class App {
   constructor(root) {
@@ -30,6 +61,11 @@ export class App {
   }
 
   start() {
+    const state = readUrlState();
+    if (state) {
+      this.mode = "compare";
+      this.compare = state;
+    }
     this.build();
     this.refreshList();
     setInterval(() => { if (!document.hidden) this.refreshList(); }, LIST_POLL_MS);
@@ -189,6 +225,7 @@ export class App {
 
   setMode(mode) {
     this.mode = mode;
+    if (mode !== "compare") writeUrlState(null);
     this.updateTabs();
     this.renderList();
     this.show();
@@ -340,13 +377,17 @@ export class App {
     this.toolbar.append(this.compareSelect("before"), h("span", { class: "tfb-arrow", text: "→" }), this.compareSelect("after"));
     const a = this.find(this.compare.before);
     const b = this.find(this.compare.after);
+    writeUrlState(this.compare);
     this.message("Loading both sessions…", "busy");
     try {
       const [ra, rb] = await Promise.all([
         this.load(a, gen, "the two sessions"), this.load(b, gen, "the two sessions")]);
       if (!ra || !rb || gen !== this.generation) return;
+      const cmp = ra.status === "ok" && rb.status === "ok"
+        ? await fetchComparison(a, b, { isCancelled: () => gen !== this.generation }) : null;
+      if (gen !== this.generation) return;
       destroyAll();
-      clear(this.view).append(compareView(ra, rb));
+      clear(this.view).append(compareView(ra, rb, cmp));
     } catch (err) {
       if (gen !== this.generation) return;
       this.showRequestError(err, b);

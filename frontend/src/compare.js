@@ -88,10 +88,75 @@ function table(a, b) {
         h("th", { scope: "row", text: k }), h("td", { text: va }), h("td", { text: vb }), d || h("td", { text: "" })))))));
 }
 
-/** The comparison of report `a` (before) with report `b` (after). */
-export function compareView(a, b) {
+const WORDS = { faster: "FASTER", slower: "SLOWER", no_change: "no significant change", inconclusive: "INCONCLUSIVE" };
+// Better or worse for the user: faster is better, slower worse; the rest says nothing either way.
+const TONE = { faster: "better", slower: "worse", no_change: "same", inconclusive: "unsure" };
+
+/** Python's `{x:.4g}` for the p-values (0 < p <= 1). */
+function fmtP(p) {
+  const v = Number(p);
+  return v >= 1e-4 || v === 0 ? String(Number(v.toPrecision(4))) : v.toExponential(3).replace(/\.?0+e/, "e").replace(/e([+-])(\d)$/, "e$10$2");
+}
+
+function signed(x, digits = 1) {
+  const v = Number(x);
+  return `${v < 0 ? "-" : "+"}${Math.abs(v).toFixed(digits)}`;
+}
+
+/** The comparison's title, the same line `tfbneck compare` prints (comparison._title). */
+export function comparisonTitle(c) {
+  const b = c.baseline;
+  const k = c.candidate;
+  const names = b.run === k.run ? b.run : `${b.run} -> ${k.run}`;
+  const ev = c.evidence || { level: "steps", units: [b.steps, k.steps] };
+  return `${names}: ${WORDS[c.verdict] || c.verdict} (${signed(c.change_pct)} % time per batch, p = ${fmtP(c.p_value)}, ` +
+    `${ev.units[0]} vs ${ev.units[1]} ${ev.level})`;
+}
+
+function predictionLine(p) {
+  if (p.predicted_ms === null || p.predicted_ms === undefined) {
+    return `${p.fix}: no prediction (${p.why_not}); measured ${Number(p.measured_ms).toFixed(2)} ms`;
+  }
+  const [low, high] = p.range_ms;
+  return `${p.fix}: predicted ${Number(p.predicted_ms).toFixed(2)} ms (range ${Number(low).toFixed(2)}-${Number(high).toFixed(2)}), ` +
+    `measured ${Number(p.measured_ms).toFixed(2)} ms, error ${signed(p.error_pct)} %` + (p.credited ? " (explains the change)" : "");
+}
+
+/** The test of `tfbneck compare` for the two sessions: verdict, change, p-value or what is missing, predictions. */
+function testCard(body) {
+  if (!body || !body.comparison) {
+    return h("section", { class: "tfb-card tfb-compare-test", dataset: { verdict: "" } },
+      h("h3", { text: "Did it change?" }), h("p", { class: "tfb-muted", text: (body && body.error) || "No comparison." }));
+  }
+  const c = body.comparison;
+  const ev = c.evidence || {};
+  const load = c.load || {};
+  const lines = [`Test: ${c.test}; significant below p = ${c.alpha}.`];
+  if (ev.ratio_ci) lines.push(`95 % interval of the change: ${signed(100 * (ev.ratio_ci[0] - 1))} % to ${signed(100 * (ev.ratio_ci[1] - 1))} %.`);
+  if (load.baseline_contention !== null && load.baseline_contention !== undefined &&
+      load.candidate_contention !== null && load.candidate_contention !== undefined) {
+    lines.push(`Waiting for a core (run queue): ${(100 * (load.baseline_contention - 1)).toFixed(0)} % -> ` +
+      `${(100 * (load.candidate_contention - 1)).toFixed(0)} % of the training's running time` +
+      `${load.differs ? " (differs)" : ""}.`);
+  }
+  return h("section", {
+    class: `tfb-card tfb-compare-test ${TONE[c.verdict] || ""}`,
+    dataset: { verdict: c.verdict, changePct: String(c.change_pct), pValue: String(c.p_value), level: ev.level || "" },
+  },
+  h("h3", { text: "Did it change?" }),
+  h("p", { class: `tfb-compare-headline tfb-delta ${TONE[c.verdict] || ""}`, text: comparisonTitle(c) }),
+  ev.missing ? h("p", { class: "tfb-compare-missing", text: `Inconclusive: ${ev.missing}` }) : null,
+  h("ul", { class: "tfb-compare-lines" }, lines.map((t) => h("li", { text: t }))),
+  (c.predictions || []).length ? h("div", { class: "tfb-compare-predictions" },
+    h("h4", { text: "Predicted vs measured" }),
+    h("ul", {}, c.predictions.map((p) => h("li", { dataset: { fix: p.fix, credited: p.credited ? "true" : "false" }, text: predictionLine(p) })))) : null);
+}
+
+/** The comparison of report `a` (before) with report `b` (after); `cmp`: the /compare body. */
+export function compareView(a, b, cmp) {
   const both = a.status === "ok" && b.status === "ok";
   return h("div", { class: "tfb-compare-view" },
+    both ? testCard(cmp) : null,
     h("div", { class: "tfb-compare-grid" }, column("Before", a), column("After", b)),
     both ? compositionChart(a, b) : null,
     both ? table(a, b) : h("p", { class: "tfb-muted", text: "The numbers can be compared once both sessions are analysed without error." }));

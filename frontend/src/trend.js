@@ -194,7 +194,8 @@ function verdictCell(w) {
   if (v) {
     return h("td", {}, h("span", { class: `tfb-chip kind-${v.bottleneck || "unknown"}`, text: kindLabel(v.bottleneck) }),
       v.cause ? h("span", { class: "tfb-trend-cause", text: ` ${v.cause}` }) : null,
-      v.step_time_ms !== null && v.step_time_ms !== undefined ? h("div", { class: "tfb-muted-small", text: `${fmtMs(v.step_time_ms, 2)} per step in the trace` }) : null);
+      v.step_time_ms !== null && v.step_time_ms !== undefined ? h("div", { class: "tfb-muted-small", text: `${fmtMs(v.step_time_ms, 2)} per step in the trace` }) : null,
+      w.overhead && w.overhead.x ? h("div", { class: "tfb-muted-small tfb-trend-overhead", text: `${w.overhead.x.toFixed(1)}x the job's own ${fmtMs(w.overhead.job_step_ms, 2)} around it (unprofiled): the profiler's cost` }) : null);
   }
   if (w.status === "skipped") return h("td", { class: "tfb-muted-small", text: w.reason || "not profiled" });
   if (w.analysis_error) return h("td", { class: "tfb-muted-small", text: `analysis failed: ${w.analysis_error}` });

@@ -258,17 +258,21 @@ def faults():
     def failing_start(self):
         raise RuntimeError("can't start new thread (injected)")
 
+    # The failures are injected into the sampler class, which the whole-run system view uses
+    # too: it is off here, so that the window's own sampler is the one that fails.
     sysmetrics.SystemSampler._take = failing_sample
     try:
         run_case("sampler_midway", lambda: BottleneckProfiler(os.path.join(OUT, "sampler_midway"),
                                                               profile_steps=(3, 5), sample_interval_s=0.02,
-                                                              analyze=False), data=slow_dataset(8))
+                                                              analyze=False, system_interval_s=None),
+                 data=slow_dataset(8))
     finally:
         sysmetrics.SystemSampler._take = original_sample
     sysmetrics.SystemSampler.start = failing_start
     try:
         run_case("sampler_no_start", lambda: BottleneckProfiler(os.path.join(OUT, "sampler_no_start"),
-                                                                profile_steps=(3, 5), analyze=False))
+                                                                profile_steps=(3, 5), analyze=False,
+                                                                system_interval_s=None))
     finally:
         sysmetrics.SystemSampler.start = original_start
 

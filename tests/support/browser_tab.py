@@ -14,14 +14,15 @@ KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", 
 class Tab:
     """The Bottleneck tab open in a page: ``frame`` (to evaluate) and ``fl`` (locators)."""
 
-    def __init__(self, ctx, tb: TensorBoard, name: str):
+    def __init__(self, ctx, tb: TensorBoard, name: str, query: str = ""):
+        """``query``: a query string (``?k=v``) for TensorBoard's page, as a shared link carries."""
         self.tb, self.name = tb, name
         self.page = ctx.new_page()
         self.dialogs = []
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         self.errors = []
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(tb.url + "#bottleneck")
+        self.page.goto(tb.url + query + "#bottleneck")
         tab = self.page.locator("[role=tab] .plugin-name", has_text=re.compile(r"^\s*Bottleneck\s*$"))
         tab.first.wait_for(state="visible", timeout=60_000)
         self.page.wait_for_selector('iframe[src*="plugin_entry.html?name=bottleneck"]', timeout=60_000)

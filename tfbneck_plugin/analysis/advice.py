@@ -140,18 +140,34 @@ def _transfer(_f: Findings) -> List[Rec]:
                 "ds = ds.apply(tf.data.experimental.prefetch_to_device('/gpu:0'))")]
 
 
-def _launch(_f: Findings) -> List[Rec]:
+#: A custom loop's "several steps per call": a loop over batches inside one tf.function
+#: (what Keras' steps_per_execution does inside ``fit``), counted as 32 batches per step.
+_LOOP_IN_FUNCTION = ("@tf.function\ndef train_steps(iterator, n):\n    for _ in tf.range(n):  # a graph loop, "
+                     "one Python call\n        x, y = next(iterator)\n        train_step(x, y)\n\n"
+                     "it = iter(ds)\nfor _ in range(num_batches // 32):\n    with profiler.step(batches=32):\n"
+                     "        train_steps(it, tf.constant(32))")
+
+
+def _several_steps(f: Findings, why: str) -> Rec:
+    if f.steps.custom_loop:
+        return rec("steps_per_execution", "Run several steps per tf.function call",
+                   why + " In a custom loop: keep the step in a tf.function and loop over several batches inside "
+                   "it (a graph loop with tf.range), one Python call per group of batches.", _LOOP_IN_FUNCTION)
+    return rec("steps_per_execution", "Run several steps per call", why,
+               "model.compile(optimizer, loss, steps_per_execution=32)")
+
+
+def _launch(f: Findings) -> List[Rec]:
+    xla = ("@tf.function(jit_compile=True)\ndef train_step(x, y):\n    ..." if f.steps.custom_loop else
+           "model.compile(optimizer, loss, jit_compile=True)  # or @tf.function(jit_compile=True)")
     return [rec("xla", "Launch fewer, bigger kernels",
                 "Compile the step with XLA to fuse small ops, and raise the batch size so each kernel does more work.",
-                "model.compile(optimizer, loss, jit_compile=True)  # or @tf.function(jit_compile=True)"),
-            rec("steps_per_execution", "Run several steps per call", "Fewer Python round trips per batch.",
-                "model.compile(optimizer, loss, steps_per_execution=32)")]
+                xla),
+            _several_steps(f, "Fewer Python round trips per batch.")]
 
 
-def _python(_f: Findings) -> List[Rec]:
-    return [rec("steps_per_execution", "Run several steps per call",
-                "Amortise Python and callback overhead over many batches.",
-                "model.compile(optimizer, loss, steps_per_execution=32)")]
+def _python(f: Findings) -> List[Rec]:
+    return [_several_steps(f, "Amortise Python and callback overhead over many batches.")]
 
 
 def _eager(_f: Findings) -> List[Rec]:
@@ -181,15 +197,16 @@ def _compute(f: Findings) -> List[Rec]:
                     "Eager execution dispatches each op from Python; a tf.function runs the whole graph in C++ "
                     "and can fuse ops with XLA.",
                     "@tf.function(jit_compile=True)\ndef predict(x):\n    return model(x, training=False)")]
+    xla = ("@tf.function(jit_compile=True)\ndef train_step(x, y):\n    ..." if f.steps.custom_loop
+           else "model.compile(optimizer, loss, jit_compile=True)")
     if f.device_kind == "CPU":
         return [rec("xla", "Speed up the model math on the CPU",
                     "Use a GPU if you can. On the CPU: XLA compilation, and oneDNN's bf16 paths on CPUs that support "
-                    "them.", "model.compile(optimizer, loss, jit_compile=True)")]
+                    "them.", xla)]
     return [rec("mixed_precision", "Use mixed precision",
                 "Tensor cores run fp16/bf16 math several times faster than fp32.",
                 "keras.mixed_precision.set_global_policy('mixed_float16')"),
-            rec("xla", "Compile with XLA", "Fuses ops, fewer kernels and memory round trips.",
-                "model.compile(optimizer, loss, jit_compile=True)")]
+            rec("xla", "Compile with XLA", "Fuses ops, fewer kernels and memory round trips.", xla)]
 
 
 def _capture(_f: Findings) -> List[Rec]:

@@ -27,6 +27,10 @@ class StepFacts:
     graph_build_ms: float = 0.0       # graph-building time summed over the steady steps
     total_ms: float = 0.0             # the steady steps' time summed
     all_warmup: bool = False          # every step found was warm-up (none left to analyse apart)
+    custom_loop: bool = False         # marked steps of the user's own loop (no Keras training function)
+    fetch_outside: Optional[str] = None   # the batch was fetched between marked steps: what was done about it
+    odd: Optional[str] = None         # the odd (outlier) steps left out of the steady steps, named
+    input_bound_steps: int = 0        # steady steps that waited for input >= 20 % of their time
 
     @property
     def graph_build_pct(self) -> float:

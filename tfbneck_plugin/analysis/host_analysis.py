@@ -25,6 +25,7 @@ from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
 from . import tfdata, whatif
 from .findings import Findings, KernelFacts, StepFacts
+from .odd_steps import odd_sentence, odd_steps
 from .placement import Placement, find_placement
 from .rules import decide
 from .sync import sync_section
@@ -36,6 +37,11 @@ TF_HOST_EVENTS = (hostmod.EXECUTOR_EVENT, hostmod.FUNCTION_RUN, "EagerExecute", 
                   "IteratorGetNextOp::DoCompute", "TFE_Py_ExecuteCancelable")
 #: Prefixes of JAX's host events (jax/_src/interpreters/pxla.py PjitFunction; PjRt client).
 JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
+
+
+#: A step is input-bound when it waited for input this share (%) of its time: the verdict's
+#: input-bound level (rules.INPUT_BOUND_PCT, XProf's "HIGHLY input-bound") applied per step.
+INPUT_BOUND_STEP_PCT = 20.0
 
 
 class HostAnalysis:
@@ -83,18 +89,50 @@ class HostAnalysis:
         return stepsmod.find_steps(self.space, self.host_view)
 
     @cached_property
+    def odd_mask(self) -> np.ndarray:
+        """Which found steps are odd (:mod:`.odd_steps`, judged among the non-warm-up ones),
+        bool, shape (n_found,); empty without steps."""
+        found = self.step_search.steps
+        if found is None:
+            return np.zeros(0, dtype=bool)
+        odd = np.zeros(found.count, dtype=bool)
+        keep = self._not_warmup(found)
+        odd[keep] = odd_steps(found.durations_ps[keep])
+        return odd
+
+    @staticmethod
+    def _not_warmup(found: stepsmod.Steps) -> np.ndarray:
+        warm = found.warmup
+        if len(warm) and warm.any() and not warm.all():
+            return ~warm
+        return np.ones(found.count, dtype=bool)
+
+    @cached_property
     def steps(self) -> Optional[stepsmod.Steps]:
         """The steady steps: the steps found, less the leading warm-up steps (tf.function
-        tracing, graph building, compilation), which would distort the breakdown. When every
-        step is warm-up they are all kept (and the confidence says so)."""
+        tracing, graph building, compilation), which would distort the breakdown, and less
+        the odd ones (:attr:`odd_mask`). When every step is warm-up they are all kept (and
+        the confidence says so)."""
         found = self.step_search.steps
-        warm = getattr(found, "warmup", None)
-        if found is None or warm is None or not len(warm) or not warm.any() or warm.all():
+        if found is None:
+            return None
+        keep = self._not_warmup(found) & ~self.odd_mask
+        if keep.all():
             return found
-        keep = ~warm
         return dataclasses.replace(found, numbers=found.numbers[keep], starts=found.starts[keep],
                                    ends=found.ends[keep], graph_build_ps=found.graph_build_ps[keep],
-                                   warmup=warm[keep])
+                                   warmup=found.warmup[keep] if len(found.warmup) else found.warmup)
+
+    @cached_property
+    def odd(self) -> Optional[str]:
+        """The sentence naming the odd steps left out of the steady steps (:mod:`.odd_steps`), or None."""
+        steps, found, odd = self.steps, self.step_search.steps, self.odd_mask
+        if steps is None or found is None or not odd.any():
+            return None
+        starts, ends = found.starts[odd], found.ends[odd]
+        waited = breakdown.per_step(self.activity, starts, ends)["input"]
+        median = float(np.median(np.concatenate([steps.durations_ps, ends - starts])))
+        return odd_sentence(found.numbers[odd], ends - starts, waited, median)
 
     @cached_property
     def window(self) -> Optional[Tuple[int, int]]:
@@ -196,7 +234,13 @@ class HostAnalysis:
         steps, found = self.steps, self.step_search.steps
         if steps is None:
             return StepFacts(why_none=_why_none(self.step_search))
-        facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()))
+        facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()),
+                          custom_loop=stepsmod.is_custom_loop(self.view, steps),
+                          fetch_outside=steps.fetch_outside, odd=self.odd)
+        parts = self.parts
+        if steps.count and len(parts["input"]) == steps.count:
+            share = parts["input"] / np.maximum(steps.durations_ps, 1)
+            facts.input_bound_steps = int((100.0 * share >= INPUT_BOUND_STEP_PCT).sum())
         warm = getattr(found, "warmup", None)
         if found is not None and warm is not None and warm.any():
             facts.warmup_count = int(warm.sum())
@@ -236,9 +280,10 @@ class HostAnalysis:
             "window_ms": ms(self.window[1] - self.window[0]) if self.window else 0.0,
             "events": self.space.n_events,
             "step_source": steps.source if steps is not None else "none",
-            "steps": host_report.steps_section(steps, self.step_search, parts, self.origin, self.findings.steps),
+            "steps": host_report.steps_section(steps, self.step_search, parts, self.origin, self.findings.steps,
+                                               self.odd_mask),
             "breakdown_pct": self.breakdown_pct,
-            "input_pipeline": host_report.input_pipeline_section(self.pipeline),
+            "input_pipeline": host_report.input_pipeline_section(self.pipeline, self.breakdown_pct.get("input", 0.0)),
             **verdict_fields(v),
             "worst_step": None if v.cause == "not_tensorflow" else host_report.worst_step(steps, parts, self.origin),
             "top_ops": op_report.top_ops(self.ops, self.origin),

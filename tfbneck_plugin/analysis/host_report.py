@@ -12,6 +12,7 @@ from ..trace.timeline import ms
 from . import breakdown, tfdata
 from ..schema import WorstStep
 from .findings import StepFacts
+from .rules import INPUT_MODERATE_PCT
 
 
 def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
@@ -20,13 +21,15 @@ def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
     return {**timeline.time_stats(d), "min": round(float(d.min()), 3), "max": round(float(d.max()), 3)}
 
 
-def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, facts: StepFacts) -> Dict:
-    """The report's ``steps`` object (times in ms; warm-up and graph builds when present).
+def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, facts: StepFacts,
+                  odd: Optional[np.ndarray] = None) -> Dict:
+    """The report's ``steps`` object (times in ms; warm-up, odd steps and graph builds when present).
 
     Args:
       steps: the steady steps or None; search: the step finders' :class:`.steps.StepSearch`;
       parts: ps per breakdown category per step; origin: time 0 of ``start_ms`` (ps);
-      facts: the findings' :class:`.findings.StepFacts`.
+      facts: the findings' :class:`.findings.StepFacts`; odd: which found steps are odd
+      (bool, shape (n_found,); :mod:`.odd_steps`).
     """
     tried = [{"finder": f, "why_not": why} for f, why in search.tried]
     if steps is None:
@@ -44,6 +47,10 @@ def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, fact
         found = search.steps
         out["warmup"] = {"count": facts.warmup_count, "time_ms": facts.warmup_ms, "reason": facts.warmup_reason,
                          "steps": [int(n) for n in found.numbers[found.warmup]], "excluded": not facts.all_warmup}
+    if facts.odd and odd is not None and odd.any():
+        found = search.steps
+        out["outliers"] = {"steps": [int(n) for n in found.numbers[odd]],
+                           "time_ms": ms(int(found.durations_ps[odd].sum())), "reason": facts.odd}
     if facts.graph_build_steps:
         out["graph_builds"] = {"steps": facts.graph_build_steps, "time_ms": facts.graph_build_ms,
                                "pct": round(facts.graph_build_pct, 2)}
@@ -66,9 +73,13 @@ def worst_step(steps, parts: Dict[str, np.ndarray], origin: int) -> Optional[Wor
             "trace_end_ms": round(float(steps.ends[k]) / 1e9, 6)}
 
 
-def input_pipeline_section(pipeline: Optional[tfdata.Pipeline]) -> Dict:
+def input_pipeline_section(pipeline: Optional[tfdata.Pipeline], input_pct: float) -> Dict:
     """The report's ``input_pipeline``: the blocking stage, the stages, and whether the
-    pipeline prefetches."""
-    return {"bottleneck_stage": pipeline.blocking.path if (pipeline and pipeline.blocking) else None,
-            "stages": tfdata.stage_rows(pipeline, 0) if pipeline else [],
+    pipeline prefetches. The busiest stage blocks only when the step waits for input at all
+    (``input_pct`` >= XProf's "moderately input-bound" level, ``rules.INPUT_MODERATE_PCT``):
+    a pipeline that keeps ahead of the step has no blocking stage (``busiest_stage`` keeps it)."""
+    busiest = pipeline.blocking.path if (pipeline and pipeline.blocking) else None
+    blocks = busiest is not None and input_pct >= INPUT_MODERATE_PCT
+    return {"bottleneck_stage": busiest if blocks else None, "busiest_stage": busiest,
+            "stages": tfdata.stage_rows(pipeline, 0, blocks) if pipeline else [],
             "has_prefetch": bool(pipeline and pipeline.has_prefetch)}

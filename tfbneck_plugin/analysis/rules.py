@@ -165,7 +165,9 @@ def input_bound(f: Findings) -> Optional[Verdict]:
     p = f.pipeline if (f.pipeline and f.pipeline.stages) else None
     st = p.blocking if p else None
     ev = context(f) + [f"The training step waits for input {inp:.1f}% of the time (IteratorGetNext blocking with "
-                       f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)."]
+                       f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)"
+                       + (f"; {f.steps.input_bound_steps} of {f.steps.count} steps waited that long." if f.steps.count
+                          else ".")]
     if st is not None:
         par = f", parallelism {st.parallelism}" if st.parallelism not in (None, "") else ""
         fn = f" plus {st.function_ps / 1e9:.1f} ms of CPU time in its function" if st.function_ps else ""
@@ -285,14 +287,22 @@ def gradient_sync(f: Findings) -> Optional[Verdict]:
 
 def host_device_transfer(f: Findings) -> Optional[Verdict]:
     """Host<->device copies >= ``TRANSFER_BOUND_PCT`` with no kernel running:
-    ``device``/``host_device_transfer``.
+    ``io``/``host_device_transfer``. The kind is the input side's: the device waits for data
+    to be delivered, which XProf files under "Enqueuing data" in its input-bound analysis
+    (xprof: convert/op_stats_to_input_pipeline_analysis.cc) and which nvidia-smi's GPU-Util
+    does not count as busy; its fixes (prefetch to the device, fewer host round trips) are
+    input-pipeline changes, not model changes.
     """
     xfer = f.transfer_pct
     if xfer < TRANSFER_BOUND_PCT:
         return None
-    return Verdict("device", "host_device_transfer", confidence(xfer, TRANSFER_BOUND_PCT), context(f) + [
+    h2d, d2h = f.share("host_to_device"), f.share("device_to_host")
+    return Verdict("io", "host_device_transfer", confidence(xfer, TRANSFER_BOUND_PCT), context(f) + [
         f"{xfer:.1f}% of the step is host<->device copies with no kernel running (threshold "
-        f"{TRANSFER_BOUND_PCT:.0f}%)."])
+        f"{TRANSFER_BOUND_PCT:.0f}%; {h2d:.1f}% host-to-device, {d2h:.1f}% device-to-host).",
+        "The device is not busy but waiting for data to be delivered: copies are the input side's work (XProf "
+        "counts them as \"Enqueuing data\" in its input-bound analysis, and nvidia-smi's GPU-Util does not count "
+        "them as busy), so the kind is io, not device."])
 
 
 def kernel_launch(f: Findings) -> Optional[Verdict]:
@@ -382,6 +392,10 @@ def decide(f: Findings) -> Verdict:
     v.recommendations = cast(List[Recommendation], fit(advice_for(v.cause, f), f))
     blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
     v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
+    if f.steps.odd:
+        v.evidence.insert(0, f.steps.odd)
+    if f.steps.fetch_outside:
+        v.evidence.insert(0, f.steps.fetch_outside)
     if f.steps.warmup_count:
         v.evidence.insert(0, _warmup_sentence(f))
     if not f.steps.found and f.steps.why_none:

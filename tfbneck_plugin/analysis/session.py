@@ -44,7 +44,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     problem = _record_problem(session, opener)
     if problem is not None:
         return problem
-    system, sidecar_problem, job_info = _system_metrics(session, opener)
+    system, sidecar_problem, job_info, interrupted = _system_metrics(session, opener)
     hosts, failures = _analyze_hosts(session, system, opener)
     if not hosts:
         kind, message = failures[0]
@@ -60,6 +60,9 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         report["system_metrics"] = system
     if sidecar_problem:
         report.setdefault("warnings", []).append(sidecar_problem)
+    if interrupted is not None:  # training left the window early: the steps before it are analysed
+        report["interrupted"] = interrupted
+        report.setdefault("warnings", []).append(interrupted_warning(interrupted))
     if job_info:
         report["job"] = job_info  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
@@ -89,19 +92,27 @@ def _record_problem(session: Session, opener) -> Optional[SessionDict]:
     return None
 
 
-def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict]]:
-    """(sidecar summary or None, a warning about the sidecar or None, the job it records or None)."""
+def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict], Optional[Dict]]:
+    """(sidecar summary or None, a warning about the sidecar or None, the job it records or
+    None, the window's ``interrupted`` record or None)."""
     if not session.sidecar:
-        return None, None, None
+        return None, None, None, None
     try:
         raw = records.read_sidecar(session.sidecar, opener)
     except records.SidecarError as err:
-        return None, str(err), None
+        return None, str(err), None, None
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({str(raw['sampler_error']).splitlines()[0]})")
-    return sysmetrics.summarize(raw), problem, recorded_job(raw)
+    return sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw)
+
+
+def interrupted_warning(interrupted: Dict) -> str:
+    """The report's warning for a window that training left early (``interrupted``)."""
+    why = f" by {interrupted['exception']}" if interrupted.get("exception") else ""
+    return (f"profiling window interrupted{why} after {interrupted.get('steps_recorded')} recorded steps "
+            f"({interrupted.get('detected') or 'unknown'}): the report covers those steps only")
 
 
 def _analyze_hosts(session: Session, system, opener) -> Tuple[List[Dict], List[Tuple[str, str]]]:

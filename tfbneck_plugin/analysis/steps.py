@@ -39,6 +39,7 @@ builds recur in many steps (see ``warmup_steps``).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -64,6 +65,8 @@ class Steps:
     with XLA (union of those intervals clipped to the step). ``warmup`` (bool): the leading
     steps dominated by one-time graph building (``warmup_steps``); ``warmup_reason``: one
     sentence naming the events that marked them and their time, None when no step is warm-up.
+    ``fetch_outside``: one sentence when the batch was fetched between marked steps and each
+    step was extended to hold its fetch (``fill_fetch_gaps``), else None.
     ``training_line``: index into the host plane's lines of the thread that ran the training
     loop, when the finder saw it (the thread holding the markers or the calls), else None.
     """
@@ -77,6 +80,7 @@ class Steps:
     graph_build_ps: np.ndarray = field(default_factory=_zeros(np.int64))
     warmup: np.ndarray = field(default_factory=_zeros(bool))
     warmup_reason: Optional[str] = None
+    fetch_outside: Optional[str] = None
     training_line: Optional[int] = None
 
     @property
@@ -356,6 +360,7 @@ def find_steps(space: Space, view: Optional[HostView]) -> StepSearch:
             tried.append((name, "only partial steps (cut by the profiling window)"))
             continue
         line = _training_line(view, line)
+        steps = fill_fetch_gaps(view, steps, line)
         _count_batches(view, steps)
         _graph_build_facts(view, steps)
         return StepSearch(replace(steps, training_line=line), tried, line)
@@ -366,6 +371,75 @@ def _training_line(view: Optional[HostView], seen: Optional[int]) -> Optional[in
     if view is None or seen is not None:
         return seen
     return _guess_training_line(view)
+
+
+#: Marker-based sources: the marker may wrap only part of a loop's iteration. Call-based
+#: sources (session runs, function calls, the iterator cadence) already run from one call
+#: to the next.
+_MARKED_SOURCES = ("step_markers", "keras_profiled_batch", "user_step_annotations")
+#: The batch is fetched outside the marked step when at least this share of the gaps between
+#: consecutive steps holds a blocking get-next on the training thread (a majority; our choice:
+#: with the fetch outside, every gap holds one; with it inside, none does).
+FETCH_GAP_SHARE = 0.5
+
+
+def fill_fetch_gaps(view: Optional[HostView], steps: Steps, training_line: Optional[int]) -> Steps:
+    """Count the batch fetched between marked steps in the step that waited for it.
+
+    A custom loop written ``for x, y in ds: with profiler.step(): train_step(x, y)`` fetches
+    each batch before its marker opens: the markers then cover less than the loop's period
+    and the input wait falls between steps, where no breakdown sees it. When most gaps
+    between consecutive steps hold a blocking ``IteratorGetNext`` on the training thread
+    (``FETCH_GAP_SHARE``), step i is counted from the end of step i-1 to its own end: its
+    period in the loop, fetch included. The first step's fetch came before the trace began,
+    so it is dropped as partial (``training_line``: the thread the fetches are looked for on).
+    Returns ``steps`` unchanged otherwise, or a new ``Steps``
+    with a note saying what was done and how long the fetches took (median, ms).
+    """
+    if (view is None or training_line is None or steps.count < 3
+            or not steps.source.startswith(_MARKED_SOURCES)):
+        return steps
+    line = view.plane.lines[training_line]
+    ids = np.concatenate([view.ids_named(hostmod.GET_NEXT_EVENTS), view.getnext_op_ids()])
+    fetch = np.isin(line.name_id, ids)
+    if not fetch.any():
+        return steps
+    fetch_iv = timeline.union(line.start_ps[fetch], line.start_ps[fetch] + line.dur_ps[fetch])
+    gap_starts, gap_ends = steps.ends[:-1], steps.starts[1:]
+    ok = gap_ends > gap_starts
+    waits = np.zeros(len(gap_starts), dtype=np.int64)
+    waits[ok] = timeline.overlap_per_window(fetch_iv, gap_starts[ok], gap_ends[ok])
+    if (waits > 0).sum() < FETCH_GAP_SHARE * len(waits):
+        return steps
+    filled = replace(steps, numbers=steps.numbers[1:], starts=np.where(ok, gap_starts, steps.starts[1:]), ends=steps.ends[1:],
+                     dropped_partial=steps.dropped_partial + 1, notes=list(steps.notes))
+    held = waits[waits > 0]
+    filled.fetch_outside = (
+        f"The batch is fetched outside the marked step (e.g. `for x, y in ds:` before `with profiler.step():`): "
+        f"{len(held)} of {len(waits)} gaps between steps hold the blocking IteratorGetNext on the training thread "
+        f"(median {np.median(held) / 1e9:.2f} ms); each step is counted from the previous step's end, so it holds "
+        f"its own batch's fetch, and the first step (fetched before the trace began) is dropped.")
+    filled.notes.append(filled.fetch_outside)
+    return filled
+
+
+#: Keras' own training functions (host.TRAIN_FUNCTION_NAMES, also as the concrete
+#: ``__inference_<name>_<n>``): a trace holding none of them with its steps marked came
+#: from a custom loop (``train_step`` of the user's own naming), where no ``compile(...)``
+#: option applies.
+_KERAS_FUNCTION_RE = re.compile(
+    r"^(?:EagerLocalExecute: |EagerExecute: )?(?:__inference_)?(" + "|".join(hostmod.TRAIN_FUNCTION_NAMES)
+    + r")(?:_\d+)?$")
+
+
+def is_custom_loop(view: Optional[HostView], steps: Optional[Steps]) -> bool:
+    """True when marked steps (step markers or the user's annotations) ran no Keras training
+    function: the user's own loop (``with profiler.step(): train_step(x, y)``)."""
+    if view is None or steps is None or not steps.source.startswith(_MARKED_SOURCES):
+        return False
+    if steps.source.startswith("keras_profiled_batch"):
+        return False
+    return len(view.ids(("keras-train-fn",), lambda n: bool(_KERAS_FUNCTION_RE.match(n)))) == 0
 
 
 def _guess_training_line(view: HostView) -> Optional[int]:

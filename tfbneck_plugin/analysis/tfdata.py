@@ -394,8 +394,9 @@ def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> str:
     return path
 
 
-def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:
-    """Stages as report rows (times in ms), most work (self + function time) first."""
+def stage_rows(p: Pipeline, total_step_ps: int, blocks: bool = True) -> List[dict]:
+    """Stages as report rows (times in ms), most work (self + function time) first; the
+    busiest stage is marked ``blocking`` only when ``blocks`` (the step waits for input)."""
     rows = []
     for st in p.stages:
         rows.append({
@@ -404,7 +405,7 @@ def stage_rows(p: Pipeline, total_step_ps: int) -> List[dict]:
             "function_ms": round(st.function_ps / 1e9, 3), "work_ms": round(st.work_ps / 1e9, 3),
             "self_per_call_us": round(st.self_ps / max(st.calls, 1) / 1e6, 2),
             "parallelism": _parallelism(st.parallelism), "autotune": _plain(st.autotune),
-            "blocking": st is p.blocking,
+            "blocking": blocks and st is p.blocking,
         })
     return rows
 

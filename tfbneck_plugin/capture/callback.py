@@ -31,14 +31,15 @@ The work is split by concern: this module holds the public callback (Keras hooks
 close, :mod:`.steptime` times steps and watches for a slowdown (both without TensorFlow);
 :mod:`.window` captures one window (profiler, staging, sidecar, publishing);
 :mod:`.background` analyses it afterwards; :mod:`.trend` keeps the trend file;
-:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments.
-This subpackage imports TensorFlow; the rest of the package does not.
+:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments;
+:mod:`.interrupts` closes a window whose training was left by an exception, :mod:`.loopstep`
+is ``with profiler.step():``. This subpackage imports TensorFlow; the rest of the package does not.
 """
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
-import weakref
 from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
@@ -48,6 +49,9 @@ from .arguments import (check_arguments, check_log_dir, check_max_window_steps, 
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis, scalars_from_report
 from .display import WindowDisplay, in_notebook
+from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
+from .job import repeated_profiling_risk
+from .loopstep import StepContext
 from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, long_window_warnings,
                        profile_steps, warnings_for)
 from .longjob import LongJobMixin, trigger_outcome
@@ -55,54 +59,22 @@ from .steptime import SlowdownTrigger, as_trigger
 from .system_view import RunServicesMixin, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
-from .window import WindowCapture, WindowRecord, precheck, record_skip, writable_problem
+from .window import (WindowCapture, WindowRecord, current_job, precheck, record_skip, release_cut_close,
+                     writable_problem)
 
 __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger",
            "scalars_from_report"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 _Callback: Any = _keras.callbacks.Callback
-#: Custom loops have no epochs: the step-time statistics are written every this many steps.
-LOOP_STEP_TIME_EVERY = 1000
-
-
-class _StepContext:
-    """Returned by :meth:`BottleneckProfiler.step`; ``with`` it around one training step."""
-    __slots__ = ("_p", "_num", "_batches")
-
-    def __init__(self, profiler, step_num, batches):
-        self._p, self._num, self._batches = profiler, step_num, batches
-
-    def __enter__(self):
-        p = self._p
-        if p.tracker.flush_every is None and not p._in_fit:  # first custom-loop step: no epochs
-            p.tracker.set_flush_every(LOOP_STEP_TIME_EVERY)
-            p._guard(p._start_run_services)
-        step = p.tracker.loop_step(self._num, self._batches)
-        if step is not None:
-            if p.tracker.flush_due:
-                p._guard(p._flush_step_times, step[0] - 1, None)
-            p._guard(p._step_begin, *step)
-        return self
-
-    def __exit__(self, *exc):
-        if self._p._trace is not None:
-            self._p._guard(self._p._step_end)
-        return False
-
-
-# Profilers with an open window, closed (trace saved) if the interpreter exits first.
-_OPEN_AT_EXIT: "weakref.WeakSet[BottleneckProfiler]" = weakref.WeakSet()
-
-
 @atexit.register
 def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
-    for p in list(_OPEN_AT_EXIT):
+    for p in WATCH.profilers():
         p._exiting = True
         p._guard(p._close_window, "interpreter_exit")
 
 
-class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
+class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -192,9 +164,13 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     callbacks)::
 
         with BottleneckProfiler("logs/run1", profile_steps=(10, 14)) as profiler:
-            for x, y in ds:
+            it = iter(ds)
+            for _ in range(num_steps):
                 with profiler.step():          # counts steps from 1; or step(step_num=n)
+                    x, y = next(it)            # fetched inside: its input wait is the step's
                     train_step(x, y)
+
+    (Fetched outside ``step()``, the fetch is counted in the next step: README "Custom loops".)
 
     Never hurts training: when a window cannot be captured (another profiler session is
     already running in the process, ``TF_DISABLE_PROFILING`` is set, ``log_dir`` cannot
@@ -202,14 +178,14 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     is logged (logger ``"tfbneck"``), and the window is recorded as skipped with the
     reason (``tfbneck_skipped.json``, and ``windows``). The callback never stops a
     profiler session it did not start. Training that ends inside a window saves the steps
-    recorded so far; a ``fit`` cut by an exception inside a window leaves it open until the
-    next ``fit`` with this callback, ``close()``, or interpreter exit, which save its
-    complete steps. An exception in the sampler leaves the trace without (complete)
-    system metrics, with a warning. Pending background analyses finish before the
-    interpreter exits (at most ``analysis_timeout_s``). Outside windows each step costs a clock read
-    and a few comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep
-    dispatching batch-end hooks asynchronously where its backend allows it) and accepts
-    tensor logs (tf-keras does not convert the logs to numpy, a device sync, for it).
+    recorded so far; an exception or ``KeyboardInterrupt`` leaving ``fit`` or ``step()`` inside
+    a window closes it within 0.25 s (:mod:`.interrupts`), its complete steps saved as a
+    session marked interrupted. A failing sampler leaves the trace without (complete) system
+    metrics, with a warning. Pending background analyses finish before the interpreter exits
+    (at most ``analysis_timeout_s``). Outside windows each step costs a clock read and a few
+    comparisons. The callback defines no ``on_train_batch_end`` (Keras 3 can keep dispatching
+    batch-end hooks asynchronously where its backend allows it) and accepts tensor logs
+    (tf-keras does not convert the logs to numpy, a device sync, for it).
     ``benchmarks/bench_steptime.py`` measures what timing every step costs (about 2 us per
     step with the trigger armed; the README's callback-cost table has the figures).
 
@@ -264,7 +240,12 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         self._period_first = 1  # first step of the current step-time period
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()
+        self._window_lock = threading.RLock()  # the owner watch may close a window from its thread
         self._capture: Optional[WindowCapture] = None  # the open window
+        self._fit_owner: Optional[Owner] = None   # the running fit's frame (module interrupts)
+        self._loop_owner: Optional[Owner] = None  # the custom loop's frame that entered step()
+        self._owner: Optional[Owner] = None       # the open window's owner
+        self._cut: Optional[Tuple[Optional[str], str]] = None  # (exception, how it was seen) of an interrupt
         self._trace: Any = None                         # the open step marker
         self._in_fit = False
         self._fit_legacy = False
@@ -309,9 +290,12 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     def _train_begin(self):
         if self._trace is not None or self._capture is not None:
             # A previous fit (or loop) ended inside a window without on_train_end: an exception.
-            self._warn("interrupted", "a previous training run ended inside a profiling window without "
-                                      "finishing (an exception?); saving the steps it completed")
-            self._close_window("interrupted")
+            self._interrupt(None, "the next fit began")
+        risk = repeated_profiling_risk(current_job(), len(list(self.schedule.iter_windows(limit=2))), bool(self.trigger))
+        if risk:
+            self._warn("multiworker_risk", risk)
+        frame = fit_frame(sys._getframe(2))
+        self._fit_owner = Owner(frame, "fit") if frame is not None else None
         self._in_fit = True
         self._fit_legacy = is_tf_keras_model(self.model)
         self.tracker.spe = steps_per_execution(self.model)
@@ -364,7 +348,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         self._guard(self._train_end)
 
     def _train_end(self):
-        self._in_fit = False
+        self._in_fit, self._fit_owner = False, None
         if self.system_view is not None:
             self.system_view.pause()
         if self._trace is not None:
@@ -393,7 +377,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
     # ------------------------------------------------------------------------------------
     # Custom loops
     # ------------------------------------------------------------------------------------
-    def step(self, step_num: Optional[int] = None, batches: int = 1) -> _StepContext:
+    def step(self, step_num: Optional[int] = None, batches: int = 1) -> StepContext:
         """Context manager around one training step of a custom loop.
 
         Args:
@@ -403,11 +387,11 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
             batches per call); they count toward the schedule like Keras'
             ``steps_per_execution``.
 
-        Example::
+        Example (the batch fetched inside the step, so its input wait counts in it)::
 
-            for x, y in ds:
-                with profiler.step():
-                    loss = train_step(x, y)
+            with profiler.step():
+                x, y = next(it)
+                loss = train_step(x, y)
 
         Raises:
           ValueError: ``step_num`` below 1 or ``batches`` below 1.
@@ -416,7 +400,7 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
             raise ValueError(f"step(step_num={step_num!r}): pass a 1-based int step number, or None to count")
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
             raise ValueError(f"step(batches={batches!r}): pass a positive int")
-        return _StepContext(self, step_num, batches)
+        return StepContext(self, step_num, batches)
 
     def close(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """End any open window (saving its trace) and, with ``wait``, wait for the
@@ -489,11 +473,15 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
             pass
         if cap is None:
             return
-        _OPEN_AT_EXIT.discard(self)
+        WATCH.discard(self)
         cap.abandon()
         cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
 
     def _step_begin(self, first: int, last: int) -> None:
+        with self._window_lock:  # the owner watch may be closing this window
+            self._step_begin_locked(first, last)
+
+    def _step_begin_locked(self, first: int, last: int) -> None:
         if self.tracker.window_passed(first):
             self._close_window("completed")  # a custom loop jumped past the window's end
         if self._capture is None:
@@ -505,20 +493,23 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         self.tracker.step_began(first, last)
 
     def _step_end(self, close_if_done: bool = True) -> None:
-        tr = self._trace
-        if tr is None:
-            return
-        self._trace = None
-        tr.__exit__(None, None, None)
-        done = self.tracker.step_ended()
-        if close_if_done and done:
-            self._close_window("completed")
+        with self._window_lock:
+            tr = self._trace
+            if tr is None:
+                return
+            self._trace = None
+            tr.__exit__(None, None, None)
+            done = self.tracker.step_ended()
+            if close_if_done and done:
+                self._close_window("completed")
 
     def _open_window(self, win: Tuple[int, int]) -> bool:
         trigger = self.tracker.opening
         rec = WindowRecord(index=len(self.windows), requested=[win], kind="triggered" if trigger else "scheduled",
                            trigger=dict(trigger, outcome=None, note=None) if trigger else None)
         self.windows.append(rec)
+        self._reclaim_profiler()  # an earlier window whose fit was interrupted gives the profiler back
+        release_cut_close()
         problem = precheck(self._log_dir_problem)
         cap = None
         if problem is None:
@@ -532,7 +523,8 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         self._capture = cap
         self.tracker.opened(win)
         rec.markers = self.tracker.markers  # the same list: it grows while the window is open
-        _OPEN_AT_EXIT.add(self)
+        self._owner = self._fit_owner if self._in_fit else self._loop_owner
+        WATCH.add(self)
         if trigger:
             self._warn(f"slowdown:{rec.index}", f"step time rose from {trigger['baseline_p50_ms']:.3g} to "
                                                 f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
@@ -553,6 +545,10 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
         # not now, when the disk may be what failed (one warning per problem).
 
     def _close_window(self, closed_by: str) -> None:
+        with self._window_lock:  # the training thread, the owner watch or the exit hook
+            self._close_window_locked(closed_by)
+
+    def _close_window_locked(self, closed_by: str) -> None:
         cap = self._capture
         if cap is None:
             return
@@ -565,14 +561,16 @@ class BottleneckProfiler(LongJobMixin, RunServicesMixin, _Callback):
                 self.tracker.step_cut()
             else:
                 self._step_end(close_if_done=False)
-        self._capture = None
-        _OPEN_AT_EXIT.discard(self)
+        self._capture, self._owner = None, None
+        WATCH.discard(self)
         rec = cap.record
         rec.closed_by = closed_by
         problem, sysdata = cap.stop(unfinished)
         closed = self.tracker.close()
         rec.steps, rec.markers = closed.steps, closed.markers
         rec.requested.extend(closed.also_covered)
+        if closed_by == "interrupted":
+            rec.interrupted = self._interruption_record(closed.markers)
         if rec.trigger is not None:
             trigger_outcome(rec.trigger, closed_by, closed.window, closed.markers)
         if problem is not None:

@@ -121,3 +121,22 @@ def with_job(sidecar: Optional[Dict], info: Optional[Dict], fmt: str, version: i
     out = sidecar if sidecar is not None else {"format": fmt, "version": version, "samples": []}
     out["job"] = info
     return out
+
+
+def repeated_profiling_risk(info: Optional[Dict], windows_planned: int, triggered: bool) -> Optional[str]:
+    """The one-time warning for a multi-worker job that will stop TensorFlow's profiler more
+    than once (several scheduled windows, or ``on_slowdown``), else None.
+
+    Each stop of TensorFlow 2.21's profiler in a job with collectives may kill the worker (a
+    use-after-free in ``TraceMeRecorder::Consume``, measured in docs/profiler_abort.md).
+
+    Args:
+      info: :func:`job_info` of this process (None outside a multi-worker job).
+      windows_planned: scheduled windows, counted up to 2.
+      triggered: the slowdown trigger is armed.
+    """
+    if info is None or (windows_planned < 2 and not triggered):
+        return None
+    return (f"this is worker {info['task']} of a {info['workers']}-worker job: every stop of TensorFlow's profiler "
+            f"in a job with collectives risks killing the worker (a TensorFlow 2.21 bug, see "
+            f"docs/profiler_abort.md); profile one window per job rather than a periodic schedule or on_slowdown")

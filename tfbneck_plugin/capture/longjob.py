@@ -22,6 +22,9 @@ from .window import WindowRecord
 class LongJobMixin:
     """Methods of ``BottleneckProfiler`` about step times and slowdowns (module docstring)."""
 
+    #: The process's CPU time (s) at the current period's start; None before the first period ends.
+    _period_cpu_s: Optional[float] = None
+
     # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
     # only: they tell the type checker, they create nothing).
     tracker: StepTracker
@@ -43,9 +46,14 @@ class LongJobMixin:
         tr.flush_due = False
         stats = tr.timer.take_period()
         first, self._period_first = self._period_first, upto + 1
+        # The process's CPU time per step over the period: the code's own cost, which a busy
+        # machine changes far less than the wall time (compare tells load from code with it).
+        cpu_s, self._period_cpu_s = self._period_cpu_s, time.process_time()
         if stats is None or self._log_dir_problem is not None or upto < first:
             return
         point = {"step": upto, "first_step": first, "epoch": epoch, **stats, "t_unix_ns": time.time_ns()}
+        if cpu_s is not None:
+            point["cpu_ms"] = round(1e3 * (self._period_cpu_s - cpu_s) / (upto - first + 1), 4)
         self.trend.spe, self.trend.baseline = tr.spe, tr.timer.baseline()
         self.trend.add_point(point)
         if self.write_step_times:

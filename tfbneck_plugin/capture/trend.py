@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -83,14 +84,43 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
             "text": text}
 
 
-def window_entry(rec) -> Dict:
-    """One window of the trend file, from a :class:`~.window.WindowRecord`."""
+#: Trend periods on each side of a window that make the job's unprofiled step time around
+#: it (our choice: the nearest two, so that a slow phase far away does not count).
+OVERHEAD_PERIODS = 2
+
+
+def window_overhead(steps, verdict: Optional[Dict], points: List[Dict]) -> Optional[Dict]:
+    """The profiler's cost in a window: its traced mean step against the job's own unprofiled
+    step time around it (the median of the ``p50_ms`` of the :data:`OVERHEAD_PERIODS` trend
+    periods before and after the window's steps; the periods never hold window steps).
+
+    Returns:
+      ``{"window_step_ms", "job_step_ms", "periods", "x"}`` (``x``: window / job), or None
+      without a verdict's step time or a period around the window.
+    """
+    if not steps or not verdict or not verdict.get("step_time_ms"):
+        return None
+    before = [p for p in points if p.get("step", 0) < steps[0]][-OVERHEAD_PERIODS:]
+    after = [p for p in points if p.get("first_step", 0) > steps[1]][:OVERHEAD_PERIODS]
+    near = [float(p["p50_ms"]) for p in before + after if isinstance(p.get("p50_ms"), (int, float))]
+    if not near:
+        return None
+    job = statistics.median(near)
+    win = float(verdict["step_time_ms"])
+    return {"window_step_ms": round(win, 3), "job_step_ms": round(job, 3), "periods": len(near),
+            "x": round(win / job, 2) if job > 0 else None}
+
+
+def window_entry(rec, points: Optional[List[Dict]] = None) -> Dict:
+    """One window of the trend file, from a :class:`~.window.WindowRecord` (``points``: the
+    trend's periods, for the window's ``overhead``)."""
+    verdict = verdict_of(rec.report)
     return {"index": rec.index, "kind": rec.kind, "requested": [list(w) for w in rec.requested],
             "steps": list(rec.steps) if rec.steps else None, "status": rec.status, "reason": rec.reason,
             "closed_by": rec.closed_by,
             "session": os.path.basename(rec.session_dir) if rec.session_dir else None,
-            "trigger": rec.trigger, "verdict": verdict_of(rec.report), "analysis_error": rec.analysis_error,
-            "change": rec.change}
+            "trigger": rec.trigger, "verdict": verdict, "analysis_error": rec.analysis_error,
+            "change": rec.change, "overhead": window_overhead(rec.steps, verdict, points or [])}
 
 
 class JobTrend:
@@ -152,7 +182,7 @@ class JobTrend:
                     "trigger": self.trigger, "baseline": self.baseline,
                     "trigger_state": self.trigger_state_of() if self.trigger_state_of else None,
                     "points": list(self.points),
-                    "windows": [window_entry(r) for r in list(self.windows)]}
+                    "windows": [window_entry(r, self.points) for r in list(self.windows)]}
             try:
                 os.makedirs(self.folder, exist_ok=True)
                 write_sidecar(self.folder, data, name=os.path.basename(self.path))

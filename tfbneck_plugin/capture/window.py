@@ -70,6 +70,10 @@ class WindowRecord:
       change: when this window's verdict differs from the previous analysed window's, what
         changed (:func:`.trend.verdict_change`); else None.
       display: the notebook output reserved for the verdict (``display=True``), or None.
+      interrupted: for a window closed as ``"interrupted"`` (training left it with an
+        exception or an interrupt), the sidecar's ``window.interrupted``:
+        ``{"steps_recorded": batches, "markers_recorded": int, "exception": type name or
+        None when unseen, "detected": how}``; else None.
     """
     index: int
     requested: List[Range]
@@ -85,6 +89,7 @@ class WindowRecord:
     trigger: Optional[Dict] = None
     change: Optional[Dict] = None
     display: Optional["WindowDisplay"] = field(default=None, repr=False)
+    interrupted: Optional[Dict] = None
 
 
 class _NullTrace:
@@ -156,7 +161,14 @@ def precheck(log_dir_problem: Optional[str]) -> Optional[Tuple[str, str]]:
         return "disabled", f"profiling is disabled in this process (TF_DISABLE_PROFILING={env})"
     if log_dir_problem:
         return "log_dir", log_dir_problem
-    if running_session() is not None:
+    holder = running_session()
+    own = WindowCapture.holding
+    if holder is not None and own is not None and own.session is holder:
+        w = own.window
+        return "own_window", (f"the profiler is held by this process' own BottleneckProfiler window {own.record.index} "
+                              f"(steps {w[0]}-{w[1]}, log_dir {own.log_dir}), still open because the training "
+                              f"that owns it is still running")
+    if holder is not None:
         return "other_profiler", ("another profiler session was already running in this process "
                                   "(tf.profiler.experimental.start, a TensorBoard callback's profile_batch, "
                                   "or a profiler server capture); BottleneckProfiler never stops a profiler "
@@ -170,6 +182,9 @@ class WindowCapture:
     Build it with :meth:`open`; end it with :meth:`stop` then :meth:`publish`, or
     :meth:`abandon` after an internal error.
     """
+    #: The window whose profiler session runs now (at most one per process), for the
+    #: message of a window that cannot start: whose session holds the profiler.
+    holding: Optional["WindowCapture"] = None
 
     def __init__(self, log_dir: str, record: WindowRecord, window: Range, warn: Warn):
         self.log_dir, self.record, self.window, self._warn = log_dir, record, window, warn
@@ -232,6 +247,7 @@ class WindowCapture:
             first = str(err).splitlines()[0] if str(err) else ""
             return "start_failed", f"the profiler could not start ({type(err).__name__}: {first})"
         self.session = running_session()
+        WindowCapture.holding = self
         return None
 
     def _release(self) -> Optional[Dict]:
@@ -256,6 +272,8 @@ class WindowCapture:
         """
         problem = None
         sysdata = None
+        if WindowCapture.holding is self:
+            WindowCapture.holding = None
         try:
             if _profiler_v2 is None or running_session() is self.session:
                 tf.profiler.experimental.stop()
@@ -314,7 +332,7 @@ class WindowCapture:
         sysdata["window"] = {"index": rec.index, "requested_steps": [list(w) for w in rec.requested],
                              "profiled_steps": list(closed.steps), "markers": [list(m) for m in closed.markers],
                              "steps_per_execution": spe, "closed_by": closed_by,
-                             "kind": rec.kind, "trigger": rec.trigger}
+                             "kind": rec.kind, "trigger": rec.trigger, "interrupted": rec.interrupted}
         try:
             write_sidecar(folder, sysdata, name=SIDECAR_NAME)
         except OSError as err:
@@ -330,6 +348,8 @@ class WindowCapture:
 
     def abandon(self) -> None:
         """After an internal error: stop what runs (the profiler only if it is ours), keep nothing."""
+        if WindowCapture.holding is self:
+            WindowCapture.holding = None
         self._release()
         if _profiler_v2 is not None and running_session() is self.session:
             try:
@@ -337,6 +357,19 @@ class WindowCapture:
             except Exception:  # noqa: BLE001, S110 - best effort: profiling is off from here on
                 pass
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def release_cut_close() -> bool:
+    """Stop the profiler of a window whose close was itself cut (a ``KeyboardInterrupt``
+    between the callback letting go of the window and the profiler's stop): nothing owns
+    that session any more. Its trace is dropped, its record says why. Returns True when
+    there was one."""
+    held = WindowCapture.holding
+    if held is None or held.record.closed_by is None or running_session() is not held.session:
+        return False
+    held.abandon()
+    held.record.status, held.record.reason = "skipped", "the window's close was interrupted; its trace was dropped"
+    return True
 
 
 def current_job() -> Optional[Dict]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
@@ -99,6 +99,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/report": self._serve_report,
             "/job": self._serve_job,
             "/trend": self._serve_trend,
+            "/compare": self._serve_compare,
             "/fleet": self._serve_fleet,
         }
 
@@ -279,6 +280,56 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         runs, problems = self._trends.runs(snap.sessions, run)
         return 200, {"version": __version__, "runs": runs, "problems": problems[:100]}, ""
 
+    def compare_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
+        """``/compare?before_run=&before_session=&after_run=&after_session=``: the comparison
+        of two sessions, the one ``tfbneck compare`` makes (:func:`tfbneck_plugin.comparison.
+        compare_reports`, with each run's trend and windows as evidence).
+
+        Returns:
+          ``(200, {"version", "comparison": {...}, "before": [run, session], "after": [...]}, source)``,
+          ``(202, {"status": "analysing", ...}, "analysing")`` while a side is analysed, or
+          ``(200, {"version", "comparison": None, "error": str}, ...)`` when the two sessions
+          cannot be compared (a side failed or has no steps).
+
+        Raises:
+          RouteError: 400 for a bad parameter; 404 for a session not in the logdir; 503
+            while the first scan has not finished.
+        """
+        from .. import comparison
+        keys = []
+        for side in ("before", "after"):
+            run, name = required(params, f"{side}_run"), required(params, f"{side}_session")
+            check_run_name(run)
+            check_session_name(name)
+            keys.append((run, name))
+        sessions = [self._index.fresh(self._index.lookup(*k)) for k in keys]
+        wait = self._report_wait_s if wait_s is None else wait_s
+        reports = []
+        for s in sessions:
+            report, source = self._reports.request(s, wait_s=wait)
+            if report is None:
+                return 202, {"status": "analysing", "run": s.run, "session": s.name,
+                             "retry_after_ms": RETRY_AFTER_MS}, source
+            reports.append(report)
+        snap = self._index.current(wait_s=0)
+
+        def analyze(other: Session):
+            return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
+
+        body: Dict[str, Any] = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
+        before, after = (dict(r) for r in reports)
+        try:
+            timings = None
+            if before.get("status") == "ok" and after.get("status") == "ok":
+                def timing_of(s: Session, r: Dict[str, Any]):
+                    run_sessions = sorted((x for k, x in snap.sessions.items() if k[0] == s.run), key=lambda x: x.name)
+                    return comparison.side_timings(run_sessions, s, r, analyze=analyze)
+                timings = (timing_of(sessions[0], before), timing_of(sessions[1], after))
+            body["comparison"] = comparison.compare_reports(before, after, timings=timings)
+        except comparison.CompareError as err:
+            body.update(comparison=None, error=str(err))
+        return 200, body, source
+
     def fleet_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
         """``/fleet[?group_by=REGEX][&group_level=N][&since=DATE]``: the fleet report of every
         session in the logdir (:func:`tfbneck_plugin.fleet_report.build`; runs reduced to
@@ -327,6 +378,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_trend(self, request):
         return self._dispatch(request, self.trend_impl)
+
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
+    def _serve_compare(self, request):
+        return self._dispatch(request, self.compare_impl)
 
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub types functions, not methods
     def _serve_fleet(self, request):

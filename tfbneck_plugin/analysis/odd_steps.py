@@ -1,0 +1,74 @@
+"""Odd steps: a steady step far slower than the others, left out of the verdict and named.
+
+A window of a handful of steps is summarised by what most of its steps do. One step that
+took several times the median (a garbage collection, a checkpoint, the profiler's own
+start, a shuffle buffer refill) would otherwise decide a breakdown of means: five steps
+with 0.0-0.07 ms of input wait and one with 5.2 ms read as "31 % input" (issue 25).
+
+A step is odd when its duration's modified z-score (0.6745 (x - median) / MAD) exceeds
+``ODD_Z`` (Iglewicz & Hoaglin, 1993: "How to Detect and Handle Outliers", the same test as
+the straggler host's, with the MAD floored at ``MAD_FLOOR`` of the median so that very
+regular steps do not make any jitter odd) and it took at least ``ODD_SLOWDOWN`` x the
+median (the warm-up rule's factor, :data:`.steps.WARMUP_SLOWDOWN`). Only slow steps are
+odd, only with at least ``MIN_STEPS`` steps, and at most ``MAX_ODD_SHARE`` of them: when
+more are slow the window is bimodal, which is what it does, not an accident.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .steps import WARMUP_SLOWDOWN
+
+#: Modified z-score above which a step is an outlier (Iglewicz & Hoaglin 1993).
+ODD_Z = 3.5
+#: MAD floor as a share of the median (the straggler rule's 5 %).
+MAD_FLOOR = 0.05
+#: An odd step also took at least this many times the median step.
+ODD_SLOWDOWN = WARMUP_SLOWDOWN
+#: Fewest steps for a median to stand for "most steps" (4: one odd step is a minority of 25 %).
+MIN_STEPS = 4
+#: Largest share of the steps that may be set aside as odd (our choice: a quarter; more
+#: slow steps are a pattern of the window).
+MAX_ODD_SHARE = 0.25
+
+
+def odd_steps(durations_ps: np.ndarray) -> np.ndarray:
+    """Which steps are odd (module docstring).
+
+    Args:
+        durations_ps: steady step durations, int64 ps, shape (n_steps,).
+
+    Returns:
+        bool mask, shape (n_steps,); all False when none is odd or too many would be.
+    """
+    d = np.asarray(durations_ps, dtype=np.float64)
+    odd = np.zeros(len(d), dtype=bool)
+    if len(d) < MIN_STEPS:
+        return odd
+    median = float(np.median(d))
+    mad = max(float(np.median(np.abs(d - median))), MAD_FLOOR * median)
+    if median <= 0 or mad <= 0:
+        return odd
+    odd = (0.6745 * (d - median) / mad > ODD_Z) & (d >= ODD_SLOWDOWN * median)
+    if odd.sum() > MAX_ODD_SHARE * len(d):
+        return np.zeros(len(d), dtype=bool)
+    return odd
+
+
+def odd_sentence(numbers, durations_ps, input_ps, median_ps: float) -> Optional[str]:
+    """One sentence naming the odd steps: number, duration, input wait, against the median.
+
+    Args:
+        numbers: the odd steps' numbers; durations_ps, input_ps: their durations and input
+            wait (ps), same length; median_ps: the median of all steady steps (ps).
+    """
+    if not len(numbers):
+        return None
+    parts = [f"step {int(n)} took {d / 1e9:.2f} ms ({d / median_ps:.1f}x the median step of {median_ps / 1e9:.2f} ms"
+             f"{f', {i / 1e9:.2f} ms of it waiting for input' if i > 0 else ''})"
+             for n, d, i in zip(numbers, durations_ps, input_ps, strict=True)]
+    which = "it is an outlier" if len(parts) == 1 else "they are outliers"
+    return (f"{'; '.join(parts)}: {which} (modified z-score > {ODD_Z}), left out of the breakdown and the verdict, "
+            "which rest on what the other steps do.")
