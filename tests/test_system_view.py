@@ -141,6 +141,14 @@ def test_triage_at_its_thresholds(kw, kind):
     assert ("caveat" in t) == (kind == "cpu" and not kw.get("gpus"))
 
 
+def test_a_thread_that_mostly_waits_for_a_core_is_contention_not_a_single_thread_limit():
+    waits = triage.triage_interval(_iv(busiest_thread_demand_pct=99.0, busiest_thread_pct=17.0), cpu_count=2)
+    runs = triage.triage_interval(_iv(busiest_thread_demand_pct=99.0, busiest_thread_pct=95.0), cpu_count=2)
+    assert waits["bottleneck"] == runs["bottleneck"] == "cpu"
+    assert (waits["rule"], runs["rule"]) == ("contention", "one_thread")
+    assert "other processes hold the cores" in waits["reason"] and "single-threaded" in runs["reason"]
+
+
 def test_io_is_confirmed_by_disk_reads_or_said_unconfirmed():
     seen = triage.triage_interval(_iv(tree_disk_read_MBps=1.0), cpu_count=2)
     unseen = triage.triage_interval(_iv(tree_disk_read_MBps=0.99, iowait_pct=4.9), cpu_count=2)
@@ -152,4 +160,9 @@ def test_run_triage_is_the_kind_that_holds_longest():
     ivs = [dict(_iv(busiest_thread_demand_pct=95.0), dt_s=10.0), dict(_iv(), dt_s=10.0), dict(_iv(), dt_s=5.0)]
     t = triage.triage_run(ivs, cpu_count=2)
     assert t["bottleneck"] == "io" and t["shares"] == {"cpu": 0.4, "io": 0.6}
+    # The reason is the kind's most frequent rule's, from its latest interval.
+    mixed = [dict(_iv(busiest_thread_demand_pct=95.0, tree_cores=0.9), dt_s=12.0),
+             dict(_iv(runq_wait_pct=70.0, tree_cores=0.3), dt_s=10.0), dict(_iv(runq_wait_pct=80.0), dt_s=10.0)]
+    t = triage.triage_run(mixed, cpu_count=2)
+    assert t["bottleneck"] == "cpu" and "(80 % of a core runnable" in t["reason"]
     assert triage.triage_run([], cpu_count=2)["bottleneck"] == "unclear"

@@ -121,7 +121,7 @@ def test_two_workers_over_a_slow_link_are_network():
 
 
 def test_command_mode_returns_the_commands_status_and_writes_the_record(tmp_path):
-    record = tmp_path / "watch" / "system.json"
+    record = tmp_path / "system.json"
     out = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "watch", "--format", "json", "--output",
                           str(record), "--", sys.executable, "-c", "import time; time.sleep(2); raise SystemExit(3)"],
                          capture_output=True, text=True, timeout=60, env=_env())
@@ -134,11 +134,41 @@ def test_command_mode_returns_the_commands_status_and_writes_the_record(tmp_path
     assert 1.5 <= sum(iv["dt_s"] for iv in saved["intervals"]) <= 10
 
 
+def test_duration_ends_the_commands_whole_process_group(tmp_path):
+    pids = tmp_path / "pids"
+    script = (f"import subprocess, sys, time\n"
+              f"kids = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]\n"
+              f"open({str(pids)!r}, 'w').write(' '.join(str(k.pid) for k in kids))\n"
+              f"time.sleep(60)\n")
+    out = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "watch", "--duration", "4", "--format", "json",
+                          "--", sys.executable, "-c", script], capture_output=True, text=True, timeout=90, env=_env())
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["error"] is None
+    # The grandchildren spun in the watched tree: the busiest thread is theirs.
+    assert max(iv["busiest_thread_demand_pct"] for iv in result["intervals"]) >= 50, result["intervals"]  # was 0
+    import psutil
+    kids = [int(p) for p in pids.read_text().split()]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(k) and psutil.Process(k).status() != "zombie"
+                                              for k in kids):
+        time.sleep(0.2)
+    assert not any(psutil.pid_exists(k) and psutil.Process(k).status() != "zombie" for k in kids)
+
+
 @pytest.mark.parametrize("args, words", [
     ([], "give either --pid PID or -- COMMAND"),
     (["--pid", "999999999"], "no process with pid 999999999"),
-    (["--pid", str(os.getpid()), "--duration", "-1"], "positive seconds"),
+    (["--pid", str(os.getpid()), "--duration", "-1"], "positive, finite seconds"),
+    (["--pid", str(os.getpid()), "--interval", "nan"], "positive, finite seconds"),
+    (["--pid", str(os.getpid()), "--aggregate", "inf"], "positive, finite seconds"),
+    (["--pid", "99999999999999999999"], "no process with pid 99999999999999999999"),
+    (["--pid", str(os.getpid()), "--capture-port", "70000", "--logdir", "x"], "not a TCP port"),
+    (["--pid", str(os.getpid()), "--output", "/dev/full"], "exists and is not a regular file"),
     (["--pid", str(os.getpid()), "--capture-port", "6009"], "--capture-port needs --logdir"),
+    (["--pid", str(os.getpid()), "--output", "/nonexistent-folder/x.json"], "/nonexistent-folder does not exist"),
+    (["--pid", str(os.getpid()), "--output", "/proc/x.json"], "/proc/x.json: cannot be written"),
+    (["--", "/nonexistent/command"], "cannot run /nonexistent/command: No such file or directory"),
 ])
 def test_usage_errors_are_one_line(args, words):
     out = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "watch", *args], capture_output=True,
@@ -210,6 +240,10 @@ def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     caps = result["captures"]
     assert len(caps) == 1 and caps[0]["error"] is None, caps
     assert caps[0]["session"].startswith(str(logdir))
+    # The watcher's samples over the capture are kept beside the trace, as the callback's are.
+    from tfbneck_plugin.records import SIDECAR_NAME, read_sidecar
+    side = read_sidecar(os.path.join(caps[0]["session"], SIDECAR_NAME))
+    assert side["pid"] == p.pid and side["samples"]
     out = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", str(logdir), "--format", "json"],
                          capture_output=True, text=True, timeout=120, env=_env())
     assert out.returncode == 0, out.stderr
@@ -217,3 +251,19 @@ def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     sessions = report["sessions"] if isinstance(report, dict) and "sessions" in report else report
     assert len(sessions) == 1
     assert sessions[0]["bottleneck"] == caps[0]["bottleneck"] == "cpu", sessions[0].get("evidence")
+    assert sessions[0]["system_metrics"]["samples"] == len(side["samples"])
+
+
+def test_capture_with_no_profiler_server_says_so(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    p = _start("busy", 60)
+    try:
+        result = _watch("--pid", p.pid, "--duration", 8, "--format", "json", "--capture-port", port, "--logdir",
+                        tmp_path / "cap", "--capture-after", 1, "--capture-ms", 500, timeout=200)
+    finally:
+        _stop(p)
+    (cap,) = result["captures"]
+    assert cap["session"] is None and f"nothing answered at localhost:{port}" in cap["error"], cap

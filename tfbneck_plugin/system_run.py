@@ -16,7 +16,9 @@ from typing import Callable, Deque, Dict, List, Optional
 
 from .triage import aggregate, triage_interval, triage_run
 from .capture.sampler import SystemSampler
+from .records import FORMAT as SIDECAR_FORMAT
 from .records import SYSTEM_RUN_FORMAT
+from .records import VERSION as SIDECAR_VERSION
 
 #: Intervals kept at most (about 5.8 days at 10 s): the record stays a few MB.
 MAX_INTERVALS = 50_000
@@ -144,10 +146,34 @@ class SystemRun:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._sampler.stop()
-        if self._sampler.error and not self.error:
+        if self._sampler.error and not self.error and not self._target_ended():
             self.error = self._sampler.error
         self.poll(final=True)
         return self.record()
+
+    def _target_ended(self) -> bool:
+        """The watched process is gone (its sampler then stops by itself: not an error)."""
+        import psutil
+        try:
+            return psutil.Process(self.pid or os.getpid()).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    def samples_between(self, start_unix_ns: int, end_unix_ns: int) -> List[Dict]:
+        """The recent samples (the last :data:`RECENT_SAMPLES`) that overlap the span."""
+        self.poll()
+        with self._lock:
+            return [dict(s) for s in self._recent
+                    if s["t_unix_ns"] >= start_unix_ns and s["t_unix_ns"] - s["dt_s"] * 1e9 <= end_unix_ns]
+
+    def sidecar(self, start_unix_ns: int, end_unix_ns: int) -> Dict:
+        """A system-metrics sidecar (format in :mod:`tfbneck_plugin.records`) of the samples
+        overlapping the span: what a captured session holds beside its trace."""
+        return {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "host": socket.gethostname(),
+                "pid": self.pid or os.getpid(), "cpu_count": os.cpu_count() or self.cpu_count,
+                "cpu_affinity": self.cpu_count, "interval_s": self.interval_s, "start_unix_ns": start_unix_ns,
+                "end_unix_ns": end_unix_ns, "sampler_error": None, "source": "tfbneck watch",
+                "samples": self.samples_between(start_unix_ns, end_unix_ns)}
 
     @property
     def start_unix_ns(self) -> int:

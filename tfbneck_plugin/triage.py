@@ -20,7 +20,7 @@ the input preparation are both CPU work: the system view cannot separate them).
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 #: Accelerator utilisation above which the run is device-bound: the method's flowchart
 #: ("consistently high (> 90 %)"; NVML's utilisation.gpu, the figure nvidia-smi shows).
@@ -123,25 +123,28 @@ def aggregate(samples: List[Dict]) -> Optional[Dict]:
 def triage_interval(iv: Dict, cpu_count: int) -> Dict:
     """The flowchart applied to one :func:`aggregate` interval.
 
-    Returns ``{"bottleneck": one of KINDS, "reason": str}`` plus ``"caveat"`` where the
-    answer has a known limit (the CPU-only host). ``cpu_count``: the cores the machine has.
+    Returns ``{"bottleneck": one of KINDS, "rule": str, "reason": str}`` plus ``"caveat"``
+    where the answer has a known limit (the CPU-only host); ``rule`` names the branch of
+    the flowchart (``device_busy``, ``one_thread``, ``contention``, ``all_cores``,
+    ``tree_cores``, ``network``, ``waiting``, ``unclear``). ``cpu_count``: the cores the
+    machine has.
     """
     gpus = iv.get("gpus") or []
     util = max((g["util_pct"] for g in gpus), default=None)
-    tree, thread = iv["tree_cores"], iv.get("busiest_thread_demand_pct")
-    runq = iv.get("runq_wait_pct")
+    tree = iv["tree_cores"]
     net = iv["net_recv_MBps"] + iv["net_sent_MBps"]
     if util is not None and util > DEVICE_UTIL_HIGH_PCT:
-        return {"bottleneck": "device", "reason": f"accelerator utilisation {util:.0f} % (> {DEVICE_UTIL_HIGH_PCT:.0f} %)"}
+        return {"bottleneck": "device", "rule": "device_busy",
+                "reason": f"accelerator utilisation {util:.0f} % (> {DEVICE_UTIL_HIGH_PCT:.0f} %)"}
     acc = f"accelerator at {util:.0f} %, " if util is not None else ""
-    cpu = _cpu_reason(tree, thread, runq, cpu_count)
+    cpu = _cpu_reason(iv, cpu_count)
     if cpu:
-        out = {"bottleneck": "cpu", "reason": acc + cpu}
+        out = {"bottleneck": "cpu", "rule": cpu[0], "reason": acc + cpu[1]}
         if util is None:
             out["caveat"] = CPU_ONLY_CAVEAT
         return out
     if net >= NET_BUSY_MBPS:
-        return {"bottleneck": "network",
+        return {"bottleneck": "network", "rule": "network",
                 "reason": f"{acc}network busy ({iv['net_recv_MBps']:.1f} MB/s in, {iv['net_sent_MBps']:.1f} MB/s out, "
                           f"loopback excluded) while the process uses {tree:.2f} cores"}
     if tree < CPU_IDLE_CORES:
@@ -150,29 +153,38 @@ def triage_interval(iv: Dict, cpu_count: int) -> Dict:
                 if disk >= DISK_BUSY_MBPS or iowait >= IOWAIT_BUSY_PCT else
                 f"no disk reads seen ({disk:.2f} MB/s, I/O wait {iowait:.0f} %): the waits are elsewhere "
                 "(remote or cached storage latency, a lock, a sleep)")
-        return {"bottleneck": "io", "reason": f"{acc}the process uses {tree:.2f} cores and the accelerator idles: "
-                                              f"it waits; {seen}"}
-    return {"bottleneck": "unclear",
-            "reason": f"{acc}the process uses {tree:.2f} of {cpu_count} cores, busiest thread "
-                      f"{_pct(thread)}, network {net:.1f} MB/s: no single resource is saturated; profile a window"}
+        return {"bottleneck": "io", "rule": "waiting",
+                "reason": f"{acc}the process uses {tree:.2f} cores and the accelerator idles: it waits; {seen}"}
+    thread = iv.get("busiest_thread_demand_pct")
+    return {"bottleneck": "unclear", "rule": "unclear",
+            "reason": f"{acc}the process uses {tree:.2f} of {cpu_count} cores, busiest thread {_pct(thread)}, "
+                      f"network {net:.1f} MB/s: no single resource is saturated; profile a window"}
 
 
 def _pct(v: Optional[float]) -> str:
     return "unknown" if v is None else f"{v:.0f} %"
 
 
-def _cpu_reason(tree: float, thread: Optional[float], runq: Optional[float], cpu_count: int) -> Optional[str]:
-    """Why the tree is CPU-bound, or None."""
+def _cpu_reason(iv: Dict, cpu_count: int) -> Optional[Tuple[str, str]]:
+    """(rule, why) the tree is CPU-bound, or None. A thread that wants a core all the time
+    but mostly waits for one is contention (other processes hold the cores), not a
+    single-threaded limit: parallelising it would not help."""
+    tree, thread, running = iv["tree_cores"], iv.get("busiest_thread_demand_pct"), iv.get("busiest_thread_pct")
+    runq = iv.get("runq_wait_pct")
     if thread is not None and thread >= CORE_SATURATED_PCT:
-        return (f"one thread of the process runs or waits for a core {thread:.0f} % of the time (a single-threaded "
-                f"limit, e.g. Python), the process tree at {tree:.2f} cores")
+        if running is not None and running < thread / 2:
+            return ("contention", f"the busiest thread wants a core {thread:.0f} % of the time but runs only "
+                                  f"{running:.0f} %: other processes hold the cores ({iv.get('other_cores', 0):.2f} "
+                                  f"cores busy outside the process)")
+        return ("one_thread", f"one thread of the process runs or waits for a core {thread:.0f} % of the time (a "
+                              f"single-threaded limit, e.g. Python), the process tree at {tree:.2f} cores")
     if cpu_count and tree >= CORE_SATURATED_PCT / 100.0 * cpu_count:
-        return f"the process tree fills the machine: {tree:.2f} of {cpu_count} cores"
+        return ("all_cores", f"the process tree fills the machine: {tree:.2f} of {cpu_count} cores")
     if runq is not None and runq >= RUNQ_WAIT_CPU_PCT:
-        return (f"the process waits for a CPU ({runq:.0f} % of a core runnable but not running): other "
-                f"processes hold the cores")
+        return ("contention", f"the process waits for a CPU ({runq:.0f} % of a core runnable but not running): "
+                              f"other processes hold the cores")
     if thread is None and tree >= CORE_SATURATED_PCT / 100.0:
-        return f"the process tree uses {tree:.2f} cores (per-thread figures not sampled)"
+        return ("tree_cores", f"the process tree uses {tree:.2f} cores (per-thread figures not sampled)")
     return None
 
 
@@ -181,7 +193,8 @@ def triage_run(intervals: Iterable[Dict], cpu_count: int) -> Dict:
     holds for the most time.
 
     Returns ``{"bottleneck", "reason", "shares": {kind: share of the time}, "seconds",
-    "intervals"}`` (+ ``caveat``); ``unclear`` with the reason when nothing was sampled.
+    "intervals"}`` (+ ``caveat``); ``unclear`` with the reason when nothing was sampled. The
+    reason is that of the latest interval of the kind's most frequent rule (by time).
     """
     ivs = [iv for iv in intervals if iv]
     if not ivs:
@@ -193,7 +206,12 @@ def triage_run(intervals: Iterable[Dict], cpu_count: int) -> Dict:
         time_by[k] = time_by.get(k, 0.0) + iv["dt_s"]
     total = sum(time_by.values()) or 1e-9
     kind = max(time_by, key=lambda k: (time_by[k], -KINDS.index(k)))
-    longest = max((iv for iv in ivs if iv["triage"]["bottleneck"] == kind), key=lambda iv: iv["dt_s"])
+    of_kind = [iv for iv in ivs if iv["triage"]["bottleneck"] == kind]
+    rule_time: Dict[str, float] = {}
+    for iv in of_kind:
+        rule_time[iv["triage"]["rule"]] = rule_time.get(iv["triage"]["rule"], 0.0) + iv["dt_s"]
+    rule = max(rule_time, key=lambda r: rule_time[r])
+    longest = [iv for iv in of_kind if iv["triage"]["rule"] == rule][-1]
     out = {"bottleneck": kind,
            "reason": f"{100 * time_by[kind] / total:.0f} % of {total:.0f} s: {longest['triage']['reason']}",
            "shares": {k: round(v / total, 3) for k, v in sorted(time_by.items())},

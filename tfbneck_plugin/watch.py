@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -72,28 +73,64 @@ def _usage_error(args) -> Optional[str]:
         return "give either --pid PID or -- COMMAND ..."
     if args.pid is not None:
         import psutil
-        if not psutil.pid_exists(args.pid):
+        try:
+            status = psutil.Process(args.pid).status() if args.pid > 0 else None
+        except (psutil.NoSuchProcess, OverflowError, ValueError):
+            status = None
+        if status is None:
             return f"no process with pid {args.pid}"
-    if args.interval <= 0 or args.aggregate <= 0 or (args.duration is not None and args.duration <= 0):
-        return "--interval, --aggregate and --duration take positive seconds"
+        if status == psutil.STATUS_ZOMBIE:
+            return f"process {args.pid} has exited (a zombie): nothing to watch"
+    seconds = [args.interval, args.aggregate] + ([args.duration] if args.duration is not None else [])
+    if not all(math.isfinite(v) and 0 < v <= 10**6 for v in seconds):
+        return "--interval, --aggregate and --duration take positive, finite seconds (at most 1e6)"
+    if args.capture_port is not None and not 0 < args.capture_port < 65536:
+        return f"--capture-port {args.capture_port}: not a TCP port (1-65535)"
     if args.capture_port is not None and not args.logdir:
         return "--capture-port needs --logdir DIR (where the captured session is written)"
+    if args.output:
+        return _output_problem(args.output)
+    return None
+
+
+def _output_problem(path: str) -> Optional[str]:
+    """Why the system record cannot be written to ``path`` (checked before watching, so
+    that nothing recorded is lost at the end), or None. The record replaces a regular file;
+    anything else already there (a device, a pipe, a link, a folder) is refused, never replaced."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"--output {path}: the folder {folder} does not exist"
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        return f"--output {path}: exists and is not a regular file; give a new file name"
+    probe = os.path.join(folder, f".tfbneck-probe-{os.getpid()}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as err:
+        return f"--output {path}: cannot be written ({err.strerror or err})"
     return None
 
 
 def cmd_watch(args) -> int:
     """Run ``tfbneck watch``. Exit status: the command's own status when it ended while
-    watched (COMMAND mode), else 0; 2 on a usage error."""
+    watched (COMMAND mode), 130 when watching was interrupted (Ctrl-C), else 0; 2 on a
+    usage error, a command that cannot be started, or an output that cannot be written."""
     problem = _usage_error(args)
     if problem:
         print(f"tfbneck watch: {problem}", file=sys.stderr)
         return 2
-    child, log_path = _launch(args) if args.target_command else (None, None)
+    try:
+        child, log_path = _launch(args) if args.target_command else (None, None)
+    except OSError as err:
+        print(f"tfbneck watch: cannot run {args.target_command[0]}: {err.strerror or err}", file=sys.stderr)
+        return 2
     pid = child.pid if child is not None else args.pid
     run = SystemRun(args.interval, args.aggregate, pid=pid, source="watch",
                     command=args.target_command or None).start()
     capturer = (Capturer(f"{args.capture_host}:{args.capture_port}", args.logdir, args.capture_ms,
-                         args.max_captures, args.capture_after) if args.capture_port is not None else None)
+                         args.max_captures, args.capture_after, sidecar_for=run.sidecar)
+                if args.capture_port is not None else None)
     previous = signal.signal(signal.SIGINT, lambda *_: _STOP.set())
     try:
         if args.format == "panel" and sys.stdout.isatty():
@@ -102,12 +139,20 @@ def cmd_watch(args) -> int:
             _watch_quietly(run, pid, child, args, capturer)
     finally:
         signal.signal(signal.SIGINT, previous)
+    ended = not _alive(pid, child)
     record = run.stop()
+    record["target_ended"] = ended
     if capturer is not None:
         capturer.wait(timeout=60)
         record["captures"] = capturer.results
     rc = _finish_child(child)
-    _emit(record, args, log_path)
+    try:
+        _emit(record, args, log_path)
+    except OSError as err:
+        print(f"tfbneck watch: {args.output}: cannot write the system record ({err.strerror or err})", file=sys.stderr)
+        return 2
+    if _STOP.is_set():
+        return 130  # interrupted, as a shell reports SIGINT
     return rc if rc is not None else 0
 
 
@@ -117,11 +162,15 @@ _STOP = threading.Event()
 def _launch(args):
     """Start the command: its output goes to stderr with ``--format json`` (standard output
     holds the JSON), else to a log file (the panel owns the terminal), named at the end."""
+    # Its own session (process group): Ctrl-C reaches the watcher only, which then ends the
+    # command's whole group, grandchildren included (a launcher script's workers).
     if args.format == "json" or not sys.stdout.isatty():
-        return subprocess.Popen(args.target_command, stdout=sys.stderr, stdin=subprocess.DEVNULL), None
+        return subprocess.Popen(args.target_command, stdout=sys.stderr, stdin=subprocess.DEVNULL,
+                                start_new_session=True), None
     fd, log_path = tempfile.mkstemp(prefix="tfbneck-watch-", suffix=".log")
     try:
-        child = subprocess.Popen(args.target_command, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(args.target_command, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
     finally:
         os.close(fd)
     return child, log_path
@@ -172,32 +221,52 @@ def _watch_panel(run: SystemRun, pid: int, child, args, capturer) -> None:
 
 
 def _finish_child(child) -> Optional[int]:
+    """End what the watcher started (the command's process group, when it still runs:
+    ``--duration``, ``q`` or Ctrl-C); the command's exit status if it ended by itself."""
     if child is None:
         return None
-    if child.poll() is None:  # --duration or q: the watched command was ours, end it
-        child.terminate()
+    ended = child.poll() is not None
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
-            child.wait(timeout=10)
+            os.killpg(child.pid, sig)  # the group outlives a command that exited before its children
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            child.wait(timeout=wait_s)
+            if _group_gone(child.pid, wait_s):
+                break
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        return None
-    return child.returncode
+            continue
+    return child.returncode if ended else None
 
+
+def _group_gone(pgid: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 def _emit(record: Dict, args, log_path: Optional[str]) -> None:
     if args.output:
         from .records import write_sidecar
         folder = os.path.dirname(os.path.abspath(args.output))
-        os.makedirs(folder, exist_ok=True)
-        write_sidecar(folder, record, name=os.path.basename(args.output))
+        mode = os.stat(args.output).st_mode & 0o777 if os.path.isfile(args.output) else None
+        written = write_sidecar(folder, record, name=os.path.basename(args.output))
+        if mode is not None:
+            os.chmod(written, mode)  # a file replaced keeps its permissions
     if args.format == "json":
         out = {"triage": record["triage"], "cpu_count": record["cpu_count"], "pid": record["pid"],
                "command": record["command"], "captures": record.get("captures", []),
-               "intervals": record["intervals"], "error": record["error"]}
+               "target_ended": record["target_ended"], "intervals": record["intervals"], "error": record["error"]}
         print(json.dumps(out, indent=1))
         return
     t = record["triage"]
+    if record["target_ended"]:
+        print(f"tfbneck watch: process {record['pid']} ended while watched")
     print(f"tfbneck watch: {t['bottleneck']} — {t['reason']}")
     if t.get("caveat"):
         print(f"  ({t['caveat']})")

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
+
+from .records import write_sidecar
 
 #: The options XProf's capture button sends by default (xprof 2.24 ``profile_plugin.py``,
 #: ``capture_route``): host tracer level 2, device tracer on, Python tracer off, no delay.
@@ -27,9 +29,14 @@ class Capturer:
       capture_ms: length of each capture.
       max_captures: at most this many.
       after_s: capture once the triage has not said ``device`` for this long (0: only on demand).
+      sidecar_for: ``(start_unix_ns, end_unix_ns) -> sidecar dict`` of the watcher's samples
+        over the capture, written beside the captured trace (so that its analysis sees the
+        process tree's CPU, run-queue wait, disk and network), or None.
     """
 
-    def __init__(self, service_addr: str, logdir: str, capture_ms: int, max_captures: int, after_s: float):
+    def __init__(self, service_addr: str, logdir: str, capture_ms: int, max_captures: int, after_s: float,
+                 sidecar_for: Optional[Callable[[int, int], Dict]] = None):
+        self.sidecar_for = sidecar_for
         self.service_addr, self.logdir = service_addr, logdir
         self.capture_ms, self.max_captures, self.after_s = int(capture_ms), int(max_captures), float(after_s)
         self.results: List[Dict] = []
@@ -76,16 +83,22 @@ class Capturer:
         try:
             before = _sessions(self.logdir)
             os.makedirs(self.logdir, exist_ok=True)
+            t0 = time.time_ns()
             _trace(self.service_addr, self.logdir, self.capture_ms)
+            t1 = time.time_ns()
             new = [s for s in _sessions(self.logdir) if s.path not in {b.path for b in before}]
             if not new:
                 raise RuntimeError(f"the capture wrote no session under {self.logdir}")
+            if self.sidecar_for is not None:
+                time.sleep(1.1)  # the sample covering the capture's end is taken within a second
+                write_sidecar(new[-1].path, self.sidecar_for(t0, t1))
             from .analysis.session import analyze_session
             report = analyze_session(new[-1])
             result.update(session=new[-1].path, bottleneck=report.get("bottleneck"), cause=report.get("cause"),
                           status=report.get("status"))
         except Exception as err:  # noqa: BLE001 - a failed capture is a line in the panel, not a crash
-            result["error"] = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+            msg = str(err) if isinstance(err, RuntimeError) else f"{type(err).__name__}: {err}"
+            result["error"] = " ".join(msg.split())[:300]
         self.results.append(result)
 
 
@@ -110,7 +123,11 @@ def _trace(service_addr: str, logdir: str, capture_ms: int) -> None:
     out = subprocess.run([sys.executable, "-c", _CLIENT, arg], capture_output=True, text=True,
                          timeout=capture_ms / 1000.0 * 3 + 120)
     if out.returncode != 0:
-        lines = (out.stderr or out.stdout or "no output").strip().splitlines()
+        text = (out.stderr or out.stdout or "no output").strip()
+        if "UNAVAILABLE" in text or "No trace event was collected" in text:
+            raise RuntimeError(f"nothing answered at {service_addr}: is TensorFlow's profiler server running there "
+                               f"(tf.profiler.experimental.server.start, or BottleneckProfiler(profiler_server_port=...))?")
+        lines = text.splitlines()
         raise RuntimeError(f"the capture client failed (exit {out.returncode}): {lines[-1] if lines else ''}")
 
 

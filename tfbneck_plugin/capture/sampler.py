@@ -47,7 +47,7 @@ class _Reading(NamedTuple):
     children: int                      # descendants alive
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
     runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
-    threads: Dict[int, Tuple[float, float]]  # root process' threads: tid -> (on-CPU s, run-queue wait s)
+    threads: Dict[int, Tuple[float, float]]  # the tree's threads: tid -> (on-CPU s, run-queue wait s)
 
 
 class SystemSampler:
@@ -86,8 +86,8 @@ class SystemSampler:
     With ``pid`` the tree is that process and its descendants (``tfbneck watch``); its
     non-loopback network counters are read from ``/proc/<pid>/net/dev``, which shows the
     interfaces of *its* network namespace (a worker inside a container or ``ip netns``).
-    With ``thread_detail`` each sample also holds ``busiest_thread_pct``: the root
-    process' busiest thread (100 = one core), the sign of a single-threaded limit (Python's
+    With ``thread_detail`` each sample also holds ``busiest_thread_pct``: the tree's
+    busiest thread, in any of its processes (100 = one core), the sign of a single-threaded limit (Python's
     GIL) that a process total hides, and ``busiest_thread_demand_pct``: the largest share
     of time a thread was running or runnable (waiting for a core): a thread that would run
     all the time reads 100 there even when other processes hold the cores. Both come from
@@ -96,7 +96,7 @@ class SystemSampler:
     Args:
       interval_s: seconds between samples (the callback checks 0.01-10).
       pid: the process whose tree is sampled (default: this process).
-      thread_detail: also sample per-thread CPU of the root process.
+      thread_detail: also sample per-thread CPU of the tree's processes.
     """
 
     def __init__(self, interval_s: float = 0.1, pid: Optional[int] = None, thread_detail: bool = False):
@@ -235,7 +235,7 @@ class SystemSampler:
         mono, wall = time.monotonic(), time.time_ns()
         foreign = self.pid is not None and self.pid != os.getpid()
         net_ext = _namespace_net(self._proc.pid, psutil) if foreign else _external_net(psutil)
-        threads = _thread_times(self._proc, psutil) if self.thread_detail else {}
+        threads = _thread_times(self._tree_procs) if self.thread_detail else {}
         return _Reading(mono, wall, psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
                         psutil.net_io_counters(), net_ext, own[0] if own else 0.0, tree,
                         self._children, self._conns, self._runq_wait_s, threads)
@@ -407,22 +407,24 @@ def _namespace_net(pid: int, psutil) -> Tuple[int, int]:
     return recv, sent
 
 
-def _thread_times(proc, psutil) -> Dict[int, Tuple[float, float]]:
-    """The process' threads: thread id -> (seconds on a CPU, seconds runnable but waiting
-    for one), fields 1 and 2 of ``/proc/<pid>/task/<tid>/schedstat`` (ns; see
-    :func:`_runq_wait_s`); {} where the files cannot be read."""
+def _thread_times(procs) -> Dict[int, Tuple[float, float]]:
+    """The threads of the processes ``procs`` (pid -> process): thread id -> (seconds on a
+    CPU, seconds runnable but waiting for one), fields 1 and 2 of
+    ``/proc/<pid>/task/<tid>/schedstat`` (ns; see :func:`_runq_wait_s`). Thread ids are
+    unique across the machine; threads whose files cannot be read are left out."""
     out: Dict[int, Tuple[float, float]] = {}
-    try:
-        tids = os.listdir(f"/proc/{proc.pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for pid in list(procs):
         try:
-            with open(f"/proc/{proc.pid}/task/{tid}/schedstat", "rb") as f:
-                fields = f.read().split()
-            out[int(tid)] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
-        except (OSError, ValueError, IndexError):
-            continue  # the thread ended meanwhile
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # the process ended
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    fields = f.read().split()
+                out[int(tid)] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
     return out
 
 
