@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import stat
 import tempfile
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple, cast
@@ -59,6 +61,10 @@ _analyzer_stamp: Optional[str] = None
 _puts = 0
 
 
+#: Entries larger than this are not read (a report with its top-ops table is ~100-400 KB).
+MAX_ENTRY_BYTES = 16 * 2**20
+
+
 def cache_dir() -> str:
     """The folder of the report cache (created on first write)."""
     explicit = os.environ.get(CACHE_DIR_ENV)
@@ -78,6 +84,8 @@ def max_bytes() -> int:
     try:
         mb = float(os.environ.get(MAX_MB_ENV, DEFAULT_MAX_MB))
     except ValueError:
+        mb = DEFAULT_MAX_MB
+    if not math.isfinite(mb):  # nan, inf: not a bound
         mb = DEFAULT_MAX_MB
     return int(max(mb, 0.0) * 2**20)
 
@@ -174,8 +182,14 @@ def _read_entry(session: Session, key: Optional[str], suffix: str, field: str) -
         return None
     path = _entry_path(key, suffix)
     try:
-        with open(path, "rb") as f:
-            entry = json.loads(f.read().decode("utf-8", "surrogateescape"))
+        # Only a regular file of bounded size is an entry: a pipe would block the read and a
+        # link to a device would never end; both are a miss.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+                return None
+            entry = json.loads(f.read(MAX_ENTRY_BYTES + 1).decode("utf-8", "surrogateescape"))
         value = entry[field] if entry.get("format") == ENTRY_FORMAT and entry.get("key") == key else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -12,6 +12,7 @@ reported); 2 usage error or no session found.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import List, Optional
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --format table: also print each session's top ops (self time per steady step)")
     a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
                    help="with --ops: all ops by self time (default), or only the device's or the host's")
-    a.add_argument("--row-limit", type=int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
+    a.add_argument("--row-limit", type=_positive_int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
     _add_compare_parser(sub)
     _add_fleet_parser(sub)
     from .watch import add_parser as add_watch_parser
@@ -143,7 +144,7 @@ def _add_compare_parser(sub) -> None:
     c.add_argument("--output", "-o", metavar="FILE", help="write the comparison to FILE instead of standard output")
     c.add_argument("--change", metavar="FIX", help="the change made, as a recommendation's fix id (parallel_map, "
                    "prefetch, steps_per_execution, tf_function...); default: detected from the two reports")
-    c.add_argument("--fail-if-slower", type=float, metavar="PCT",
+    c.add_argument("--fail-if-slower", type=_percent, metavar="PCT",
                    help="exit 1 when the candidate is slower by more than PCT %% with significance (a CI gate)")
 
 
@@ -177,6 +178,27 @@ def cmd_compare(args) -> int:
                       f"{c['change_pct']:+.1f} %): {c['evidence']['missing']}", file=sys.stderr)
         return 1 if slow else 0
     return 0
+
+
+def _percent(text: str) -> float:
+    """A finite, non-negative percentage (a NaN gate would never fail)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"not a percentage (a finite number >= 0): {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -267,22 +289,54 @@ def _emit(args, results: List[SessionDict]) -> int:
     return 1 if failed else 0
 
 
+class OutputError(Exception):
+    """Standard output cannot take the report (closed, or its disk full); one line."""
+
+
 def _write_stdout(text: str) -> None:
+    """Write the report to standard output. Raises OutputError (one line) when it cannot
+    be written; a reader that stopped early (``| head``) ends quietly."""
+    if sys.stdout is None:
+        raise OutputError("standard output is closed: nowhere to write the report (use --output FILE)")
     try:
-        sys.stdout.write(text)
-    except UnicodeEncodeError:  # a file name that is not UTF-8, on a strict UTF-8 terminal
-        sys.stdout.flush()
-        encoding = sys.stdout.encoding or "utf-8"
         try:
-            data = text.encode(encoding, "surrogateescape")
-        except UnicodeEncodeError:
-            data = text.encode(encoding, "backslashreplace")
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+            sys.stdout.write(text)
+        except UnicodeEncodeError:  # a file name that is not UTF-8, on a strict UTF-8 terminal
+            sys.stdout.flush()
+            encoding = sys.stdout.encoding or "utf-8"
+            try:
+                data = text.encode(encoding, "surrogateescape")
+            except UnicodeEncodeError:
+                data = text.encode(encoding, "backslashreplace")
+            sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _detach_stdout()
+    except OSError as err:
+        _detach_stdout()
+        raise OutputError(f"standard output: cannot write the report ({err.strerror or err})") from None
+
+
+def _detach_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's flush at exit does not
+    fail again on what could not be written."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except OutputError as err:
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
     if args.command == "analyze":
         return cmd_analyze(args)
     if args.command == "compare":

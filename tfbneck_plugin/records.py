@@ -171,6 +171,12 @@ STEP_TIMES_FORMAT = "tfbneck.step_times"
 MAX_STEP_TIMES_BYTES = 8 * 1024 * 1024
 
 
+def _reject_constant(name: str):
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259) and no writer of these
+    files produces them: a file holding one is refused rather than read into the report."""
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 class SidecarError(Exception):
     """The sidecar exists but cannot be used; the message is one line naming the file."""
 
@@ -219,7 +225,7 @@ def read_sidecar(path: str, opener=open) -> Dict:
     """
     try:
         with opener(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
+            data = json.loads(f.read().decode("utf-8"), parse_constant=_reject_constant)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise SidecarError(f"{path}: unreadable system metrics ({type(err).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("samples"), list):
@@ -314,7 +320,7 @@ def read_skip_record(path: str, opener=open) -> SkipRecord:
     """
     try:
         with opener(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
+            data = json.loads(f.read().decode("utf-8"), parse_constant=_reject_constant)
         if not isinstance(data, dict):
             raise ValueError("not an object")
     except Exception:  # any unreadable record is reported the same way
@@ -368,7 +374,7 @@ def read_step_times(path: str, opener=open) -> Dict:
     if len(raw) > MAX_STEP_TIMES_BYTES:
         raise SidecarError(f"{path}: step-time file larger than {MAX_STEP_TIMES_BYTES // 2**20} MiB; not read")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:
         raise SidecarError(f"{path}: step-time file is not JSON ({type(err).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != STEP_TIMES_FORMAT:
@@ -417,7 +423,7 @@ def read_system_run(path: str, opener=open) -> Dict:
     if len(raw) > MAX_SYSTEM_RUN_BYTES:
         raise SidecarError(f"{path}: system record larger than {MAX_SYSTEM_RUN_BYTES // 2**20} MiB; not read")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:
         raise SidecarError(f"{path}: system record is not JSON ({type(err).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != SYSTEM_RUN_FORMAT:
