@@ -254,6 +254,7 @@ OTHER_TOOLS_FLAGS = {
     "--epochs": "the reader's own train.py, in a tfbneck watch example",
     "--md": "benchmarks/slowdown_corpus.py report",
     "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
+    "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
 }
 
 

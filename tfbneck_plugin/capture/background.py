@@ -99,13 +99,14 @@ def analyze_in_child(session_dir: str, timeout_s: float) -> SessionDict:
 
 
 def analyze_here(session_dir: str) -> SessionDict:
-    """Analyse ``session_dir`` in this process; returns the session's report."""
-    from ..batch import analyze_one
+    """Analyse ``session_dir`` in this process; returns the session's report, the same as
+    the child's (``tfbneck analyze``: with what the run's trend files say of the window)."""
+    from ..batch import analyze_many
     from ..logdir import find_sessions
     found = find_sessions(session_dir).sessions
     if not found:
         return {"status": "error", "error": f"{session_dir}: no session found"}
-    return analyze_one(found[0])
+    return analyze_many(found[:1], progress=False)[0]
 
 
 class BackgroundAnalysis:
