@@ -189,7 +189,10 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     from tfbneck_plugin.comparison import CPU_FLOOR_PCT, RUN_TO_RUN_FLOOR_PCT, _decide
     quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": None}
     floor = RUN_TO_RUN_FLOOR_PCT["steps"]
-    assert _decide(2 * floor, 0.2, "steps", quiet, "m") == ("no_change", None)
+    # Not significant: "no change" only within the floor; a larger change is not shown either way.
+    assert _decide(floor / 2, 0.2, "steps", quiet, "m") == ("no_change", None)
+    verdict, why = _decide(2 * floor, 0.2, "steps", quiet, "what is missing")
+    assert verdict == "inconclusive" and "not significant (p = 0.2)" in why and "what is missing" in why
     assert _decide(floor / 2, 0.01, "steps", quiet, "what is missing")[0] == "inconclusive"
     assert "what is missing" in _decide(floor / 2, 0.01, "steps", quiet, "what is missing")[1]
     assert _decide(2 * floor, 0.01, "steps", quiet, "m") == ("slower", None)

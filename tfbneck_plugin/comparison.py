@@ -138,13 +138,18 @@ def _wait_text(load: Dict, side: str) -> str:
 def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
     """(verdict, the line saying what is missing when inconclusive). A significant change is
     called when it exceeds the run-to-run floor times what a difference of load explains in
-    its direction; else it is inconclusive, naming the load when the load could explain it."""
-    if p >= ALPHA:
-        return "no_change", None
-    word = "slower" if change_pct > 0 else "faster"
+    its direction; else it is inconclusive, naming the load when the load could explain it.
+    A change beyond the floor that the evidence cannot show significant is inconclusive, not
+    ``no_change``."""
     floor = RUN_TO_RUN_FLOOR_PCT[lvl]
     size = abs(np.log1p(change_pct / 100.0))
     allowed = np.log1p(floor / 100.0)
+    if p >= ALPHA:
+        if size > allowed:  # too few samples to show a change this large: not "no change"
+            return "inconclusive", (f"{change_pct:+.1f} % is beyond the {floor:.0f} % spread of identical code but "
+                                    f"not significant (p = {p:.3g}) on this little evidence: {missing}")
+        return "no_change", None
+    word = "slower" if change_pct > 0 else "faster"
     loaded_slower = load["differs"] and (load["more_loaded"] == "candidate") == (word == "slower")
     if loaded_slower and size <= allowed + np.log(load["explains_x"]):
         return "inconclusive", (
