@@ -398,3 +398,10 @@ if __name__ == "__main__":
     result["seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(OUT, "result.json"), "w") as f:
         json.dump(result, f, indent=1)
+    # TensorFlow 2.21 can hang for good at interpreter exit when it destroys the iterator of a
+    # fit stopped mid-epoch (MapAndBatchDatasetOp::Iterator::~Iterator waits for map calls
+    # that never come; seen with gdb, no window open). The results are written and the
+    # profiler closed: leave without the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
