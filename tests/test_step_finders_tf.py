@@ -122,7 +122,10 @@ def test_user_annotations_without_r_around_gradient_accumulation(runs):
     r = subprocess.run(tfbneck_cmd() + ["analyze", str(folder), "--format", "json"], capture_output=True,
                        text=True, timeout=300)
     s = json.loads(r.stdout)["sessions"][0]
-    assert s["step_source"] == "user_step_annotations ('batch_step')" and s["steps"]["count"] == 12
+    # An odd step (issue 25) is left out of the report's steps and named: 12 in all.
+    outliers = ((s["steps"].get("outliers") or {}).get("steps")) or []
+    assert s["step_source"] == "user_step_annotations ('batch_step')"
+    assert s["steps"]["count"] + len(outliers) == 12 and len(outliers) <= 1
 
 
 @pytest.mark.parametrize("sub", ["fit", "session"])
