@@ -131,7 +131,8 @@ def test_command_mode_returns_the_commands_status_and_writes_the_record(tmp_path
     from tfbneck_plugin.records import read_system_run
     saved = read_system_run(str(record))
     assert saved["source"] == "watch" and saved["triage"]["bottleneck"] == data["triage"]["bottleneck"]
-    assert 1.5 <= sum(iv["dt_s"] for iv in saved["intervals"]) <= 10
+    # Sampled until the command ended (2 s; the last sample may be lost when it exits mid-read).
+    assert 0.9 <= sum(iv["dt_s"] for iv in saved["intervals"]) <= 10
 
 
 def test_duration_ends_the_commands_whole_process_group(tmp_path):
@@ -254,6 +255,16 @@ def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     assert sessions[0]["system_metrics"]["samples"] == len(side["samples"])
 
 
+def _capture_client_missing() -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec("xprof.convert._pywrap_profiler_plugin") is None
+    except ImportError:
+        return True
+
+
+@pytest.mark.skipif(_capture_client_missing(), reason="XProf's capture client (xprof.convert._pywrap_profiler_plugin) "
+                    "is not installed (the lowest-versions job's tensorboard-plugin-profile 2.13 has none)")
 def test_capture_with_no_profiler_server_says_so(tmp_path):
     import socket
     with socket.socket() as s:
