@@ -352,6 +352,25 @@ def step_times_name(start_unix_ns: int, host: str, pid: int) -> str:
     return f"steptimes_{stamp}_{safe}_{int(pid)}.json"
 
 
+def _read_record(path: str, opener, limit: int, what: str, fmt: str) -> Dict:
+    """A JSON record of ``format`` ``fmt`` at most ``limit`` bytes; raises SidecarError with
+    one line naming the file and calling it ``what``."""
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as err:
+        raise SidecarError(f"{path}: unreadable {what} ({type(err).__name__})") from None
+    if len(raw) > limit:
+        raise SidecarError(f"{path}: {what} larger than {limit // 2**20} MiB; not read")
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise SidecarError(f"{path}: {what} is not JSON ({type(err).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise SidecarError(f"{path}: not a tfbneck {what}")
+    return data
+
+
 def read_step_times(path: str, opener=open) -> Dict:
     """Read a step-time trend file (format above).
 
@@ -366,19 +385,7 @@ def read_step_times(path: str, opener=open) -> Dict:
       SidecarError: unreadable, larger than ``MAX_STEP_TIMES_BYTES``, not JSON, or not a
         tfbneck step-time file (the message is one line naming the file).
     """
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read(MAX_STEP_TIMES_BYTES + 1)
-    except OSError as err:
-        raise SidecarError(f"{path}: unreadable step-time file ({type(err).__name__})") from None
-    if len(raw) > MAX_STEP_TIMES_BYTES:
-        raise SidecarError(f"{path}: step-time file larger than {MAX_STEP_TIMES_BYTES // 2**20} MiB; not read")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise SidecarError(f"{path}: step-time file is not JSON ({type(err).__name__})") from None
-    if not isinstance(data, dict) or data.get("format") != STEP_TIMES_FORMAT:
-        raise SidecarError(f"{path}: not a tfbneck step-time file")
+    data = _read_record(path, opener, MAX_STEP_TIMES_BYTES, "step-time file", STEP_TIMES_FORMAT)
     for key in ("points", "windows"):
         items = data.get(key)
         if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
@@ -415,19 +422,7 @@ def read_system_run(path: str, opener=open) -> Dict:
       SidecarError: unreadable, too large, not JSON, or not a tfbneck system record (one
         line naming the file).
     """
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read(MAX_SYSTEM_RUN_BYTES + 1)
-    except OSError as err:
-        raise SidecarError(f"{path}: unreadable system record ({type(err).__name__})") from None
-    if len(raw) > MAX_SYSTEM_RUN_BYTES:
-        raise SidecarError(f"{path}: system record larger than {MAX_SYSTEM_RUN_BYTES // 2**20} MiB; not read")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise SidecarError(f"{path}: system record is not JSON ({type(err).__name__})") from None
-    if not isinstance(data, dict) or data.get("format") != SYSTEM_RUN_FORMAT:
-        raise SidecarError(f"{path}: not a tfbneck system record")
+    data = _read_record(path, opener, MAX_SYSTEM_RUN_BYTES, "system record", SYSTEM_RUN_FORMAT)
     if not isinstance(data.get("intervals"), list) or not all(isinstance(x, dict) for x in data["intervals"]):
         raise SidecarError(f"{path}: system record without a valid 'intervals' list")
     return data
