@@ -131,6 +131,7 @@ def cmd_watch(args) -> int:
     capturer = (Capturer(f"{args.capture_host}:{args.capture_port}", args.logdir, args.capture_ms,
                          args.max_captures, args.capture_after, sidecar_for=run.sidecar)
                 if args.capture_port is not None else None)
+    _STOP.clear()  # a Ctrl-C of an earlier watch in this process is not this one's
     previous = signal.signal(signal.SIGINT, lambda *_: _STOP.set())
     try:
         if args.format == "panel" and sys.stdout.isatty():
