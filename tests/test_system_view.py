@@ -128,6 +128,10 @@ def _gpu(util):
     (dict(busiest_thread_demand_pct=89.9, tree_cores=0.5), "unclear"),
     (dict(tree_cores=1.8, busiest_thread_demand_pct=60.0), "cpu"),   # fills 90 % of 2 cores
     (dict(tree_cores=1.79, busiest_thread_demand_pct=60.0), "unclear"),
+    # the machine full (every htop bar) and the tree holding at least half of it
+    (dict(tree_cores=1.0, cores_busy=1.8, busiest_thread_demand_pct=60.0), "cpu"),
+    (dict(tree_cores=0.99, cores_busy=1.8, busiest_thread_demand_pct=60.0), "unclear"),
+    (dict(tree_cores=1.79, cores_busy=1.79, busiest_thread_demand_pct=60.0), "unclear"),
     (dict(runq_wait_pct=50.0), "cpu"),
     (dict(runq_wait_pct=49.9), "io"),
     (dict(net_recv_MBps=1.0, net_sent_MBps=0.25), "network"),

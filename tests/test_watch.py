@@ -225,6 +225,48 @@ def test_live_panel_in_a_real_terminal(tmp_path):
         _tmux("kill-session", "-t", name)
 
 
+def test_closing_the_terminal_ends_the_watched_command_and_keeps_the_record(tmp_path):
+    """The command runs in its own session, so a hangup reaches only the watcher: it must end
+    the command itself (a busy loop left running after the terminal closed was seen)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    import psutil
+    name = f"tfbneck-hup-{os.getpid()}"
+    pid_file, record = tmp_path / "child.pid", tmp_path / "system.json"
+    child = f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass"
+    script = tmp_path / "run.sh"
+    script.write_text(f"export PYTHONPATH={ROOT}\n{sys.executable} -m tfbneck_plugin.cli watch --output {record} -- "
+                      f"{sys.executable} -c \"{child}\"\n")
+    _tmux("kill-session", "-t", name)
+    assert _tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", f"bash {script}").returncode == 0
+    try:
+        for _ in range(30):
+            time.sleep(1)
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+        child_pid = int(pid_file.read_text())
+        time.sleep(3)  # a few samples
+        assert psutil.pid_exists(child_pid)
+    finally:
+        _tmux("kill-session", "-t", name)  # the terminal closes: SIGHUP to the watcher
+    for _ in range(30):
+        if not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.5)
+    else:
+        os.kill(child_pid, 9)
+        pytest.fail("the watched command still runs after its terminal closed")
+    for _ in range(20):
+        if record.exists():
+            break
+        time.sleep(0.5)
+    written = json.loads(record.read_text())
+    assert written["intervals"] and written["triage"]["bottleneck"] == "cpu"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert record.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as any file the user writes
+
+
 @pytest.mark.tf
 def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     import socket

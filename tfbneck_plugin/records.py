@@ -147,8 +147,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -195,7 +195,10 @@ def write_sidecar(folder: str, data: Dict, name: str = SIDECAR_NAME) -> str:
     Raises:
       OSError: the folder cannot be written; no temporary file is left behind.
     """
-    fd, tmp = tempfile.mkstemp(prefix=".tfbneck-", suffix=".tmp", dir=folder)
+    # Not mkstemp: its 0600 would hide the record from a TensorBoard run by another user of a
+    # shared logdir; O_EXCL with 0666 gives what the umask allows, as any file the user writes.
+    tmp = os.path.join(folder, f".tfbneck-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)

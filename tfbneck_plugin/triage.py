@@ -5,7 +5,8 @@ The flowchart (``shared/design/diagnosis.md``, issue 28), read off what ``nvidia
 
 1. accelerator utilisation consistently high (> 90 %)         -> ``device``
 2. the training process tree fills a core (one thread, the GIL's
-   signature) or every core, or waits in the run queue for one -> ``cpu``
+   signature) or every core (or holds half of a machine whose
+   cores are all busy), or waits in the run queue for one       -> ``cpu``
 3. little CPU, accelerator idle, the network busy               -> ``network``
 4. accelerator and CPU both mostly idle                         -> ``io`` (disk activity
    confirms it; without disk reads the wait is elsewhere: remote storage, a lock, a sleep)
@@ -180,6 +181,11 @@ def _cpu_reason(iv: Dict, cpu_count: int) -> Optional[Tuple[str, str]]:
                               f"single-threaded limit, e.g. Python), the process tree at {tree:.2f} cores")
     if cpu_count and tree >= CORE_SATURATED_PCT / 100.0 * cpu_count:
         return ("all_cores", f"the process tree fills the machine: {tree:.2f} of {cpu_count} cores")
+    if cpu_count and iv.get("cores_busy", 0.0) >= CORE_SATURATED_PCT / 100.0 * cpu_count and tree >= cpu_count / 2:
+        # Every bar full in htop and the tree holds most of them: the tree is short of cores even
+        # though a watcher, a shell or the kernel take the last tenth.
+        return ("all_cores", f"the machine's cores are full ({iv['cores_busy']:.2f} of {cpu_count} busy) and the "
+                             f"process tree holds {tree:.2f} of them")
     if runq is not None and runq >= RUNQ_WAIT_CPU_PCT:
         return ("contention", f"the process waits for a CPU ({runq:.0f} % of a core runnable but not running): "
                               f"other processes hold the cores")

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .system_run import SystemRun
 from .watch_capture import Capturer
@@ -114,7 +114,8 @@ def _output_problem(path: str) -> Optional[str]:
 
 def cmd_watch(args) -> int:
     """Run ``tfbneck watch``. Exit status: the command's own status when it ended while
-    watched (COMMAND mode), 130 when watching was interrupted (Ctrl-C), else 0; 2 on a
+    watched (COMMAND mode), 128 + the signal when watching was interrupted (130: Ctrl-C,
+    129: the terminal closed, 143: SIGTERM; the command is ended in each case), else 0; 2 on a
     usage error, a command that cannot be started, or an output that cannot be written."""
     problem = _usage_error(args)
     if problem:
@@ -132,14 +133,19 @@ def cmd_watch(args) -> int:
                          args.max_captures, args.capture_after, sidecar_for=run.sidecar)
                 if args.capture_port is not None else None)
     _STOP.clear()  # a Ctrl-C of an earlier watch in this process is not this one's
-    previous = signal.signal(signal.SIGINT, lambda *_: _STOP.set())
+    _STOPPED_BY.clear()
+    previous = _catch_stop_signals()
     try:
         if args.format == "panel" and sys.stdout.isatty():
             _watch_panel(run, pid, child, args, capturer)
         else:
             _watch_quietly(run, pid, child, args, capturer)
+    except OSError:
+        if not _STOP.is_set():  # the terminal closed under the panel (a hangup): end as for one
+            raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     ended = not _alive(pid, child)
     record = run.stop()
     record["target_ended"] = ended
@@ -150,14 +156,33 @@ def cmd_watch(args) -> int:
     try:
         _emit(record, args, log_path)
     except OSError as err:
-        print(f"tfbneck watch: {args.output}: cannot write the system record ({err.strerror or err})", file=sys.stderr)
+        if _STOPPED_BY[:1] == [signal.SIGHUP]:  # the terminal is gone; the record, if asked for, is written
+            return 128 + signal.SIGHUP
+        print(f"tfbneck watch: {args.output or 'standard output'}: cannot write the system record "
+              f"({err.strerror or err})", file=sys.stderr)
         return 2
     if _STOP.is_set():
-        return 130  # interrupted, as a shell reports SIGINT
+        return 128 + (_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT)  # as a shell reports the signal
     return rc if rc is not None else 0
 
 
 _STOP = threading.Event()
+#: The signal that ended the watch (SIGINT: Ctrl-C; SIGHUP: the terminal closed; SIGTERM: kill).
+_STOPPED_BY: List[int] = []
+
+
+def _catch_stop_signals() -> Dict[int, Any]:
+    """Ctrl-C, a closed terminal and ``kill`` end the watch the same way: the watcher stops,
+    ends the command's process group (its own session, so no signal reaches it otherwise)
+    and writes the record. Returns the handlers it replaced."""
+    def stop(signum, _frame):
+        if not _STOPPED_BY:
+            _STOPPED_BY.append(int(signum))
+        _STOP.set()
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, stop)
+    return previous
 
 
 def _launch(args):
@@ -204,6 +229,9 @@ def _watch_panel(run: SystemRun, pid: int, child, args, capturer) -> None:
     from rich.console import Console
     from rich.live import Live
     console = Console()
+    # The descriptor is taken before Live replaces sys.stdout with its proxy (rich < 13's
+    # proxy has no terminal behind its fileno, which left the panel at the start size).
+    out_fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
     t0 = time.monotonic()
     with KeyReader() as keys, Live(console=console, auto_refresh=False, screen=True) as live:
         while not _should_stop(t0, pid, child, args):
@@ -211,8 +239,8 @@ def _watch_panel(run: SystemRun, pid: int, child, args, capturer) -> None:
             if key == "q":
                 break
             try:  # the terminal's real size: an exported COLUMNS/LINES would pin rich to a stale one
-                console.size = os.get_terminal_size(sys.stdout.fileno())
-            except OSError:
+                console.size = os.get_terminal_size(out_fd)
+            except (OSError, ValueError):
                 pass
             recent = run.recent(PANEL_WINDOW_S)
             if capturer is not None:

@@ -32,7 +32,10 @@ class KeyReader:
     def __exit__(self, *exc) -> None:
         if self._fd is not None and self._saved is not None:
             import termios
-            termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+            try:
+                termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+            except (termios.error, OSError):
+                pass  # the terminal is gone (a hangup): nothing to restore
 
     def read(self, timeout: float) -> Optional[str]:
         """One key (lower case) pressed within ``timeout`` seconds, else None."""
