@@ -128,7 +128,7 @@ def fingerprint(session: Session) -> Tuple[object, ...]:
       reports. A file that cannot be stat'ed appears with size and mtime -1.
     """
     paths = list(session.files) + list(session.legacy_files)
-    paths += [p for p in (session.sidecar, session.skipped) if p]
+    paths += [p for p in (session.sidecar, session.skipped, session.system_record) if p]
     out: list = [session.path, bool(session.incomplete)]
     for p in sorted(paths):
         try:

@@ -41,6 +41,17 @@ CAUSES: Dict[str, Cause] = {
                                    "limited it."),
     "not_tensorflow": Cause("unknown", "This is not a TensorFlow trace (JAX/XLA): input-pipeline and step "
                                        "analysis do not apply."),
+    # A system-only session (tfbneck_plugin.system_session): the flowchart's triage, no trace.
+    "triage_cpu": Cause("cpu", "From the system metrics alone (no trace): the training process keeps the CPU "
+                               "busy while no accelerator is busy; a profile says whether input or model."),
+    "triage_device": Cause("device", "From the system metrics alone (no trace): the accelerator is busy over "
+                                     "90 % of the time."),
+    "triage_io": Cause("io", "From the system metrics alone (no trace): the process and the accelerator both "
+                             "mostly idle: it waits, for storage or something else."),
+    "triage_network": Cause("network", "From the system metrics alone (no trace): little CPU, the accelerator "
+                                       "idle and the network busy."),
+    "triage_unclear": Cause("unknown", "From the system metrics alone (no trace): no single resource is "
+                                       "saturated; a profile is needed."),
 }
 
 

@@ -21,6 +21,7 @@ ERROR_KINDS: Dict[str, str] = {
     "analysis_failed": "the analyzer failed on this trace (a bug: please report it)",
     "out_of_memory": "the trace did not fit in memory",
     "not_found": "the path holds no profiling session",
+    "bad_system_record": "the system record (tfbneck watch --output) cannot be read or is not one",
     "unreachable": "remote storage could not be reached",
 }
 

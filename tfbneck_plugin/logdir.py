@@ -18,6 +18,10 @@ with ``incomplete=True`` (the analyzer gives it ``status: error``); the partial 
 are never read as a trace. While the process that owns it still runs on this host, the
 window is being recorded and is not listed.
 
+A system record (``tfbneck watch --output FILE``, or ``<run>/plugins/bottleneck/system_*.json``
+of a run with no profiled session) is a system-only session: ``Session.system_record``,
+no trace files; its report is the triage of the system metrics (:mod:`.system_session`).
+
 Errors: :class:`DiscoveryError` (one line) when the path does not exist or holds no
 session. Unreadable folders below it are reported in ``Discovery.problems`` and skipped.
 """
@@ -33,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, read_skip_record
+from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
@@ -91,6 +95,9 @@ class Session:
     sidecar: Optional[str] = None
     skipped: Optional[str] = None
     incomplete: bool = False
+    #: A system-only session: the system record it is (``tfbneck watch --output``, or the
+    #: callback's whole-run record of a run without a profiled window); no trace files.
+    system_record: Optional[str] = None
 
     @property
     def hosts(self) -> List[str]:
@@ -196,8 +203,11 @@ def find_sessions(path: str) -> Discovery:
     path = os.path.normpath(path)
     problems: List[str] = []
     if os.path.isfile(path):
+        if path.endswith(".json") and is_system_record(path):
+            return Discovery([_system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))], problems)
         if not path.endswith(XPLANE_SUFFIXES):
-            raise DiscoveryError(f"{path}: not an .xplane.pb trace file")
+            raise DiscoveryError(f"{path}: neither an .xplane.pb trace file nor a tfbneck system record "
+                                 "(tfbneck watch --output)")
         session_dir = os.path.dirname(os.path.abspath(path))
         run_dir = _run_dir_of(session_dir)
         one = Session(run=os.path.basename(run_dir) if run_dir else ".",
@@ -216,12 +226,14 @@ def find_sessions(path: str) -> Discovery:
         return Discovery([s] if s else [], problems if s else [_why_no_session(path)])
 
     sessions: List[Session] = []
+    system_records: List[Tuple[Session, bool]] = []  # (session, written by the callback)
 
     def onerror(err: OSError):
         problems.append(f"{err.filename}: cannot list folder ({err.strerror})")
 
-    for dirpath, dirnames, _files in os.walk(path, onerror=onerror, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(path, onerror=onerror, followlinks=False):
         dirnames.sort()
+        system_records.extend(_system_records_in(path, dirpath, filenames))
         if os.path.basename(dirpath) == STAGING_DIR:
             # Windows that never finished: one incomplete session each, partial files unread.
             run = _relrun(path, os.path.dirname(dirpath))
@@ -245,8 +257,47 @@ def find_sessions(path: str) -> Discovery:
                 else:
                     problems.append(_why_no_session(full))
             dirnames[:] = []  # sessions do not nest
+    # The callback's whole-run record is its run's trend (the tab draws it beside the step
+    # time); it stands as a session of its own only for a run that has no profiled one.
+    profiled_runs = {s.run for s in sessions}
+    sessions.extend(s for s, by_callback in system_records if not (by_callback and s.run in profiled_runs))
     sessions.sort(key=session_order)
     return Discovery(sessions, problems)
+
+
+#: How a system record file begins as tfbneck writes it (``json.dump``, ``format`` first): a
+#: folder's ``.json`` files are told apart by their first bytes, not read whole.
+SYSTEM_RECORD_HEAD = ('{"format": "%s"' % SYSTEM_RUN_FORMAT).encode()
+
+
+def is_system_record(path: str) -> bool:
+    """Whether the regular file ``path`` begins as a tfbneck system record
+    (:data:`SYSTEM_RECORD_HEAD`); links and special files are not."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            return f.read(len(SYSTEM_RECORD_HEAD)) == SYSTEM_RECORD_HEAD
+    except (OSError, ValueError):
+        return False
+
+
+def _system_session(path: str, run: str) -> Session:
+    return Session(run=run, name=os.path.basename(path), path=path, system_record=path)
+
+
+def _system_records_in(root: str, dirpath: str, filenames: List[str]) -> List[Tuple[Session, bool]]:
+    """The system records among a folder's files, each as (system-only session, written by
+    the callback): the callback's sit in ``<run>/plugins/bottleneck/`` and belong to
+    ``<run>``; any other (``tfbneck watch --output``) belongs to the folder that holds it."""
+    out = []
+    by_callback = dirpath.replace(os.sep, "/").endswith("/" + STEP_TIMES_DIR.replace(os.sep, "/"))
+    run_dir = os.path.dirname(os.path.dirname(dirpath)) if by_callback else dirpath
+    for name in sorted(filenames):
+        full = os.path.join(dirpath, name)
+        if name.endswith(".json") and is_system_record(full):
+            out.append((_system_session(full, _relrun(root, run_dir)), by_callback))
+    return out
 
 
 def natural_key(text: str) -> Tuple:

@@ -179,7 +179,7 @@ def _catch_stop_signals() -> Dict[int, Any]:
         if not _STOPPED_BY:
             _STOPPED_BY.append(int(signum))
         _STOP.set()
-    previous = {}
+    previous: Dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         previous[sig] = signal.signal(sig, stop)
     return previous

@@ -90,7 +90,11 @@ export function verdictCard(report, { links = true } = {}) {
   const conf = Math.round(100 * Number(report.confidence || 0));
   const steps = report.steps || {};
   const notes = [];
-  if (!steps.count) {
+  if (report.kind === "system_only") {
+    notes.push(h("p", { class: "tfb-note tfb-system-only-note" },
+      h("strong", { text: "System metrics only, no trace. " }),
+      "This is the first diagnosis the flowchart draws from CPU, accelerator, disk and network use; a profiling window confirms it and finds the cause."));
+  } else if (!steps.count) {
     notes.push(h("p", { class: "tfb-note tfb-no-steps" },
       h("strong", { text: "No training steps were found in this trace. " }),
       "The breakdown covers the whole recorded window instead of individual steps."));
@@ -239,7 +243,7 @@ function stagesSection(report) {
   return section;
 }
 
-function lineChart(title, canvasClass, labels, datasets, yTitle, yMax) {
+function lineChart(title, canvasClass, labels, datasets, yTitle, yMax, xTitle = "seconds into the window") {
   const canvas = h("canvas", { class: canvasClass, "aria-label": title });
   const many = datasets.length > 8;
   requestAnimationFrame(() => makeChart(canvas, {
@@ -250,7 +254,7 @@ function lineChart(title, canvasClass, labels, datasets, yTitle, yMax) {
       elements: { point: { radius: 0 }, line: { borderWidth: 1.5, tension: 0.2 } },
       interaction: { mode: "index", intersect: false },
       scales: {
-        x: { title: { display: true, text: "seconds into the window" }, ticks: { maxTicksLimit: 8 } },
+        x: { title: { display: true, text: xTitle }, ticks: { maxTicksLimit: 8 } },
         y: { beginAtZero: true, max: yMax, title: { display: true, text: yTitle } },
       },
       plugins: {
@@ -401,8 +405,39 @@ function recommendationsSection(report) {
   return section;
 }
 
+/** A system-only session's record, interval by interval: the cores the process tree and the
+ *  machine used, each interval labelled with its triage. */
+function systemOnlySection(report) {
+  const ivs = report.system_intervals || [];
+  const section = h("section", {
+    class: "tfb-card tfb-system-only",
+    dataset: { intervals: String(ivs.length), triage: ivs.map((iv) => iv.bottleneck || "").join(",") },
+  }, h("h3", { text: "System over the record" }));
+  if (!ivs.length) return section;
+  const labels = ivs.map((iv) => `${Number(iv.t_s).toFixed(0)} s (${iv.bottleneck || "?"})`);
+  const datasets = [
+    { label: "training process tree (cores)", data: ivs.map((iv) => iv.tree_cores), borderColor: PALETTE[0] },
+    { label: "machine, busy cores", data: ivs.map((iv) => iv.cores_busy), borderColor: PALETTE[1] },
+  ];
+  if (ivs.some((iv) => iv.gpu_util_pct !== null && iv.gpu_util_pct !== undefined)) {
+    datasets.push({ label: "busiest accelerator (% / 100)", data: ivs.map((iv) => (iv.gpu_util_pct ?? 0) / 100),
+      borderColor: PALETTE[2] });
+  }
+  const cpus = (report.system_record || {}).cpu_count;
+  section.append(lineChart("CPU in cores, by interval (the triage in brackets)", "tfb-system-only-canvas", labels,
+    datasets, "cores", cpus ? Number(cpus) : undefined, "seconds into the record"));
+  return section;
+}
+
 /** The full view of one report. */
 export function sessionView(report) {
+  if (report.kind === "system_only") {
+    return h("div", { class: "tfb-session", dataset: { run: report.run, session: report.session } },
+      h("header", { class: "tfb-session-head" }, sessionTitle(report)),
+      verdictCard(report, { links: false }),
+      systemOnlySection(report),
+      recommendationsSection(report));
+  }
   return h("div", { class: "tfb-session", dataset: { run: report.run, session: report.session } },
     h("header", { class: "tfb-session-head" }, sessionTitle(report), metaLine(report)),
     verdictCard(report),

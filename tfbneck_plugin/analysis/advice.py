@@ -250,6 +250,29 @@ def _other_framework(_f: Findings) -> List[Rec]:
                 "pip install tensorboard-plugin-profile\ntensorboard --logdir logs   # then the Profile tab")]
 
 
+#: What a profiling window would show after each first diagnosis of the system metrics.
+_PROFILE_SHOWS = {
+    "cpu": "split the CPU's time between input preparation (tf.data, Python) and the model's math",
+    "device": "see which operations fill the accelerator (mixed precision, XLA and kernels are the gains)",
+    "io": "find which reads the input pipeline waits on",
+    "network": "see whether gradient synchronisation or remote reads take the time",
+    "unclear": "see what limits the step, which the system metrics alone cannot",
+}
+
+
+def profile_window(kind: str, pid: Optional[int] = None) -> List[Rec]:
+    """The next step after a system-only session's triage ``kind`` (``cpu``, ``device``,
+    ``io``, ``network``, ``unclear``): profile a window, from the code or from outside."""
+    return [rec("profile_window", "Profile a few steps where the triage points",
+                f"The system metrics give a first diagnosis only; a profiling window's trace would "
+                f"{_PROFILE_SHOWS[kind]}. Add BottleneckProfiler to the training, or capture from the running "
+                "process when it runs TensorFlow's profiler server.",
+                "from tfbneck_plugin import BottleneckProfiler\n"
+                "model.fit(ds, epochs=3, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 14))])\n"
+                "# or, without changing the code, when the process runs a profiler server on port 6009:\n"
+                f"# tfbneck watch --pid {pid or 'PID'} --capture-port 6009 --logdir logs")]
+
+
 #: cause code -> recommendations for it.
 ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
     "input_preprocessing": lambda f: input_advice(f, "cpu"),
@@ -268,6 +291,11 @@ ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
     "unrecorded": _markers,
     "no_activity": _idle_window,
     "not_tensorflow": _other_framework,
+    "triage_cpu": lambda _f: profile_window("cpu"),
+    "triage_device": lambda _f: profile_window("device"),
+    "triage_io": lambda _f: profile_window("io"),
+    "triage_network": lambda _f: profile_window("network"),
+    "triage_unclear": lambda _f: profile_window("unclear"),
 }
 
 

@@ -40,6 +40,9 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
       opener: ``opener(path, mode)`` opens files; by default local paths with ``open`` and
         URLs (``s3://``, ``gs://``...) with fsspec.
     """
+    if session.system_record:  # no trace: the triage of its system metrics (step 1 of the method)
+        from ..system_session import system_only_report
+        return system_only_report(session, opener or open_any)
     opener = opener or open_any
     problem = _record_problem(session, opener)
     if problem is not None:

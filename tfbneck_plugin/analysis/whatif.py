@@ -78,7 +78,7 @@ GRAPH_CONCURRENCY = 1.7
 #: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
 #: loop does not pay again. Fit by benchmarks/fit_whatif.py on the steps_per_execution
 #: pairs of the corpus's fit half (benchmarks/whatif_fit.json).
-GAP_RECUR = 0.525
+GAP_RECUR = 0.35
 #: steps_per_execution assumed when a recommendation's code names none (advice.py's value).
 DEFAULT_STEPS_PER_EXECUTION = 32
 #: Workers assumed when a PyDataset recommendation's code names none (advice.py's value).
@@ -87,7 +87,7 @@ DEFAULT_WORKERS = 8
 #: wants more (0: it keeps what it used plus the idle cores; 1: it gets every core it may
 #: run on; see :mod:`.cpu_share`). Fit by benchmarks/fit_whatif.py on the fit half of the
 #: pairs corpus (benchmarks/whatif_fit.json).
-SHARE_GAIN = 0.0
+SHARE_GAIN = 0.15
 #: Relative spread given to a model's point value when nothing tighter bounds it (our
 #: choice: the step-to-step spread of the demo runs is about this size).
 MODEL_SPREAD = 0.15
@@ -477,6 +477,7 @@ WHY_NOT: Dict[str, str] = {
     "use_gpu": "How fast the model would run on the GPU is not in a trace where it ran on the CPU.",
     "step_markers": "This fixes the trace, not the step: there is nothing to predict.",
     "profile_training_steps": "This fixes the trace, not the step: there is nothing to predict.",
+    "profile_window": "This confirms a first diagnosis from system metrics: there is nothing to predict.",
     "use_xprof": "This trace is not TensorFlow training: there is no step time to predict.",
 }
 

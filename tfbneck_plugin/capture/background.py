@@ -43,7 +43,8 @@ VERDICT_INDEX = {"cpu": 0, "device": 1, "io": 2, "network": 3, "unknown": 4}
 CAUSE_INDEX = {"input_preprocessing": 0, "cpu_contention": 1, "python_overhead": 2, "eager_execution": 3,
                "retracing": 4, "kernel_launch": 5, "model_on_cpu": 6, "model_compute": 7, "host_device_transfer": 8,
                "file_read": 9, "remote_read": 10, "gradient_sync": 11, "device_trace_missing": 12, "no_activity": 13,
-               "unrecorded": 14, "not_tensorflow": 15}
+               "unrecorded": 14, "not_tensorflow": 15, "triage_cpu": 16, "triage_device": 17, "triage_io": 18,
+               "triage_network": 19, "triage_unclear": 20}
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
 #: own priority (the analysis may take seconds of CPU on a large trace).
 CHILD_NICE = 10

@@ -195,7 +195,8 @@ class SessionIndex:
         fresh.legacy_files = [f for f in fresh.legacy_files if inside(f)]
         fresh.sidecar = fresh.sidecar if fresh.sidecar and inside(fresh.sidecar) else None
         fresh.skipped = fresh.skipped if fresh.skipped and inside(fresh.skipped) else None
-        if not (fresh.files or fresh.legacy_files or fresh.skipped or fresh.incomplete):
+        fresh.system_record = fresh.system_record if fresh.system_record and inside(fresh.system_record) else None
+        if not (fresh.files or fresh.legacy_files or fresh.skipped or fresh.incomplete or fresh.system_record):
             raise RouteError(404, f"session {s.run}/{s.name} has no trace file inside the logdir "
                                   "(links to files elsewhere are not followed)")
         return fresh
@@ -231,7 +232,7 @@ def session_row(s: Session, last: Optional[Dict], pending: bool) -> Dict:
       plus the keys of ``last``; ``state`` is ``ready``, ``analysing`` or ``new``.
     """
     row = {"run": s.run, "session": s.name, "hosts": s.hosts, "time": session_time(s),
-           "files": len(s.files), "size_bytes": _size(s),
+           "files": len(s.files) + (1 if s.system_record else 0), "size_bytes": _size(s),
            "state": "ready" if last is not None else ("analysing" if pending else "new")}
     if last is not None:
         row.update(last)
@@ -288,7 +289,7 @@ def session_time(s: Session) -> float:
     if named is not None:
         return named
     newest = 0.0
-    for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped,) if x]:
+    for p in list(s.files) + list(s.legacy_files) + [x for x in (s.skipped, s.system_record) if x]:
         try:
             newest = max(newest, os.stat(p).st_mtime)
         except (OSError, ValueError):
@@ -298,7 +299,7 @@ def session_time(s: Session) -> float:
 
 def _size(s: Session) -> int:
     total = 0
-    for p in s.files:
+    for p in list(s.files) + [x for x in (s.system_record,) if x]:
         try:
             total += os.stat(p).st_size
         except (OSError, ValueError):
