@@ -198,3 +198,25 @@ def test_api_fleet_is_the_cli_json(fleet_dir, monkeypatch):
     assert "Fix these first" in html and f["runs"][0]["run"] in html and "<script" not in html
     with pytest.raises(ValueError, match="not a regular expression"):
         tfb.fleet(fleet_dir["root"], group_by="(")
+
+
+def test_a_group_by_that_backtracks_without_end_is_one_line_not_a_hang(tmp_path):
+    """``(a|aa)+$`` searched in a long run name of a's ending in b takes exponential time in
+    Python's ``re``; the search has a time limit and the user gets one line, in seconds."""
+    import shutil
+    import time
+    demo = next(os.path.join(d) for d, _, fs in sorted(os.walk(DEMO_LOGS)) if any(f.endswith(".xplane.pb") for f in fs))
+    run = "a" * 200 + "b"
+    shutil.copytree(demo, tmp_path / "logs" / run / "plugins" / "profile" / os.path.basename(demo))
+    started = time.monotonic()
+    r = cli("fleet", str(tmp_path / "logs"), "--group-by", "(a|aa)+$", env={"TFBNECK_CACHE_DIR": str(tmp_path / "c")},
+            timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "backtracks" in r.stderr
+    assert time.monotonic() - started < 60
+    import tfbneck_plugin as tfb
+    with pytest.raises(ValueError, match="backtracks"):
+        tfb.fleet(str(tmp_path / "logs"), group_by="(a|aa)+$")
+    ok = cli("fleet", str(tmp_path / "logs"), "--group-by", "(a+)b$", "--format", "json",
+             env={"TFBNECK_CACHE_DIR": str(tmp_path / "c")})
+    assert ok.returncode == 0 and [g["group"] for g in json.loads(ok.stdout)["groups"]] == ["a" * 200]

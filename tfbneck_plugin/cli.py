@@ -109,7 +109,11 @@ def cmd_fleet(args) -> int:
         print(f"tfbneck: no profiling session found under {', '.join(args.paths)}"
               + (f" since {args.since}" if since is not None else ""), file=sys.stderr)
         return 2
-    result = fleetmod.build(items, contexts, args.group_by, args.group_level, problems)
+    try:
+        result = fleetmod.build(items, contexts, args.group_by, args.group_level, problems)
+    except ValueError as err:  # a --group-by that backtracks without end on a run name
+        print(f"tfbneck: {err}", file=sys.stderr)
+        return 2
     if _write_text(args.output, FLEET_RENDERERS[args.format](result), "fleet report"):
         return 2
     return 1 if result["errors"]["sessions"] else 0

@@ -42,16 +42,30 @@ _MS_PER_HOUR = 3.6e6
 PROGRESS_FROM = 4
 
 
+#: The longest one search of ``--group-by`` in a run name may take (seconds). A pattern that
+#: backtracks without end (``(a|aa)+$``) would hang the CLI or the tab's server thread; a
+#: usual one takes microseconds on a run name. Our choice; the ``regex`` package enforces it.
+GROUP_BY_TIMEOUT_S = 0.1
+
+
 def grouper(group_by: Optional[str] = None, group_level: int = 1) -> Callable[[str], str]:
-    """``run name -> group``. Raises ValueError (one line) for a pattern that does not compile."""
+    """``run name -> group``. Raises ValueError (one line) for a pattern that does not compile
+    and, from the returned function, for one whose search of a run name takes longer than
+    :data:`GROUP_BY_TIMEOUT_S` (catastrophic backtracking). Patterns are Python's ``re``
+    syntax, run by the ``regex`` package (its version 0 behaviour is ``re``'s) for its timeout."""
     if group_by:
+        import regex
         try:
-            pattern = re.compile(group_by)
-        except re.error as err:
+            pattern = regex.compile(group_by)
+        except (regex.error, re.error) as err:
             raise ValueError(f"--group-by {group_by!r}: not a regular expression ({err})") from None
 
         def by_pattern(run: str) -> str:
-            m = pattern.search(run)
+            try:
+                m = pattern.search(run, timeout=GROUP_BY_TIMEOUT_S)
+            except TimeoutError:
+                raise ValueError(f"--group-by {group_by!r}: searching the run name {run[:80]!r} took over "
+                                 f"{GROUP_BY_TIMEOUT_S} s (the pattern backtracks without end); simplify it") from None
             if m is None:
                 return NO_MATCH
             return next((g for g in m.groups() if g is not None), m.group(0)) if m.groups() else m.group(0)
