@@ -37,7 +37,7 @@ setup(
         "fsspec>=2023.1.0",
         "scipy>=1.9.2",  # compare: Mann-Whitney U; 1.9.2: the first with Python 3.11 wheels
         "rich>=12.0.0",  # tfbneck watch's live panel (Live, Group, Table.grid, Console.size setter)
-        "regex>=2022.1.18",  # fleet --group-by: a search with a timeout (re has none)
+        "regex>=2022.9.13",  # fleet --group-by: a search with a timeout (re has none); the first with 3.11 wheels
     ],
     extras_require={
         # XProf (TensorBoard's Profile tab) opens the tab's "Open in Trace Viewer" links; an
