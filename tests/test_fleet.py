@@ -139,6 +139,8 @@ def test_group_by_pattern_and_level(fleet_dir, per_session):
     for run in runs:
         want[re.search(PATTERN, run).group(1)] = want.get(re.search(PATTERN, run).group(1), 0) + 1
     assert {g["group"]: g["runs"] for g in f["groups"]} == want
+    names = [g["group"] for g in f["groups"]]  # as people number them: exp2 before exp10
+    assert names == sorted(names, key=lambda t: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", t)])
     assert all(r["group"] == re.search(PATTERN, r["run"]).group(1) for r in f["runs"])
     by_team = _fleet_json(fleet_dir, "--group-level", "1")
     assert {g["group"]: g["runs"] for g in by_team["groups"]} == {

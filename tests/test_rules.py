@@ -129,6 +129,28 @@ def test_contention_needs_the_tree_to_wait_for_cpu():
     assert (sleeping.bottleneck, sleeping.cause) == ("io", "file_read")
 
 
+def test_contention_rests_on_most_of_enough_samples_else_the_trace_decides():
+    """A window whose run-queue wait spiked in 2 of 5 samples (0, 0, 0, 568 and 88 %: a mean of
+    131 %) is not called contended; the blocking stage's reading (it computes) is kept, with the
+    sample count said, and a lower confidence."""
+    p = pipeline(stage("ParallelMapV2", parallelism=8))
+    busy = dict(tree=0.3, others=1.8)
+
+    def judged(runq_pct):
+        series = {"tree_runq_wait_pct": runq_pct}
+        return verdict(findings(pct=pct(input=60), pipeline=p, system=system(
+            **busy, tree_runq_wait_cores=sum(runq_pct) / len(runq_pct) / 100.0, series=series)))
+    spike = judged([0.0, 0.0, 0.0, 568.0, 88.0])
+    assert spike.cause == "input_preprocessing"
+    assert any("in 2 of 5 system samples" in e for e in spike.evidence)
+    few = judged([300.0, 300.0, 300.0])  # all three waited, but three samples are 0.3 s
+    assert few.cause == "input_preprocessing" and any("in 3 of 3 system samples" in e for e in few.evidence)
+    most = judged([300.0, 10.0, 200.0, 150.0, 5.0, 0.0])
+    assert most.cause == "cpu_contention" and any("run-queue wait in 3 of 6 samples" in e for e in most.evidence)
+    fine = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=1.0, others=0.1)))
+    assert spike.confidence < judged([300.0] * 6).confidence and fine.cause == "input_preprocessing"
+
+
 def test_loopback_or_other_traffic_is_not_remote_read():
     p = pipeline(stage("TFRecord"))
     # 20 MB/s on loopback and another process's downloads: no remote connection of ours.
@@ -350,6 +372,37 @@ def test_jax_is_not_tensorflow():
     v = verdict(findings(framework="jax", placement=gpu_traced(), device_kind="GPU",
                          devices=[{"device": "/device:GPU:0", "events": 5, "busy_pct": 40.0, "kernels": 5}]))
     assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "not_tensorflow", 0.9)
+
+
+@pytest.mark.parametrize("kind, interval", [
+    ("cpu", {"tree_cores": 1.0, "busiest_thread_demand_pct": 99.0, "busiest_thread_pct": 99.0}),
+    ("device", {"gpus": [{"index": 0, "util_pct": 97.0, "mem_used_gb": 3.0}]}),
+    ("io", {"tree_cores": 0.05, "tree_disk_read_MBps": 40.0}),
+    ("network", {"tree_cores": 0.2, "net_recv_MBps": 30.0}),
+    ("unclear", {"tree_cores": 0.6}),
+])
+def test_system_only_sessions_take_the_triage_as_their_cause(tmp_path, kind, interval):
+    """A system record's report (tfbneck_plugin.system_session): the flowchart's kind is the
+    verdict (``unclear``: ``unknown``), its cause ``triage_<kind>``, the next step a profile."""
+    import json
+    from tfbneck_plugin.logdir import find_sessions
+    from tfbneck_plugin.system_run import make_record
+    from tfbneck_plugin.system_session import system_only_report
+    iv = {"t_unix_ns": 2 * 10**9, "dt_s": 10.0, "cores_busy": 0.5, "tree_cores": 0.1, "busiest_thread_demand_pct": 10.0,
+          "busiest_thread_pct": 10.0, "runq_wait_pct": 0.0, "net_recv_MBps": 0.0, "net_sent_MBps": 0.0,
+          "tree_disk_read_MBps": 0.0, "iowait_pct": 0.0, "gpus": []}
+    iv.update(interval)
+    record = make_record([iv], source="watch", pid=4242, command=["python", "train.py"], cpu_count=2,
+                         interval_s=1.0, aggregate_s=10.0, start_unix_ns=10**9)
+    path = tmp_path / "watch.json"
+    path.write_text(json.dumps(record))
+    (session,) = find_sessions(str(path)).sessions
+    report = system_only_report(session)
+    assert report["system_triage"]["bottleneck"] == kind
+    assert (report["bottleneck"], report["cause"]) == ("unknown" if kind == "unclear" else kind, f"triage_{kind}")
+    assert report["confidence"] == 0.5 and report["recommendations"][0]["fix"] == "profile_window"
+    assert "--pid 4242" in report["recommendations"][0]["code"]
+    PRODUCED.add(report["cause"])
 
 
 def test_every_cause_is_produced():

@@ -33,6 +33,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from .version import __version__
 from .analysis.breakdown import CATEGORIES
+from .logdir import natural_key
 from .runs import RunContext, window_of
 
 #: Group of a run that ``group_by`` does not match.
@@ -142,7 +143,7 @@ def _groups(runs: List[Dict]) -> List[Dict]:
         _add(g["categories_ms"], r["categories_ms"])
     for g in by.values():
         g["categories_pct"] = _pct(g["categories_ms"])
-    return sorted(by.values(), key=lambda g: g["group"])
+    return sorted(by.values(), key=lambda g: natural_key(g["group"]))  # exp2 before exp10, as runs are listed
 
 
 def _trend(items: List[Dict]) -> List[Dict]:

@@ -7,7 +7,7 @@ models (:mod:`.whatif`). Every threshold is a named constant with its source.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, cast
+from typing import Callable, List, Optional, Tuple, cast
 
 from ..causes import CAUSES
 from ..schema import Recommendation
@@ -52,6 +52,15 @@ CONTENTION_OTHERS_PCT = 100.0 - sysmetrics.IDLE_HOST_PCT
 #: CPU, per second) from which a busy machine is taking cores from it. Measured here under
 #: ../shared/tools/under-load: computing pipelines 0.99-1.75, a pipeline sleeping on reads 0.05.
 CONTENTION_RUNQ_CORES = 0.25
+#: Fewest system samples whose run-queue wait can call a waiting pipeline contended, and the
+#: share of them that must show it (a majority): a mean over 3-5 samples of 100 ms is one
+#: sample's spike (run-queue waits of 0, 0, 0, 568 and 88 % were called contention, while the
+#: next window of the same slow phase said input_preprocessing). Below that the trace's own
+#: reading of the blocking stage decides. Our choice; the sampler takes 10 samples a second.
+CONTENTION_MIN_SAMPLES = 5
+CONTENTION_MIN_SHARE = 0.5
+#: Confidence lost when the system samples were too few, or too split, to decide.
+FEW_SAMPLES_PENALTY = 0.15
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
 #: order of magnitude, so that disk caches and metadata traffic do not tip it).
 REMOTE_READ_RATIO = 10.0
@@ -174,17 +183,19 @@ def input_bound(f: Findings) -> Optional[Verdict]:
         calls = f" over {st.calls} calls" if st.calls else ""
         ev.append(f"The stage that blocks the consumer is the tf.data stage `{st.kind}` ({st.path}): "
                   f"{st.self_ps / 1e9:.1f} ms of self time{fn}{calls}{par}.")
-    kind, cause, penalty, why = (_input_from_system(f.system) if f.system else _input_from_stage(p, st))
+    kind, cause, penalty, why = (_input_from_system(f.system, p, st) if f.system else _input_from_stage(p, st))
     ev.append(why)
     return Verdict(kind, cause, confidence(inp, INPUT_BOUND_PCT, penalty), ev)
 
 
-def _input_from_system(system: dict):
+def _input_from_system(system: dict, pipeline=None, st=None):
     """(kind, cause, confidence penalty, sentence) from the sampled system metrics.
 
     The training process tree (the process and its children: PyDataset workers,
-    multiprocessing pools) is what computes the input; other processes' load is contention.
-    Old sidecars hold machine-wide figures only: the verdict says so and is less sure."""
+    multiprocessing pools) is what computes the input; other processes' load is contention,
+    called only when the run-queue wait shows it in most of at least
+    :data:`CONTENTION_MIN_SAMPLES` samples (else the blocking stage decides, as without
+    metrics). Old sidecars hold machine-wide figures only: the verdict says so and is less sure."""
     tree = system.get("tree_cpu_cores")
     own = tree if tree is not None else (system.get("proc_cpu_cores") or 0.0)
     per_process = system.get("scope") == "process_tree"
@@ -199,9 +210,17 @@ def _input_from_system(system: dict):
     # Busy neighbours take cores only from threads that want one: a pipeline that sleeps on
     # storage does not wait in the run queue, one that computes does.
     if others >= CONTENTION_OTHERS_PCT and (runq is None or runq >= CONTENTION_RUNQ_CORES):
+        waited, n = _runq_samples(system)
+        if n and (n < CONTENTION_MIN_SAMPLES or waited < CONTENTION_MIN_SHARE * n):
+            kind, cause, stage_penalty, why = _input_from_stage(pipeline, st)
+            return kind, cause, max(stage_penalty, penalty) + FEW_SAMPLES_PENALTY, Inferred(
+                f"{why} Other processes kept {others:.0f}% of the machine's CPU busy, but the training threads "
+                f"waited for a core in {waited} of {n} system samples (contention needs most of at least "
+                f"{CONTENTION_MIN_SAMPLES}): too few to call it contention.")
+        counted = f" (run-queue wait in {waited} of {n} samples)" if n else ""
         return ("cpu", "cpu_contention", penalty, Sampled(
             f"The {who} used only {own:.2f} cores while other processes kept {others:.0f}% of the machine's CPU "
-            "busy: they take the cores the input pipeline needs."))
+            f"busy{counted}: they take the cores the input pipeline needs."))
     remote = _remote_reads(system)
     if remote:
         return "network", "remote_read", penalty, Sampled(remote)
@@ -209,6 +228,14 @@ def _input_from_system(system: dict):
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))
+
+
+def _runq_samples(system: dict) -> Tuple[int, int]:
+    """(samples in which the training tree waited for a core at least
+    :data:`CONTENTION_RUNQ_CORES`, samples with a run-queue figure) of the window."""
+    values = [v for v in ((system.get("series") or {}).get("tree_runq_wait_pct") or [])
+              if isinstance(v, (int, float))]
+    return sum(1 for v in values if v >= 100.0 * CONTENTION_RUNQ_CORES), len(values)
 
 
 def _others_busy_pct(system: dict, own_cores: float) -> float:

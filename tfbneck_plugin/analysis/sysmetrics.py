@@ -139,6 +139,7 @@ def _series(samples) -> Dict:
         "cpu_pct": [s["cpu_pct"] for s in samples],
         "proc_cpu_pct": [s.get("proc_cpu_pct") for s in samples],
         "tree_cpu_pct": [s.get("tree_cpu_pct") for s in samples],
+        "tree_runq_wait_pct": [s.get("tree_runq_wait_pct") for s in samples],
         "disk_read_Bps": [s.get("disk_read_Bps") for s in samples],
         "net_recv_Bps": [s.get("net_recv_Bps") for s in samples],
         "gpu_util_pct": [[g.get("util_pct") for g in s.get("gpus") or []] for s in samples],
