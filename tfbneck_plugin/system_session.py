@@ -99,7 +99,8 @@ def _intervals(record: Dict) -> List[Dict[str, Any]]:
     start = int(record.get("start_unix_ns") or 0)
     out = []
     for iv in record["intervals"]:
-        gpus = [g.get("util_pct") for g in iv.get("gpus") or [] if isinstance(g, dict)]
+        gpus = [float(g["util_pct"]) for g in iv.get("gpus") or []
+                if isinstance(g, dict) and isinstance(g.get("util_pct"), (int, float))]
         out.append({"t_s": round((int(iv.get("t_unix_ns") or start) - start) / 1e9, 2), "dt_s": iv.get("dt_s"),
                     "tree_cores": iv.get("tree_cores"), "cores_busy": iv.get("cores_busy"),
                     "gpu_util_pct": max(gpus) if gpus else None, "disk_read_MBps": iv.get("disk_read_MBps"),
