@@ -98,6 +98,12 @@ def test_a_damaged_record_is_one_error_line_and_is_left_as_it_was(tmp_path, watc
     assert bad.read_bytes() == before
     j = json.loads(_cli("analyze", bad, "--format", "json").stdout)
     assert j["sessions"][0]["error_kind"] == "bad_system_record"
+    wrong = json.loads(text)
+    wrong["intervals"][0]["t_unix_ns"] = "soon"  # valid JSON, a field of the wrong kind
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "wrong" / "watch.json").write_text(json.dumps(wrong))
+    j = json.loads(_cli("analyze", tmp_path / "wrong" / "watch.json", "--format", "json").stdout)
+    assert j["sessions"][0]["error_kind"] == "bad_system_record" and "not a valid system record" in j["sessions"][0]["error"]
     other = tmp_path / "notes.json"
     other.write_text('{"a": 1}')
     r = _cli("analyze", other)

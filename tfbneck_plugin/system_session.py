@@ -43,8 +43,15 @@ def system_only_report(session: Session, opener=open) -> SessionDict:
     path = str(session.system_record)
     try:
         record = records.read_system_run(path, opener)
+        return _report(session, path, record)
     except records.SidecarError as err:
         return error_report(session, "bad_system_record", str(err))
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of the wrong kind
+        return error_report(session, "bad_system_record", f"{path}: not a valid system record ({type(err).__name__}: "
+                                                          f"{str(err).splitlines()[0] if str(err) else 'bad value'})")
+
+
+def _report(session: Session, path: str, record: Dict) -> SessionDict:
     triage: Dict[str, Any] = record["triage"] if isinstance(record.get("triage"), dict) else {}
     kind = str(triage.get("bottleneck"))
     kind = kind if kind in TRIAGE_CAUSES else "unclear"
