@@ -306,3 +306,30 @@ def test_the_tab_shows_the_step_time_line_with_both_windows(job, tmp_path):
     logdir = tmp_path / "logs"
     shutil.copytree(r["log_dir"], logdir / "slowdown_run")  # the profile plugin writes caches into it
     check_trend_tab(str(logdir), "slowdown_run", r)
+
+
+@pytest.mark.tf
+def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
+    """Issue 25 point 7: input-bound from the start, the map 4x heavier in the second epoch:
+    the window in the heavier phase says what changed although the verdict may be the same,
+    with the job's own step times and the stage whose work per call grew."""
+    r = job("worse")
+    done = [w for w in r["windows"] if w["status"] == "profiled"]
+    assert done[0]["kind"] == "scheduled" and done[0]["steps"][1] < r["worse_from_step"]
+    late = [w for w in done if w["steps"][0] > r["worse_from_step"] + 5]
+    assert late, r["windows"]
+    w = late[0]
+    change = w["change"]
+    assert change is not None, w
+    ms = own_step_ms(r)
+    early = float(np.median(ms[WARMUP:29]))
+    assert change["x"] >= 2.0 and change["step_time_ms"][1] > 2 * change["step_time_ms"][0]
+    job_before, job_after = change["job_step_ms"]
+    assert job_before == pytest.approx(early, rel=0.5) and job_after > 2 * job_before
+    stages = [g for g in change["grew"] if g["what"] == "stage"]
+    assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 2 * stages[0]["from_ms"], change["grew"]
+    assert "by the job's own clock" in change["text"] and "grew: " in change["text"]
+    line = [x for x in r["_tfbneck_lines"] if x.startswith(f"tfbneck: steps {w['steps'][0]}-{w['steps'][1]}: ")]
+    assert len(line) == 1 and "changed: " in line[0]
+    t = trend(r)
+    assert t["windows"][w["index"]]["change"]["text"] == change["text"]

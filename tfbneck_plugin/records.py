@@ -136,7 +136,10 @@ read by the TensorBoard tab's ``/trend`` route::
                   "verdict": null | {"bottleneck", "cause", "confidence", "step_time_ms"},
                   "analysis_error": str | null,
                   "change": null | {"from_window": int, "from": {"bottleneck", "cause"},
-                                    "to": {"bottleneck", "cause"}, "text": str, ...},
+                                    "to": {"bottleneck", "cause"}, "same_verdict": bool,
+                                    "x": float, "job_step_ms": [float, float] | null,
+                                    "grew": [{"what", "name", "from_ms", "to_ms", "per"}],
+                                    "text": str, "against_baseline": {...}, ...},
                   "overhead": null | {"window_step_ms", "job_step_ms",   # the traced step against
                                       "periods": int, "x": float}}]}     # the unprofiled one around it
 

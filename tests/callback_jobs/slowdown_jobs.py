@@ -34,11 +34,13 @@ result = {"out": OUT}
 HEAVY_T0 = []  # perf_counter when the map made its first heavy element
 
 
-def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float, light_s: float = 0.0):
+def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float, light_s: float = 0.0,
+             worse_from_step: int = 10 ** 9, worse_s: float = 0.0):
     """``n_steps`` batches; from batch ``heavy_from_step`` (1-based) on, every element costs
-    ``heavy_s`` seconds of numpy work; before, ``light_s`` seconds of waiting (a sleep, as
-    a read: no CPU) when above 0."""
+    ``heavy_s`` seconds of numpy work (``worse_s`` from batch ``worse_from_step``); before,
+    ``light_s`` seconds of waiting (a sleep, as a read: no CPU) when above 0."""
     heavy_from = (heavy_from_step - 1) * BATCH
+    worse_from = (worse_from_step - 1) * BATCH
 
     def wait_for(i):
         time.sleep(light_s)
@@ -48,7 +50,8 @@ def pipeline(n_steps: int, heavy_from_step: int, heavy_s: float, light_s: float 
         t = time.perf_counter()
         if not HEAVY_T0:
             HEAVY_T0.append(t)
-        while time.perf_counter() - t < heavy_s:
+        cost = worse_s if i.numpy() >= worse_from else heavy_s
+        while time.perf_counter() - t < cost:
             np.sort(np.random.rand(100000))
         return np.float32(i.numpy() % 7)
 
@@ -376,6 +379,20 @@ def corpus():
     result["phases"] = phases.seen
     result["base_s"] = phases.base_s
     result["spec"] = spec
+
+
+def worse():
+    """Issue 25 point 7: the same bottleneck getting worse. Input-bound from the start (each
+    element 4 ms of numpy work), 4x heavier from step 360 of two epochs of 300 steps; a
+    scheduled window early, the trigger in the heavier phase."""
+    seed()
+    log = os.path.join(OUT, "logs")
+    prof = BottleneckProfiler(log, profile_steps=(30, 34), on_slowdown=True, step_time_every=20)
+    clock = StepClock()
+    model().fit(pipeline(600, 1, 0.004, worse_from_step=360, worse_s=0.016).repeat(), epochs=2, steps_per_epoch=300,
+                verbose=0, callbacks=[clock, prof])
+    result["worse_from_step"] = 360
+    finish(prof, log, clock)
 
 
 def issue24():

@@ -15,7 +15,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
 from ..schema import SessionDict, step_time_ms
@@ -45,22 +45,90 @@ def _label(v: Dict) -> str:
     return f"{word} ({v['cause']})" if v.get("cause") else word
 
 
-def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionDict) -> Optional[Dict]:
-    """What changed between two windows' reports, when their verdict (bottleneck or cause)
-    differs; None when it is the same.
+#: A window whose mean step is this many times the other's (or less than its inverse) has
+#: changed even under the same verdict: "the same bottleneck got 3.4x worse" (issue 25). Our
+#: choice, above the spread of two profiled windows of one unchanged phase (within 1.3x in
+#: the slowdown corpus's steady runs, docs/slowdown_capture.md).
+CHANGED_X = 1.5
+#: A stage's work per call or an op's self time per step that grew by less than this factor
+#: (or by less than :data:`GREW_MIN_MS`) is not named as what grew (our choice).
+GREW_X = 1.5
+GREW_MIN_MS = 0.05
+
+
+def _ms_per_step(report: SessionDict) -> Dict[str, float]:
+    """Each breakdown category's ms per step (its share of the mean step)."""
+    st = step_time_ms(report) or 0.0
+    return {c: float(v) * st / 100.0 for c, v in (report.get("breakdown_pct") or {}).items()}
+
+
+def _stage_per_call(report: SessionDict) -> Dict[str, Tuple[str, float]]:
+    """tf.data stage name -> (kind, work ms per call)."""
+    out = {}
+    for st in (report.get("input_pipeline") or {}).get("stages") or []:
+        calls, work = st.get("calls"), st.get("work_ms")
+        if isinstance(calls, int) and calls > 0 and isinstance(work, (int, float)):
+            out[str(st.get("name"))] = (str(st.get("kind")), float(work) / calls)
+    return out
+
+
+def _op_per_step(report: SessionDict) -> Dict[Tuple[str, str], float]:
+    return {(str(o.get("where")), str(o.get("name"))): float(o.get("self_ms_per_step") or 0.0)
+            for o in report.get("top_ops") or []}
+
+
+def what_grew(before: SessionDict, after: SessionDict) -> List[Dict]:
+    """What took more time from one window to the next: the breakdown category whose ms per
+    step grew most, the tf.data stage whose work per call grew most, and the op whose self
+    time per step grew most, each ``{"what": "category" | "stage" | "op", "name", "from_ms",
+    "to_ms", "per": "step" | "call"}``, where it grew by at least :data:`GREW_X`."""
+    out: List[Dict] = []
+
+    def biggest(pairs, what, per):
+        grown = [(b - a, name, a, b) for name, (a, b) in pairs if b >= GREW_X * a and b - a >= GREW_MIN_MS]
+        if grown:
+            _, name, a, b = max(grown)
+            out.append({"what": what, "name": name, "from_ms": round(a, 3), "to_ms": round(b, 3), "per": per})
+    ca, cb = _ms_per_step(before), _ms_per_step(after)
+    biggest([(c, (ca.get(c, 0.0), cb[c])) for c in cb if c in CHANGE_CATEGORIES], "category", "step")
+    sa, sb = _stage_per_call(before), _stage_per_call(after)
+    biggest([(f"{sb[n][0]} ({n})", (sa[n][1], sb[n][1])) for n in sb if n in sa], "stage", "call")
+    oa, ob = _op_per_step(before), _op_per_step(after)
+    biggest([(f"{k[1]} ({k[0]})", (oa.get(k, 0.0), ob[k])) for k in ob], "op", "step")
+    return out
+
+
+def _grew_text(grew: List[Dict]) -> str:
+    words = {"category": lambda g: g["name"].replace("_", " "), "stage": lambda g: f"stage `{g['name']}`",
+             "op": lambda g: f"op `{g['name']}`"}
+    return "; ".join(f"{words[g['what']](g)} {g['from_ms']:.3g} -> {g['to_ms']:.3g} ms per {g['per']}" for g in grew)
+
+
+def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionDict,
+                   job_ms: Optional[Tuple[Optional[float], Optional[float]]] = None) -> Optional[Dict]:
+    """What changed between two windows' reports: their verdict (bottleneck or cause), or,
+    under the same verdict, a mean step :data:`CHANGED_X` times longer or shorter; None when
+    neither.
 
     Args:
       prev_index, prev_steps: the earlier window's index and ``(first, last)`` steps.
       prev, cur: the two session reports (``status`` ``ok``).
+      job_ms: the job's own unprofiled step time around each window (ms, from the trend
+        periods: :func:`window_overhead`), where known.
 
     Returns:
-      ``{"from_window", "from": {"bottleneck", "cause"}, "to": {...}, "moved": {"category",
-      "from_pct", "to_pct"} | None, "step_time_ms": [before, after] | None, "text"}``: the
-      breakdown category whose share of the step moved most (percentage points), the mean
-      step times, and one sentence saying it all.
+      ``{"from_window", "from": {"bottleneck", "cause"}, "to": {...}, "same_verdict", "x"
+      (after / before mean step), "moved": {"category", "from_pct", "to_pct"} | None,
+      "step_time_ms": [before, after] | None, "job_step_ms": [before, after] | None, "grew":
+      :func:`what_grew`, "text"}``: one sentence saying it all.
     """
     a, b = verdict_of(prev), verdict_of(cur)
-    if a is None or b is None or (a["bottleneck"], a["cause"]) == (b["bottleneck"], b["cause"]):
+    if a is None or b is None:
+        return None
+    same = (a["bottleneck"], a["cause"]) == (b["bottleneck"], b["cause"])
+    times = [a["step_time_ms"], b["step_time_ms"]] if a["step_time_ms"] and b["step_time_ms"] else None
+    x = times[1] / times[0] if times else None
+    if same and (x is None or 1.0 / CHANGED_X < x < CHANGED_X):
         return None
     pa, pb = prev.get("breakdown_pct") or {}, cur.get("breakdown_pct") or {}
     moved: Optional[Dict[str, Any]] = None
@@ -70,18 +138,26 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
         _, cat = max(deltas)
         moved = {"category": cat, "from_pct": round(float(pa.get(cat, 0.0)), 1),
                  "to_pct": round(float(pb.get(cat, 0.0)), 1)}
-    times = [a["step_time_ms"], b["step_time_ms"]] if a["step_time_ms"] is not None \
-        and b["step_time_ms"] is not None else None
+    job = [round(float(v), 3) for v in job_ms] if job_ms and all(job_ms) else None  # type: ignore[arg-type]
+    grew = what_grew(prev, cur)
     where = f"window {prev_index}" + (f" (steps {prev_steps[0]}-{prev_steps[1]})" if prev_steps else "")
-    text = f"{_label(b)}, was {_label(a)} in {where}"
-    if moved is not None:
+    if same:
+        text = f"{_label(b)} as in {where}, {x:.1f}x {'slower' if x > 1 else 'faster'}" if x else _label(b)
+    else:
+        text = f"{_label(b)}, was {_label(a)} in {where}"
+    if moved is not None and not same:
         text += (f"; {moved['category'].replace('_', ' ')} {moved['from_pct']:.0f}% -> {moved['to_pct']:.0f}% "
                  f"of the step")
     if times is not None:
         text += f"; step time {times[0]:.3g} -> {times[1]:.3g} ms"
+        if job is not None:
+            text += f" in the trace, {job[0]:.3g} -> {job[1]:.3g} ms by the job's own clock"
+    if grew:
+        text += f"; grew: {_grew_text(grew)}"
     return {"from_window": prev_index, "from": {"bottleneck": a["bottleneck"], "cause": a["cause"]},
-            "to": {"bottleneck": b["bottleneck"], "cause": b["cause"]}, "moved": moved, "step_time_ms": times,
-            "text": text}
+            "to": {"bottleneck": b["bottleneck"], "cause": b["cause"]}, "same_verdict": same,
+            "x": round(x, 2) if x else None, "moved": moved, "step_time_ms": times, "job_step_ms": job,
+            "grew": grew, "text": text}
 
 
 #: Trend periods on each side of a window that make the job's unprofiled step time around
@@ -160,14 +236,36 @@ class JobTrend:
 
     def changes(self) -> Optional[Dict]:
         """Recompute ``change`` of every analysed window against the previous analysed one
-        (analyses may finish out of order); returns the change of the last window analysed
-        with a verdict, or None."""
+        (analyses may finish out of order), and ``against_baseline``: against the healthiest
+        earlier window (the shortest mean step), when that is not the previous one and the
+        window is :data:`CHANGED_X` times slower than it (so that 95.8 -> 37.4 ms does not read
+        as healthy when the job once ran at 13.3 ms). Returns the change of the last window
+        analysed with a verdict, or None."""
         prev = None
         last = None
+        seen: List = []
+        with self._lock:
+            points = list(self.points)
+
+        def job_ms(rec):
+            o = window_overhead(rec.steps, verdict_of(rec.report), points)
+            return o["job_step_ms"] if o else None
         for rec in list(self.windows):
-            if verdict_of(rec.report) is None:
+            v = verdict_of(rec.report)
+            if v is None:
                 continue
-            rec.change = verdict_change(prev.index, prev.steps, prev.report, rec.report) if prev else None
+            rec.change = (verdict_change(prev.index, prev.steps, prev.report, rec.report, (job_ms(prev), job_ms(rec)))
+                          if prev else None)
+            timed = [(v_r["step_time_ms"], r) for r, v_r in ((r, verdict_of(r.report)) for r in seen)
+                     if v_r and v_r["step_time_ms"]]
+            base = min(timed, key=lambda tr: tr[0])[1] if timed else None
+            if base is not None and base is not prev and v["step_time_ms"]:
+                worse = verdict_change(base.index, base.steps, base.report, rec.report, (job_ms(base), job_ms(rec)))
+                if worse is not None and (worse["x"] or 0) >= CHANGED_X:
+                    rec.change = dict(rec.change or {"text": f"against the previous window: no change beyond "
+                                                             f"{CHANGED_X}x"}, against_baseline=worse)
+                    rec.change["text"] += f"; against the fastest earlier window: {worse['text']}"
+            seen.append(rec)
             prev, last = rec, rec.change
         return last
 
