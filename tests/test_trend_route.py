@@ -54,6 +54,7 @@ def logdir(tmp_path):
           window(2, "scheduled", (900, 904), "gone_session")]
     points = [{"step": s, "first_step": s - 99, "epoch": None, "n": 100, "p50_ms": v, "p90_ms": v * 1.2,
                "mean_ms": v, "t_unix_ns": 0} for s, v in ((100, 20.0), (200, 20.5), (600, 96.0))]
+    points[-1]["first_step"] = 505  # the periods leave the window's steps out
     path = write_trend(root / "job", ws, points)
     return root, path
 
@@ -82,7 +83,11 @@ def test_trend_lists_each_run_with_its_points_windows_and_changes(logdir):
     assert change["from"] == {"bottleneck": "device", "cause": "device_compute"}
     assert change["moved"] == {"category": "input", "from_pct": 3.0, "to_pct": 80.0}
     assert change["text"] == ("CPU-bound (input_preprocessing), was device-bound (device_compute) in window 0 "
-                              "(steps 10-14); input 3% -> 80% of the step; step time 20 -> 95 ms")
+                              "(steps 10-14); input 3% -> 80% of the step; step time 20 -> 95 ms; "
+                              "grew: input 0.6 -> 76 ms per step")
+    # The job's clock changed phase at window 1 (20.5 ms before it, 96 after): it is not said.
+    assert change["job_step_ms"] is None and change["x"] == 4.75 and not change["same_verdict"]
+    assert change["grew"] == [{"what": "category", "name": "input", "from_ms": 0.6, "to_ms": 76.0, "per": "step"}]
     # The same through TensorBoard's WSGI application.
     code, wsgi_body, _ = get_json(wsgi_client(p), "/data/plugin/bottleneck/trend?run=job")
     assert code == 200 and wsgi_body["runs"] == body["runs"]

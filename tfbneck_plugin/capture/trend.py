@@ -187,6 +187,21 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict]) -> Optio
             "x": round(win / job, 2) if job > 0 else None}
 
 
+def job_step_near(steps, points: List[Dict]) -> Optional[float]:
+    """The job's own unprofiled step time where a window ran (ms): the ``p50_ms`` of the trend
+    period just before its steps and of the one just after, their mean when they agree within
+    :data:`CHANGED_X` (or the one there is), None when they do not (the phase changed at the
+    window: the job's clock cannot say which side the window belongs to) or there is none."""
+    if not steps:
+        return None
+    before = [p for p in points if p.get("step", 0) < steps[0] and isinstance(p.get("p50_ms"), (int, float))][-1:]
+    after = [p for p in points if p.get("first_step", 0) > steps[1] and isinstance(p.get("p50_ms"), (int, float))][:1]
+    near = [float(p["p50_ms"]) for p in before + after]
+    if not near or min(near) <= 0 or max(near) / min(near) >= CHANGED_X:
+        return None
+    return sum(near) / len(near)
+
+
 def window_entry(rec, points: Optional[List[Dict]] = None) -> Dict:
     """One window of the trend file, from a :class:`~.window.WindowRecord` (``points``: the
     trend's periods, for the window's ``overhead``)."""
@@ -248,8 +263,7 @@ class JobTrend:
             points = list(self.points)
 
         def job_ms(rec):
-            o = window_overhead(rec.steps, verdict_of(rec.report), points)
-            return o["job_step_ms"] if o else None
+            return job_step_near(rec.steps, points)
         for rec in list(self.windows):
             v = verdict_of(rec.report)
             if v is None:
