@@ -122,6 +122,22 @@ def test_cpu_bound_input_blocking_stage_ops_are_the_map_functions_sin_and_cos():
     assert "`Sin`" in first and "`Cos`" in first and f"`{stage.split('::')[-1]}`" in first
 
 
+def test_an_input_stage_whose_ops_the_trace_lacks_is_said_not_silent():
+    """TensorFlow's profiler sometimes records a tf.data function's calls without one op inside
+    (default-option `.map(f).batch(b)`, 3 of 6 windows of one program here): the first
+    recommendation says its ops cannot be named, instead of saying nothing. The summary is the
+    demo run's own with its tf.data op types taken out, as such a window's is."""
+    from tfbneck_plugin.analysis.op_advice import name_ops
+    (s,) = analyze(os.path.join(DEMO_LOGS, "cpu_bound_input"))
+    stage = s["input_pipeline"]["bottleneck_stage"]
+    without = dict(s["op_summary"], by_type=[g for g in s["op_summary"]["by_type"] if g["where"] != "input_pipeline"])
+    recs = [{"fix": "parallel_map", "title": "t", "detail": "d", "code": None}]
+    (first,) = name_ops("input_preprocessing", recs, without, stage)
+    assert first["detail"].startswith("d The trace holds no op events inside `") and "cannot be named" in first["detail"]
+    (named,) = name_ops("input_preprocessing", recs, s["op_summary"], stage)
+    assert "costliest ops" in named["detail"] and "no op events" not in named["detail"]
+
+
 def _gpu_sessions():
     root = need_shared(os.path.join(SHARED, "realtraces-gpu"), "real GPU traces")
     return [d for d in glob.glob(os.path.join(root, "**", "plugins", "profile", "*"), recursive=True)

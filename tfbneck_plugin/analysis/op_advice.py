@@ -25,6 +25,14 @@ COMPUTE_CAUSES = ("model_compute",)
 INPUT_CAUSES = ("input_preprocessing", "cpu_contention")
 #: Op types named in a sentence.
 NAMED = 3
+#: Said when the trace holds no op events inside the blocking stage's function. TensorFlow's
+#: profiler records a tf.data function's ops only sometimes: in runs of one program here
+#: (`.map(f).batch(b)` with default options, TF 2.21, benchmarks/pairs_corpus.py's
+#: ``fused12-usual`` pairs) 3 of 6 windows held them and 3 held the function calls without
+#: a single op inside.
+NO_TFDATA_OPS = ("The trace holds no op events inside `{stage}`'s function (TensorFlow's profiler left them out of "
+                 "this window, as it does in some windows of default-option pipelines), so its costliest ops cannot "
+                 "be named here; profile another window to see them.")
 
 
 def _groups(summary: Dict, where: str, stage: Optional[str] = None) -> List[Dict]:
@@ -83,6 +91,8 @@ def name_ops(cause: str, recs: List[Recommendation], summary: Optional[Dict], bl
         named = measured_types(summary, "input_pipeline", blocking)
         if named:
             note = f"The costliest ops in `{blocking.split('::')[-1]}`'s function: {named}."
+        elif not _groups(summary, "input_pipeline", blocking):
+            note = NO_TFDATA_OPS.format(stage=blocking.split("::")[-1])
     if note is None:
         return recs
     first = recs[0].copy()
