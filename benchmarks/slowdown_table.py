@@ -228,8 +228,11 @@ LIMITS = """## What the trigger cannot catch, and why
 
 - **A slowdown that begins before the trigger is armed**: the first 20 timed steps are warm-up, then the
   baseline needs 20 steps lasting 0.25 s. A job slow from its start, or slowed during those steps, has no
-  faster past to be compared with (the scheduled window sees it).
-- **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 1000 steps lasting 2 s, counted
+  faster past to be compared with (the scheduled window sees it). With `steps_per_execution` a step is an
+  execution: at 8 batches of 10 ms per execution that is the first 3.4 s (`tfk-15ms-x4-early-spe8`, slowed
+  2 s into training, armed on its slow executions and was not captured; the trend file's `trigger_state`
+  shows the baseline it armed on and the later "faster: new baseline").
+- **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 1000 steps lasting 1 s, counted
   with each step capped at 4x the stretch's median; plus the window's own steps. A phase shorter than
   about 4 s is left out on purpose (a busy machine slows a job for seconds at a time).
 - **Fewer than 5 slow steps**: a phase of 3 steps of 3 s each is three steps; `consecutive` (5) guards
@@ -246,15 +249,17 @@ def full_report(out: str) -> str:
     """docs/slowdown_capture.md: how it was made, the table, the replay, the limits."""
     rows = load(out)
     head = ["# Slowdown capture: the scenario corpus (issue 24)", "",
-            "Made by `python benchmarks/slowdown_corpus.py run --jobs 4` (real fits, CPU) then "
+            "Made by `python benchmarks/slowdown_corpus.py run --jobs 1` (real fits, CPU, one at a time) then "
             "`python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md`. "
             f"{len(rows)} runs. Each run's slowdown is measured by the job's own clock (a callback before the "
             "profiler): the median step time inside the slow phase over the median of the 3 s before it; the "
             "input pipeline's extra work is TensorFlow matrix products in `tf.data`, steered to the "
             "requested factor, so the measured factor differs from the requested one on a busy machine. "
-            "`load avg` is the machine's 1-minute load average before and after each run (2 cores, shared "
-            "with other work; `under-load` adds `../shared/tools/under-load -j 2` around the run; runs went "
-            "4 at a time).", "", "## Captures", ""]
+            "`load avg` is the machine's 1-minute load average before and after each run (2 cores, nothing "
+            "else running but the corpus; `under-load` adds `../shared/tools/under-load -j 2` around the run, "
+            "whose load lingers in the next runs' averages). The runs used the defaults of their day "
+            "(`quick_seconds` 2 s); the replay below then chose 1 s on the fit half, the default since.",
+            "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \
         + "split by name into a fit half (even positions) and a judge half (odd).\n\n" \

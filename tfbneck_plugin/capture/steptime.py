@@ -63,8 +63,9 @@ class SlowdownTrigger:
         the corpus, docs/slowdown_capture.md, the shortest that opened the windows of its
         slowdowns inside their slow phases).
       quick_steps, quick_seconds: or this many steps lasting this long (defaults 1000 steps,
-        2.0 s: a job of 1 ms steps slowed 2x is confirmed after 2 s, not 3; the steady runs'
-        stretches had at most a few hundred steps).
+        1.0 s, chosen on the fit half of the corpus with min_seconds: a job of 1 ms steps slowed
+        2x is confirmed after its 1000th slow step, 2 s, not 3; the steady runs' stretches had
+        at most a few hundred steps).
       window_steps: steps profiled by a window it opens (default 5).
       cooldown_steps: after a window opened by the trigger, a confirmed stretch waits this
         many steps more (default 100); the baseline meanwhile learns the new level.
@@ -86,7 +87,7 @@ class SlowdownTrigger:
     horizon_steps: int = 2048
     warmup_steps: int = 20
     quick_steps: int = 1000
-    quick_seconds: float = 2.0
+    quick_seconds: float = 1.0
 
     def __post_init__(self):
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor > 1:
