@@ -203,6 +203,13 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     verdict, why = _decide(100.0, 0.01, "steps", loaded, "m")
     assert verdict == "inconclusive" and "load differed" in why and "3.00x" in why
     assert _decide(-60.0, 0.01, "steps", loaded, "m")[0] == "faster"  # faster despite more load: the code
+    # The less loaded side slower: identical code ran up to 1.35x faster beside a busy machine.
+    from tfbneck_plugin.comparison import LOADED_FASTER_X
+    calm = dict(loaded, more_loaded="baseline")  # the baseline was the busy one
+    limit = 100 * ((1 + RUN_TO_RUN_FLOOR_PCT["periods"] / 100) * LOADED_FASTER_X - 1)
+    verdict, why = _decide(limit - 1, 0.001, "periods", calm, "m")
+    assert verdict == "inconclusive" and "less loaded side was the slower one" in why
+    assert _decide(limit + 1, 0.001, "periods", calm, "m")[0] == "slower"
     # Periods of a CPU-computed model: the wall time doubled, the CPU time per step did not.
     cpu_same = dict(quiet, cpu_change_pct=CPU_FLOOR_PCT / 2)
     assert _decide(100.0, 0.001, "periods", cpu_same, "m")[0] == "inconclusive"
