@@ -162,8 +162,8 @@ def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> 
     load_x = load["explains_x"] if loaded_slower else min(load["explains_x"], LOADED_FASTER_X)
     if load["differs"] and size <= allowed + np.log(load_x):
         how = (f"enough to make the {load['more_loaded']} up to {load['explains_x']:.2f}x slower" if loaded_slower else
-               f"and the less loaded side was the slower one, as identical code also was beside a busy machine "
-               f"(docs/compare_noise.md)")
+               "and the less loaded side was the slower one, as identical code also was beside a busy machine "
+               "(docs/compare_noise.md)")
         return "inconclusive", (
             f"the machine's load differed: the training waited for a core {_wait_text(load, 'baseline')} in the "
             f"baseline's window and {_wait_text(load, 'candidate')} in the candidate's (other processes "
