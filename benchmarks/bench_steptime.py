@@ -59,7 +59,8 @@ def hook_cost(model, root, n=200_000):
     cb.set_params({"steps": None, "epochs": 1})
     cb.on_epoch_begin(0)
     hook = cb.on_train_batch_begin
-    for i in range(1000):  # past the warm-up, the baseline filled: the trigger is armed
+    for i in range(1000):  # past the warm-up, the baseline filled (20 steps lasting 0.25 s): armed
+        time.sleep(0.002)
         hook(i)
     assert cb.tracker.timer.baseline()["threshold_ms"] is not None, "the trigger is not armed"
     t0 = time.perf_counter()
