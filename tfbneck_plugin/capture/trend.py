@@ -63,9 +63,12 @@ def _ms_per_step(report: SessionDict) -> Dict[str, float]:
 
 
 def _stage_per_call(report: SessionDict) -> Dict[str, Tuple[str, float]]:
-    """tf.data stage name -> (kind, work ms per call)."""
+    """tf.data stage name -> (kind, work ms per call), buffers (Prefetch...) left out: their
+    time is the wait for the stage below them, not work of their own."""
     out = {}
     for st in (report.get("input_pipeline") or {}).get("stages") or []:
+        if st.get("category") == "buffer":
+            continue
         calls, work = st.get("calls"), st.get("work_ms")
         if isinstance(calls, int) and calls > 0 and isinstance(work, (int, float)):
             out[str(st.get("name"))] = (str(st.get("kind")), float(work) / calls)
