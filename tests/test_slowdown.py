@@ -335,3 +335,12 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     assert len(line) == 1 and "changed: " in line[0]
     t = trend(r)
     assert t["windows"][w["index"]]["change"]["text"] == change["text"]
+    # The session's report states its numbers for the unprofiled job (issue 25 point 5).
+    from tfbneck_plugin import batch
+    found = batch.find([r["log_dir"]])
+    reports = batch.analyze_many(found.sessions, use_cache=False, progress=False)
+    rep = next(x for x in reports if x["session"] == os.path.basename(w["session_dir"]))
+    job = rep["window"]["job_step_ms"]
+    assert job == t["windows"][w["index"]]["overhead"]["job_step_ms"]
+    said = [e for e in rep["evidence"] if e.startswith("By the job's own clock")]
+    assert len(said) == 1 and f"a step took {job:.3g} ms" in said[0], rep["evidence"]

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .logdir import Session, is_remote, open_any, session_folder_time
 from .records import STEP_TIMES_DIR, SidecarError, read_step_times
-from .schema import SessionDict
+from .schema import SessionDict, first_fix, step_time_ms
 
 _PREFIX, _SUFFIX = "steptimes_", ".json"
 
@@ -156,8 +156,34 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
     if w is None:
         return None
     trig = w.get("trigger")
-    return {"index": w.get("index"), "kind": w.get("kind") or "scheduled",
-            "trigger": trig.get("kind") if isinstance(trig, dict) else None, "steps": w.get("steps")}
+    out = {"index": w.get("index"), "kind": w.get("kind") or "scheduled",
+           "trigger": trig.get("kind") if isinstance(trig, dict) else None, "steps": w.get("steps")}
+    o = w.get("overhead")
+    if isinstance(o, dict) and isinstance(o.get("job_step_ms"), (int, float)) and o["job_step_ms"] > 0:
+        out["job_step_ms"] = float(o["job_step_ms"])  # the job's own step around the window, unprofiled
+        out["overhead_x"] = o.get("x")
+    return out
+
+
+def job_scale_evidence(report: SessionDict) -> Optional[str]:
+    """One sentence stating the window's numbers for the unprofiled job (issue 25 point 5):
+    the job's own step time around the window (the trend's periods), the traced step's ratio
+    to it (the profiler's cost), and the first fix's predicted speedup applied to the job's
+    step; None without the job's clock or a traced step time."""
+    w = report.get("window") or {}
+    job = w.get("job_step_ms")
+    traced = step_time_ms(report)
+    if not isinstance(job, (int, float)) or not traced:
+        return None
+    text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
+            f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {traced / job:.2f}x that, the profiler's own cost "
+            f"included, so the shares above apply to the job's {job:.3g} ms")
+    fix = first_fix(report) or {}
+    predicted = fix.get("predicted") or {}
+    speedup = predicted.get("speedup") if isinstance(predicted, dict) else None
+    if isinstance(speedup, (int, float)) and speedup > 0:
+        text += f"; at the job's scale the fix first would bring it to about {job / speedup:.3g} ms ({speedup:.2f}x)"
+    return text + "."
 
 
 def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
@@ -177,5 +203,10 @@ def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> Non
         w = window_of(ctx, s.name)
         if w is not None:
             report["window"] = w
+            said = job_scale_evidence(report) if report.get("status") == "ok" else None
+            if said and said not in (report.get("evidence") or []):
+                report.setdefault("evidence", []).append(said)
+                if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
+                    report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
         if ctx.batches is not None and ctx.time_ms is not None:
             report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}

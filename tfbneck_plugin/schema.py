@@ -255,7 +255,8 @@ class SessionDict(TypedDict, total=False):
     warnings: List[str]
     # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
     session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
-    window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps
+    window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps,
+    #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled)
     run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
 
 

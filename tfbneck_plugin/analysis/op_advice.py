@@ -30,9 +30,9 @@ NAMED = 3
 #: (`.map(f).batch(b)` with default options, TF 2.21, benchmarks/pairs_corpus.py's
 #: ``fused12-usual`` pairs) 3 of 6 windows held them and 3 held the function calls without
 #: a single op inside.
-NO_TFDATA_OPS = ("The trace holds no op events inside `{stage}`'s function (TensorFlow's profiler left them out of "
-                 "this window, as it does in some windows of default-option pipelines), so its costliest ops cannot "
-                 "be named here; profile another window to see them.")
+NO_TFDATA_OPS = ("The trace holds no op events inside `{stage}`'s function (TensorFlow's profiler did not record "
+                 "them in this window; it leaves them out of some windows even of one program), so its costliest ops "
+                 "cannot be named here; profile another window to see them.")
 
 
 def _groups(summary: Dict, where: str, stage: Optional[str] = None) -> List[Dict]:
