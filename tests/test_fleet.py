@@ -63,8 +63,11 @@ def profiled_ms(s):
 
 
 def _expected_runs(sessions, made):
-    """Each run's recoverable time by hand: the latest ok session's time per batch minus its
-    best predicted one, times the trend file's batches (else the profiled batches)."""
+    """Each run's recoverable time by hand, from the latest ok session: its best fix is the
+    recommendation with the smallest predicted time per batch, a change with no model but a
+    bound counting at the middle of [bound, now]; recoverable = the run's own time (from its
+    trend file: batches / steps_per_execution x the points' mean) x (1 - 1 / speedup), else
+    (now - best) x the profiled batches."""
     trend = {m["run"]: m["trend"] for m in made}
     out = {}
     for run in {s["run"] for s in sessions}:
@@ -72,13 +75,27 @@ def _expected_runs(sessions, made):
         if not ok:
             continue
         last = ok[-1]
-        preds = [r["predicted"]["time_per_batch_ms"] for r in last["recommendations"] if r.get("predicted")]
+        now = last["steps"].get("time_per_batch_ms")
+        options = []
+        for r in last["recommendations"]:
+            if r.get("predicted"):
+                options.append((r["predicted"]["time_per_batch_ms"], r["predicted"]["speedup"], r["fix"]))
+            elif r.get("bound_ms") is not None and now:
+                expect = (r["bound_ms"] + now) / 2
+                options.append((expect, round(now / expect, 2), r["fix"]))
+        if not options:
+            out[run] = (0.0, None)
+            continue
+        best, speedup, fix = min(options, key=lambda o: o[0])
         t = trend.get(run)
-        batches = max(p["step"] for p in t["points"]) if t else last["steps"]["count"] * last["steps"]["batches_per_step"]
-        fix = min((r for r in last["recommendations"] if r.get("predicted")),
-                  key=lambda r: r["predicted"]["time_per_batch_ms"], default=None)
-        rec = max(0.0, last["steps"]["time_per_batch_ms"] - min(preds)) * batches if preds else 0.0
-        out[run] = (rec, fix["fix"] if fix else None)
+        pts = [p for p in (t or {}).get("points") or [] if p.get("n")]
+        if pts:
+            mean = sum(p["mean_ms"] * p["n"] for p in pts) / sum(p["n"] for p in pts)
+            run_ms = max(p["step"] for p in pts) / (t.get("steps_per_execution") or 1) * mean
+            rec = run_ms * max(0.0, 1 - 1 / speedup)
+        else:
+            rec = max(0.0, now - best) * last["steps"]["count"] * last["steps"]["batches_per_step"]
+        out[run] = (rec, fix)
     return out
 
 

@@ -13,7 +13,7 @@ from .analysis.breakdown import CATEGORIES
 #: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
 TOP_RUNS = 20
 #: Columns of the CSV: one row per run, in rank order.
-CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "speedup",
+CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "fix_basis", "speedup",
                "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known", "recoverable_ms",
                "recoverable_hours", "fix_first", "window_kind", "window_trigger", "session", "session_time",
                "sessions", "errors", "path"]
@@ -97,10 +97,11 @@ def _sections(f: Dict, md: bool) -> List[str]:
                    + [f"{g['categories_pct'].get(c, 0.0):.1f}%" for c in ("input", "device_compute", "host_compute")]
                    for g in f["groups"]], md)
     out.append(title(f"Fix these first (runs ranked by recoverable time; top {min(TOP_RUNS, len(f['runs']))} "
-                     f"of {len(f['runs'])})"))
+                     f"of {len(f['runs'])}; ~: a change with no model, counted halfway to its bound)"))
     out += _table(["#", "run", "verdict", "fix", "speedup", "recoverable", "batches", "length"],
                   [[i, r["run"], f"{r['bottleneck']}/{r['cause'] or ''}", r["fix"] or "-",
-                    f"{r['speedup']:.2f}x" if isinstance(r.get("speedup"), (int, float)) else "-",
+                    (("~" if r.get("fix_basis") == "bound" else "") + f"{r['speedup']:.2f}x")
+                    if isinstance(r.get("speedup"), (int, float)) else "-",
                     fmt_duration(r["recoverable_ms"]), r["batches"] if r["batches"] is not None else "-",
                     "run" if r["length_known"] else "profiled"]
                    for i, r in enumerate(f["runs"][:TOP_RUNS], 1)], md)

@@ -111,6 +111,7 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
              "cause": latest.get("cause"), "step_time_ms": latest.get("step_time_ms"),
              "time_per_batch_ms": latest.get("time_per_batch_ms"), "window": latest.get("window"),
              "fix_first": (latest.get("fix_first") or {}).get("fix"), "fix": None, "fix_title": None,
+             "fix_basis": None,
              "predicted_time_per_batch_ms": None, "speedup": None, "recoverable_ms": 0.0,
              "length_known": bool(ctx and ctx.length_known), "batches": None, "run_time_ms": None,
              "hours_by_category": None, "categories_ms": cats}
@@ -125,9 +126,18 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
             entry["hours_by_category"] = {c: v / profiled * run_ms / _MS_PER_HOUR for c, v in cats.items()}
     best, tpb = latest.get("best_fix"), latest.get("time_per_batch_ms")
     if best and isinstance(tpb, (int, float)):
-        entry.update(fix=best.get("fix"), fix_title=best.get("title"),
-                     predicted_time_per_batch_ms=best["time_per_batch_ms"], speedup=best.get("speedup"),
-                     recoverable_ms=max(0.0, float(tpb) - best["time_per_batch_ms"]) * entry["batches"])
+        speedup = best.get("speedup")
+        length_ms = entry["run_time_ms"]
+        if isinstance(length_ms, (int, float)) and isinstance(speedup, (int, float)) and speedup > 0:
+            # The run's own clock and the fix's speedup: a profiled step slower or faster than
+            # the job's own (the profiler's cost, a prefetch buffer drained in the window) does
+            # not make the recoverable time exceed the run's.
+            recoverable = float(length_ms) * max(0.0, 1.0 - 1.0 / float(speedup))
+        else:
+            recoverable = max(0.0, float(tpb) - best["time_per_batch_ms"]) * entry["batches"]
+        entry.update(fix=best.get("fix"), fix_title=best.get("title"), fix_basis=best.get("basis", "predicted"),
+                     predicted_time_per_batch_ms=best["time_per_batch_ms"], speedup=speedup,
+                     recoverable_ms=recoverable)
     return entry
 
 
@@ -206,8 +216,11 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
       "accelerator_hours": {"runs_with_length", "runs", "total", "by_category"}, "groups",
       "trend", "runs", "basis", "problems"}``; ``runs`` ranked by ``recoverable_ms`` (ms),
       each with ``run``, ``path``, ``group``, ``bottleneck``, ``cause``, ``fix`` (the best
-      fix's id), ``fix_title``, ``fix_first``, ``predicted_time_per_batch_ms``, ``speedup``,
-      ``time_per_batch_ms``, ``batches``, ``length_known``, ``recoverable_ms``,
+      fix's id), ``fix_title``, ``fix_basis`` (``predicted``, or ``bound``: a change with no
+      model counted halfway to its bound), ``fix_first``, ``predicted_time_per_batch_ms``,
+      ``speedup``, ``time_per_batch_ms``, ``batches``, ``length_known``, ``recoverable_ms``
+      (the run's own time x (1 - 1 / speedup) when its length is known, else the profiled
+      time per batch less the predicted one, times its batches),
       ``session`` (the latest), ``session_time``, ``window`` and the category times.
     Raises:
       ValueError: ``group_by`` is not a regular expression.

@@ -47,7 +47,8 @@ def to_text(report: SessionDict, sort: str = "self", row_limit: int = 10, name_w
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     out.append(rule)
     blocking = (report.get("input_pipeline") or {}).get("bottleneck_stage")
-    if blocking and not any(g["where"] == "input_pipeline" for g in summary.get("by_type") or []):
+    if blocking and "Generator" not in blocking.split("::")[-1] and \
+            not any(g["where"] == "input_pipeline" for g in summary.get("by_type") or []):
         from .analysis.op_advice import NO_TFDATA_OPS
         out.append(NO_TFDATA_OPS.format(stage=blocking.split("::")[-1]))
     for where, ms in (summary.get("self_ms_per_step") or {}).items():

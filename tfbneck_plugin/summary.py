@@ -19,20 +19,31 @@ from . import schema
 from .analysis.breakdown import CATEGORIES
 
 #: Format of a summary; bumped when its fields change (the cache then recomputes it).
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 
 
 def best_fix(report: schema.Report) -> Optional[Dict]:
-    """``{"fix", "title", "time_per_batch_ms", "step_time_ms", "speedup"}`` of the
-    recommendation predicted to give the smallest time per batch (ties: the report's
-    order), or None when none has a prediction."""
+    """``{"fix", "title", "time_per_batch_ms", "step_time_ms", "speedup", "basis"}`` of the
+    recommendation expected to give the smallest time per batch (ties: the report's order),
+    or None when none has a number. ``basis`` ``predicted``: its prediction; ``bound``: a
+    change with no model but a bound (``bound_ms``, the share of the step it acts on) counts
+    at the middle of [bound, now], as the report ranks it (``analysis.whatif._order``), so
+    that vectorising a map is not worth nothing for want of a model."""
     best = None
+    given = (report.get("steps") or {}).get("time_per_batch_ms")
+    now = float(given) if isinstance(given, (int, float)) and given > 0 else None
+    bps = int((report.get("steps") or {}).get("batches_per_step") or 1)
     for rec in report.get("recommendations") or []:
         pred = rec.get("predicted") or {}
-        tpb = pred.get("time_per_batch_ms")
-        if isinstance(tpb, (int, float)) and (best is None or tpb < best["time_per_batch_ms"]):
-            best = {"fix": rec.get("fix"), "title": rec.get("title"), "time_per_batch_ms": float(tpb),
-                    "step_time_ms": pred.get("step_time_ms"), "speedup": pred.get("speedup")}
+        tpb, basis = pred.get("time_per_batch_ms"), "predicted"
+        bound = rec.get("bound_ms")
+        if not isinstance(tpb, (int, float)) and isinstance(bound, (int, float)) and now is not None:
+            tpb, basis = (float(bound) + now) / 2.0, "bound"
+        if isinstance(tpb, (int, float)) and tpb > 0 and (best is None or tpb < best["time_per_batch_ms"]):
+            speedup = pred.get("speedup") if basis == "predicted" else round((now or 0.0) / tpb, 2)
+            best = {"fix": rec.get("fix"), "title": rec.get("title"), "time_per_batch_ms": round(float(tpb), 3),
+                    "step_time_ms": pred.get("step_time_ms") if basis == "predicted" else round(tpb * bps, 3),
+                    "speedup": speedup, "basis": basis}
     return best
 
 

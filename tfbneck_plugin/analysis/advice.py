@@ -171,9 +171,15 @@ def _python(f: Findings) -> List[Rec]:
 
 
 def _eager(_f: Findings) -> List[Rec]:
-    return [rec("tf_function", "Compile the step with tf.function",
-                "Eager op-by-op execution pays Python and dispatch cost on every op.",
-                "@tf.function(jit_compile=True)\ndef train_step(x, y):\n    ...")]
+    # The trace looks the same for fit(run_eagerly=True) and an eager custom loop: both are
+    # named. No jit_compile: the prediction (whatif._tf_function) models TensorFlow's graph
+    # executor, and XLA is a further, separate change.
+    return [rec("tf_function", "Compile the step: drop run_eagerly=True, or wrap the loop's step in tf.function",
+                "Eager op-by-op execution pays Python and dispatch cost on every op. With model.fit, compile "
+                "without run_eagerly=True (fit then runs one compiled function per step); in a custom loop, "
+                "decorate the step with tf.function.",
+                "model.compile(optimizer, loss)   # model.fit: not run_eagerly=True\n"
+                "# a custom training loop:\n@tf.function\ndef train_step(x, y):\n    ...")]
 
 
 def _retracing(_f: Findings) -> List[Rec]:

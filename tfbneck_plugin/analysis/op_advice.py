@@ -91,7 +91,8 @@ def name_ops(cause: str, recs: List[Recommendation], summary: Optional[Dict], bl
         named = measured_types(summary, "input_pipeline", blocking)
         if named:
             note = f"The costliest ops in `{blocking.split('::')[-1]}`'s function: {named}."
-        elif not _groups(summary, "input_pipeline", blocking):
+        elif not _groups(summary, "input_pipeline", blocking) and "Generator" not in blocking.split("::")[-1]:
+            # (a Generator stage runs Python, not TensorFlow ops: nothing is missing there)
             note = NO_TFDATA_OPS.format(stage=blocking.split("::")[-1])
     if note is None:
         return recs

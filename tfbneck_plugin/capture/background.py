@@ -45,6 +45,14 @@ CAUSE_INDEX = {"input_preprocessing": 0, "cpu_contention": 1, "python_overhead":
                "file_read": 9, "remote_read": 10, "gradient_sync": 11, "device_trace_missing": 12, "no_activity": 13,
                "unrecorded": 14, "not_tensorflow": 15, "triage_cpu": 16, "triage_device": 17, "triage_io": 18,
                "triage_network": 19, "triage_unclear": 20}
+#: Analyses that run at once, and windows that may wait for one: a long job of short windows
+#: on a busy machine made them faster than nice-10 children finished (ten children at once,
+#: benchmarks/bench_many_windows.py), each taking memory and CPU from training. A window
+#: beyond the queue keeps its trace but is not analysed in the background (said once; `tfbneck
+#: analyze` reads it later). Our choice: one child per core of this 2-core machine, and a
+#: queue that a burst of triggered and scheduled windows fills without loss.
+MAX_RUNNING_ANALYSES = 2
+MAX_WAITING_ANALYSES = 6
 #: ``nice`` increment of the analysis child: below the training process, which keeps its
 #: own priority (the analysis may take seconds of CPU on a large trace).
 CHILD_NICE = 10
@@ -137,6 +145,8 @@ class BackgroundAnalysis:
         self._on_report, self._on_done = on_report, on_done
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
+        self._slots = threading.BoundedSemaphore(MAX_RUNNING_ANALYSES)
+        self._waiting = 0
         self._writer: Any = None     # a tf.summary writer (TensorFlow is imported only to write scalars)
         self._writer_lock = threading.Lock()
         self._failed: set = set()
@@ -145,6 +155,23 @@ class BackgroundAnalysis:
         """Analyse the published window ``rec`` in the background (call on the training thread)."""
         if self.write_scalars:
             self._prepare_writer()
+        with self._lock:
+            if self._waiting >= MAX_WAITING_ANALYSES:
+                full = True
+            else:
+                full = False
+                self._waiting += 1
+        if full:
+            rec.analysis_error = (f"not analysed in the background: {MAX_RUNNING_ANALYSES} analyses running and "
+                                  f"{MAX_WAITING_ANALYSES} waiting (the machine is busy); the trace is kept")
+            self._warn("analysis-queue", f"windows come faster than their analyses finish: {rec.analysis_error}; "
+                                         f"run `tfbneck analyze {self.log_dir}` later")
+            if rec.display is not None:  # the placeholder must not say "analysing" for ever
+                rec.display.show({"status": "error", "session": os.path.basename(rec.session_dir or ""),
+                                  "error": rec.analysis_error})
+            if self._on_done is not None:
+                self._on_done(rec)
+            return
         t = threading.Thread(target=self._worker, args=(rec,), name=f"tfbneck-analysis-{rec.index}")
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
@@ -202,7 +229,10 @@ class BackgroundAnalysis:
 
     def _worker(self, rec: WindowRecord) -> None:
         try:
-            self._analyse(rec)
+            with self._slots:  # at most MAX_RUNNING_ANALYSES at once; the others wait here
+                with self._lock:
+                    self._waiting -= 1
+                self._analyse(rec)
         finally:
             if self._on_done is not None:
                 self._on_done(rec)

@@ -22,7 +22,7 @@ from ..runs import RunContext, list_trend_files, read_run, run_dir_of, session_t
 from ..summary import summarize
 
 #: Fields of each run the route sends (the CLI's JSON has more: paths, per-run category times).
-RUN_FIELDS = ("run", "group", "session", "session_time", "status", "bottleneck", "cause", "fix", "fix_title",
+RUN_FIELDS = ("run", "group", "session", "session_time", "status", "bottleneck", "cause", "fix", "fix_title", "fix_basis",
               "speedup", "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known",
               "recoverable_ms", "sessions", "errors", "fix_first")
 #: How long a view is answered again for the same scan and parameters (seconds; the index
