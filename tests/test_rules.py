@@ -151,6 +151,19 @@ def test_contention_rests_on_most_of_enough_samples_else_the_trace_decides():
     assert spike.confidence < judged([300.0] * 6).confidence and fine.cause == "input_preprocessing"
 
 
+def test_waiting_without_disk_reads_says_so_and_is_less_sure():
+    """A pipeline that waits (a sleep in its code, page-cached files) with no disk reads and no
+    I/O wait is still io (it waits, it does not compute), but not storage for sure."""
+    p = pipeline(stage("Generator", "Iterator::Root::FlatMap[0]::Generator"))
+    edge = rules.DISK_READ_SEEN_MBPS
+    quiet = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.1, disk=edge - EPS)))
+    reading = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.1, disk=edge + EPS)))
+    assert (quiet.bottleneck, quiet.cause) == (reading.bottleneck, reading.cause) == ("io", "file_read")
+    assert any("no disk reads were seen" in e for e in quiet.evidence)
+    assert not any("no disk reads were seen" in e for e in reading.evidence)
+    assert reading.confidence - quiet.confidence == pytest.approx(rules.NO_READS_PENALTY, abs=0.011)
+
+
 def test_loopback_or_other_traffic_is_not_remote_read():
     p = pipeline(stage("TFRecord"))
     # 20 MB/s on loopback and another process's downloads: no remote connection of ours.

@@ -42,8 +42,9 @@ CAUSES: Dict[str, Cause] = {
     "not_tensorflow": Cause("unknown", "This is not a TensorFlow trace (JAX/XLA): input-pipeline and step "
                                        "analysis do not apply."),
     # A system-only session (tfbneck_plugin.system_session): the flowchart's triage, no trace.
-    "triage_cpu": Cause("cpu", "From the system metrics alone (no trace): the training process keeps the CPU "
-                               "busy while no accelerator is busy; a profile says whether input or model."),
+    "triage_cpu": Cause("cpu", "From the system metrics alone (no trace): the CPU limits the training process (its "
+                               "threads fill a core or the machine, or wait for cores other processes hold) while no "
+                               "accelerator is busy; a profile says whether input or model."),
     "triage_device": Cause("device", "From the system metrics alone (no trace): the accelerator is busy over "
                                      "90 % of the time."),
     "triage_io": Cause("io", "From the system metrics alone (no trace): the process and the accelerator both "

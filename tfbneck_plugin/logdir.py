@@ -203,8 +203,14 @@ def find_sessions(path: str) -> Discovery:
     path = os.path.normpath(path)
     problems: List[str] = []
     if os.path.isfile(path):
-        if path.endswith(".json") and is_system_record(path):
-            return Discovery([_system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))], problems)
+        if path.endswith(".json"):
+            try:
+                head = _head(path)
+            except OSError as err:
+                raise DiscoveryError(f"{path}: cannot read ({err.strerror or err})") from None
+            if head == SYSTEM_RECORD_HEAD:
+                return Discovery([_system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))],
+                                 problems)
         if not path.endswith(XPLANE_SUFFIXES):
             raise DiscoveryError(f"{path}: neither an .xplane.pb trace file nor a tfbneck system record "
                                  "(tfbneck watch --output)")
@@ -233,7 +239,7 @@ def find_sessions(path: str) -> Discovery:
 
     for dirpath, dirnames, filenames in os.walk(path, onerror=onerror, followlinks=False):
         dirnames.sort()
-        system_records.extend(_system_records_in(path, dirpath, filenames))
+        system_records.extend(_system_records_in(path, dirpath, filenames, problems))
         if os.path.basename(dirpath) == STAGING_DIR:
             # Windows that never finished: one incomplete session each, partial files unread.
             run = _relrun(path, os.path.dirname(dirpath))
@@ -270,14 +276,20 @@ def find_sessions(path: str) -> Discovery:
 SYSTEM_RECORD_HEAD = ('{"format": "%s"' % SYSTEM_RUN_FORMAT).encode()
 
 
+def _head(path: str) -> bytes:
+    """The first bytes of the regular file ``path`` (b"" for links and special files: a FIFO
+    would block). Raises OSError when it cannot be read."""
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return b""
+    with open(path, "rb") as f:
+        return f.read(len(SYSTEM_RECORD_HEAD))
+
+
 def is_system_record(path: str) -> bool:
     """Whether the regular file ``path`` begins as a tfbneck system record
-    (:data:`SYSTEM_RECORD_HEAD`); links and special files are not."""
+    (:data:`SYSTEM_RECORD_HEAD`); links, special and unreadable files are not."""
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False
-        with open(path, "rb") as f:
-            return f.read(len(SYSTEM_RECORD_HEAD)) == SYSTEM_RECORD_HEAD
+        return _head(path) == SYSTEM_RECORD_HEAD
     except (OSError, ValueError):
         return False
 
@@ -286,16 +298,26 @@ def _system_session(path: str, run: str) -> Session:
     return Session(run=run, name=os.path.basename(path), path=path, system_record=path)
 
 
-def _system_records_in(root: str, dirpath: str, filenames: List[str]) -> List[Tuple[Session, bool]]:
+def _system_records_in(root: str, dirpath: str, filenames: List[str],
+                       problems: List[str]) -> List[Tuple[Session, bool]]:
     """The system records among a folder's files, each as (system-only session, written by
     the callback): the callback's sit in ``<run>/plugins/bottleneck/`` and belong to
-    ``<run>``; any other (``tfbneck watch --output``) belongs to the folder that holds it."""
+    ``<run>``; any other (``tfbneck watch --output``) belongs to the folder that holds it.
+    A ``.json`` file that cannot be read is listed in ``problems`` (it may be one)."""
     out = []
     by_callback = dirpath.replace(os.sep, "/").endswith("/" + STEP_TIMES_DIR.replace(os.sep, "/"))
     run_dir = os.path.dirname(os.path.dirname(dirpath)) if by_callback else dirpath
     for name in sorted(filenames):
+        if not name.endswith(".json"):
+            continue
         full = os.path.join(dirpath, name)
-        if name.endswith(".json") and is_system_record(full):
+        try:
+            head = _head(full)
+        except (OSError, ValueError) as err:
+            problems.append(f"{full}: cannot read ({getattr(err, 'strerror', None) or err}): if it is a system "
+                            "record, it is left out")
+            continue
+        if head == SYSTEM_RECORD_HEAD:
             out.append((_system_session(full, _relrun(root, run_dir)), by_callback))
     return out
 

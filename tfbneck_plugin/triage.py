@@ -154,8 +154,9 @@ def triage_interval(iv: Dict, cpu_count: int) -> Dict:
                 if disk >= DISK_BUSY_MBPS or iowait >= IOWAIT_BUSY_PCT else
                 f"no disk reads seen ({disk:.2f} MB/s, I/O wait {iowait:.0f} %): the waits are elsewhere "
                 "(remote or cached storage latency, a lock, a sleep)")
+        idle = "and the accelerator idles" if util is not None else "(no accelerator seen)"
         return {"bottleneck": "io", "rule": "waiting",
-                "reason": f"{acc}the process uses {tree:.2f} cores and the accelerator idles: it waits; {seen}"}
+                "reason": f"{acc}the process uses {tree:.2f} cores {idle}: it waits; {seen}"}
     thread = iv.get("busiest_thread_demand_pct")
     return {"bottleneck": "unclear", "rule": "unclear",
             "reason": f"{acc}the process uses {tree:.2f} of {cpu_count} cores, busiest thread {_pct(thread)}, "

@@ -61,7 +61,8 @@ def render_panel(recent: Optional[Dict], run, pid: int, args, capturer, elapsed_
     from rich.table import Table
     from rich.text import Text
     width = max(int(getattr(size, "width", 80)), 40)
-    head = Text(f"tfbneck watch — pid {pid}  {elapsed_s:5.0f} s  (q quits"
+    ends = "q quits and ends the command" if getattr(args, "target_command", None) else "q quits"
+    head = Text(f"tfbneck watch — pid {pid}  {elapsed_s:5.0f} s  ({ends}"
                 + (", c captures" if capturer is not None else "") + ")", style="bold")
     if recent is None:
         return Group(head, Text("waiting for the first sample..."))
@@ -92,9 +93,11 @@ def render_panel(recent: Optional[Dict], run, pid: int, args, capturer, elapsed_
     t = recent["triage"]
     line = Text.assemble(("triage: ", "bold"), (t["bottleneck"], f"bold {KIND_STYLE.get(t['bottleneck'], 'white')}"),
                          f" — {t['reason']}")
-    parts: List[Any] = [head, cores, facts, line]
+    # The verdict right under the title: a small terminal crops the bottom, never the triage.
+    parts: List[Any] = [head, line]
     if t.get("caveat"):
         parts.append(Text(t["caveat"], style="dim"))
+    parts += [cores, facts]
     if capturer is not None:
         parts.append(Text(capturer.status_line()))
     return Group(*parts)

@@ -64,6 +64,14 @@ FEW_SAMPLES_PENALTY = 0.15
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
 #: order of magnitude, so that disk caches and metadata traffic do not tip it).
 REMOTE_READ_RATIO = 10.0
+#: Disk reads (MB/s, the training tree's) and I/O wait (%) from which a waiting pipeline is seen
+#: waiting on this machine's storage (the flowchart's confirmation, tfbneck_plugin.triage's
+#: DISK_BUSY_MBPS and IOWAIT_BUSY_PCT); without them the wait is elsewhere and the io verdict
+#: loses NO_READS_PENALTY (our choice: a newcomer's map that slept over in-memory data was
+#: called file_read at 0.91).
+DISK_READ_SEEN_MBPS = 1.0
+IOWAIT_SEEN_PCT = 5.0
+NO_READS_PENALTY = 0.2
 #: Confidence lost when the system metrics are machine-wide only (old sidecars): another
 #: process's load or traffic may be read as the training's own.
 MACHINE_WIDE_PENALTY = 0.15
@@ -225,6 +233,15 @@ def _input_from_system(system: dict, pipeline=None, st=None):
     if remote:
         return "network", "remote_read", penalty, Sampled(remote)
     machine = "" if per_process else " (only machine-wide figures were recorded: other processes' load could not be told apart)"
+    reads = system.get("tree_disk_read_MBps") if per_process else system.get("disk_read_MBps")
+    iowait = system.get("iowait_pct") or 0.0
+    if isinstance(reads, (int, float)) and reads < DISK_READ_SEEN_MBPS and iowait < IOWAIT_SEEN_PCT:
+        # Waiting, but not on this machine's disks: a sleep, a lock, a page-cache hit, remote storage.
+        return ("io", "file_read", penalty + NO_READS_PENALTY, Sampled(
+            f"The {who} used only {own:.2f} cores while the step waited: the input pipeline waits rather than "
+            f"computes, but no disk reads were seen ({reads:.1f} MB/s, I/O wait {iowait:.0f} %): the wait is "
+            f"elsewhere (a sleep or a lock in the pipeline's code, files already in the page cache, remote "
+            f"storage){machine}."))
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))

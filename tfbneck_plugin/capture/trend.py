@@ -168,17 +168,26 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
 OVERHEAD_PERIODS = 2
 
 
-def window_overhead(steps, verdict: Optional[Dict], points: List[Dict]) -> Optional[Dict]:
+def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
+                    trigger: Optional[Dict] = None) -> Optional[Dict]:
     """The profiler's cost in a window: its traced mean step against the job's own unprofiled
     step time around it (the median of the ``p50_ms`` of the :data:`OVERHEAD_PERIODS` trend
-    periods before and after the window's steps; the periods never hold window steps).
+    periods before and after the window's steps; the periods never hold window steps). For a
+    triggered window, the slow stretch that opened it instead (``trigger["observed_p50_ms"]``:
+    the periods before it hold the steps before the slowdown).
 
     Returns:
-      ``{"window_step_ms", "job_step_ms", "periods", "x"}`` (``x``: window / job), or None
-      without a verdict's step time or a period around the window.
+      ``{"window_step_ms", "job_step_ms", "periods", "x"}`` (``x``: window / job; ``periods``
+      0 for a triggered window's stretch), or None without a verdict's step time or a period
+      around the window.
     """
     if not steps or not verdict or not verdict.get("step_time_ms"):
         return None
+    observed = (trigger or {}).get("observed_p50_ms")
+    if isinstance(observed, (int, float)) and observed > 0:
+        win = float(verdict["step_time_ms"])
+        return {"window_step_ms": round(win, 3), "job_step_ms": round(float(observed), 3), "periods": 0,
+                "x": round(win / float(observed), 2)}
     before = [p for p in points if p.get("step", 0) < steps[0]][-OVERHEAD_PERIODS:]
     after = [p for p in points if p.get("first_step", 0) > steps[1]][:OVERHEAD_PERIODS]
     near = [float(p["p50_ms"]) for p in before + after if isinstance(p.get("p50_ms"), (int, float))]
@@ -190,11 +199,16 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict]) -> Optio
             "x": round(win / job, 2) if job > 0 else None}
 
 
-def job_step_near(steps, points: List[Dict]) -> Optional[float]:
-    """The job's own unprofiled step time where a window ran (ms): the ``p50_ms`` of the trend
-    period just before its steps and of the one just after, their mean when they agree within
-    :data:`CHANGED_X` (or the one there is), None when they do not (the phase changed at the
-    window: the job's clock cannot say which side the window belongs to) or there is none."""
+def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> Optional[float]:
+    """The job's own unprofiled step time where a window ran (ms). A triggered window: the
+    median of the slow stretch that opened it (``trigger["observed_p50_ms"]``, timed by the
+    job's own clock just before the window; the trend period before it may straddle the
+    onset). Else the ``p50_ms`` of the trend period just before its steps and of the one just
+    after, their mean when they agree within :data:`CHANGED_X` (or the one there is), None
+    when they do not (the phase changed at the window) or there is none."""
+    observed = (trigger or {}).get("observed_p50_ms")
+    if isinstance(observed, (int, float)) and observed > 0:
+        return float(observed)
     if not steps:
         return None
     before = [p for p in points if p.get("step", 0) < steps[0] and isinstance(p.get("p50_ms"), (int, float))][-1:]
@@ -214,7 +228,7 @@ def window_entry(rec, points: Optional[List[Dict]] = None) -> Dict:
             "closed_by": rec.closed_by,
             "session": os.path.basename(rec.session_dir) if rec.session_dir else None,
             "trigger": rec.trigger, "verdict": verdict, "analysis_error": rec.analysis_error,
-            "change": rec.change, "overhead": window_overhead(rec.steps, verdict, points or [])}
+            "change": rec.change, "overhead": window_overhead(rec.steps, verdict, points or [], rec.trigger)}
 
 
 class JobTrend:
@@ -266,7 +280,7 @@ class JobTrend:
             points = list(self.points)
 
         def job_ms(rec):
-            return job_step_near(rec.steps, points)
+            return job_step_near(rec.steps, points, rec.trigger)
         for rec in list(self.windows):
             v = verdict_of(rec.report)
             if v is None:
