@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--steps", type=int, default=300, help="batches per fit")
     ap.add_argument("--width", type=int, default=320, help="hidden width: sets the step time")
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--no-system", action="store_true",
+                    help="BottleneckProfiler(system_interval_s=None): without the whole-run system sampling")
     args = ap.parse_args()
     rng = np.random.RandomState(0)
     x = rng.rand(args.steps * args.batch, 64).astype("float32")
@@ -91,7 +93,8 @@ def main():
         timer = Timer()
         cbs = [timer]
         if config == "timing":
-            cbs.append(BottleneckProfiler(os.path.join(root, f"t{i}"), profile_steps=FAR, on_slowdown=True))
+            extra = {"system_interval_s": None} if args.no_system else {}
+            cbs.append(BottleneckProfiler(os.path.join(root, f"t{i}"), profile_steps=FAR, on_slowdown=True, **extra))
         model.fit(ds, epochs=1, verbose=0, callbacks=cbs)
         return np.diff(np.array(timer.t))[5:]  # steps 6..end
 
