@@ -160,8 +160,8 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, load average {load0:.1f} at the start and "
-        f"{load:.1f} at the end "
-        f"(shared with other work); Python {platform.python_version()}; {len(sources)} real source sessions.",
+        f"{load:.1f} at the end"
+        f"; Python {platform.python_version()}; {len(sources)} real source sessions.",
         "",
         "| measurement | sessions | wall s | CPU s | note |",
         "|---|---|---|---|---|",
