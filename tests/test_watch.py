@@ -183,16 +183,24 @@ def _tmux(*args):
     return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30)
 
 
-def test_live_panel_in_a_real_terminal(tmp_path):
+def _tmux_run(tmp_path, prefix: str, script_text: str, width: int, height: int) -> str:
+    """A new detached tmux session of ``width`` x ``height`` running ``script_text`` in bash;
+    its name."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
-    name = f"tfbneck-watch-{os.getpid()}"
+    name = f"{prefix}-{os.getpid()}"
     script = tmp_path / "run.sh"
-    done = tmp_path / "done"
-    script.write_text(f"export COLUMNS=80 LINES=24 PYTHONPATH={ROOT}\n{sys.executable} -m tfbneck_plugin.cli watch -- "
-                      f"{sys.executable} -c 'while True: pass'\necho $? > {done}\nsleep 30\n")
+    script.write_text(script_text)
     _tmux("kill-session", "-t", name)
-    assert _tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", f"bash {script}").returncode == 0
+    assert _tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", str(height), f"bash {script}").returncode == 0
+    return name
+
+
+def test_live_panel_in_a_real_terminal(tmp_path):
+    done = tmp_path / "done"
+    name = _tmux_run(tmp_path, "tfbneck-watch",
+                     f"export COLUMNS=80 LINES=24 PYTHONPATH={ROOT}\n{sys.executable} -m tfbneck_plugin.cli watch -- "
+                     f"{sys.executable} -c 'while True: pass'\necho $? > {done}\nsleep 30\n", 120, 40)
     try:
         screen = ""
         for _ in range(60):
@@ -230,17 +238,12 @@ def test_live_panel_in_a_real_terminal(tmp_path):
 def test_closing_the_terminal_ends_the_watched_command_and_keeps_the_record(tmp_path):
     """The command runs in its own session, so a hangup reaches only the watcher: it must end
     the command itself (a busy loop left running after the terminal closed was seen)."""
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
     import psutil
-    name = f"tfbneck-hup-{os.getpid()}"
     pid_file, record = tmp_path / "child.pid", tmp_path / "system.json"
     child = f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass"
-    script = tmp_path / "run.sh"
-    script.write_text(f"export PYTHONPATH={ROOT}\n{sys.executable} -m tfbneck_plugin.cli watch --output {record} -- "
-                      f"{sys.executable} -c \"{child}\"\n")
-    _tmux("kill-session", "-t", name)
-    assert _tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", f"bash {script}").returncode == 0
+    name = _tmux_run(tmp_path, "tfbneck-hup",
+                     f"export PYTHONPATH={ROOT}\n{sys.executable} -m tfbneck_plugin.cli watch --output {record} -- "
+                     f"{sys.executable} -c \"{child}\"\n", 100, 30)
     try:
         for _ in range(30):
             time.sleep(1)
