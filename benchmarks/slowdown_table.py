@@ -226,15 +226,15 @@ def replay_report(out: str) -> str:
 
 LIMITS = """## What the trigger cannot catch, and why
 
-- **A slowdown that begins before the trigger is armed**: the first 20 timed steps are warm-up, then the
+- **A slowdown that begins before the trigger is armed**: the first 20 batches are warm-up, then the
   baseline needs 20 steps lasting 0.25 s. A job slow from its start, or slowed during those steps, has no
-  faster past to be compared with (the scheduled window sees it). With `steps_per_execution` a step is an
-  execution: at 8 batches of 10 ms per execution that is the first 3.4 s (`tfk-15ms-x4-early-spe8`, slowed
-  2 s into training, armed on its slow executions and was not captured; the trend file's `trigger_state`
-  shows the baseline it armed on and the later "faster: new baseline").
-- **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 1000 steps lasting 1 s, counted
+  faster past to be compared with (the scheduled window sees it). With `steps_per_execution` the baseline's
+  steps are executions: at 8 batches of 10 ms per execution it is armed about 2 s into training (when the
+  warm-up counted executions it took 3.4 s, and `tfk-15ms-x4-early-spe8`, slowed 2 s into training, was
+  missed; the trend file's `trigger_state` shows the baseline it armed on).
+- **A slowdown shorter than the confirmation**: `min_seconds` (1.5 s), or 300 steps lasting 1 s, counted
   with each step capped at 4x the stretch's median; plus the window's own steps. A phase shorter than
-  about 4 s is left out on purpose (a busy machine slows a job for seconds at a time).
+  about 2.5 s is left out on purpose (a busy machine slows a job for seconds at a time).
 - **Fewer than 5 slow steps**: a phase of 3 steps of 3 s each is three steps; `consecutive` (5) guards
   against a few stalls.
 - **Below `factor` (1.5x)**: a level 1.4x above the baseline is learned as the new normal (the baseline
@@ -258,7 +258,9 @@ def full_report(out: str) -> str:
             "`load avg` is the machine's 1-minute load average before and after each run (2 cores, nothing "
             "else running but the corpus; `under-load` adds `../shared/tools/under-load -j 2` around the run, "
             "whose load lingers in the next runs' averages). The runs used the defaults of their day "
-            "(`quick_seconds` 2 s); the replay below then chose 1 s on the fit half, the default since.",
+            "(`min_seconds` 3 s, `quick_steps` 1000, `quick_seconds` 2 s; the three `spe8` runs re-made once the "
+            "warm-up counted batches); the replay below chose `min_seconds` 1.5 s, `quick_steps` 300, "
+            "`quick_seconds` 1 s on the fit half, the defaults since.",
             "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \

@@ -116,7 +116,7 @@ def test_a_slowdown_opens_a_window_by_itself_with_the_input_verdict(job):
     assert first_slow - 3 <= run[0] <= first_slow and trig["steps"][0] == why["detected_at_step"] == run[-1] + 1
     # Steps at which the callback worked are not timed: here the period ends (step_time_every=20).
     assert why["slow_step_count"] == len([s for s in run if (s - 1) % 20]) >= 5
-    assert why["slow_for_s"] >= 3.0 and why["outcome"] == "captured"
+    assert why["slow_for_s"] >= 1.5 and why["outcome"] == "captured"
     # The stretch's steps were slower than the threshold by the job's own clock too (a few
     # fast ones inside a stretch are tolerated: its median is what counts).
     slow = np.array([ms[s - 1] for s in run])
