@@ -44,7 +44,11 @@ def test_a_slow_input_pipeline_on_one_worker_is_named(tmp_path):
     # sampled metrics say: the top-level system metrics are the straggler's.
     system = r["system_metrics"]
     others_pct = 100.0 * system["others_cpu_cores"] / system["cpu_count"]
-    contended = (system["tree_cpu_cores"] < sysmetrics.BUSY_PROCESS_CORES and others_pct >= rules.CONTENTION_OTHERS_PCT)
+    runq = system.get("tree_runq_wait_cores")
+    waited, n = rules._runq_samples(system)  # contention needs the wait in most of >= 5 samples
+    contended = (system["tree_cpu_cores"] < sysmetrics.BUSY_PROCESS_CORES and others_pct >= rules.CONTENTION_OTHERS_PCT
+                 and (runq is None or runq >= rules.CONTENTION_RUNQ_CORES)
+                 and not (n and (n < rules.CONTENTION_MIN_SAMPLES or waited < rules.CONTENTION_MIN_SHARE * n)))
     cause = "cpu_contention" if contended else "input_preprocessing"
     assert (r["bottleneck"], r["cause"]) == ("cpu", cause), r["evidence"]
     assert r["evidence"][1].startswith(f"cpu / {cause} on worker 1; the other workers wait for it")
