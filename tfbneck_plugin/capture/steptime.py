@@ -16,7 +16,7 @@ A step is *not timed* (it is in no statistic) when the callback did work at its 
 (a profiling window open, a step marker, a window opening or closing: the profiler slows
 those steps), when it is the first of an epoch or of a ``fit`` (no earlier tick in the same
 epoch: the gap holds validation and epoch-end callbacks), or when it is one of the first
-``warmup_steps`` timed steps of the job (tf.function tracing and compilation, cache and
+``warmup_steps`` batches of the job (tf.function tracing and compilation, cache and
 tf.data autotuner warm-up). While a window's background analysis runs (:attr:`StepTimer.holds`
 > 0) the trigger does not fire: the analysis competes with training for the CPU, and a
 slowdown it causes is ours; a stretch confirmed meanwhile fires at its first step after.
