@@ -6,10 +6,13 @@ import shutil
 import time
 
 import psutil
+import pytest
 
 from conftest import DEMO_LOGS
-from tfbneck_plugin.capture import background as bg
-from tfbneck_plugin.capture.window import WindowRecord
+
+pytest.importorskip("tensorflow", reason="tfbneck_plugin.capture is the callback's package: it needs TensorFlow")
+from tfbneck_plugin.capture import background as bg  # noqa: E402
+from tfbneck_plugin.capture.window import WindowRecord  # noqa: E402
 
 
 def test_at_most_two_analyses_run_and_windows_beyond_the_queue_keep_their_trace(tmp_path):

@@ -255,6 +255,8 @@ OTHER_TOOLS_FLAGS = {
     "--md": "benchmarks/slowdown_corpus.py report",
     "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
     "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
+    "--no-system": "benchmarks/bench_steptime.py", "--out": "benchmarks/bench_fleet.py",
+    "--windows": "benchmarks/bench_many_windows.py",
 }
 
 

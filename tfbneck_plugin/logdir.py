@@ -203,22 +203,7 @@ def find_sessions(path: str) -> Discovery:
     path = os.path.normpath(path)
     problems: List[str] = []
     if os.path.isfile(path):
-        if path.endswith(".json"):
-            try:
-                head = _head(path)
-            except OSError as err:
-                raise DiscoveryError(f"{path}: cannot read ({err.strerror or err})") from None
-            if head == SYSTEM_RECORD_HEAD:
-                return Discovery([_system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))],
-                                 problems)
-        if not path.endswith(XPLANE_SUFFIXES):
-            raise DiscoveryError(f"{path}: neither an .xplane.pb trace file nor a tfbneck system record "
-                                 "(tfbneck watch --output)")
-        session_dir = os.path.dirname(os.path.abspath(path))
-        run_dir = _run_dir_of(session_dir)
-        one = Session(run=os.path.basename(run_dir) if run_dir else ".",
-                      name=os.path.basename(session_dir), path=session_dir, files=[path])
-        return Discovery([one], problems)
+        return Discovery([_file_session(path)], problems)
 
     # A staging window folder given directly.
     if os.path.basename(os.path.dirname(os.path.abspath(path))) == STAGING_DIR:
@@ -320,6 +305,25 @@ def _system_records_in(root: str, dirpath: str, filenames: List[str],
         if head == SYSTEM_RECORD_HEAD:
             out.append((_system_session(full, _relrun(root, run_dir)), by_callback))
     return out
+
+
+def _file_session(path: str) -> Session:
+    """The session of one file given as PATH: a trace (its session folder's, that file only)
+    or a system record. Raises DiscoveryError for anything else, or a file that cannot be read."""
+    if path.endswith(".json"):
+        try:
+            head = _head(path)
+        except OSError as err:
+            raise DiscoveryError(f"{path}: cannot read ({err.strerror or err})") from None
+        if head == SYSTEM_RECORD_HEAD:
+            return _system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))
+    if not path.endswith(XPLANE_SUFFIXES):
+        raise DiscoveryError(f"{path}: neither an .xplane.pb trace file nor a tfbneck system record "
+                             "(tfbneck watch --output)")
+    session_dir = os.path.dirname(os.path.abspath(path))
+    run_dir = _run_dir_of(session_dir)
+    return Session(run=os.path.basename(run_dir) if run_dir else ".", name=os.path.basename(session_dir),
+                   path=session_dir, files=[path])
 
 
 def natural_key(text: str) -> Tuple:

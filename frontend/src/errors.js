@@ -65,6 +65,10 @@ const REPORT_ERRORS = {
     headline: "The storage holding this session cannot be reached.",
     hint: "Check the network and the storage credentials of the TensorBoard process, then reload.",
   },
+  bad_system_record: {
+    headline: "This system record (tfbneck watch --output) cannot be read.",
+    hint: "It is truncated, not JSON, or not a tfbneck system record; record the process again with tfbneck watch --output.",
+  },
 };
 
 /** The whole logdir cannot be searched (`/sessions` `error_kind`). */
