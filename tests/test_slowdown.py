@@ -326,11 +326,16 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     lo, hi = done[0]["steps"]
     # The job's own clock over the light phase (the window's steps left out, as the trend's periods do).
     light = float(np.median([ms[s - 1] for s in range(WARMUP + 1, r["worse_from_step"]) if not lo <= s <= hi + 1]))
-    assert change["x"] >= 2.0 and change["step_time_ms"][1] > 2 * change["step_time_ms"][0]
-    job_before, job_after = change["job_step_ms"]
+    # Against the light phase's scheduled window: the comparison with the previous window, or,
+    # when a busy machine opened a window of its own in the light phase, the one with the
+    # fastest earlier window (a run of this job beside other work opened one at steps 181-185).
+    ref = change if change["from_window"] == done[0]["index"] else change.get("against_baseline")
+    assert ref is not None and ref["from_window"] == done[0]["index"], change
+    assert ref["x"] >= 2.0 and ref["step_time_ms"][1] > 2 * ref["step_time_ms"][0]
+    job_before, job_after = ref["job_step_ms"]
     assert job_before == pytest.approx(light, rel=0.35) and job_after > 2 * job_before, (light, change)
-    stages = [g for g in change["grew"] if g["what"] == "stage"]
-    assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 2 * stages[0]["from_ms"], change["grew"]
+    stages = [g for g in ref["grew"] if g["what"] == "stage"]
+    assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 2 * stages[0]["from_ms"], ref["grew"]
     assert "by the job's own clock" in change["text"] and "grew: " in change["text"]
     line = [x for x in r["_tfbneck_lines"] if x.startswith(f"tfbneck: steps {w['steps'][0]}-{w['steps'][1]}: ")]
     assert len(line) == 1 and "changed: " in line[0]

@@ -50,16 +50,22 @@ def _stop(p):
         p.kill()
 
 
-def test_busy_loop_is_cpu():
-    p = _start("busy", 60)
+def _watch_target(*target):
+    """``tfbneck watch --pid P --duration 10 --format json`` of a target started for it (then
+    stopped): the JSON result and the target's pid."""
+    p = _start(*target)
     try:
-        result = _watch("--pid", p.pid, "--duration", 10, "--format", "json")
+        return _watch("--pid", p.pid, "--duration", 10, "--format", "json"), p.pid
     finally:
         _stop(p)
+
+
+def test_busy_loop_is_cpu():
+    result, pid = _watch_target("busy", 60)
     t = result["triage"]
     assert t["bottleneck"] == "cpu", t
     assert t["shares"]["cpu"] >= 0.6
-    assert result["intervals"] and result["pid"] == p.pid
+    assert result["intervals"] and result["pid"] == pid
     # The busy loop's one thread runs whenever it gets a core: it is at 100 % of one, or it
     # waits in the run queue for one (a machine busy with other work).
     iv = result["intervals"][0]
@@ -67,11 +73,7 @@ def test_busy_loop_is_cpu():
 
 
 def test_file_reads_with_latency_are_io(tmp_path):
-    p = _start("reads", tmp_path / "files", 60)
-    try:
-        result = _watch("--pid", p.pid, "--duration", 10, "--format", "json")
-    finally:
-        _stop(p)
+    result, _ = _watch_target("reads", tmp_path / "files", 60)
     t = result["triage"]
     assert t["bottleneck"] == "io", t
     assert "waits" in t["reason"]
@@ -80,11 +82,7 @@ def test_file_reads_with_latency_are_io(tmp_path):
 
 @pytest.mark.tf
 def test_compute_bound_keras_fit_on_cpu_only_host_gets_the_caveat():
-    p = _start("keras", 60)
-    try:
-        result = _watch("--pid", p.pid, "--duration", 10, "--format", "json")
-    finally:
-        _stop(p)
+    result, _ = _watch_target("keras", 60)
     t = result["triage"]
     assert t["bottleneck"] == "cpu", t
     assert "cannot tell them apart" in t["caveat"]

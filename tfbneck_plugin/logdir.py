@@ -270,15 +270,6 @@ def _head(path: str) -> bytes:
         return f.read(len(SYSTEM_RECORD_HEAD))
 
 
-def is_system_record(path: str) -> bool:
-    """Whether the regular file ``path`` begins as a tfbneck system record
-    (:data:`SYSTEM_RECORD_HEAD`); links, special and unreadable files are not."""
-    try:
-        return _head(path) == SYSTEM_RECORD_HEAD
-    except (OSError, ValueError):
-        return False
-
-
 def _system_session(path: str, run: str) -> Session:
     return Session(run=run, name=os.path.basename(path), path=path, system_record=path)
 

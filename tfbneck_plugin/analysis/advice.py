@@ -239,13 +239,17 @@ def _markers(_f: Findings) -> List[Rec]:
                 "model.fit(ds, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 20))])")]
 
 
+#: How to profile a few steps of a model.fit (two recommendations give it).
+_PROFILE_FIT_CODE = ("from tfbneck_plugin import BottleneckProfiler\n"
+                     "model.fit(ds, epochs=3, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 14))])")
+
+
 def _idle_window(_f: Findings) -> List[Rec]:
     return [rec("profile_training_steps", "Profile steps in which training runs",
                 "Nothing ran in this window: the profiler started before the first batch, after the last one, "
                 "or in a process that does not train. Choose steps well inside training (after the first "
                 "epoch's start-up), and profile the process that runs fit or the training loop.",
-                "from tfbneck_plugin import BottleneckProfiler\n"
-                "model.fit(ds, epochs=3, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 14))])")]
+                _PROFILE_FIT_CODE)]
 
 
 def _other_framework(_f: Findings) -> List[Rec]:
@@ -273,8 +277,7 @@ def profile_window(kind: str, pid: Optional[int] = None) -> List[Rec]:
                 f"The system metrics give a first diagnosis only; a profiling window's trace would "
                 f"{_PROFILE_SHOWS[kind]}. Add BottleneckProfiler to the training, or capture from the running "
                 "process when it runs TensorFlow's profiler server.",
-                "from tfbneck_plugin import BottleneckProfiler\n"
-                "model.fit(ds, epochs=3, callbacks=[BottleneckProfiler('logs', profile_steps=(10, 14))])\n"
+                _PROFILE_FIT_CODE + "\n"
                 "# or, without changing the code, when the process runs a profiler server on port 6009:\n"
                 f"# tfbneck watch --pid {pid or 'PID'} --capture-port 6009 --logdir logs")]
 

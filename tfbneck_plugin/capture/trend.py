@@ -168,6 +168,13 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
 OVERHEAD_PERIODS = 2
 
 
+def _stretch_ms(trigger: Optional[Dict]) -> Optional[float]:
+    """The median step of the slow stretch that opened a triggered window (ms, the job's own
+    clock just before it), or None for a scheduled window."""
+    observed = (trigger or {}).get("observed_p50_ms")
+    return float(observed) if isinstance(observed, (int, float)) and observed > 0 else None
+
+
 def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
                     trigger: Optional[Dict] = None) -> Optional[Dict]:
     """The profiler's cost in a window: its traced mean step against the job's own unprofiled
@@ -183,11 +190,11 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
     """
     if not steps or not verdict or not verdict.get("step_time_ms"):
         return None
-    observed = (trigger or {}).get("observed_p50_ms")
-    if isinstance(observed, (int, float)) and observed > 0:
+    stretch = _stretch_ms(trigger)
+    if stretch is not None:
         win = float(verdict["step_time_ms"])
-        return {"window_step_ms": round(win, 3), "job_step_ms": round(float(observed), 3), "periods": 0,
-                "x": round(win / float(observed), 2)}
+        return {"window_step_ms": round(win, 3), "job_step_ms": round(stretch, 3), "periods": 0,
+                "x": round(win / stretch, 2)}
     before = [p for p in points if p.get("step", 0) < steps[0]][-OVERHEAD_PERIODS:]
     after = [p for p in points if p.get("first_step", 0) > steps[1]][:OVERHEAD_PERIODS]
     near = [float(p["p50_ms"]) for p in before + after if isinstance(p.get("p50_ms"), (int, float))]
@@ -206,9 +213,9 @@ def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> 
     onset). Else the ``p50_ms`` of the trend period just before its steps and of the one just
     after, their mean when they agree within :data:`CHANGED_X` (or the one there is), None
     when they do not (the phase changed at the window) or there is none."""
-    observed = (trigger or {}).get("observed_p50_ms")
-    if isinstance(observed, (int, float)) and observed > 0:
-        return float(observed)
+    stretch = _stretch_ms(trigger)
+    if stretch is not None:
+        return stretch
     if not steps:
         return None
     before = [p for p in points if p.get("step", 0) < steps[0] and isinstance(p.get("p50_ms"), (int, float))][-1:]
