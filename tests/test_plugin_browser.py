@@ -323,6 +323,9 @@ def test_system_metrics_and_copyable_code(ctx, fixture_tb):
     first = next(r for r in report["recommendations"] if r.get("code"))
     rec = tab.fl.locator(".tfb-rec").filter(has=tab.fl.locator("pre code")).first
     rec.locator("button.tfb-copy").click()
+    # The status is set once the asynchronous clipboard write resolves (and cleared 2 s later).
+    tab.frame.wait_for_function("() => Array.from(document.querySelectorAll('.tfb-copy-status'))"
+                                ".some(s => s.textContent)", timeout=10_000)
     assert rec.locator(".tfb-copy-status").inner_text() == "Copied"
     assert tab.page.evaluate("() => navigator.clipboard.readText()") == first["code"]
     tab.shot("recommendations")
