@@ -111,6 +111,18 @@ def _source_pairs():
     sleepy = {"src": "pyds", "passes": 1, "batch": 64, "py_sleep_ms": 15}
     out.append(_pair("pyds-sleep-w4threads", "pydataset_workers", sleepy, {"workers": 4}, "workers=4"))
     out.append(_pair("pyds-sleep-w2threads", "pydataset_workers", sleepy, {"workers": 2}, "workers=2"))
+    # Added after the PyDataset model read the input's own cores (not the tree's, which hold
+    # the model's math on a CPU-only host): Python input that waits more than it computes,
+    # made once that model was written, to judge it on runs it had not seen.
+    out.append(_pair("pyds-sleep8-w3threads", "pydataset_workers", dict(sleepy, py_sleep_ms=8), {"workers": 3},
+                     "workers=3"))
+    out.append(_pair("pyds-sleep25-w8threads", "pydataset_workers", dict(sleepy, py_sleep_ms=25), {"workers": 8},
+                     "workers=8"))
+    out.append(_pair("pyds-sleep-w4mp", "pydataset_workers", sleepy, {"workers": 4, "mp": True}, "workers=4"))
+    out.append(_pair("pyds-sleep-w2-w6threads", "pydataset_workers", dict(sleepy, workers=2), {"workers": 6},
+                     "workers=6"))
+    out.append(_pair("pyds-sleep-w4threads-busy", "pydataset_workers", sleepy, {"workers": 4}, "workers=4",
+                     load="busy"))
     out.append(_pair("gen-compute-w2mp", "pydataset_workers", dict(compute, src="gen"),
                      {"src": "pyds", "workers": 2, "mp": True}, "workers=2"))
     return out
@@ -519,8 +531,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=DEFAULT_OUT, help="folder of the runs (default: %(default)s)")
     ap.add_argument("--only", default="", help="comma-separated pair names")
     ap.add_argument("--fresh", action="store_true", help="analyse the runs again (after a change to the analysis)")
-    ap.add_argument("--meta", default="2-core VM shared with other agents' jobs",
-                    help="where the runs were made (for the table's header)")
+    ap.add_argument("--meta", default=None,
+                    help="where the runs were made (for the table's header; default: what the committed "
+                         "table says)")
     a = ap.parse_args(argv)
     if a.command == "job":
         pair, folder = a.args
@@ -534,6 +547,12 @@ def main(argv=None) -> None:
         global FRESH
         FRESH = a.fresh
         rows = score(a.out)
+        if a.meta is None:
+            try:
+                with open(TABLE_JSON) as f:
+                    a.meta = json.load(f)["meta"]
+            except (OSError, ValueError, KeyError):
+                a.meta = "where the runs were made: not said"
         with open(TABLE_JSON, "w") as f:
             json.dump({"seed": SEED, "meta": a.meta, "rows": rows,
                        "validation": summary([r for r in rows if r["half"] == "validation"]),

@@ -242,6 +242,11 @@ LIMITS = """## What the trigger cannot catch, and why
 - **The machine itself**: CPU taken by other processes slows every step; when it lasts seconds the
   trigger captures it, and the window's verdict then says `cpu_contention`, which is the right answer for
   that slowdown but is not a slowdown of the job's own making.
+- **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
+  producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
+  wait for input; the window then reads `model_compute` or `python_overhead` (3 of the 14 captured phases
+  under 2x or shorter than 8 s here). Its "what changed" line names the tf.data stage and the input
+  pipeline's op whose time grew.
 """
 
 
@@ -257,10 +262,10 @@ def full_report(out: str) -> str:
             "requested factor, so the measured factor differs from the requested one on a busy machine. "
             "`load avg` is the machine's 1-minute load average before and after each run (2 cores, nothing "
             "else running but the corpus; `under-load` adds `../shared/tools/under-load -j 2` around the run, "
-            "whose load lingers in the next runs' averages). The runs used the defaults of their day "
-            "(`min_seconds` 3 s, `quick_steps` 1000, `quick_seconds` 2 s; the three `spe8` runs re-made once the "
-            "warm-up counted batches); the replay below chose `min_seconds` 1.5 s, `quick_steps` 300, "
-            "`quick_seconds` 1 s on the fit half, the defaults since.",
+            "whose load lingers in the next runs' averages). Every run used the trigger's defaults "
+            "(`min_seconds` 1.5 s, `quick_steps` 300, `quick_seconds` 1 s, chosen by the replay below on the fit "
+            "half of an earlier pass of this corpus; a triggered window spans `window_steps` 5 and at least "
+            "`window_seconds` 0.1 s of steps).",
             "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \

@@ -259,6 +259,20 @@ def test_triggered_windows_cover_whole_executions():
     assert closed[0].steps == (501, 508)  # two whole executions hold the 5 batches asked for
 
 
+def test_a_triggered_window_of_short_steps_lasts_window_seconds():
+    """Steps of 1 ms slowed to 2 ms: 5 steps (10 ms) would be served from the prefetch
+    buffer; the window holds 0.1 s of the slow steps, 50, and never more than max_steps."""
+    for max_steps, want in ((100, 50), (30, 30)):
+        clock = Clock()
+        tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), trig(min_seconds=0.0, window_steps=5),
+                         max_steps=max_steps)
+        tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+        opened, _ = drive(tr, clock, [0.5] * 5 + [0.001] * 400 + [0.002] * 200)
+        (win, why), = opened
+        assert why["observed_p50_ms"] == 2.0
+        assert win[1] - win[0] + 1 == want, (max_steps, win)
+
+
 def test_a_triggered_window_that_cannot_open_is_skipped_and_later_ones_still_come():
     clock = Clock()
     tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), trig(min_seconds=0.0, cooldown_steps=10))

@@ -80,7 +80,7 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "held_by": null | "analysis" | "cooldown",   # what delayed the window after confirmation
      "confirmed_at_step": int | null,
      "capture": int,                    # 1 for the trigger's first window, ...
-     "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "cooldown_steps",
+     "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "window_seconds", "cooldown_steps",
                     "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds"},
      "outcome": "captured" | "partial" | "too_late",  # partial: training ended inside the
                                         # window; too_late: it ended before a step was recorded

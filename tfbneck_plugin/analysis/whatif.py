@@ -27,7 +27,9 @@ the sampler, :mod:`.cpu_share`: G those the training process tree gets once it w
                         batch on one call per core (AUTOTUNE).
 ``pydataset_workers``   the same with P = S1/k': one worker's Python time per batch over the
                         workers at work at once (all when they wait, at most n when they
-                        compute).
+                        compute: the input's own cores, the tree's less the model's executor
+                        work on a CPU-only host, plus its runnable threads, reach
+                        ``BUSY_PROCESS_CORES``).
 ``steps_per_execution`` the ops' own time in a step, and ``GAP_RECUR`` of the gaps between
                         them, recur per batch; the rest of the median step (Python, Keras,
                         callbacks, the call and the executor's start-up) is paid once per
@@ -312,6 +314,17 @@ def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
     return min(t.model_cpu_ms / t.batches_per_step + pipe.stage, sampled)
 
 
+def _input_cores(f: Findings, cores) -> float:
+    """Cores the input pipeline's own threads kept busy: the process tree's, less the model's
+    executor work per ms of step on a CPU-only host (there the model's math runs on the same
+    cores; on an accelerator host the tree's cores are the input's and the launches')."""
+    t = _timing(f)
+    if t.model_cpu_ms is None or f.device_kind != "CPU" or t.time_per_batch_ms <= 0:
+        return cores.tree
+    model = t.model_cpu_ms / t.batches_per_step / t.time_per_batch_ms
+    return max(cores.tree - model, 0.0)
+
+
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
     pipe = _pipeline_wall(f)
     if pipe is None:
@@ -352,8 +365,10 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     now = _timing(f).time_per_batch_ms
     workers = max(int((f.system or {}).get("tree_children") or 0), 1)  # worker processes (threads are not seen)
     k = _code_int(rec, "workers", DEFAULT_WORKERS)
-    # Threads that ran or waited for a core want the CPU: a starved tree still computes.
-    computing = cores.tree + cores.waiting >= BUSY_PROCESS_CORES
+    # Threads that ran or waited for a core want the CPU: a starved input still computes.
+    # On a CPU-only host the tree's cores hold the model's math too: the input's own are
+    # what the tree used beyond the model's executor work (from the trace).
+    computing = _input_cores(f, cores) + cores.waiting >= BUSY_PROCESS_CORES
     at_once = (lambda w: min(w, cores.n)) if computing else (lambda w: w)
     if at_once(k) <= at_once(workers):
         return _prediction(f, now, now, now, (

@@ -128,8 +128,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
       on_slowdown: ``True`` (default thresholds), a :class:`SlowdownTrigger` (how much
         slower than the baseline, for how many consecutive steps and seconds, window
         length, cooldown, at most how many captures), or ``False`` (default). When the step
-        time departs from its recent baseline a window of ``window_steps`` steps opens by
-        itself (no step named for it); its sidecar says why (``window.trigger``: baseline
+        time departs from its recent baseline a window of ``window_steps`` steps (at least
+        ``window_seconds`` long) opens by itself (no step named for it); its sidecar says why (``window.trigger``: baseline
         and observed step times, the slow steps, when), its folder name ends in
         ``_slowdown``, and ``windows[i].kind`` is ``"triggered"``. Scheduled windows keep
         working; one beginning inside a triggered window is merged into it.

@@ -65,7 +65,13 @@ class SlowdownTrigger:
         recorded step times of the fit half of the slowdown corpus (docs/slowdown_capture.md):
         the shortest with no capture in its steady runs even at half these seconds; on the
         judge half they captured every required phase with no capture in a steady run.
-      window_steps: steps profiled by a window it opens (default 5).
+      window_steps: steps profiled by a window it opens (default 5) ...
+      window_seconds: ... and at least this long at the slow stretch's median step time
+        (default 0.1 s; capped by the profiler's ``max_window_steps``). A window of 5 steps
+        of a job of 1-2 ms steps lasts 5-10 ms, less than the input pipeline's prefetch
+        buffers hold: its steps are served from the buffer and read as Python overhead (4
+        of the 5 input slowdowns of 1 ms steps in the slowdown corpus did so with 5-step
+        windows; docs/slowdown_capture.md). For steps of 20 ms or more it changes nothing.
       cooldown_steps: after a window opened by the trigger, a confirmed stretch waits this
         many steps more (default 100); the baseline meanwhile learns the new level.
       max_captures: at most this many windows opened by the trigger per profiler (default 3).
@@ -82,6 +88,7 @@ class SlowdownTrigger:
     consecutive: int = 5
     min_seconds: float = 1.5
     window_steps: int = 5
+    window_seconds: float = 0.1
     cooldown_steps: int = 100
     max_captures: int = 3
     horizon_steps: int = 2048
@@ -93,7 +100,7 @@ class SlowdownTrigger:
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor > 1:
             raise ValueError(f"SlowdownTrigger(factor={self.factor!r}): pass a number above 1, e.g. 1.5 "
                              f"(steps 50% slower than the baseline)")
-        for name in ("min_seconds", "quick_seconds"):
+        for name in ("min_seconds", "quick_seconds", "window_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"SlowdownTrigger({name}={v!r}): pass seconds >= 0, e.g. 1.5")

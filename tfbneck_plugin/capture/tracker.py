@@ -19,6 +19,8 @@ both cost a clock read and a few comparisons, and return None.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -151,7 +153,7 @@ class StepTracker:
         trig = self.timer.trigger
         if trig is None:
             return  # cannot happen: only a trigger fires
-        length = trig.window_steps
+        length = max(trig.window_steps, self._steps_lasting(trig.window_seconds) * self.spe)
         lo = max(first, self.consumed + 1)
         win = (lo, lo + length - 1)
         sched = self.schedule.window_for(lo, win[1])
@@ -159,6 +161,15 @@ class StepTracker:
             win = (lo, max(win[1], sched[1]))
         self._pending = win
         self.next_start = min(self.next_start, lo)
+
+    def _steps_lasting(self, seconds: float) -> int:
+        """Marked steps (executions when ``spe`` > 1) that last ``seconds`` at the median
+        step time of the slow stretch that fired, at most ``max_steps``."""
+        fired = self.timer.watch.fired if self.timer.watch is not None else None
+        step_ms = (fired or {}).get("observed_p50_ms")
+        if not step_ms or seconds <= 0:
+            return 0
+        return min(self.max_steps, math.ceil(seconds * 1e3 / step_ms))
 
     def set_flush_every(self, every: Optional[int]) -> None:
         """Write the step-time statistics every ``every`` batches from now on (None: never)."""
