@@ -129,10 +129,11 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         slower than the baseline, for how many consecutive steps and seconds, window
         length, cooldown, at most how many captures), or ``False`` (default). When the step
         time departs from its recent baseline a window of ``window_steps`` steps (at least
-        ``window_seconds`` long) opens by itself (no step named for it); its sidecar says why (``window.trigger``: baseline
-        and observed step times, the slow steps, when), its folder name ends in
-        ``_slowdown``, and ``windows[i].kind`` is ``"triggered"``. Scheduled windows keep
-        working; one beginning inside a triggered window is merged into it.
+        ``window_seconds`` long) opens by itself (no step named for it); its sidecar says
+        why (``window.trigger``: baseline and observed step times, the slow steps, when),
+        its folder name ends in ``_slowdown``, and ``windows[i].kind`` is ``"triggered"``.
+        Scheduled windows keep working; one beginning inside a triggered window is merged
+        into it.
       step_time_every: write the step-time statistics every this many steps; default None:
         at each epoch's end (every 1000 steps in custom loops). Tags
         ``bottleneck/step_time_ms/p50`` and ``/p90`` (ms per step: the time between two
