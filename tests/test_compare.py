@@ -185,6 +185,22 @@ def test_fused_map_and_batch_made_parallel_is_parallel_map():
     assert detect_changes(_stages(("Map", None, None)), _stages(("ParallelMapV2", -1, "true"))) == ["parallel_map"]
 
 
+def test_more_python_input_workers_is_pydataset_workers_when_it_was_advised():
+    """A PyDataset advised to run several workers, whose candidate runs 8 threads (seen as pool
+    threads: threads are not processes) or 2 processes, made the change pydataset_workers."""
+    from tfbneck_plugin.comparison import detect_changes
+
+    def side(children, threads, advised):
+        r = _stages(("Generator", None, None))
+        r["system_metrics"] = {"tree_children": children, "pool_threads": threads}
+        r["recommendations"] = [{"fix": "pydataset_workers"}] if advised else []
+        return r
+    assert detect_changes(side(0, 0, True), side(0, 8, False)) == ["pydataset_workers"]
+    assert detect_changes(side(0, 0, True), side(2, 0, False)) == ["pydataset_workers"]
+    assert detect_changes(side(0, 0, False), side(0, 8, False)) == []  # not advised: not credited
+    assert detect_changes(side(0, 8, True), side(0, 8, False)) == []   # as many as before
+
+
 def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     from tfbneck_plugin.comparison import CPU_FLOOR_PCT, RUN_TO_RUN_FLOOR_PCT, _decide
     quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": None}
@@ -197,6 +213,9 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     assert "what is missing" in _decide(floor / 2, 0.01, "steps", quiet, "what is missing")[1]
     assert _decide(2 * floor, 0.01, "steps", quiet, "m") == ("slower", None)
     assert _decide(-70.0, 0.01, "steps", quiet, "m") == ("faster", None)  # |log 0.3| > log 1.6
+    # The floors hold either way in log space: say the ratio, so -39.5 % is not read as inside 40 %.
+    why = _decide(-39.5, 0.2, "steps", quiet, "m")[1]
+    assert f"-39.5 % (1.65x faster) is beyond the {1 + floor / 100:.2f}x spread" in why
     # The candidate waited for cores 3x as long: a +100 % change is the load's.
     loaded = dict(quiet, differs=True, explains_x=3.0, more_loaded="candidate", baseline_contention=1.2,
                   candidate_contention=3.6, baseline_others_cpu_cores=0.1, candidate_others_cpu_cores=1.8)

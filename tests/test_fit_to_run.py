@@ -7,7 +7,7 @@ import pytest
 
 from test_whatif import _findings, _rec
 
-from tfbneck_plugin.analysis import cpu_share, fit_to_run, whatif
+from tfbneck_plugin.analysis import cpu_share, fit_to_run, python_input, whatif
 from tfbneck_plugin.analysis.advice import advice_for
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
 
@@ -83,6 +83,30 @@ def test_a_pydataset_with_idle_cores_gets_more_workers_first():
     p = recs[0]["predicted"]
     assert p["speedup"] > 1.05 and p["range_ms"][0] <= p["time_per_batch_ms"] <= p["range_ms"][1]
     assert "7.9 ms per batch" in recs[0]["why_here"] and "0.95 of 2" in recs[0]["why_here"]
+
+
+def test_python_input_that_waits_gets_threads_and_thread_workers_already_running_are_seen():
+    """A PyDataset whose workers sleep or read (the tree at 0.3 cores): the snippet runs them as
+    threads (no GIL held while waiting; processes would only copy each batch). With eight
+    pool worker threads already running (a PyDataset's threads are not child processes), more
+    workers are not recommended: the run already has them."""
+    f = _generator_findings(tree=0.3, others=0.0, children=0)
+    recs = fit_to_run.fit(advice_for("input_preprocessing", f), f)
+    first = recs[0]
+    assert first["fix"] == "pydataset_workers", [r["fix"] for r in recs]
+    assert "use_multiprocessing=False" in first["code"] and "workers=8" in first["code"], first["code"]
+    assert "no worker process or pool thread seen" in first["why_here"]
+    f = _generator_findings(tree=0.3, others=0.0, children=0)
+    f.system["pool_threads"] = 8
+    recs = fit_to_run.fit(advice_for("input_preprocessing", f), f)
+    assert "pydataset_workers" not in [r["fix"] for r in recs], [(r["fix"], r.get("predicted")) for r in recs]
+    assert python_input.input_workers(f.system) == (8, "8 worker thread(s)")
+
+
+def test_python_input_that_computes_gets_one_worker_process_per_core():
+    f = _generator_findings(tree=0.95, others=0.05, children=0)
+    code = fit_to_run.fit(advice_for("input_preprocessing", f), f)[0]["code"]
+    assert "workers=2" in code and "use_multiprocessing=True" in code, code
 
 
 def test_a_vectorised_map_does_not_get_vectorise_and_a_per_element_one_does_by_its_bound():

@@ -15,7 +15,7 @@ from tfbneck_plugin.logdir import find_sessions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-JOBS = ("pyds_saturated", "pyds_waiting", "vectorised", "per_element", "jit", "nojit")
+JOBS = ("pyds_saturated", "pyds_waiting", "pyds_threads", "vectorised", "per_element", "jit", "nojit")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,20 @@ def test_waiting_pydataset_gets_more_workers_first_where_cores_are_idle(reports)
         assert p["speedup"] > 1.2 and p["range_ms"][0] <= p["time_per_batch_ms"] <= p["range_ms"][1]
     elif "pydataset_workers" not in fixes:
         assert "capped" in s["recommendations"][0]["why_here"], s["recommendations"][0]
+
+
+@pytest.mark.tf
+def test_waiting_pydataset_advice_is_threads_and_eight_threads_already_running_are_seen(reports):
+    """The waiting PyDataset's snippet runs its workers as threads; the run that already has 8
+    worker threads (threads of the training process, not child processes) is not told to add
+    workers."""
+    waiting = next((r for r in reports["pyds_waiting"]["recommendations"] if r["fix"] == "pydataset_workers"), None)
+    if waiting is not None:
+        assert "use_multiprocessing=False" in waiting["code"], waiting["code"]
+    s = reports["pyds_threads"]
+    assert s["system_metrics"]["pool_threads"] == 8, s["system_metrics"]
+    assert s["system_metrics"]["tree_children"] == 0
+    assert "pydataset_workers" not in _fixes(s), (s["recommendations"], s["evidence"])
 
 
 @pytest.mark.tf

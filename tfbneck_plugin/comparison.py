@@ -140,6 +140,15 @@ def _wait_text(load: Dict, side: str) -> str:
     return f"{100 * (f - 1):.0f} % of its running time"
 
 
+def _as_ratio(change_pct: float) -> str:
+    """A change in time per step as the ratio it is: the floors are symmetric in log space
+    (1.4x slower or 1.4x faster), so "-39.5 %" (1.65x faster) would read as inside "40 %"."""
+    x = 1.0 + change_pct / 100.0
+    if x <= 0:
+        return f"{change_pct:+.1f} %"
+    return f"{change_pct:+.1f} % ({x:.2f}x slower)" if x >= 1 else f"{change_pct:+.1f} % ({1 / x:.2f}x faster)"
+
+
 def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
     """(verdict, the line saying what is missing when inconclusive). A significant change is
     called when it exceeds the run-to-run floor times what a difference of load explains in
@@ -151,8 +160,9 @@ def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> 
     allowed = np.log1p(floor / 100.0)
     if p >= ALPHA:
         if size > allowed:  # too few samples to show a change this large: not "no change"
-            return "inconclusive", (f"{change_pct:+.1f} % is beyond the {floor:.0f} % spread of identical code but "
-                                    f"not significant (p = {p:.3g}) on this little evidence: {missing}")
+            return "inconclusive", (f"{_as_ratio(change_pct)} is beyond the {1 + floor / 100:.2f}x spread of identical "
+                                    f"code (either way) but not significant (p = {p:.3g}) on this little evidence: "
+                                    f"{missing}")
         return "no_change", None
     word = "slower" if change_pct > 0 else "faster"
     # Under different loads a run may be slower either way: the more loaded one waits for cores
@@ -170,7 +180,8 @@ def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> 
             f"{_cores(load['baseline_others_cpu_cores'])} -> {_cores(load['candidate_others_cpu_cores'])} cores), "
             f"{how}; the change may be the load's, not the code's: compare runs made under the same load")
     if size <= allowed:
-        return "inconclusive", f"{change_pct:+.1f} % is within the {floor:.0f} % spread of identical code: {missing}"
+        return "inconclusive", (f"{_as_ratio(change_pct)} is within the {1 + floor / 100:.2f}x spread of identical "
+                                f"code (either way): {missing}")
     cpu = load.get("cpu_change_pct")
     if cpu is not None and (abs(np.log1p(cpu / 100.0)) <= np.log1p(CPU_FLOOR_PCT / 100.0)
                             or (cpu > 0) != (change_pct > 0)):
@@ -299,7 +310,9 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     (``parallel_map``: parallelism above 1 or AUTOTUNE; a parallel map is asynchronous and overlaps the step, so
     a prefetch added with it is part of the same change); a prefetch added
     (``prefetch``); a baseline advised to compile its eager step that the candidate no longer
-    is (``tf_function``: offered to eager programs only)."""
+    is (``tf_function``: offered to eager programs only); a baseline advised to run its Python
+    input in several workers whose candidate runs more of them, processes or pool threads, as
+    the sampler saw them (``pydataset_workers``)."""
     out = []
     b_steps, c_steps = baseline.get("steps") or {}, candidate.get("steps") or {}
     if (c_steps.get("batches_per_step") or 1) > (b_steps.get("batches_per_step") or 1):
@@ -311,7 +324,15 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
         out.append("prefetch")
     if "tf_function" in _fixes(baseline) and "tf_function" not in _fixes(candidate):
         out.append("tf_function")
+    if "pydataset_workers" in _fixes(baseline) and _input_workers(candidate) > max(_input_workers(baseline), 1):
+        out.append("pydataset_workers")
     return out
+
+
+def _input_workers(report: Dict) -> int:
+    """Workers of the Python input the sampler saw: processes or pool threads."""
+    from .analysis.python_input import input_workers
+    return input_workers(report.get("system_metrics"))[0]
 
 
 # ---- two paths -----------------------------------------------------------------------------

@@ -34,6 +34,9 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
                   "dt_s": float,                    # seconds this sample covers, ending at t_unix_ns
                   "tree_cpu_pct": float,            # the process and its descendants, 100 = one core
                   "tree_children": int,             # descendants alive at the reading
+                  "py_pool_threads": int | null,    # multiprocessing.dummy pool workers alive in the
+                                                    # training process (a PyDataset's threads); null
+                                                    # when watching another process
                   "tree_disk_read_Bps": float,      # bytes the tree read from storage (/proc/PID/io read_bytes)
                   "tree_remote_conns": int,         # the tree's TCP connections to non-loopback peers
                   "tree_loopback_conns": int,       # ... and to loopback peers (127.0.0.0/8, ::1)
@@ -108,6 +111,8 @@ read by the TensorBoard tab's ``/trend`` route::
      "steps_per_execution": int,        # step times are per execution when > 1
      "trigger": null | {thresholds as above},
      "baseline": null | {"p50_ms", "p90_ms", "mean_ms" (trimmed mean, issue 24), "steps", "threshold_ms"},
+                                        # the trigger's baseline when written (re-learnt after a
+                                        # capture or a lasting change of level: the slow one at the end)
      "trigger_state": null | {           # the slowdown trigger's record (issue 24); absent in older files
          "armed": bool, "captures": int,
          "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)

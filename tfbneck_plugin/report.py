@@ -100,6 +100,16 @@ def to_csv(report: Mapping[str, Any]) -> str:
     return buf.getvalue()
 
 
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters in its middle: a session's name begins with its
+    date and ends with its steps and kind (``..._steps13013-13054_slowdown``), both worth
+    keeping."""
+    if len(text) <= width:
+        return text
+    head = (width - 3) // 2
+    return text[:head] + "..." + text[len(text) - (width - 3 - head):]
+
+
 def _cell(v) -> str:
     return "" if v is None else str(v)
 
@@ -114,7 +124,7 @@ def to_table(report: Mapping[str, Any]) -> str:
               for c in cols}
     lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
     for r in rows:
-        lines.append("  ".join(_cell(r[c])[:widths[c]].ljust(widths[c]) for c in cols).rstrip())
+        lines.append("  ".join(_fit(_cell(r[c]), widths[c]).ljust(widths[c]) for c in cols).rstrip())
     lines.append("")
     for s in report["sessions"]:
         title = session_title(s)

@@ -7,6 +7,8 @@ Jobs:
                   numpy: the two worker processes keep the cores busy.
   pyds_waiting    a PyDataset with one worker whose batches wait 25 ms (a slow read): the
                   cores sit idle.
+  pyds_threads    the same waiting PyDataset with workers=8 threads (use_multiprocessing
+                  off): the workers exist, as threads of the training process.
   vectorised      a heavy map on whole batches (.batch(b).map(f)), one call at a time.
   per_element     the same map per element (.map(f).batch(b): tf.data's MapAndBatch).
   jit / nojit     a wide dense model on cached input, compiled with and without jit_compile.
@@ -60,6 +62,8 @@ def data(job):
         return Batches(workers=2, use_multiprocessing=True, max_queue_size=8)
     if job == "pyds_waiting":
         return Batches(wait_s=0.025)
+    if job == "pyds_threads":
+        return Batches(wait_s=0.025, workers=8, max_queue_size=16)
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).repeat()
     # One map call at a time and no injected prefetch: the map's cost reaches the step.
     options = tf.data.Options()

@@ -30,8 +30,9 @@ def _generator_input() -> List[Rec]:
     return [
         rec("pydataset_workers", "Let the Python input run in several workers",
             "The batches come from Python (a Keras PyDataset / Sequence or a generator, read through "
-            "Dataset.from_generator): one thread under the GIL. A PyDataset can prepare batches in worker "
-            "processes, several batches ahead.",
+            "Dataset.from_generator): one thread under the GIL. A PyDataset can prepare batches in several "
+            "workers, several batches ahead: processes for Python that computes, threads for Python that "
+            "waits (reads, sleeps).",
             "class Batches(keras.utils.PyDataset):\n"
             "    def __init__(self, ..., **kwargs):\n"
             "        super().__init__(workers=8, use_multiprocessing=True, max_queue_size=16, **kwargs)"),

@@ -59,6 +59,19 @@ class Cores:
         """Every core was busy (with the tree's work or other processes')."""
         return self.idle < IDLE_SLACK_CORES
 
+    def input_while_waiting(self, model: Optional[float], wait_share: float) -> float:
+        """Cores the input pipeline's own threads kept busy while the step waited for it: the
+        tree's cores less ``model`` (the training function's executor work, core-ms per ms of
+        step, on a CPU-only host: the model's math runs on the same cores), over the share of
+        the step spent waiting (0-1), at most :attr:`n`. A pipeline that runs only while the
+        step waits (no prefetch) works at that rate then; one that runs ahead all step long is
+        credited more than it used, which only errs towards "computing". Without ``model``
+        the tree's cores, as sampled."""
+        if model is None:
+            return self.tree
+        own = max(self.tree - model, 0.0)
+        return min(own / wait_share, float(self.n)) if wait_share > 0 else own
+
     def gets(self, share_of_others: float) -> float:
         """Cores the tree gets once it wants more: :attr:`free` plus ``share_of_others`` (0-1)
         of the cores other processes used."""

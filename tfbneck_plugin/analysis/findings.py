@@ -67,6 +67,15 @@ class StepTiming:
     def time_per_batch_ms(self) -> float:
         return self.step_ms / max(self.batches_per_step, 1)
 
+    @property
+    def model_cores(self) -> Optional[float]:
+        """Cores the training function's executor work kept busy on average (core-ms per ms
+        of step); None when unknown. On a CPU-only host this is the model's math, which the
+        sampled process tree's cores include."""
+        if self.model_cpu_ms is None or self.step_ms <= 0:
+            return None
+        return self.model_cpu_ms / self.step_ms
+
 
 @dataclass
 class KernelFacts:

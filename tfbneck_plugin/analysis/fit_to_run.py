@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, List, Optional
 
-from . import cpu_share, whatif
+from . import cpu_share, python_input, whatif
 from .advice import rec as make_rec
 from .findings import Findings, StepTiming
 
@@ -69,15 +69,19 @@ def fit(recs: List[Dict], f: Findings) -> List[Dict]:
 
 
 def _fit_code(r: Dict, f: Findings) -> Dict:
-    """The snippet's worker count fitted to the machine: Python input that computes gets one
-    worker per core it may use (more would wait for a core), input that waits keeps the
-    catalogue's count (waiting workers all wait at once)."""
+    """The snippet's workers fitted to the machine: Python input that computes gets one worker
+    process per core it may use (more would wait for a core; processes, because the GIL runs
+    one thread's Python at a time), input that waits keeps the catalogue's count as threads
+    (waiting workers all wait at once, and a thread waiting on I/O or a sleep holds no GIL;
+    processes would only add the copy of every batch between processes)."""
     c = cpu_share.cores_of(f.system)
-    if r.get("fix") != "pydataset_workers" or c is None or not r.get("code"):
+    computes = python_input.input_computes(f)
+    if r.get("fix") != "pydataset_workers" or c is None or computes is None or not r.get("code"):
         return r
-    from .sysmetrics import BUSY_PROCESS_CORES
-    if c.tree + c.waiting >= BUSY_PROCESS_CORES:
+    if computes:
         r["code"] = re.sub(r"\bworkers=\d+", f"workers={max(c.n, 2)}", r["code"])
+    else:
+        r["code"] = r["code"].replace("use_multiprocessing=True", "use_multiprocessing=False")
     return r
 
 
@@ -137,8 +141,8 @@ def _why_parallel(f):
 
 def _why_workers(f):
     now, wait, pct = _t(f)
-    workers = int((f.system or {}).get("tree_children") or 0)
-    made = f"{workers} worker process(es)" if workers else "the training process (no worker processes seen)"
+    workers, who = python_input.input_workers(f.system)
+    made = who if workers else f"the training process ({who})"
     return f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for Python input made by {made}{_cores_clause(f)}."
 
 

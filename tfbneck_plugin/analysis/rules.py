@@ -12,7 +12,7 @@ from typing import Callable, List, Optional, Tuple, cast
 from ..causes import CAUSES
 from ..schema import Recommendation
 from . import evidence as ev
-from . import sysmetrics
+from . import cpu_share, sysmetrics
 from .advice import advice_for
 from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
 from .findings import Findings
@@ -191,16 +191,23 @@ def input_bound(f: Findings) -> Optional[Verdict]:
         calls = f" over {st.calls} calls" if st.calls else ""
         ev.append(f"The stage that blocks the consumer is the tf.data stage `{st.kind}` ({st.path}): "
                   f"{st.self_ps / 1e9:.1f} ms of self time{fn}{calls}{par}.")
-    kind, cause, penalty, why = (_input_from_system(f.system, p, st) if f.system else _input_from_stage(p, st))
+    model = f.timing.model_cores if f.timing is not None and f.device_kind == "CPU" else None
+    kind, cause, penalty, why = (_input_from_system(f.system, p, st, model, inp / 100.0) if f.system
+                                 else _input_from_stage(p, st))
     ev.append(why)
     return Verdict(kind, cause, confidence(inp, INPUT_BOUND_PCT, penalty), ev)
 
 
-def _input_from_system(system: dict, pipeline=None, st=None):
+def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Optional[float] = None,
+                       wait_share: float = 1.0):
     """(kind, cause, confidence penalty, sentence) from the sampled system metrics.
 
     The training process tree (the process and its children: PyDataset workers,
-    multiprocessing pools) is what computes the input; other processes' load is contention,
+    multiprocessing pools) is what computes the input; on a CPU-only host its cores also
+    hold the model's math, ``model_cores`` (the training function's executor work per ms of
+    step, from the trace), which is not the input's: the input's own cores while the step
+    waited (``wait_share`` of it) decide (:meth:`.cpu_share.Cores.input_while_waiting`).
+    Other processes' load is contention,
     called only when the run-queue wait shows it in most of at least
     :data:`CONTENTION_MIN_SAMPLES` samples (else the blocking stage decides, as without
     metrics). Old sidecars hold machine-wide figures only: the verdict says so and is less sure."""
@@ -209,10 +216,17 @@ def _input_from_system(system: dict, pipeline=None, st=None):
     per_process = system.get("scope") == "process_tree"
     penalty = 0.0 if per_process else MACHINE_WIDE_PENALTY
     who = "training process and its children" if system.get("tree_children") else "training process"
-    if own >= sysmetrics.BUSY_PROCESS_CORES:
+    model = min(model_cores, own) if model_cores else 0.0
+    n = system.get("usable_cores") or system.get("cpu_count") or 1
+    cores = cpu_share.Cores(n=int(n), tree=own, others=0.0, waiting=0.0)
+    busy = cores.input_while_waiting(model if model_cores is not None else None, wait_share)
+    split = (f" ({model:.2f} of them the model's math; the rest over the {100 * wait_share:.0f}% of the step spent "
+             f"waiting for input: {busy:.2f} cores of input work while it waited)" if model >= 0.05 else "")
+    if busy >= sysmetrics.BUSY_PROCESS_CORES:
         return ("cpu", "input_preprocessing", 0.0, Sampled(
-            f"The {who} kept {own:.2f} cores busy while the step waited: the input pipeline is computing, and "
-            "the host cannot prepare data fast enough."))
+            f"The {who} kept {own:.2f} cores busy{split or ' while the step waited'}: the input pipeline is "
+            "computing, and the host cannot prepare data fast enough."))
+    who += split.replace("of them", "of its cores", 1)
     others = _others_busy_pct(system, own)
     runq = system.get("tree_runq_wait_cores")
     # Busy neighbours take cores only from threads that want one: a pipeline that sleeps on

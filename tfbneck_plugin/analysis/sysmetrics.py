@@ -59,7 +59,8 @@ def summarize(data: Dict) -> Optional[Dict]:
         ``tree_cpu_cores`` (mean cores used by the training process and its descendants),
         ``others_cpu_cores`` (mean cores busy with processes outside the tree: the machine's
         mean busy cores minus the tree's mean, floored at 0), ``tree_children`` (int, most
-        descendants seen at once), ``tree_disk_read_MBps`` (MB/s the tree read from
+        descendants seen at once), ``pool_threads`` (int, most worker threads of Python thread
+        pools seen at once in the training process: a PyDataset's threads), ``tree_disk_read_MBps`` (MB/s the tree read from
         storage), ``net_recv_external_MBps`` (MB/s received on non-loopback interfaces,
         machine-wide), ``remote_connections`` (int, most TCP connections of the tree to
         non-loopback peers at once), ``loopback_connections`` (int, the same to loopback
@@ -99,7 +100,7 @@ def summarize(data: Dict) -> Optional[Dict]:
 
 
 #: Keys of the process-tree figures in :func:`summarize` (None for sidecars without them).
-TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "tree_disk_read_MBps",
+TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "pool_threads", "tree_disk_read_MBps",
              "net_recv_external_MBps", "remote_connections", "loopback_connections", "tree_runq_wait_cores")
 
 
@@ -127,7 +128,8 @@ def _tree_summary(samples, mean) -> Dict:
     # scan first finds it, so one sample's tree figure can exceed that sample's busy cores.
     others = max(mean(sum(s["cpu_pct"]) for s in samples) - tree, 0.0)
     return {"tree_cpu_cores": round(tree / 100.0, 2), "others_cpu_cores": round(others / 100.0, 2),
-            "tree_children": most("tree_children"), "tree_disk_read_MBps": mbps("tree_disk_read_Bps"),
+            "tree_children": most("tree_children"), "pool_threads": most("py_pool_threads"),
+            "tree_disk_read_MBps": mbps("tree_disk_read_Bps"),
             "net_recv_external_MBps": mbps("net_recv_external_Bps"),
             "remote_connections": most("tree_remote_conns"), "loopback_connections": most("tree_loopback_conns"),
             "tree_runq_wait_cores": round(runq / 100.0, 2) if runq is not None else None}

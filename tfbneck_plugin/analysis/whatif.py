@@ -55,7 +55,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..trace import timeline
-from . import breakdown, cpu_share
+from . import breakdown, cpu_share, python_input
 from .findings import Findings, StepTiming
 
 #: Eager kernel runs on the training thread (tensorflow/core/common_runtime/eager/
@@ -314,17 +314,6 @@ def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
     return min(t.model_cpu_ms / t.batches_per_step + pipe.stage, sampled)
 
 
-def _input_cores(f: Findings, cores) -> float:
-    """Cores the input pipeline's own threads kept busy: the process tree's, less the model's
-    executor work per ms of step on a CPU-only host (there the model's math runs on the same
-    cores; on an accelerator host the tree's cores are the input's and the launches')."""
-    t = _timing(f)
-    if t.model_cpu_ms is None or f.device_kind != "CPU" or t.time_per_batch_ms <= 0:
-        return cores.tree
-    model = t.model_cpu_ms / t.batches_per_step / t.time_per_batch_ms
-    return max(cores.tree - model, 0.0)
-
-
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
     pipe = _pipeline_wall(f)
     if pipe is None:
@@ -361,18 +350,15 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
         return "The trace holds no tf.data stages: the Python input's time is unknown."
     if cores is None:
         return "Without system metrics it is unknown whether the Python input computes or waits."
-    from .sysmetrics import BUSY_PROCESS_CORES
     now = _timing(f).time_per_batch_ms
-    workers = max(int((f.system or {}).get("tree_children") or 0), 1)  # worker processes (threads are not seen)
+    workers, who = python_input.input_workers(f.system)
+    workers = max(workers, 1)
     k = _code_int(rec, "workers", DEFAULT_WORKERS)
-    # Threads that ran or waited for a core want the CPU: a starved input still computes.
-    # On a CPU-only host the tree's cores hold the model's math too: the input's own are
-    # what the tree used beyond the model's executor work (from the trace).
-    computing = _input_cores(f, cores) + cores.waiting >= BUSY_PROCESS_CORES
+    computing = bool(python_input.input_computes(f))
     at_once = (lambda w: min(w, cores.n)) if computing else (lambda w: w)
     if at_once(k) <= at_once(workers):
         return _prediction(f, now, now, now, (
-            f"{workers} worker process(es) already run the Python input"
+            f"{who} already run the Python input"
             f"{f', computing, on all {cores.n} core(s) the run may use' if computing else ''}: {k} workers would run "
             "no more at once."))
     # One batch's Python work on one worker: the generator stage's time per batch (the

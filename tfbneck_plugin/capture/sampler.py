@@ -8,7 +8,9 @@ worker processes (Keras ``PyDataset(workers=N, use_multiprocessing=True)``,
 ``multiprocessing`` pools) look like someone else's load. So each sample also holds the
 figures of the training process *tree* (the process and its descendants): CPU, bytes
 read from storage, TCP connections to peers outside the machine; and the machine's
-receive counters without loopback interfaces.
+receive counters without loopback interfaces. In the training process itself (not a
+process ``tfbneck watch`` follows) it also counts the worker threads of Python thread
+pools: a ``PyDataset``'s threads are not processes.
 """
 from __future__ import annotations
 
@@ -300,6 +302,7 @@ class SystemSampler:
             "net_sent_external_Bps": round(max(b.net_ext[1] - a.net_ext[1], 0) / dt, 1),
             "tree_cpu_pct": round(100.0 * tree_cpu / dt, 1),
             "tree_children": b.children,
+            "py_pool_threads": _pool_threads() if self.pid is None or self.pid == os.getpid() else None,
             "tree_disk_read_Bps": round(tree_read / dt, 1),
             "tree_remote_conns": b.conns[0],
             "tree_loopback_conns": b.conns[1],
@@ -456,6 +459,19 @@ def _is_loopback(ip: str) -> bool:
         return False
     mapped = getattr(addr, "ipv4_mapped", None)
     return (mapped or addr).is_loopback
+
+
+def _pool_threads() -> int:
+    """Worker threads of ``multiprocessing.dummy`` pools alive in this process: Keras 3's
+    ``PyDataset(workers=N)`` without ``use_multiprocessing`` runs its N workers in such a pool
+    (keras/src/trainers/data_adapters/py_dataset_adapter.py: ``multiprocessing.dummy.Pool``),
+    whose workers are ``DummyProcess`` threads (its handler threads are plain threads). A
+    process's threads are not processes: the tree's ``children`` cannot count them."""
+    import sys
+    dummy = sys.modules.get("multiprocessing.dummy")
+    if dummy is None:  # never imported: no such pool
+        return 0
+    return sum(isinstance(t, dummy.DummyProcess) for t in threading.enumerate())
 
 
 def _count_connections(psutil, procs) -> Tuple[int, int]:

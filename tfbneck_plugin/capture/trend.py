@@ -75,15 +75,31 @@ def _stage_per_call(report: SessionDict) -> Dict[str, Tuple[str, float]]:
     return out
 
 
-def _op_per_step(report: SessionDict) -> Dict[Tuple[str, str], float]:
-    return {(str(o.get("where")), str(o.get("name"))): float(o.get("self_ms_per_step") or 0.0)
-            for o in report.get("top_ops") or []}
+def _op_per_step(report: SessionDict) -> Dict[Tuple[str, str], Tuple[float, str]]:
+    """(where, op type) -> (self ms per step of all its ops, how to name it): the op's own
+    name when one op of that type ran (the table's top op), else the type and how many
+    ops of it ran (a map of 140 ``Cos`` ops grows as ``Cos``, not as its 58th instance).
+    The get-next ops are left out: their time is the wait for input, the "input" category."""
+    from ..analysis.host import GET_NEXT_OPS
+    names: Dict[Tuple[str, str], str] = {}
+    for o in report.get("top_ops") or []:
+        names.setdefault((str(o.get("where")), str(o.get("type"))), str(o.get("name")))
+    out = {}
+    for g in (report.get("op_summary") or {}).get("by_type") or []:
+        key = (str(g.get("where")), str(g.get("type")))
+        if key[1] in GET_NEXT_OPS:
+            continue
+        count = g.get("ops")
+        ops = count if isinstance(count, int) else 0
+        name = names[key] if ops <= 1 and key in names else f"{key[1]} x{ops} ops" if ops > 1 else key[1]
+        out[key] = (float(g.get("self_ms_per_step") or 0.0), name)
+    return out
 
 
 def what_grew(before: SessionDict, after: SessionDict) -> List[Dict]:
     """What took more time from one window to the next: the breakdown category whose ms per
-    step grew most, the tf.data stage whose work per call grew most, and the op whose self
-    time per step grew most, each ``{"what": "category" | "stage" | "op", "name", "from_ms",
+    step grew most, the tf.data stage whose work per call grew most, and the op type whose
+    self time per step grew most (:func:`_op_per_step`), each ``{"what": "category" | "stage" | "op", "name", "from_ms",
     "to_ms", "per": "step" | "call"}``, where it grew by at least :data:`GREW_X`."""
     out: List[Dict] = []
 
@@ -97,7 +113,7 @@ def what_grew(before: SessionDict, after: SessionDict) -> List[Dict]:
     sa, sb = _stage_per_call(before), _stage_per_call(after)
     biggest([(f"{sb[n][0]} ({n})", (sa[n][1], sb[n][1])) for n in sb if n in sa], "stage", "call")
     oa, ob = _op_per_step(before), _op_per_step(after)
-    biggest([(f"{k[1]} ({k[0]})", (oa.get(k, 0.0), ob[k])) for k in ob], "op", "step")
+    biggest([(f"{ob[k][1]} ({k[0]})", (oa.get(k, (0.0, ""))[0], ob[k][0])) for k in ob], "op", "step")
     return out
 
 
@@ -178,8 +194,8 @@ def _stretch_ms(trigger: Optional[Dict]) -> Optional[float]:
 def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
                     trigger: Optional[Dict] = None) -> Optional[Dict]:
     """The profiler's cost in a window: its traced mean step against the job's own unprofiled
-    step time around it (the median of the ``p50_ms`` of the :data:`OVERHEAD_PERIODS` trend
-    periods before and after the window's steps; the periods never hold window steps). For a
+    step time around it (the median of the mean step time (:func:`_period_ms`) of the
+    :data:`OVERHEAD_PERIODS` trend periods before and after the window's steps; the periods never hold window steps). For a
     triggered window, the slow stretch that opened it instead (``trigger["observed_p50_ms"]``:
     the periods before it hold the steps before the slowdown).
 
@@ -197,7 +213,7 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
                 "x": round(win / stretch, 2)}
     before = [p for p in points if p.get("step", 0) < steps[0]][-OVERHEAD_PERIODS:]
     after = [p for p in points if p.get("first_step", 0) > steps[1]][:OVERHEAD_PERIODS]
-    near = [float(p["p50_ms"]) for p in before + after if isinstance(p.get("p50_ms"), (int, float))]
+    near = [v for v in map(_period_ms, before + after) if v is not None]
     if not near:
         return None
     job = statistics.median(near)
@@ -206,21 +222,33 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
             "x": round(win / job, 2) if job > 0 else None}
 
 
+def _period_ms(point: Dict) -> Optional[float]:
+    """A trend period's step time for the job's clock: its mean (the time per step the job
+    really took: a PyDataset's workers deliver batches in bursts, fast steps between slow
+    ones, and the median of such a period is well under its mean), its median in files
+    without one; None without either."""
+    for key in ("mean_ms", "p50_ms"):
+        v = point.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
 def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> Optional[float]:
     """The job's own unprofiled step time where a window ran (ms). A triggered window: the
     median of the slow stretch that opened it (``trigger["observed_p50_ms"]``, timed by the
     job's own clock just before the window; the trend period before it may straddle the
-    onset). Else the ``p50_ms`` of the trend period just before its steps and of the one just
-    after, their mean when they agree within :data:`CHANGED_X` (or the one there is), None
+    onset). Else the step time (:func:`_period_ms`) of the trend period just before its steps
+    and of the one just after, their mean when they agree within :data:`CHANGED_X` (or the one there is), None
     when they do not (the phase changed at the window) or there is none."""
     stretch = _stretch_ms(trigger)
     if stretch is not None:
         return stretch
     if not steps:
         return None
-    before = [p for p in points if p.get("step", 0) < steps[0] and isinstance(p.get("p50_ms"), (int, float))][-1:]
-    after = [p for p in points if p.get("first_step", 0) > steps[1] and isinstance(p.get("p50_ms"), (int, float))][:1]
-    near = [float(p["p50_ms"]) for p in before + after]
+    before = [p for p in points if p.get("step", 0) < steps[0] and _period_ms(p) is not None][-1:]
+    after = [p for p in points if p.get("first_step", 0) > steps[1] and _period_ms(p) is not None][:1]
+    near = [v for v in map(_period_ms, before + after) if v is not None]
     if not near or min(near) <= 0 or max(near) / min(near) >= CHANGED_X:
         return None
     return sum(near) / len(near)
