@@ -185,6 +185,23 @@ def test_fused_map_and_batch_made_parallel_is_parallel_map():
     assert detect_changes(_stages(("Map", None, None)), _stages(("ParallelMapV2", -1, "true"))) == ["parallel_map"]
 
 
+def test_a_prediction_is_checked_on_the_jobs_own_clock_when_both_sides_have_one():
+    """The prediction is in the baseline trace's units (the profiler's cost included): with
+    both sides' trend files it is taken to the job's clock (x job/traced of the baseline) and
+    checked against the candidate's job time, else against the candidate's traced window."""
+    from tfbneck_plugin.comparison import _prediction_check
+    rec = {"fix": "prefetch", "predicted": {"time_per_batch_ms": 5.0, "range_ms": [4.0, 6.0], "basis": "b"}}
+    base = {"recommendations": [rec], "steps": {"time_per_batch_ms": 10.0, "batches_per_step": 1},
+            "window": {"job_step_ms": 8.0}}
+    cand = {"steps": {"batches_per_step": 1}, "window": {"job_step_ms": 4.5}}
+    p = _prediction_check(base, cand, "prefetch", 5.5)
+    assert p["measured_on"] == "job clock" and p["measured_ms"] == 4.5 and p["traced_ms"] == 5.5
+    assert p["predicted_ms"] == 4.0 and p["range_ms"] == [3.2, 4.8] and p["within_range"]
+    assert p["error_pct"] == pytest.approx(100 * (4.0 - 4.5) / 4.5, abs=0.1)
+    p = _prediction_check(base, {"steps": {}}, "prefetch", 5.5)
+    assert p["measured_on"] == "trace" and p["measured_ms"] == 5.5 and p["predicted_ms"] == 5.0
+
+
 def test_more_python_input_workers_is_pydataset_workers_when_it_was_advised():
     """A PyDataset advised to run several workers, whose candidate runs 8 threads (seen as pool
     threads: threads are not processes) or 2 processes, made the change pydataset_workers."""

@@ -243,7 +243,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "load": load,
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
-        "predictions": _credited([_prediction_check(baseline, fix, float(c.mean())) for fix in fixes]),
+        "predictions": _credited([_prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
         "op_changes": op_changes(baseline, candidate, significance),
     }
 
@@ -258,19 +258,37 @@ def _credited(predictions: List[Dict]) -> List[Dict]:
     return predictions
 
 
-def _prediction_check(baseline: Dict, fix: str, measured: float) -> Dict:
+def _job_per_batch(report: Dict) -> Optional[float]:
+    """The job's own unprofiled time per batch around the report's window (ms), None unknown."""
+    job = (report.get("window") or {}).get("job_step_ms")
+    per_step = max(int((report.get("steps") or {}).get("batches_per_step") or 1), 1)
+    return float(job) / per_step if isinstance(job, (int, float)) and job > 0 else None
+
+
+def _prediction_check(baseline: Dict, candidate: Dict, fix: str, measured: float) -> Dict:
+    """The baseline's prediction for ``fix`` against the candidate's time per batch. The
+    prediction is made in the baseline trace's units (the profiler's cost included); when
+    both sides carry the job's own clock (their trend files), both are taken to it: the
+    prediction scaled by the baseline's job / traced ratio, against the candidate's job time
+    (``measured_on: "job clock"``), else the candidate's traced window (``"trace"``)."""
     rec = next((r for r in baseline.get("recommendations") or [] if r.get("fix") == fix), None)
-    out = {"fix": fix, "measured_ms": round(measured, 3)}
+    job_b, job_c = _job_per_batch(baseline), _job_per_batch(candidate)
+    traced_b = float((baseline.get("steps") or {}).get("time_per_batch_ms") or 0.0)
+    scale = job_b / traced_b if job_b and job_c and traced_b > 0 else None
+    got = job_c if scale and job_c else measured
+    out: Dict[str, Any] = {"fix": fix, "measured_ms": round(got, 3),
+                           "measured_on": "job clock" if scale else "trace", "traced_ms": round(measured, 3)}
     if rec is None:
         return dict(out, predicted_ms=None, why_not="the baseline's report did not recommend this change")
     pred = rec.get("predicted")
     if not pred:
         return dict(out, predicted_ms=None, why_not=rec.get("predicted_why_not") or "no prediction")
-    low, high = pred["range_ms"]
-    predicted = float(pred["time_per_batch_ms"])
+    k = scale or 1.0
+    low, high = (round(float(v) * k, 3) for v in pred["range_ms"])
+    predicted = round(float(pred["time_per_batch_ms"]) * k, 3)
     return dict(out, predicted_ms=predicted, range_ms=[low, high],
-                error_pct=round(100.0 * (predicted - measured) / measured, 1),
-                within_range=bool(low <= measured <= high), basis=pred.get("basis"))
+                error_pct=round(100.0 * (predicted - got) / got, 1),
+                within_range=bool(low <= got <= high), basis=pred.get("basis"))
 
 
 def _fixes(report: Dict) -> List[str]:
@@ -485,8 +503,10 @@ def _prediction_text(p: Dict) -> str:
     if p.get("predicted_ms") is None:
         return f"{p['fix']}: no prediction ({p['why_not']}); measured {p['measured_ms']:.2f} ms"
     low, high = p["range_ms"]
+    on = (f" by the job's own clock (the traced window: {p['traced_ms']:.2f} ms; the prediction taken to the job's "
+          "clock too)" if p.get("measured_on") == "job clock" else "")
     return (f"{p['fix']}: predicted {p['predicted_ms']:.2f} ms (range {low:.2f}-{high:.2f}), measured "
-            f"{p['measured_ms']:.2f} ms, error {p['error_pct']:+.1f} %")
+            f"{p['measured_ms']:.2f} ms{on}, error {p['error_pct']:+.1f} %")
 
 
 def _rows(c: Dict) -> List[Tuple[str, str, str, str]]:

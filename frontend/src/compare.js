@@ -119,7 +119,9 @@ function predictionLine(p) {
   }
   const [low, high] = p.range_ms;
   return `${p.fix}: predicted ${Number(p.predicted_ms).toFixed(2)} ms (range ${Number(low).toFixed(2)}-${Number(high).toFixed(2)}), ` +
-    `measured ${Number(p.measured_ms).toFixed(2)} ms, error ${signed(p.error_pct)} %` + (p.credited ? " (explains the change)" : "");
+    `measured ${Number(p.measured_ms).toFixed(2)} ms` +
+    (p.measured_on === "job clock" ? ` by the job's own clock (the traced window: ${Number(p.traced_ms).toFixed(2)} ms)` : "") +
+    `, error ${signed(p.error_pct)} %` + (p.credited ? " (explains the change)" : "");
 }
 
 /** The test of `tfbneck compare` for the two sessions: verdict, change, p-value or what is missing, predictions. */
