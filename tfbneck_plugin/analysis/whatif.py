@@ -21,8 +21,9 @@ the sampler, :mod:`.cpu_share`: G those the training process tree gets once it w
                         stage's work per batch over the calls it runs at once (an
                         asynchronous stage's self time is the wait for that work, never added
                         to it). W: the CPU work per batch of model and pipeline (the model's
-                        executor work and the limiting stage's, from the trace, at most the
-                        sampled tree's): on a CPU-only host they share the cores.
+                        executor work, the limiting stage's and the training thread's own
+                        time outside ops, from the trace, at most the sampled tree's): on a
+                        CPU-only host they share the cores.
 ``parallel_map``        the same with P = (P - S) + S/n: the limiting stage's work S per
                         batch on one call per core (AUTOTUNE).
 ``pydataset_workers``   the same with P = S1/k': one worker's Python time per batch over the
@@ -304,14 +305,16 @@ def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Predic
 
 
 def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
-    """Core-ms of CPU work per batch that model and pipeline share: the model's executor work
-    and the limiting stage's work, both from the trace (threads that spin while idle add CPU
-    time but no work), at most what the sampler saw the process tree use."""
+    """Core-ms of CPU work per batch that model and pipeline share: the model's executor work,
+    the limiting stage's work and the training thread's own time outside ops (Python, Keras,
+    the data adapter: the breakdown's host overhead), all from the trace (threads that spin
+    while idle add CPU time but no work), at most what the sampler saw the process tree use."""
     t = _timing(f)
     sampled = cores.tree * t.time_per_batch_ms
     if t.model_cpu_ms is None or f.device_kind != "CPU":
         return sampled
-    return min(t.model_cpu_ms / t.batches_per_step + pipe.stage, sampled)
+    host = t.breakdown_ms.get("host_compute", 0.0) / t.batches_per_step  # the training thread's own Python
+    return min(t.model_cpu_ms / t.batches_per_step + pipe.stage + host, sampled)
 
 
 def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
