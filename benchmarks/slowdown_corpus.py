@@ -6,6 +6,7 @@ trigger captured.
     python benchmarks/slowdown_corpus.py table [--out DIR] [--md FILE]       # the table from them
     python benchmarks/slowdown_corpus.py replay [--out DIR]                  # defaults, fit/judge halves
     python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md   # all of it
+    python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md      # run, then report: one command
 
 ``run`` runs every scenario of :data:`SCENARIOS` in its own interpreter
 (``tests/callback_jobs/slowdown_jobs.py corpus``, one profiler per process), under
@@ -144,18 +145,19 @@ def run(names, out, jobs=1):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["run", "table", "replay", "report"])
+    ap.add_argument("what", choices=["run", "table", "replay", "report", "all"])
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--md", default=None, help="write the table as Markdown to this file")
     ap.add_argument("--jobs", type=int, default=1, help="scenarios run at once (default 1)")
     a = ap.parse_args(argv)
     names = [n for n in a.only.split(",") if n]
-    if a.what == "run":
+    if a.what in ("run", "all"):
         run(names, a.out, a.jobs)
-    else:
+    if a.what != "run":
         from slowdown_table import full_report, replay_report, table_report  # noqa: E402 - beside this file
-        text = {"table": table_report, "replay": replay_report, "report": full_report}[a.what](a.out)
+        text = {"table": table_report, "replay": replay_report, "report": full_report,
+                "all": full_report}[a.what](a.out)
         print(text)
         if a.md:
             with open(a.md, "w") as f:

@@ -254,8 +254,8 @@ def full_report(out: str) -> str:
     """docs/slowdown_capture.md: how it was made, the table, the replay, the limits."""
     rows = load(out)
     head = ["# Slowdown capture: the scenario corpus (issue 24)", "",
-            "Made by `python benchmarks/slowdown_corpus.py run --jobs 1` (real fits, CPU, one at a time) then "
-            "`python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md`. "
+            "Made by `python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md` (real fits, CPU, one "
+            "at a time, then this report). "
             f"{len(rows)} runs. Each run's slowdown is measured by the job's own clock (a callback before the "
             "profiler): the median step time inside the slow phase over the median of the 3 s before it; the "
             "input pipeline's extra work is TensorFlow matrix products in `tf.data`, steered to the "
