@@ -106,7 +106,7 @@ def test_table_and_markdown_show_the_numbers(demo_pair):
     assert f"predicted {c['predictions'][0]['predicted_ms']:.2f} ms" in table
     md = compare(SEQUENTIAL, PARALLEL, "--format", "markdown").stdout
     assert md.startswith("# tfbneck compare: **faster**")
-    assert f"| time per batch, mean (ms) | {c['baseline']['time_per_batch_ms']['mean']:.3f} |" in md
+    assert f"| time per batch, mean (ms, traced window) | {c['baseline']['time_per_batch_ms']['mean']:.3f} |" in md
 
 
 def test_runs_are_matched_by_name(tmp_path):

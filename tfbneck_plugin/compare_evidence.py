@@ -161,8 +161,8 @@ def missing_line(lvl: str, b: SideTimings, c: SideTimings) -> str:
     if lvl == "steps":
         return (f"one {len(b.steps)}-step window vs one {len(c.steps)}-step window: the run-to-run spread is unknown; "
                 "profile longer (several windows) or compare whole runs (the callback's step-time trend files)")
-    return (f"{len(getattr(b, lvl))} vs {len(getattr(c, lvl))} {lvl} per run: the change is within the spread of "
-            "identical code at this level; compare longer runs or repeat each run")
+    return (f"{len(getattr(b, lvl))} vs {len(getattr(c, lvl))} {lvl} per run: too few to tell this change from the "
+            "spread of identical code; compare longer runs or repeat each run")
 
 
 def units(t: SideTimings, lvl: str) -> np.ndarray:

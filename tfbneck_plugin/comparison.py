@@ -33,12 +33,14 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
 from . import compare_evidence as evid
 from .analysis.breakdown import CATEGORIES
+from .analysis.rules import INPUT_BOUND_PCT
+from .schema import SessionDict
 from .op_compare import op_changes, text_lines as op_text_lines
 from .trace.timeline import time_stats
 
@@ -226,7 +228,10 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     change_pct = 100.0 * (mid(uc) - mid(ub)) / mid(ub)
     test = evid.step_test(ub, uc) if lvl == "steps" else evid.unit_test(ub, uc)
     load = _load(baseline, candidate, timings)
-    if lvl == "periods" and all(t.device_kind == "CPU" for t in timings):
+    # CPU time per step tells the code's cost from the machine's only when the step computes:
+    # a run waiting for its input (a sleep, a read) gets faster with no change of CPU per step.
+    waiting = max(float((r.get("breakdown_pct") or {}).get("input") or 0.0) for r in (baseline, candidate))
+    if lvl == "periods" and all(t.device_kind == "CPU" for t in timings) and waiting < INPUT_BOUND_PCT:
         load["cpu_change_pct"] = evid.cpu_change(*timings)
     missing_why = evid.missing_line(lvl, *timings)
     verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why)
@@ -448,10 +453,12 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
         compared (one line naming the path).
     """
     from .batch import analyze_one
+    from .runs import annotate
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
         rb, rc = dict(analyze_one(b_sessions[-1])), dict(analyze_one(c_sessions[-1]))
+        annotate([cast(SessionDict, rb), cast(SessionDict, rc)], [b_sessions[-1], c_sessions[-1]])  # the jobs' clocks
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
             timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),
@@ -511,7 +518,13 @@ def _prediction_text(p: Dict) -> str:
 
 def _rows(c: Dict) -> List[Tuple[str, str, str, str]]:
     b, k = c["baseline"]["time_per_batch_ms"], c["candidate"]["time_per_batch_ms"]
-    rows = [("time per batch, mean (ms)", f"{b['mean']:.3f}", f"{k['mean']:.3f}", f"{c['change_pct']:+.1f} %")]
+    # The decision's change is measured at its level of evidence (periods, windows or this
+    # window's steps); the rows show the traced windows, whose own change is shown with them.
+    lvl = c["evidence"]["level"]
+    rows = [("time per batch, mean (ms, traced window)", f"{b['mean']:.3f}", f"{k['mean']:.3f}",
+             f"{c['evidence']['window_change_pct']:+.1f} %")]
+    if lvl != "steps":
+        rows.insert(0, (f"time per batch, decided on the {lvl} (ms)", "", "", f"{c['change_pct']:+.1f} %"))
     for q in ("p50", "p90"):
         rows.append((f"time per batch, {q} (ms)", f"{b[q]:.3f}", f"{k[q]:.3f}",
                      f"{100.0 * (k[q] - b[q]) / b[q]:+.1f} %" if b[q] else ""))

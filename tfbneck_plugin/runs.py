@@ -188,7 +188,8 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     if x < FASTER_THAN_JOB_X:
         text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
                  "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
-                 "the input wait; profile later steps (e.g. profile_steps=(200, 204)) for the steady state")
+                 "the input wait; profile later steps inside one epoch (e.g. profile_steps=(200, 204) in epochs of more "
+                 "than 204 batches) for the steady state")
     else:
         text += f", the profiler's own cost included, so the shares above apply to the job's {job:.3g} ms"
     fix = first_fix(report) or {}

@@ -220,8 +220,8 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
     n = system.get("usable_cores") or system.get("cpu_count") or 1
     cores = cpu_share.Cores(n=int(n), tree=own, others=0.0, waiting=0.0)
     busy = cores.input_while_waiting(model if model_cores is not None else None, wait_share)
-    split = (f" ({model:.2f} of them the model's math; the rest over the {100 * wait_share:.0f}% of the step spent "
-             f"waiting for input: {busy:.2f} cores of input work while it waited)" if model >= 0.05 else "")
+    split = (f" ({model:.2f} of them the model's math and {own - model:.2f} the rest: as input work, {busy:.2f} "
+             f"cores' worth of the {100 * wait_share:.0f}% of the step spent waiting for it)" if model >= 0.05 else "")
     if busy >= sysmetrics.BUSY_PROCESS_CORES:
         return ("cpu", "input_preprocessing", 0.0, Sampled(
             f"The {who} kept {own:.2f} cores busy{split or ' while the step waited'}: the input pipeline is "

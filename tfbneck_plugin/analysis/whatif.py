@@ -369,8 +369,9 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
     # deliver) times the workers that were at work at once.
     one = pipe.stage * at_once(workers)
     after = one / at_once(k)
+    how = "wanting cores: computing, or runnable and waiting for one" if computing else "waiting"
     return _overlap(f, pipe, after, (
-        f"{k} workers run the Python input ({'computing' if computing else 'waiting'}, from the sampled CPU "
+        f"{k} workers run the Python input ({how}, from the sampled CPU "
         f"use: {cores.tree:.2f} cores, {cores.waiting:.2f} more runnable), {at_once(k)} at a time instead of "
         f"{at_once(workers)}, ahead of the step"))
 
