@@ -317,7 +317,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
 
         body: Dict[str, Any] = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
-        before, after = (dict(r) for r in reports)
+        shown = [r.copy() for r in reports]
+        annotate(shown, sessions)  # the jobs' own clocks around the windows, as `tfbneck compare` reads them
+        before, after = (dict(r) for r in shown)
         try:
             timings = None
             if before.get("status") == "ok" and after.get("status") == "ok":
