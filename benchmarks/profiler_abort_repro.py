@@ -4,6 +4,7 @@
 is sequential and heavy, so worker 0 waits for it in every all-reduce.
 
     python benchmarks/profiler_abort_repro.py [--windows 30] [--steps 5] [--passes 300] [--jobs 1]
+                                              [--host-tracer-level 2]
 
 Each worker prints ``W <n>`` after each window it closed. A worker that dies inside
 ``tf.profiler.experimental.stop()`` (SIGSEGV, or glibc's ``free(): invalid pointer`` /
@@ -11,7 +12,8 @@ Each worker prints ``W <n>`` after each window it closed. A worker that dies ins
 The script prints one JSON line per job: windows closed per worker, exit codes, and the
 first fatal message. Run a worker under ``gdb -batch -ex run -ex bt --args python
 benchmarks/profiler_abort_repro.py --worker ...`` for the native backtrace (docs/profiler_abort.md).
-Needs only TensorFlow (tested with 2.21, CPU).
+Needs only TensorFlow (tested with 2.21, CPU); ``--driver tfbneck`` opens the same windows
+through ``BottleneckProfiler`` instead (this project installed).
 """
 import argparse
 import json
@@ -70,13 +72,36 @@ def worker(args):
 
     for _ in range(3):
         train_step(it)
+    if args.driver == "tfbneck":
+        return through_callback(args, train_step, it)
     for n in range(args.windows):
-        tf.profiler.experimental.start(args.log_dir)
+        tf.profiler.experimental.start(args.log_dir, options=tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=args.host_tracer_level))
         for s in range(args.steps):
             with tf.profiler.experimental.Trace("train", step_num=s, _r=1):
                 train_step(it)
         tf.profiler.experimental.stop()
         print("W", n, flush=True)
+    print("DONE", args.index, flush=True)
+
+
+def through_callback(args, train_step, it):
+    """The same windows opened and closed by tfbneck's ``BottleneckProfiler`` (a custom loop,
+    one window of ``--steps`` steps every ``--steps`` + 3 steps) instead of TensorFlow's own
+    start/stop: what a user of the callback meets."""
+    from tfbneck_plugin import BottleneckProfiler, profile_steps
+
+    schedule = profile_steps(every=args.steps + 3, length=args.steps, start=4, count=args.windows)
+    profiler = BottleneckProfiler(args.log_dir, profile_steps=schedule, analyze=False, system_metrics=False,
+                                  system_interval_s=None, verbose=0)
+    closed = 0
+    with profiler:
+        while closed < args.windows:  # both workers stop after the same step: the schedule is the same
+            with profiler.step():
+                train_step(it)
+            while closed < sum(1 for r in profiler.windows if r.status != "open"):
+                print("W", closed, profiler.windows[closed].status, flush=True)
+                closed += 1
     print("DONE", args.index, flush=True)
 
 
@@ -99,6 +124,7 @@ def job(args):
         log = os.path.join(root, f"worker{i}.log")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(i), "--ports", *ports,
                "--windows", str(args.windows), "--steps", str(args.steps), "--passes", str(args.passes),
+               "--host-tracer-level", str(args.host_tracer_level), "--driver", args.driver,
                "--log-dir", os.path.join(root, f"logs{i}")]
         with open(log, "w") as out:
             procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
@@ -107,8 +133,13 @@ def job(args):
     texts = [open(f, errors="replace").read() for f in logs]
     windows = [sum(1 for line in t.splitlines() if line.startswith("W ")) for t in texts]
     fatal = [FATAL.search(t).group(0) if FATAL.search(t) else None for t in texts]
+    statuses = sorted({line.split()[2] for t in texts for line in t.splitlines()
+                       if line.startswith("W ") and len(line.split()) > 2})
     subprocess.run(["rm", "-rf", root])
-    return {"codes": codes, "windows": windows, "fatal": fatal}
+    out = {"codes": codes, "windows": windows, "fatal": fatal}
+    if statuses:
+        out["statuses"] = statuses  # --driver tfbneck: the callback's window statuses seen
+    return out
 
 
 def main():
@@ -117,6 +148,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="steps per session")
     ap.add_argument("--passes", type=int, default=300, help="sin/cos passes per element on worker 1")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--host-tracer-level", type=int, default=2,
+                    help="ProfilerOptions.host_tracer_level of every session (TensorFlow's default: 2)")
+    ap.add_argument("--driver", choices=["tf", "tfbneck"], default="tf",
+                    help="who starts and stops the profiler: TensorFlow's API (default) or BottleneckProfiler")
     ap.add_argument("--worker", type=int, dest="index", default=None)
     ap.add_argument("--ports", nargs=2)
     ap.add_argument("--log-dir")
