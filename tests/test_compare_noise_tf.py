@@ -47,9 +47,11 @@ def _cpu_per_step(run):
 def test_identical_code_never_fails_the_gate_and_2x_does(tmp_path):
     runs = {name: tmp_path / name for name in ("base_a", "base_b", "double")}
     clocks = {name: _run(40 if name == "double" else 20, path) for name, path in runs.items()}
-    # The code's own cost: twice the work, about twice the CPU time per step, whatever the load.
+    # The code's own cost: twice the work, more CPU time per step whatever the load, but less than
+    # twice: the step's fixed part (the call, the next batch, the loop) does not double (a CI run
+    # read 1.396). Above the 20 % run-to-run floor of CPU per step (docs/compare_noise.md).
     ratio = np.median(_cpu_per_step(runs["double"])) / np.median(_cpu_per_step(runs["base_a"]))
-    assert 1.4 < ratio < 2.8, ratio
+    assert 1.25 < ratio < 2.8, ratio
     rc, out, err = _compare(runs["base_a"], runs["base_b"])
     (c,) = out["comparisons"]
     assert rc == 0 and c["verdict"] != "slower", (c["verdict"], c["change_pct"], clocks, err)
