@@ -131,10 +131,10 @@ def job(args):
         logs.append(log)
     codes = [p.wait(timeout=3600) for p in procs]
     texts = [open(f, errors="replace").read() for f in logs]
-    windows = [sum(1 for line in t.splitlines() if line.startswith("W ")) for t in texts]
+    closed = [[line.split() for line in t.splitlines() if line.startswith("W ")] for t in texts]
+    windows = [len(lines) for lines in closed]
     fatal = [FATAL.search(t).group(0) if FATAL.search(t) else None for t in texts]
-    statuses = sorted({line.split()[2] for t in texts for line in t.splitlines()
-                       if line.startswith("W ") and len(line.split()) > 2})
+    statuses = sorted({fields[2] for lines in closed for fields in lines if len(fields) > 2})
     subprocess.run(["rm", "-rf", root])
     out = {"codes": codes, "windows": windows, "fatal": fatal}
     if statuses:
