@@ -10,7 +10,9 @@ trigger captured.
 
 ``run`` runs every scenario of :data:`SCENARIOS` in its own interpreter
 (``tests/callback_jobs/slowdown_jobs.py corpus``, one profiler per process), under
-``../shared/tools/under-load -j 2`` for those marked ``load``, and keeps each one's
+``../shared/tools/under-load -j N`` for those marked ``load`` (N = 2, or the number given:
+one spinner on two cores leaves the job switching between a fast and a slow level, the
+noisiest kind of busy machine), and keeps each one's
 ``result.json`` (the windows, their verdicts, the job's own step clock, when its input
 really was slow) under ``--out`` (default ``benchmarks/out/slowdown_corpus``).
 
@@ -106,7 +108,21 @@ SCENARIOS = [
     scenario("steady-k3-250ms-load", model="250ms", steady_s=30, load=True),
     scenario("steady-k3-15ms-nosched-load", model="15ms", steady_s=20, sched=False, load=True),
     scenario("steady-k3-1ms-idle", steady_s=20),
+    # Under ../shared/tools/under-load -j 1: one spinner on two cores. A job of 1-2 ms steps then
+    # switches between levels 1.5-1.7x apart for fractions of a second (tests/test_slowdown.py's
+    # steady run fired a window this way in CI).
+    scenario("steady-k3-1ms-load1", steady_s=30, load=1),
+    scenario("steady-k3-1ms-epochs-load1", steady_s=30, epochs=2, load=1),
+    scenario("steady-loop-1ms-load1", api="loop", steady_s=30, load=1),
+    scenario("steady-tfk-1ms-load1", api="tf_keras", steady_s=30, load=1),
+    scenario("steady-k3-15ms-load1", model="15ms", steady_s=30, load=1),
+    scenario("k3-1ms-x2-middle-load1", onset_s=8, slow_s=10, load=1),
 ]
+
+
+def load_jobs(spec) -> int:
+    """Spinning processes of ``under-load`` for a scenario (``load``: True is 2, or a count)."""
+    return 2 if spec["load"] is True else int(spec["load"])
 
 
 def run_one(spec, out):
@@ -119,7 +135,7 @@ def run_one(spec, out):
         env["TF_USE_LEGACY_KERAS"] = "1"
     cmd = [sys.executable, JOB, "corpus", folder]
     if spec["load"]:
-        cmd = [UNDER_LOAD, "-j", "2"] + cmd
+        cmd = [UNDER_LOAD, "-j", str(load_jobs(spec))] + cmd
     t = time.time()
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[0]

@@ -257,3 +257,41 @@ def test_job_from_a_cluster_resolver():
     assert (info["task"], info["workers"], info["source"]) == ("worker:2", 3, "cluster_resolver")
     same = capture_job.job_info(environ={"TF_CONFIG": tf_config({"worker": ["a:1", "b:1", "c:1"]}, index=2)})
     assert same["id"] == info["id"]
+
+
+def _trend_file(run_dir, session, job_step_ms):
+    """A trend file as BottleneckProfiler writes it (``records.STEP_TIMES_FORMAT``) naming the
+    worker's window, with the job's own step around it (its ``overhead``)."""
+    from tfbneck_plugin.records import STEP_TIMES_DIR, STEP_TIMES_FORMAT
+    folder = os.path.join(str(run_dir), STEP_TIMES_DIR)
+    os.makedirs(folder, exist_ok=True)
+    data = {"format": STEP_TIMES_FORMAT, "version": 1, "source": "callback", "host": "vm", "pid": 1,
+            "start_unix_ns": 0, "updated_unix_ns": 0, "ended": True, "steps_per_execution": 1, "points": [],
+            "windows": [{"index": 0, "kind": "scheduled", "steps": [6, 12], "status": "profiled",
+                         "session": session, "overhead": {"job_step_ms": job_step_ms, "x": None}}]}
+    with open(os.path.join(folder, "steptimes_2026_11_30_11_55_58_vm_1.json"), "w", encoding="utf-8") as f:
+        json.dump(data, f)
+
+
+@pytest.mark.parametrize("slower_by", [3.0, 1.1])
+def test_a_worker_whose_window_was_faster_than_its_own_steps_is_said_in_the_job_report(tmp_path, slower_by):
+    # A one-step window of the straggler job traced a 21 ms step of a 61 ms job, and the job
+    # report said nothing. Each worker's trend file here gives the job's own step as
+    # slower_by x the traced one: 3x is not the job's steady state, 1.1x is (the profiler's cost).
+    _, (alone,) = analyze(os.path.join(DATA, "straggler"))
+    traced = {h["host"]: h["step_time_ms"] for h in alone["per_host"]}
+    for w in (0, 1):
+        dest = copy_session("straggler", w, tmp_path / "logs")
+        _trend_file(os.path.dirname(os.path.dirname(os.path.dirname(dest))), os.path.basename(dest),
+                    slower_by * traced[f"worker:{w}"])
+    code, (job,) = analyze(tmp_path / "logs")
+    assert code == 0 and job["kind"] == "job"
+    said = [e for e in job["evidence"] if "did not see the job's steady state" in e]
+    if slower_by < 1 / 0.8:
+        assert said == []
+    else:
+        assert [s.split(" (")[0] for s in said] == ["The traced step of worker:0", "The traced step of worker:1"]
+        t1 = traced["worker:1"]
+        assert f"({t1:.3g} ms) is 0.33x its own steps around the window ({3 * t1:.3g} ms" in said[1]
+        details = [d for d in job["evidence_detail"] if d["text"] in said]
+        assert [d["basis"] for d in details] == ["system_metrics", "system_metrics"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ..logdir import session_folder_time
+from ..runs import FASTER_THAN_JOB_X
 from ..schema import SessionDict, step_time_ms
 from ..version import __version__
 from . import job as jobmod
@@ -248,8 +249,28 @@ def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_b
     out["per_host"] = [_worker_row(n, r) for n, r in zip(names, reports)]
     if d is not None:
         jobmod.merge_diagnosis(out, d, out["per_host"], lead=why)
+    for said in _unrepresentative_windows(names, reports):
+        out["evidence"] = list(out.get("evidence") or []) + [said]
+        out["evidence_detail"] = list(out.get("evidence_detail") or []) + [{"text": said, "basis": "system_metrics"}]
     out["trace_viewer"] = base.get("trace_viewer")
     return cast(SessionDict, out)
+
+
+def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> List[str]:
+    """One sentence per worker whose traced step is under
+    :data:`~tfbneck_plugin.runs.FASTER_THAN_JOB_X` of its own job clock around the window
+    (``window.job_step_ms``, from its trend file): the job's verdict then rests on steps
+    that were not the job's steady state (a one-step window of a straggler job traced a
+    21 ms step of a 61 ms job, and its verdict named the wrong cause)."""
+    out = []
+    for name, r in zip(names, reports):
+        job = (r.get("window") or {}).get("job_step_ms")
+        traced = step_time_ms(r)
+        if isinstance(job, (int, float)) and job > 0 and traced and traced / job < FASTER_THAN_JOB_X:
+            out.append(f"The traced step of {name} ({traced:.3g} ms) is {traced / job:.2f}x its own steps around "
+                       f"the window ({job:.3g} ms by its trend file, unprofiled): the window did not see the job's "
+                       f"steady state, so this verdict may not hold; profile more steps, later in an epoch.")
+    return out
 
 
 def _worker_row(name: str, r: SessionDict) -> Dict[str, Any]:

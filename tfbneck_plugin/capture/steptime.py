@@ -59,12 +59,14 @@ class SlowdownTrigger:
     Args:
       factor: how much slower than the baseline's median a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
-      min_seconds: ... and how long it must last (default 1.5 s). quick_steps, quick_seconds:
-        or this many steps lasting this long (defaults 300 steps, 1.0 s: a job of 1 ms steps
-        slowed 2x is confirmed after 1 s). The three are chosen together by replaying the
+      min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
+        or this many steps lasting this long (defaults 1000 steps, 1.0 s: a job of 1 ms steps
+        slowed 2x is confirmed after 2 s). The three are chosen together by replaying the
         recorded step times of the fit half of the slowdown corpus (docs/slowdown_capture.md):
         the shortest with no capture in its steady runs even at half these seconds; on the
-        judge half they captured every required phase with no capture in a steady run.
+        judge half they captured every required phase with no capture in a steady run. (On a
+        machine kept busy by other processes a job of 1-2 ms steps runs 1.5-2x slower for
+        1-1.5 s at a time; the earlier 1.5 s and 300 steps fired on that in steady runs.)
       window_steps: steps profiled by a window it opens (default 5) ...
       window_seconds: ... and at least this long at the slow stretch's median step time
         (default 0.1 s; capped by the profiler's ``max_window_steps``). A window of 5 steps
@@ -86,14 +88,14 @@ class SlowdownTrigger:
     """
     factor: float = 1.5
     consecutive: int = 5
-    min_seconds: float = 1.5
+    min_seconds: float = 3.0
     window_steps: int = 5
     window_seconds: float = 0.1
     cooldown_steps: int = 100
     max_captures: int = 3
     horizon_steps: int = 2048
     warmup_steps: int = 20
-    quick_steps: int = 300
+    quick_steps: int = 1000
     quick_seconds: float = 1.0
 
     def __post_init__(self):
