@@ -358,6 +358,10 @@ def test_max_captures_and_too_short_runs_are_recorded():
                                             "not captured: max_captures reached"]
     # 20 slow steps of 40 ms (0.8 s counted) and the few fast ones until the level fell back.
     assert runs[0]["first_step"] == 106 and runs[0]["steps"] >= 20 and runs[0]["seconds"] < 1.5
+    # Its level reached 40 ms against a threshold of 15 ms (1.5 x 10 ms), though the whole
+    # stretch's mean, with the fast steps at its end, is lower.
+    assert runs[0]["peak_level_ms"] == pytest.approx(40.0) and runs[0]["threshold_ms"] == pytest.approx(15.0)
+    assert runs[0]["observed_mean_ms"] < runs[0]["peak_level_ms"]
 
 
 def test_one_stall_is_not_a_slowdown_of_seconds():

@@ -121,6 +121,9 @@ read by the TensorBoard tab's ``/trend`` route::
                | {"event": "run", "direction": "slower" | "faster", "first_step", "last_step",
                   "steps", "seconds", "observed_p50_ms", "observed_mean_ms", "baseline_p50_ms",
                   "baseline_mean_ms",
+                  "peak_level_ms", "threshold_ms",      # its level furthest beyond the threshold
+                                                        # (the mean of ~0.5 s of steps, less the top
+                                                        # tenth; absent in older files), and the threshold
                   "confirmed_at_step": int | null,      # step its thresholds were all met
                   "held_by": null | "analysis" | "cooldown",
                   "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"

@@ -57,7 +57,8 @@ class SlowdownTrigger:
     ``quick_seconds`` (jobs of short steps are confirmed sooner).
 
     Args:
-      factor: how much slower than the baseline's median a stretch must be (default 1.5).
+      factor: how much slower than the baseline's level (its trimmed mean,
+        :func:`~tfbneck_plugin.capture.slowwatch.trimmed_mean`) a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
       min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
         or this many steps lasting this long (defaults 1000 steps, 1.0 s: a job of 1 ms steps
