@@ -252,8 +252,8 @@ LIMITS = """## What the trigger cannot catch, and why
 - **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
   producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
   wait for input; the window then reads `model_compute` or `python_overhead` (1 of the 14 captured phases
-  under 2x or shorter than 8 s in the last pass, 3 of 14 in the one before). Its "what changed" line names the tf.data stage and the input
-  pipeline's op whose time grew.
+  under 2x or shorter than 8 s in the last pass, 3 of 14 in the one before). Its "what changed" line
+  names the tf.data stage and the input pipeline's op whose time grew.
 """
 
 

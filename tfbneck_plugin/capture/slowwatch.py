@@ -14,8 +14,9 @@ How it decides (each part fixes a way issue 24's fit was missed):
   switches between levels 1.5-1.7x apart for fractions of a second; keeping those steps out
   taught the baseline only the fast level, and a one-second switch then fired a window in
   a steady run (``tests/test_slowdown.py``'s steady run under ``under-load -j 1``: in CI,
-  and in 2 of 3 runs here; replayed with this rule, in none). A single fast step does not end a stretch (the level below), so a slowdown
-  with a fast step inside it does not teach the baseline its slow level (issue 24's fit).
+  and in 2 of 3 runs here; replayed with this rule, in none). A single fast step does not
+  end a stretch (the level below), so a slowdown with a fast step inside it does not teach
+  the baseline its slow level (issue 24's fit).
   A confirmed stretch (captured or held) never joins it. After
   a capture, or when a slow stretch was confirmed but could not be captured
   (``max_captures``), or when the steps got lastingly *faster* (a slowdown that recovered),
