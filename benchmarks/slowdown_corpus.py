@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+from slowdown_table import load_jobs  # beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOB = os.path.join(ROOT, "tests", "callback_jobs", "slowdown_jobs.py")
@@ -118,11 +120,6 @@ SCENARIOS = [
     scenario("steady-k3-15ms-load1", model="15ms", steady_s=30, load=1),
     scenario("k3-1ms-x2-middle-load1", onset_s=8, slow_s=10, load=1),
 ]
-
-
-def load_jobs(spec) -> int:
-    """Spinning processes of ``under-load`` for a scenario (``load``: True is 2, or a count)."""
-    return 2 if spec["load"] is True else int(spec["load"])
 
 
 def run_one(spec, out):

@@ -25,6 +25,11 @@ INPUT_CAUSES = ("input_preprocessing",)
 REQUIRED_FACTOR, REQUIRED_SECONDS = 2.0, 8.0
 
 
+def load_jobs(spec: Dict) -> int:
+    """Spinning processes of ``under-load`` for a scenario (``load``: True is 2, or a count)."""
+    return 2 if spec["load"] is True else int(spec["load"])
+
+
 def load(out: str) -> List[Dict]:
     """The runs' results (sorted by scenario name), each with ``_load``: the machine's load
     average before and after the run (``job.log``'s first line)."""
@@ -95,8 +100,7 @@ def table_report(out: str) -> str:
     delays = []
     for r in rows:
         spec = r["spec"]
-        load_word = (f"-j {2 if spec['load'] is True else spec['load']}" if spec["load"] else "no") + \
-            f" | {r.get('_load', '?')}"
+        load_word = (f"-j {load_jobs(spec)}" if spec["load"] else "no") + f" | {r.get('_load', '?')}"
         trig = [w for w in r["windows"] if w["kind"] == "triggered"]
         if not spec["phases"]:
             tot["steady"] += 1

@@ -172,16 +172,25 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
 FASTER_THAN_JOB_X = 0.8
 
 
+def traced_and_job_step_ms(report: SessionDict) -> Optional[Tuple[float, float]]:
+    """``(traced step, the job's own step around the window)`` in ms, from a report that
+    :func:`annotate` gave its ``window``; None without either."""
+    job = (report.get("window") or {}).get("job_step_ms")
+    traced = step_time_ms(report)
+    if not isinstance(job, (int, float)) or job <= 0 or not traced:
+        return None
+    return traced, float(job)
+
+
 def job_scale_evidence(report: SessionDict) -> Optional[str]:
     """One sentence stating the window's numbers for the unprofiled job (issue 25 point 5):
     the job's own step time around the window (the trend's periods), the traced step's ratio
     to it (the profiler's cost), and the first fix's predicted speedup applied to the job's
     step; None without the job's clock or a traced step time."""
-    w = report.get("window") or {}
-    job = w.get("job_step_ms")
-    traced = step_time_ms(report)
-    if not isinstance(job, (int, float)) or not traced:
+    steps = traced_and_job_step_ms(report)
+    if steps is None:
         return None
+    traced, job = steps
     x = traced / job
     text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
             f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")

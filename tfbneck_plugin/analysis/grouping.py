@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ..logdir import session_folder_time
-from ..runs import FASTER_THAN_JOB_X
+from ..runs import FASTER_THAN_JOB_X, traced_and_job_step_ms
 from ..schema import SessionDict, step_time_ms
 from ..version import __version__
 from . import job as jobmod
@@ -249,9 +249,11 @@ def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_b
     out["per_host"] = [_worker_row(n, r) for n, r in zip(names, reports)]
     if d is not None:
         jobmod.merge_diagnosis(out, d, out["per_host"], lead=why)
-    for said in _unrepresentative_windows(names, reports):
-        out["evidence"] = list(out.get("evidence") or []) + [said]
-        out["evidence_detail"] = list(out.get("evidence_detail") or []) + [{"text": said, "basis": "system_metrics"}]
+    said = _unrepresentative_windows(names, reports)
+    if said:  # measured by the workers' step clocks, not the traces
+        out["evidence"] = list(out.get("evidence") or []) + said
+        out["evidence_detail"] = list(out.get("evidence_detail") or []) + [
+            {"text": text, "basis": "system_metrics"} for text in said]
     out["trace_viewer"] = base.get("trace_viewer")
     return cast(SessionDict, out)
 
@@ -264,9 +266,11 @@ def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> L
     21 ms step of a 61 ms job, and its verdict named the wrong cause)."""
     out = []
     for name, r in zip(names, reports):
-        job = (r.get("window") or {}).get("job_step_ms")
-        traced = step_time_ms(r)
-        if isinstance(job, (int, float)) and job > 0 and traced and traced / job < FASTER_THAN_JOB_X:
+        steps = traced_and_job_step_ms(r)
+        if steps is None:
+            continue
+        traced, job = steps
+        if traced / job < FASTER_THAN_JOB_X:
             out.append(f"The traced step of {name} ({traced:.3g} ms) is {traced / job:.2f}x its own steps around "
                        f"the window ({job:.3g} ms by its trend file, unprofiled): the window did not see the job's "
                        f"steady state, so this verdict may not hold; profile more steps, later in an epoch.")

@@ -222,7 +222,7 @@ class SlowdownWatch:
             if self.armed and level is not None and (level > self._slow_at or level < self._fast_at):
                 run = self._run = self._open_run(level > self._slow_at, first, last, dt, start, level)
             else:
-                if not taken:  # a stretch that ended with this step gave it to the baseline
+                if not taken:  # else a stretch that ended with this step gave it to the baseline
                     self._push(dt, first)
                 return False
         return self._confirm(run, at, now, held)
@@ -231,11 +231,12 @@ class SlowdownWatch:
         """One more step in the stretch; it ends when the level has been back for the span
         of a level (``k`` steps or :data:`LEVEL_SECONDS`, at least :data:`LEVEL_MIN_STEPS`),
         or at once when the level crossed to the other side (a slowdown during a faster
-        stretch is a slow stretch of its own). Returns whether the step joined the stretch."""
+        stretch is a slow stretch of its own). Returns whether the step is in the baseline
+        already: it ended a stretch whose steps joined it (:meth:`_end_run`)."""
         slow, up, down = run["slow"], self._slow_at, self._fast_at
         if (level < down) if slow else (level > up):
             self._end_run(at, "fast_steps" if slow else "slow_steps")
-            return False
+            return False  # not the stretch's step: it begins what comes next
         run["times"].append(dt)
         bisect.insort(run["sorted"], dt)
         run["last"] = last
@@ -248,8 +249,8 @@ class SlowdownWatch:
         else:
             run["back"], run["back_s"] = 0, 0.0
         if run["back"] >= LEVEL_MIN_STEPS and (run["back"] >= self._k or run["back_s"] >= LEVEL_SECONDS):
-            self._end_run(at, "fast_steps" if slow else "slow_steps")
-        return True
+            return self._end_run(at, "fast_steps" if slow else "slow_steps")
+        return False
 
     def _open_run(self, slow: bool, first: int, last: int, dt: float, start: float, level: float) -> Dict:
         """The level crossed: the stretch began at the oldest of the recent steps that are
@@ -317,14 +318,16 @@ class SlowdownWatch:
         n, level_s = len(run["sorted"]), capped_sum(run["sorted"])
         return level_s >= share * trig.min_seconds or (n >= trig.quick_steps and level_s >= share * trig.quick_seconds)
 
-    def _end_run(self, first: int, why: str) -> None:
+    def _end_run(self, first: int, why: str) -> bool:
         """The level came back before the stretch fired. When it was never confirmed, its
         steps join the baseline as the job's normal variation (module docstring); a
-        confirmed one (held by an analysis or the cooldown) stays out."""
+        confirmed one (held by an analysis or the cooldown) stays out. Returns whether its
+        steps joined."""
         run, self._run = self._run, None
         if run is None:
-            return
-        if run["confirmed_at"] is None:
+            return False
+        joined = run["confirmed_at"] is None
+        if joined:
             for dt in run["times"][run["pushed"]:]:  # its first steps joined before it opened
                 self._push(dt, first)
         spent = sum(run["times"])
@@ -334,6 +337,7 @@ class SlowdownWatch:
                 self._log_run(run, first, spent, reason + ("" if run["held_by"] else ": too short"))
             else:
                 self.short_runs += 1
+        return joined
 
     def unfinished(self, at_step: int, now: Optional[float]) -> Optional[Dict]:
         """Training ends: the slow stretch in progress when it has ``consecutive`` steps and
