@@ -125,10 +125,13 @@ read by the TensorBoard tab's ``/trend`` route::
                                                         # (the mean of ~0.5 s of steps, less the top
                                                         # tenth; absent in older files), and the threshold
                   "confirmed_at_step": int | null,      # step its thresholds were all met
+                  "usual_level_ms": float | null,       # the level the baseline held lately, when
+                                                        # the stretch was back to it (else null;
+                                                        # absent in older files)
                   "held_by": null | "analysis" | "cooldown",
                   "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"
-                           | "not captured: max_captures reached" | "training ended: too late"
-                           | "faster: new baseline",
+                           | "not captured: max_captures reached" | "not captured: back to the usual level"
+                           | "training ended: too late" | "faster: new baseline",
                   "at_step", "t_unix_ns"}
                | {"event": "rebaselined", "step", "why", "t_unix_ns"}]},
      "points": [{"step": int,           # last batch of the period (x of the scalars)

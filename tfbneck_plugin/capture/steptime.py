@@ -61,11 +61,12 @@ class SlowdownTrigger:
         :func:`~tfbneck_plugin.capture.slowwatch.trimmed_mean`) a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
       min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
-        or this many steps lasting this long (defaults 1000 steps, 1.0 s: a job of 1 ms steps
-        slowed 2x is confirmed after 2 s). The three are chosen together by replaying the
+        or this many steps lasting this long (defaults 300 steps, 2.0 s: a job of steps under
+        10 ms is confirmed after 2 s). The three are chosen together by replaying the
         recorded step times of the fit half of the slowdown corpus (docs/slowdown_capture.md):
-        the shortest with no capture in its steady runs even at half these seconds; on the
-        judge half they captured every required phase with no capture in a steady run. (On a
+        the best recall, then the shortest delay, with no capture in its steady runs even at
+        half these seconds; on the next pass's judge half they captured every required phase
+        with no capture in a steady run. (On a
         machine kept busy by other processes a job of 1-2 ms steps runs 1.5-2x slower for
         1-1.5 s at a time; the earlier 1.5 s and 300 steps fired on that in steady runs.)
       window_steps: steps profiled by a window it opens (default 5) ...
@@ -96,8 +97,8 @@ class SlowdownTrigger:
     max_captures: int = 3
     horizon_steps: int = 2048
     warmup_steps: int = 20
-    quick_steps: int = 1000
-    quick_seconds: float = 1.0
+    quick_steps: int = 300
+    quick_seconds: float = 2.0
 
     def __post_init__(self):
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor > 1:
