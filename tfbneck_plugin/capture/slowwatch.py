@@ -47,7 +47,7 @@ How it decides (each part fixes a way issue 24's fit was missed):
 * **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
   ``min_seconds`` (its steps' time, each counted at most :data:`STALL_CAP` x their median,
   so that one stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
-  lasting ``quick_seconds`` (a job of steps under 10 ms is confirmed after 2 s instead
+  lasting ``quick_seconds`` (slow steps under 6.7 ms are confirmed after 2 s instead
   of ``min_seconds``). While an analysis runs (``holds``) or
   during the cooldown, a confirmed stretch waits and fires at its first slow step after,
   if it still lasts (a window opens after a slow step, never after a fast one).

@@ -61,8 +61,8 @@ class SlowdownTrigger:
         :func:`~tfbneck_plugin.capture.slowwatch.trimmed_mean`) a stretch must be (default 1.5).
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
       min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
-        or this many steps lasting this long (defaults 300 steps, 2.0 s: a job of steps under
-        10 ms is confirmed after 2 s). The three are chosen together by replaying the
+        or this many steps lasting this long (defaults 300 steps, 2.0 s: a stretch of slow steps
+        under 6.7 ms is confirmed after 2 s; 300 steps of 10 ms take min_seconds). The three are chosen together by replaying the
         recorded step times of the fit half of the slowdown corpus (docs/slowdown_capture.md):
         the best recall, then the shortest delay, with no capture in its steady runs even at
         half these seconds; on the next pass's judge half they captured every required phase
