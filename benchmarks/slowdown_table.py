@@ -238,12 +238,8 @@ def replay_report(out: str) -> str:
         lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady): no "
                       "setting of the grid has no capture in the steady runs with a 2x margin, so none is chosen "
                       "from this corpus: its steady runs hold real slowdowns of their own (CPU taken by other "
-                      f"processes, 2-8x for 3 s and more at these load averages). The defaults were not changed "
-                      f"by it ({_defaults()})."]
-        for kw in (_defaults(),):
-            j = _score(judge, kw)
-            lines.append(f"Judge half ({len(judge)} runs) with the defaults: recall {j['recall']} of {j['required']} "
-                         f"required phases, false captures {j['false']}, mean delay {j['mean_delay_s']} s.")
+                      "processes, 2-8x for 3 s and more at these load averages). The defaults were not changed "
+                      "by it."]
     if best:
         j = _score(judge, best[0])
         lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady) "
@@ -251,9 +247,10 @@ def replay_report(out: str) -> str:
                       f"recall {best[1]['recall']}, false {best[1]['false']}.",
                   f"Judge half ({len(judge)} runs): recall {j['recall']} of {j['required']} required phases, "
                   f"false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
-    if best is None or best[0] != _defaults():
-        j = _score(judge, _defaults())
-        lines += ["", f"The defaults these runs used ({_defaults()}), on the judge half: recall {j['recall']} of "
+    defaults = _defaults()
+    if best is None or best[0] != defaults:  # the defaults in use, judged as the choice is
+        j = _score(judge, defaults)
+        lines += ["", f"The defaults these runs used ({defaults}), on the judge half: recall {j['recall']} of "
                       f"{j['required']} required phases, false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
     lines += ["", "With the defaults, every run replayed with and without the rule that a stretch back to a "
                   "level the baseline held lately is not a slowdown:", usual_level_report(rows)]
