@@ -13,8 +13,9 @@ trigger captured.
 ``../shared/tools/under-load -j N`` for those marked ``load`` (N = 2, or the number given:
 one spinner on two cores leaves the job switching between a fast and a slow level, the
 noisiest kind of busy machine), and keeps each one's
-``result.json`` (the windows, their verdicts, the job's own step clock, when its input
-really was slow) under ``--out`` (default ``benchmarks/out/slowdown_corpus``).
+``result.json`` (the windows, their verdicts, the job's own step clock, its CPU seconds
+at every step and the machine's busy jiffies every 16, when its input really was slow)
+under ``--out`` (default ``benchmarks/out/slowdown_corpus``).
 
 ``table`` reads them back: per scenario, the slow phase by the job's own clock (its steps,
 seconds and the measured slowdown against the steps before it), whether a triggered window
@@ -26,7 +27,9 @@ Markdown (``docs/slowdown_capture.md`` is this output).
 ``replay`` feeds the recorded step times through :class:`~tfbneck_plugin.capture.steptime.StepTimer`
 offline (pure Python, no TensorFlow) for a grid of confirmation times, with the scenarios
 split in two halves by name: the fit half picks the shortest confirmation with no capture
-in any steady run, the judge half reports its recall and false captures.
+in any steady run, the judge half reports its recall and false captures; then the factor
+(how far apart steady runs and required phases are), and the trigger's check that other
+processes took the job's CPU, on and off.
 """
 from __future__ import annotations
 
@@ -53,20 +56,23 @@ NOMINAL_MS = {"1ms": 1.0, "15ms": 15.0, "100ms": 100.0, "250ms": 250.0}
 
 
 def scenario(name, api="keras3", model="1ms", factor=2.0, onset_s=5.0, slow_s=10.0, tail_s=3.0,
-             sched=True, spe=1, epochs=1, load=False, phases=None, steady_s=None):
+             sched=True, spe=1, epochs=1, load=False, phases=None, steady_s=None, spinners=None):
     """One scenario: the input turns ``factor`` times slower than the steps before it
     ``onset_s`` seconds into training (the job's clock, from its third step), for ``slow_s``
     seconds, then ``tail_s`` seconds more of training (0: training ends while slow).
     ``phases``: several ``(onset_s, slow_s)``; ``steady_s``: no slowdown, that long.
     ``epochs`` > 1: epochs of about 5 s each at the model's nominal step time (the fit
-    stops when the scenario is over), so the slow phase spans epochs."""
+    stops when the scenario is over), so the slow phase spans epochs. ``spinners``: ``(at_s,
+    for_s)``, two other processes spin from ``at_s`` seconds for ``for_s`` (the job's own
+    work does not change: a steady run whose CPU others take)."""
     b, f, w, d = MODELS[model]
     ph = [] if steady_s is not None else [[on, s] for on, s in (phases or [(onset_s, slow_s)])]
     per_epoch = max(int(5e3 / NOMINAL_MS[model]) // spe * spe, 8 * spe) if epochs > 1 else 10 ** 7 // spe * spe
     return {"name": name, "api": api, "model": model, "batch": b, "features": f, "width": w, "depth": d,
             "factor": factor, "phases": ph, "tail_s": tail_s, "steady_s": steady_s, "spe": spe,
             "epochs": 50 if epochs > 1 else 1, "steps_per_epoch": per_epoch,
-            "profile_steps": [40, 44] if sched else [10 ** 8, 10 ** 8 + 4], "load": load, "trigger": None}
+            "profile_steps": [40, 44] if sched else [10 ** 8, 10 ** 8 + 4], "load": load, "trigger": None,
+            "spinners": spinners}
 
 
 #: The corpus. Onsets: "early" is soon after the trigger can arm (20 warm-up steps, then a
@@ -121,7 +127,12 @@ SCENARIOS = [
     scenario("k3-1ms-x2-middle-load1", onset_s=8, slow_s=10, load=1),
     # The same steady run again: how often a busy machine alone makes a window (CI's steady run
     # under load fired once more after the fix above: a faster interlude, then the usual level).
-] + [scenario(f"steady-k3-1ms-load1-r{i}", steady_s=30, load=1) for i in range(2, 10)]
+] + [scenario(f"steady-k3-1ms-load1-r{i}", steady_s=30, load=1) for i in range(2, 10)] + [
+    # Other processes take the CPU of a steady job from 8 s on, for 12 s (not its children; no
+    # scheduled window, whose analysis child would turn the trigger's CPU check off).
+    scenario("steady-k3-1ms-spinners", steady_s=24, sched=False, spinners=(8.0, 12)),
+    scenario("steady-k3-15ms-spinners", model="15ms", steady_s=24, sched=False, spinners=(8.0, 12)),
+]
 
 
 def run_one(spec, out):

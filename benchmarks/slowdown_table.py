@@ -16,6 +16,7 @@ the first and last batch it made slow):
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import statistics
@@ -147,40 +148,126 @@ def table_report(out: str) -> str:
 # Offline replay: the recorded step times through the trigger
 # ----------------------------------------------------------------------------------------
 
-def replay_one(r: Dict, **trigger_kw) -> Dict:
+def recorded_cpu(r: Dict, at: List[int]):
+    """A :class:`~tfbneck_plugin.capture.cpu_taken.CpuTaken` fed from the run's recording
+    (the job's CPU seconds at every step, the machine's busy jiffies every 16, interpolated)
+    at the step index ``at[0]``; None for runs recorded without them."""
+    from tfbneck_plugin.capture.cpu_taken import CpuTaken
+    cpu, machine = r.get("cpu_s"), r.get("machine_jiffies")
+    if not cpu or not machine or len(machine) < 2:
+        return None
+    tck = float(r.get("clk_tck") or 100)
+    idx = [m[0] for m in machine]
+    busy = [m[1] / tck for m in machine]
+
+    def read():
+        i = min(at[0], len(cpu) - 1)
+        k = min(max(bisect.bisect_right(idx, i) - 1, 0), len(idx) - 2)
+        share = min(1.0, max(0.0, (i - idx[k]) / (idx[k + 1] - idx[k])))
+        return cpu[i], busy[k] + share * (busy[k + 1] - busy[k])
+    return CpuTaken(read, children=lambda: False)
+
+
+def replay_one(r: Dict, cpu_rule: bool = True, **trigger_kw) -> Dict:
     """Feed the run's own step times to a StepTimer with these thresholds (the scheduled
-    window's steps are left out as the callback leaves them out). Returns the steps at
-    which it fired and the run's phases."""
+    window's steps are left out as the callback leaves them out), and with ``cpu_rule`` its
+    recorded CPU (:func:`recorded_cpu`). Returns the steps at which it fired, the stretches
+    that fired (first and last step index) and the run's phases."""
     from tfbneck_plugin.capture.steptime import FIRED, SlowdownTrigger, StepTimer
     t, spe = r["step_begin_s"], r["spec"].get("spe", 1)
-    now = [t[0]]
-    timer = StepTimer(SlowdownTrigger(**trigger_kw), clock=lambda: now[0])
+    now, at = [t[0]], [0]
+    timer = StepTimer(SlowdownTrigger(**trigger_kw), clock=lambda: now[0],
+                      cpu=recorded_cpu(r, at) if cpu_rule else None)
     sched = r["spec"]["profile_steps"]
-    fired = []
+    fired, stretches = [], []
     skip_until = -1
     for i, ti in enumerate(t):
-        now[0] = ti
+        now[0], at[0] = ti, i
         first = i * spe + 1
         if timer.tick(first, first + spe - 1) == FIRED:
             fired.append(i)
+            stretches.append((_exec_of(timer.fired["slow_steps"][0], spe), i))
             skip_until = i + max(1, 5 // spe) + 1
         if sched[0] <= first <= sched[1] + 1 or i <= skip_until:
             timer.not_timed()
-    return {"fired": fired, "phases": phases_of(r)}
+    return {"fired": fired, "stretches": stretches, "phases": phases_of(r)}
+
+
+def _cpu_of(r: Dict, a: int, b: int) -> Optional[Dict]:
+    """The job's own CPU between its steps ``a`` and ``b`` (indices of the job's clock):
+    process cores (CPU seconds of all its threads per wall second), CPU seconds per step,
+    and the cores other processes kept busy (the machine's busy jiffies less the job's)."""
+    t, cpu = r["step_begin_s"], r.get("cpu_s") or []
+    if b >= len(cpu) or a < 0 or b - a < 2:
+        return None
+    wall = t[b] - t[a]
+    own = (cpu[b] - cpu[a]) / wall
+    jiffies = [m for m in r.get("machine_jiffies") or [] if a <= m[0] <= b]
+    others = None
+    if len(jiffies) >= 2 and jiffies[-1][2] > jiffies[0][2]:
+        (i0, busy0, total0), (i1, busy1, total1) = jiffies[0], jiffies[-1]
+        ncores = os.cpu_count() or 1
+        machine = ncores * (busy1 - busy0) / (total1 - total0)
+        others = machine - (cpu[i1] - cpu[i0]) / (t[i1] - t[i0])
+    return {"cores": own, "cpu_per_step": (cpu[b] - cpu[a]) / (b - a), "step": wall / (b - a), "others": others}
+
+
+def _before(r: Dict, a: int, seconds: float = 3.0) -> int:
+    """The first step index of the ``seconds`` before step ``a``."""
+    t = r["step_begin_s"]
+    i = a
+    while i > 0 and t[a] - t[i - 1] <= seconds:
+        i -= 1
+    return i
+
+
+def cpu_report(rows: List[Dict]) -> str:
+    """For each required phase and for the longest hold of each steady run (the stretch the
+    replay confirms at the run's highest firing factor): the job's step time, its own CPU
+    and other processes' CPU, during the stretch against the 3 s before it. Whether the
+    job's own CPU accounting could tell a slowdown of its own from a busy machine's hold."""
+    kw = _defaults(with_factor=True)
+    lines = ["| run | stretch | step time x | job's cores before -> during | CPU per step x | "
+             "other processes' cores before -> during |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r.get("cpu_s"):
+            continue
+        name = r["spec"]["name"]
+        spans = []
+        if not r["spec"]["phases"]:
+            f = highest_factor(r, kw)
+            if f:
+                rep = replay_one(r, **dict(kw, factor=f))
+                spans = [("steady: its longest hold, confirmed at factor " + f"{f:.2f}", *rep["stretches"][0])]
+        else:
+            spans = [(f"phase {ph['slowdown']:.1f}x, {ph['seconds']:.0f} s", ph["a"], ph["b"])
+                     for ph in phases_of(r) if ph["slowdown"]]
+        for what, a, b in spans:
+            before, during = _cpu_of(r, _before(r, a), a), _cpu_of(r, a, b)
+            if not before or not during:
+                continue
+            oth = (f"{before['others']:.2f} -> {during['others']:.2f}"
+                   if before["others"] is not None and during["others"] is not None else "-")
+            lines.append(f"| {name} | {what} | {during['step'] / before['step']:.2f} | {before['cores']:.2f} -> "
+                         f"{during['cores']:.2f} | {during['cpu_per_step'] / before['cpu_per_step']:.2f} | {oth} |")
+    return "\n".join(lines) + "\n"
 
 
 GRID = [dict(min_seconds=m, quick_seconds=q, quick_steps=n)
         for m in (1.5, 2.0, 3.0, 4.0, 5.0) for q in (1.0, 1.5, 2.0) for n in (300, 1000) if q < m]
 
 
-def _score(rows: List[Dict], kw: Dict) -> Dict:
+def _score(rows: List[Dict], kw: Dict, cpu_rule: bool = True) -> Dict:
     hits = req = false = delay = 0.0
+    phases = phases_hit = 0
     for r in rows:
-        rep = replay_one(r, **kw)
+        rep = replay_one(r, cpu_rule, **kw)
         if not r["spec"]["phases"]:
             false += len(rep["fired"])
             continue
         for ph in rep["phases"]:
+            phases += 1
+            phases_hit += any(ph["a"] <= i <= ph["b"] for i in rep["fired"])
             if not (ph["slowdown"] and ph["slowdown"] >= REQUIRED_FACTOR and ph["seconds"] >= REQUIRED_SECONDS):
                 continue
             req += 1
@@ -189,13 +276,89 @@ def _score(rows: List[Dict], kw: Dict) -> Dict:
                 hits += 1
                 delay += r["step_begin_s"][inside[0]] - ph["t0"]
     return {"recall": hits / req if req else None, "required": int(req), "false": int(false),
-            "mean_delay_s": delay / hits if hits else None}
+            "mean_delay_s": delay / hits if hits else None, "phases": phases, "phases_captured": phases_hit}
 
 
-def _defaults() -> Dict:
+def cpu_rule_report(rows: List[Dict]) -> str:
+    """The defaults replayed with and without the check that other processes took the job's
+    CPU (capture/cpu_taken.py), on each half and on all runs."""
+    kw = _defaults()
+    halves = {"fit": [r for i, r in enumerate(rows) if i % 2 == 0], "judge": [r for i, r in enumerate(rows) if i % 2 == 1],
+              "all": rows}
+    lines = ["| runs | the CPU check | required phases captured | all slow phases captured | windows in steady runs |",
+             "|---|---|---|---|---|"]
+    for name, rs in halves.items():
+        steady = len([r for r in rs if not r["spec"]["phases"]])
+        for on in (True, False):
+            sc = _score(rs, kw, cpu_rule=on)
+            lines.append(f"| {name} ({len(rs)}, {steady} steady) | {'on (the default)' if on else 'off'} | "
+                         f"{round((sc['recall'] or 0) * sc['required'])} of {sc['required']} | "
+                         f"{sc['phases_captured']} of {sc['phases']} | {sc['false']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _defaults(with_factor: bool = False) -> Dict:
     from tfbneck_plugin.capture.steptime import SlowdownTrigger
     d = SlowdownTrigger()
-    return dict(min_seconds=d.min_seconds, quick_seconds=d.quick_seconds, quick_steps=d.quick_steps)
+    kw = dict(min_seconds=d.min_seconds, quick_seconds=d.quick_seconds, quick_steps=d.quick_steps)
+    return dict(kw, factor=d.factor) if with_factor else kw
+
+
+#: The factors the separation below searches between (bisection to SEARCH_STEPS halvings:
+#: about 1 % of the range).
+FACTOR_LOW, FACTOR_HIGH, SEARCH_STEPS = 1.05, 4.0, 8
+
+
+def _fires(r: Dict, kw: Dict, phase: Optional[Dict]) -> bool:
+    """Whether the replay with these thresholds opens a window: anywhere for a steady run,
+    inside ``phase`` for a slow one."""
+    fired = replay_one(r, **kw)["fired"]
+    return bool(fired) if phase is None else any(phase["a"] <= i <= phase["b"] for i in fired)
+
+
+def highest_factor(r: Dict, kw: Dict, phase: Optional[Dict] = None, low: float = FACTOR_LOW) -> Optional[float]:
+    """The highest ``factor`` at which the run's replay still opens a window (anywhere for a
+    steady run, inside ``phase`` for a slow one), by bisection between ``low`` and
+    :data:`FACTOR_HIGH`; None when none fires even at ``low``. For a steady run it is how far
+    the busy machine alone held the job's level above its baseline, as long as a slowdown must
+    last; for a slow phase, how much slower than its baseline the trigger sees it. (A phase is
+    searched from the default factor up: far below it, windows opened in the noise before the
+    phase use up ``max_captures``.)"""
+    if not _fires(r, dict(kw, factor=low), phase):
+        return None
+    lo, hi = low, FACTOR_HIGH
+    for _ in range(SEARCH_STEPS):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if _fires(r, dict(kw, factor=mid), phase) else (lo, mid)
+    return lo
+
+
+def separation(rows: List[Dict], kw: Dict) -> Dict:
+    """Per run, at the confirmation ``kw``: the highest factor that fires in each steady run
+    and that captures each required phase. Returns {"steady": [(name, f)], "required":
+    [(name, f)]}."""
+    out: Dict[str, List] = {"steady": [], "required": []}
+    for r in rows:
+        name = r["spec"]["name"]
+        if not r["spec"]["phases"]:
+            out["steady"].append((name, highest_factor(r, kw) or FACTOR_LOW))
+            continue
+        for i, ph in enumerate(phases_of(r)):
+            if ph["slowdown"] and ph["slowdown"] >= REQUIRED_FACTOR and ph["seconds"] >= REQUIRED_SECONDS:
+                out["required"].append((name + (f" (phase {i + 1})" if i else ""),
+                                        highest_factor(r, kw, ph, low=kw.get("factor", 1.5))))
+    return out
+
+
+def factor_between(sep: Dict) -> Optional[float]:
+    """The factor halfway (geometric mean) between the highest factor that fires in any steady
+    run and the lowest that still captures every required phase, rounded down to 0.05; None
+    when they overlap or a required phase is missed (no factor separates them)."""
+    top = max((f for _, f in sep["steady"]), default=FACTOR_LOW)
+    caught = [f for _, f in sep["required"]]
+    if not caught or None in caught or min(caught) <= top:
+        return None
+    return int(20 * (top * min(caught)) ** 0.5) / 20
 
 
 def usual_level_report(rows: List[Dict]) -> str:
@@ -217,6 +380,45 @@ def usual_level_report(rows: List[Dict]) -> str:
                 f"| {s['false']} |\n" for name, s in (("on (the default)", on), ("off", off))))
 
 
+def separation_report(rows: List[Dict]) -> str:
+    """How far apart steady runs and required phases are in ``factor`` (at the default
+    confirmation), per half; the factor the fit half puts between them, judged on the other."""
+    kw = _defaults(with_factor=True)
+    halves = {"fit": [r for i, r in enumerate(rows) if i % 2 == 0], "judge": [r for i, r in enumerate(rows) if i % 2 == 1]}
+    seps = {h: separation(rs, kw) for h, rs in halves.items()}
+    lines = ["| run | half | steady: highest factor that opens a window / required phase: highest that captures it |",
+             "|---|---|---|"]
+    for kind in ("steady", "required"):
+        found = [(name, h, f) for h, sep in seps.items() for name, f in sep[kind]]
+        found.sort(key=lambda x: -1.0 if x[2] is None else x[2], reverse=(kind == "steady"))
+        lines += [f"| {name} | {h} | " + (f"{kind}: {f:.2f}" if f is not None and f > FACTOR_LOW
+                                          else f"{kind}: none at {FACTOR_LOW if kind == 'steady' else kw['factor']}")
+                  + " |" for name, h, f in found]
+    top = {h: max((f for _, f in sep["steady"]), default=None) for h, sep in seps.items()}
+    low = {h: min((f or 0.0 for _, f in sep["required"]), default=None) for h, sep in seps.items()}
+    lines += ["", "Highest factor at which a steady run opened a window: fit half "
+              f"{top['fit'] and round(top['fit'], 2)}, judge half {top['judge'] and round(top['judge'], 2)}; lowest "
+              f"factor that still captures every required phase: fit half {low['fit'] and round(low['fit'], 2)}, "
+              f"judge half {low['judge'] and round(low['judge'], 2)}."]
+    choice = factor_between(seps["fit"])
+    seconds = {k: v for k, v in kw.items() if k != "factor"}
+    if choice is None:
+        lines.append(f"On the fit half no factor separates them: the default {kw['factor']:g} stays.")
+    else:
+        j = _score(halves["judge"], dict(seconds, factor=choice))
+        lines.append(f"The fit half puts the factor halfway between (geometric mean, rounded down to 0.05): {choice:g}. "
+                     f"On the judge half it captures {round((j['recall'] or 0) * j['required'])} of {j['required']} "
+                     f"required phases, with {j['false']} windows in steady runs (mean delay "
+                     f"{j['mean_delay_s'] and round(j['mean_delay_s'], 2)} s)."
+                     + (" It does not carry over (fewer required phases captured on the judge half than on the fit "
+                        "half): the default stays." if (j["recall"] or 0) < 1 else ""))
+    if choice != kw["factor"]:
+        j = _score(halves["judge"], kw)
+        lines.append(f"The default in use ({kw['factor']:g}) on the judge half: {round((j['recall'] or 0) * j['required'])} "
+                     f"of {j['required']} required phases, {j['false']} windows in steady runs.")
+    return "\n".join(lines) + "\n"
+
+
 def replay_report(out: str) -> str:
     rows = load(out)
     fit = [r for i, r in enumerate(rows) if i % 2 == 0]
@@ -236,10 +438,9 @@ def replay_report(out: str) -> str:
                      f"{s['false']} | {s['mean_delay_s'] and round(s['mean_delay_s'], 2)} |")
     if best is None:
         lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady): no "
-                      "setting of the grid has no capture in the steady runs with a 2x margin, so none is chosen "
-                      "from this corpus: its steady runs hold real slowdowns of their own (CPU taken by other "
-                      "processes, 2-8x for 3 s and more at these load averages). The defaults were not changed "
-                      "by it."]
+                      "setting of the grid has no capture in its steady runs with a 2x margin (with half their seconds, "
+                      "every setting fires on a busy machine's hold), so none is chosen from this pass; the defaults "
+                      "stay as an earlier pass's fit half chose them."]
     if best:
         j = _score(judge, best[0])
         lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady) "
@@ -253,7 +454,13 @@ def replay_report(out: str) -> str:
         lines += ["", f"The defaults these runs used ({defaults}), on the judge half: recall {j['recall']} of "
                       f"{j['required']} required phases, false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
     lines += ["", "With the defaults, every run replayed with and without the rule that a stretch back to a "
-                  "level the baseline held lately is not a slowdown:", usual_level_report(rows)]
+                  "level the baseline held lately is not a slowdown:", usual_level_report(rows),
+              "", "### Choosing the factor", "",
+              "At the default confirmation, each steady run replayed at factors from "
+              f"{FACTOR_LOW} up (bisection): the highest at which a window opens is how far a busy machine alone "
+              "held the job's level above its baseline for as long as a slowdown must last. Each required phase "
+              "likewise: the highest factor that still captures it inside the phase.", "",
+              separation_report(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -278,14 +485,21 @@ LIMITS = """## What the trigger cannot catch, and why
   against a few stalls.
 - **Below `factor` (1.5x)**: a level 1.4x above the baseline is learned as the new normal (the baseline
   follows slow drifts).
-- **The machine itself**: CPU taken by other processes slows every step; when it lasts seconds the
-  trigger captures it, and the window's verdict then says `cpu_contention` or names what the job's steps
-  spend their time on. Two kinds of it are measured here. A machine that ran a job *faster* for some
-  seconds, then let it back to its usual level, is not a slowdown (the baseline's levels of the last 60 s
-  are kept: "not captured: back to the usual level"). But under one spinner on two cores a job of 1-2 ms
-  steps that ran at its fast level from the start can be held 1.5-1.7x slower for 6 s or for the rest of
-  its run, with nothing before it to tell it from a slowdown of its own: the step times alone cannot. The
-  nine runs `steady-k3-1ms-load1*` are the same steady job, so they measure how often this happens.
+- **The machine itself**: CPU taken by other processes slows every step. When, in a slow stretch, the job
+  had at most 0.85x its cores of the 3 s before while other processes had 0.1 core more or over, the
+  trigger does not capture it ("not captured: CPU taken by other processes", and one line to the user):
+  a profile of the job cannot show their work. That check cannot tell a job that *waits* (storage,
+  network) on a machine whose cores are all busy, since the others take the cores it frees; nor a
+  slowdown of the job's own while other processes still hold the cores they took (it is compared with
+  the seconds before they took them). It is off while the job has child processes (PyDataset or
+  multiprocessing workers, a window's analysis child), whose CPU would count as others'. A machine that
+  ran a job *faster* for some seconds, then let it back to its usual level, is not a slowdown either
+  (the baseline's levels of the last 60 s are kept: "not captured: back to the usual level"). But under
+  one spinner on two cores a job of 1-2 ms steps that ran at its fast level from the start can be held
+  1.5-1.7x slower for 6 s or for the rest of its run with its own cores unchanged (its CPU per step rises
+  with its step time, as in a heavier map: the CPU table above): neither its step times nor its CPU tell
+  it from a slowdown of its own. The nine runs `steady-k3-1ms-load1*` are the same steady job, so they
+  measure how often this happens.
 - **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
   producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
   wait for input; the window then reads `model_compute` or `python_overhead` (1 of the 14 captured phases
@@ -296,6 +510,7 @@ LIMITS = """## What the trigger cannot catch, and why
 
 def full_report(out: str) -> str:
     """docs/slowdown_capture.md: how it was made, the table, the replay, the limits."""
+    from tfbneck_plugin.capture import cpu_taken
     from tfbneck_plugin.capture.steptime import SlowdownTrigger
     d = SlowdownTrigger()
     rows = load(out)
@@ -312,9 +527,19 @@ def full_report(out: str) -> str:
             f"(`min_seconds` {d.min_seconds:g} s, `quick_steps` {d.quick_steps}, `quick_seconds` "
             f"{d.quick_seconds:g} s, chosen by the replay below on the fit half of an earlier pass of this corpus; "
             f"a triggered window spans `window_steps` {d.window_steps} and at least `window_seconds` "
-            f"{d.window_seconds:g} s of steps).",
+            f"{d.window_seconds:g} s of steps), and its check that other processes took the job's CPU "
+            "(`capture/cpu_taken.py`; in the last pass it was off while a scheduled window's analysis child ran, "
+            "which now counts as another process: the replays below model the check as it is now, no children).",
             "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \
         + "split by name into a fit half (even positions) and a judge half (odd).\n\n" \
-        + replay_report(out) + "\n" + LIMITS
+        + replay_report(out) + "\n## The job's own CPU in slow stretches\n\n" \
+        + "Could the trigger tell a slowdown of the job's own from a busy machine's hold by the job's CPU? Each " \
+        + "run's clock also recorded the CPU seconds of all the job's threads at every step (`time.process_time`) " \
+        + "and the machine's busy time every 16 steps (`/proc/stat`); below, each slow phase and each steady " \
+        + "run's longest hold against the 3 s before it (runs recorded before this was added have no row).\n\n" \
+        + cpu_report(rows) + "\nThe trigger's check (`capture/cpu_taken.py`: not captured when the job had at most " \
+        + f"{cpu_taken.OWN_CORES_RATIO:g}x its cores of the {cpu_taken.BEFORE_SECONDS:g} s before while other " \
+        + f"processes took {cpu_taken.OTHERS_RISE_CORES:g} cores more), every run replayed with it and without:\n\n" \
+        + cpu_rule_report(rows) + "\n" + LIMITS

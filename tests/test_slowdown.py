@@ -18,6 +18,8 @@ its step boundaries are the profiler's) and /proc around the triggered window.
   filled its baseline) opens a window, and the trend file says when the trigger armed and
   what the slow stretch was.
 * ``display``: ``display=True`` outside a notebook, ``steps_per_execution=4``.
+* ``contended``: the steady fit, and two spinning processes from 8 s on for 12 s: its steps
+  slow down, no window opens, and the trigger's log and one line name the CPU others took.
 
 The browser test of the trend view (the tab's "Step-time trend") is here too: it uses the
 ``slowdown`` job's logdir.
@@ -211,6 +213,27 @@ def test_a_steady_run_captures_nothing_extra(job, load):
         assert p["n"] == len(own)
         assert p["p50_ms"] == pytest.approx(float(np.percentile(own, 50)), rel=0.02, abs=0.01)
         assert p["p90_ms"] == pytest.approx(float(np.percentile(own, 90)), rel=0.05, abs=0.02)
+
+
+@pytest.mark.tf
+def test_cpu_taken_by_other_processes_is_named_not_captured(job):
+    """Issue 24: a steady fit of 1-2 ms steps, and from 8 s on two spinning processes (not
+    its children) for 12 s. Its steps really slow down (its own clock), but a profile of
+    the job cannot show other processes' work: no window; the trigger's log and one line
+    say what took the time, with the job's cores and the others' before and during."""
+    r = job("contended")
+    ms, at = own_step_ms(r), r["spinners_at_step"]
+    assert np.median(ms[at + 200:at + 2200]) > 1.5 * np.median(ms[at - 3000:at]), "the spinners did not slow it"
+    assert not [w for w in r["windows"] if w["kind"] == "triggered"], trigger_seen(r)
+    log = (trend(r).get("trigger_state") or {}).get("log", [])
+    taken = [e for e in log if e.get("outcome") == "not captured: CPU taken by other processes"]
+    assert taken, trigger_seen(r)
+    first, cpu = taken[0]["first_step"], taken[0]["cpu"]
+    assert at - 100 <= first <= at + 1500, trigger_seen(r)
+    assert cpu["taken"] and cpu["own_cores_during"] <= 0.85 * cpu["own_cores_before"]
+    assert cpu["others_cores_during"] >= cpu["others_cores_before"] + 0.1
+    (line,) = [x for x in r["_tfbneck_lines"] if "other processes took the CPU" in x]
+    assert f"from step {first}:" in line and "not profiled" in line
 
 
 # ----------------------------------------------------------------------------------------

@@ -83,6 +83,10 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "held_by": null | "analysis" | "cooldown",   # what delayed the window after confirmation
      "confirmed_at_step": int | null,
      "capture": int,                    # 1 for the trigger's first window, ...
+     "cpu": null | {"taken": bool,      # capture/cpu_taken.py: the job's cores and other processes'
+                    "own_cores_before", "own_cores_during",        # (CPU s per s) in the 3 s before
+                    "others_cores_before", "others_cores_during"}, # the stretch and during it
+                                        # (null: not measured, child processes, too few samples)
      "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "window_seconds", "cooldown_steps",
                     "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds"},
      "outcome": "captured" | "partial" | "too_late",  # partial: training ended inside the
@@ -128,9 +132,11 @@ read by the TensorBoard tab's ``/trend`` route::
                   "usual_level_ms": float | null,       # the level the baseline held lately, when
                                                         # the stretch was back to it (else null;
                                                         # absent in older files)
+                  "cpu": null | {as in a window's trigger},  # measured at its confirmation
                   "held_by": null | "analysis" | "cooldown",
                   "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"
                            | "not captured: max_captures reached" | "not captured: back to the usual level"
+                           | "not captured: CPU taken by other processes"
                            | "training ended: too late" | "faster: new baseline",
                   "at_step", "t_unix_ns"}
                | {"event": "rebaselined", "step", "why", "t_unix_ns"}]},

@@ -15,6 +15,7 @@ that starts half-way, as an augmentation switched on at a later epoch.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -143,6 +144,40 @@ def steady():
     clock = StepClock()
     model().fit(pipeline(6000, 10 ** 9, 0.0), epochs=3, verbose=0, callbacks=[clock, prof])
     finish(prof, log, clock)
+
+
+class Spinners(keras.callbacks.Callback):
+    """From ``at_s`` seconds after the first step, two processes that only spin for
+    ``for_s`` seconds, started through a shell that exits at once: they are not the job's
+    children (as another user's job on the machine), so the trigger's CPU check applies."""
+
+    def __init__(self, clock, at_s, for_s):
+        super().__init__()
+        self.clock, self.at_s, self.for_s, self.t0, self.started = clock, at_s, for_s, None, None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        now = time.perf_counter()
+        self.t0 = self.t0 or now
+        if self.started is None and now - self.t0 > self.at_s:
+            spin = f"timeout {self.for_s} sh -c 'while :; do :; done'"
+            subprocess.run(["sh", "-c", f"({spin} &) ; ({spin} &)"], check=True)
+            self.started = now
+            result["spinners_at_step"] = len(self.clock.t)
+        if self.started is not None and now - self.started > self.for_s + 3:
+            self.model.stop_training = True
+
+
+def contended():
+    """Issue 24: the steady job (1-2 ms steps, no window scheduled within it: no analysis child), and
+    from 8 s on two other processes take the CPU for 12 s (:class:`Spinners`)."""
+    seed()
+    log = os.path.join(OUT, "logs")
+    # A window no fit reaches (a profile_steps is required): no scheduled analysis.
+    prof = BottleneckProfiler(log, profile_steps=(10 ** 8, 10 ** 8 + 4), on_slowdown=True)
+    clock = StepClock()
+    model().fit(pipeline(6000, 10 ** 9, 0.0), epochs=5, verbose=0,
+                callbacks=[clock, Spinners(clock, 8.0, 12), prof])
+    finish(prof, log, clock, timeout=30)
 
 
 class StopAfterHeavy(keras.callbacks.Callback):
@@ -285,6 +320,15 @@ def scenario_model(spec):
     return m
 
 
+def machine_jiffies():
+    """(busy, total) jiffies of all the machine's cores since boot (/proc/stat's first line;
+    busy = all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    total = sum(v[:8])  # guest time is already inside user
+    return total - v[3] - v[4], total
+
+
 class ScenarioClock(keras.callbacks.Callback):
     """Before the profiler: the begin time of every step; measures the base step time
     before the first onset; stops the fit ``tail_s`` after the last slow phase (or after
@@ -293,6 +337,8 @@ class ScenarioClock(keras.callbacks.Callback):
     def __init__(self, spec, phases):
         super().__init__()
         self.spec, self.phases, self.t = spec, phases, []
+        self.cpu = []       # this process's CPU seconds (all threads) at each step's begin
+        self.machine = []   # (step index, the machine's busy and total jiffies) every 16 steps
         self.stop = False
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -302,6 +348,9 @@ class ScenarioClock(keras.callbacks.Callback):
     def tick(self):
         t, ph, spec = self.t, self.phases, self.spec
         now = t[-1]
+        self.cpu.append(time.process_time())
+        if len(t) % 16 == 1:
+            self.machine.append((len(t) - 1,) + machine_jiffies())
         if len(t) == 3:
             ph.t0 = now
         if ph.t0 is None:
@@ -371,13 +420,17 @@ def corpus():
             with prof.step(step):
                 train(x, y)
     else:
+        spin = [Spinners(clock, *spec["spinners"])] if spec.get("spinners") else []
         m.fit(ds, steps_per_epoch=spec["steps_per_epoch"], epochs=spec.get("epochs", 1), verbose=0,
-              callbacks=[clock, prof])
+              callbacks=[clock] + spin + [prof])
     # A steady run needs no verdict (only whether a window was triggered): no long wait for
     # the scheduled window's analysis, which a busy machine starves.
     finish(prof, log, clock, timeout=300 if spec["phases"] else 10)
     result["phases"] = phases.seen
     result["base_s"] = phases.base_s
+    result["cpu_s"] = clock.cpu
+    result["machine_jiffies"] = clock.machine
+    result["clk_tck"] = os.sysconf("SC_CLK_TCK")
     result["spec"] = spec
 
 

@@ -479,6 +479,16 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
 
     def _step_begin(self, first: int, last: int) -> None:
+        notice = self.tracker.take_notice()
+        if notice is not None:
+            cpu = notice["cpu"]
+            self._warn("slowdown:cpu_taken", f"step time rose from {notice['baseline_p50_ms']:.3g} to "
+                       f"{notice['observed_p50_ms']:.3g} ms over {notice['steps']} steps from step "
+                       f"{notice['first_step']}: not profiled, other processes took the CPU (this process "
+                       f"{cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "
+                       f"{cpu['others_cores_before']:.2f} -> {cpu['others_cores_during']:.2f}); the trend "
+                       "file's trigger_state has each such stretch",
+                       repeat=f"step time rose again from step {notice['first_step']}: other processes took the CPU")
         with self._window_lock:  # the owner watch may be closing this window
             self._step_begin_locked(first, last)
 

@@ -44,6 +44,14 @@ How it decides (each part fixes a way issue 24's fit was missed):
   never held levels, so a slowdown that recovers and returns is still caught twice.
   Replayed on 37 recorded steady runs of that job under load, windows fell from 2 to 1; on the
   corpus, nothing changed.
+* **CPU taken by other processes**: at its confirmation a stretch in which the job had
+  fewer cores while other processes had more (:mod:`.cpu_taken`: the job's CPU clock and the
+  machine's busy time, sampled every 0.25 s) is not captured ("not captured: CPU taken by
+  other processes", with the figures in the entry's ``cpu``; :attr:`notice` for the user's
+  one line): a profile of the job cannot show another process's work. Under ``under-load
+  -j 2`` a job of 1-2 ms steps is held 1.7-2.1x slower for seconds so (two windows in 25
+  steady runs of a corpus pass); replayed with the check, none. The level is learnt as a
+  slowdown's (never a usual level), so a later slowdown of the job's own to it is caught.
 * **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
   ``min_seconds`` (its steps' time, each counted at most :data:`STALL_CAP` x their median,
   so that one stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
@@ -61,6 +69,8 @@ import bisect
 import time
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
+
+from .cpu_taken import CpuTaken
 
 #: Clean steps the baseline needs before the trigger is armed (and again after each reset).
 #: Short, so that an early slowdown is compared with the steps before it; the median of 20
@@ -141,12 +151,16 @@ class SlowdownWatch:
       p50, p90, mean: the baseline (seconds; ``mean`` is :func:`trimmed_mean`), None before it exists.
       captures: windows fired so far.
       fired: what the last firing saw (:meth:`describe`'s dict).
+      notice: the log entry of a slow stretch not captured because other processes took the
+        job's CPU (the callback tells the user once, then sets it back to None).
       log: the trigger's record (dicts with ``event``: ``armed``, ``run``, ``rebaselined``).
       short_runs: slow stretches that ended before ``consecutive`` steps (not logged one by one).
     """
 
-    def __init__(self, trigger) -> None:
+    def __init__(self, trigger, cpu: Optional[CpuTaken] = None) -> None:
         self.trigger = trigger
+        self.cpu = cpu  # the check that other processes took the job's CPU (None: off)
+        self.notice: Optional[Dict] = None  # the log entry of a stretch not captured for it, until taken
         self.p50: Optional[float] = None
         self.mean: Optional[float] = None   # trimmed mean: the level the thresholds use
         self.p90: Optional[float] = None
@@ -259,6 +273,9 @@ class SlowdownWatch:
         ``now``, when step ``at`` begins). Returns True when the trigger fires now, a window
         opening at step ``at`` (:attr:`fired` says why)."""
         self._now = now
+        cpu = self.cpu
+        if cpu is not None and now >= cpu.next_at:
+            cpu.sample(now)
         recent, srt = self._recent, self._recent_sorted
         recent.append(dt)
         self._recent_first.append(first)
@@ -328,7 +345,7 @@ class SlowdownWatch:
                 "side": side, "sorted": sorted(times), "back": 0, "back_s": 0.0,
                 # the level furthest beyond the threshold: what made it a stretch (the whole
                 # stretch's mean, its steps back at the end included, can be under the threshold)
-                "peak": level, "usual": None}
+                "peak": level, "usual": None, "cpu": None}
 
     def _confirm(self, run: Dict, first: int, now: float, held: bool) -> bool:
         if not self._long_enough(run):
@@ -349,6 +366,15 @@ class SlowdownWatch:
                 self._log_run(run, first, spent, "not captured: back to the usual level")
                 self._run = None
                 self.rebaseline(first, "back to the usual level", run["times"])
+                return False
+            # The job had fewer cores while other processes had more: the machine took them
+            # (cpu_taken's docstring); learnt as a level of its own, never a usual level.
+            run["cpu"] = self.cpu.taken_by_others(run["start"], now) if self.cpu is not None else None
+            if run["cpu"] is not None and run["cpu"]["taken"]:
+                self._log_run(run, first, spent, "not captured: CPU taken by other processes")
+                self.notice = self.log[-1]
+                self._run = None
+                self.rebaseline(first, "CPU taken by other processes", run["times"], after_slowdown=True)
                 return False
             run["confirmed_at"] = first
         if run["times"][-1] <= self._slow_at:
@@ -433,7 +459,7 @@ class SlowdownWatch:
                 "baseline_steps": len(self._ring), "threshold_ms": _ms(self._slow_at),
                 "slower_by": round(trimmed_mean(times) / self.mean, 3) if self.mean else None,
                 "held_by": run["held_by"], "confirmed_at_step": run["confirmed_at"],
-                "capture": self.captures, "thresholds": self.trigger.to_dict()}
+                "capture": self.captures, "thresholds": self.trigger.to_dict(), "cpu": run["cpu"]}
 
     def _log_run(self, run: Dict, at_step: int, spent: float, outcome: str) -> None:
         times = sorted(run["times"])
@@ -444,7 +470,7 @@ class SlowdownWatch:
                        "baseline_mean_ms": _ms(self.mean), "peak_level_ms": _ms(run["peak"]),
                        "threshold_ms": _ms(self._slow_at if run["slow"] else self._fast_at),
                        "confirmed_at_step": run["confirmed_at"], "usual_level_ms": _ms(run["usual"]),
-                       "held_by": run["held_by"], "outcome": outcome, "at_step": at_step})
+                       "cpu": run["cpu"], "held_by": run["held_by"], "outcome": outcome, "at_step": at_step})
 
     def _add_log(self, entry: Dict) -> None:
         entry["t_unix_ns"] = time.time_ns()

@@ -32,16 +32,17 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
+from .cpu_taken import CpuTaken
 from .slowwatch import MIN_BASELINE_STEPS, SlowdownWatch, percentile
 
-__all__ = ["SlowdownTrigger", "StepTimer", "as_trigger", "percentile", "MIN_BASELINE_STEPS", "NOTHING", "FIRED"]
+__all__ = ["SlowdownTrigger", "StepTimer", "as_trigger", "percentile", "MIN_BASELINE_STEPS", "NOTHING", "FIRED", "NOTICE"]
 
 #: At most this many step times are kept per period; beyond, every other one is dropped
 #: (the percentiles of a long period stay right, memory stays bounded).
 MAX_PERIOD_SAMPLES = 100_000
 
 #: :meth:`StepTimer.tick` results.
-NOTHING, FIRED = 0, 1
+NOTHING, FIRED, NOTICE = 0, 1, 2  # NOTICE: a slow stretch not captured, for the user (SlowdownWatch.notice)
 
 _clock = time.perf_counter
 
@@ -143,6 +144,9 @@ class StepTimer:
       trigger: the slowdown thresholds, or None to time steps only.
       warmup_steps: steps not timed at the start of the job (default: the trigger's, else 20).
       clock: seconds from a monotonic clock (default ``time.perf_counter``).
+      cpu: the check that other processes took the job's CPU during a slow stretch
+        (:class:`~.cpu_taken.CpuTaken`); by default on with the default clock, off with
+        another (a replay or a test passes its own, fed from the same clock).
 
     Attributes:
       holds: analyses running now (set by the callback's analysis threads); while above 0,
@@ -151,9 +155,11 @@ class StepTimer:
     """
 
     def __init__(self, trigger: Optional[SlowdownTrigger] = None, warmup_steps: Optional[int] = None,
-                 clock=_clock):
+                 clock=_clock, cpu: Optional[CpuTaken] = None):
         self.trigger = trigger
-        self.watch: Optional[SlowdownWatch] = SlowdownWatch(trigger) if trigger else None
+        if cpu is None and clock is _clock:
+            cpu = CpuTaken()
+        self.watch: Optional[SlowdownWatch] = SlowdownWatch(trigger, cpu) if trigger else None
         self._clock = clock
         self.holds = 0
         self._warm = (trigger.warmup_steps if trigger else 20) if warmup_steps is None else warmup_steps
@@ -161,6 +167,7 @@ class StepTimer:
         self._prev_first = self._prev_last = 0  # the step that began then
         self._dirty = False                  # the callback worked at the previous tick
         self._period: List[float] = []
+        self._told: Optional[Dict] = None    # the watch's notice NOTICE was returned for
 
     @property
     def captures(self) -> int:
@@ -206,7 +213,13 @@ class StepTimer:
             del period[::2]
         if self.trigger is None or self.watch is None:
             return NOTHING
-        return FIRED if self.watch.step(dt, pfirst, plast, prev, now, self.holds > 0, first) else NOTHING
+        watch = self.watch
+        if watch.step(dt, pfirst, plast, prev, now, self.holds > 0, first):
+            return FIRED
+        if watch.notice is None or watch.notice is self._told:
+            return NOTHING
+        self._told = watch.notice
+        return NOTICE  # once per notice
 
     def not_timed(self) -> None:
         """The callback works at the step that began at the last tick (a window, a marker, a

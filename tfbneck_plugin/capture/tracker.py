@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .schedule import MAX_WINDOW_STEPS, StepSchedule
-from .steptime import FIRED, SlowdownTrigger, StepTimer
+from .steptime import FIRED, NOTICE, SlowdownTrigger, StepTimer
 
 #: "No window left": compares greater than any step number.
 NEVER = float("inf")
@@ -131,8 +131,11 @@ class StepTracker:
     def _counted(self, first: int, last: int) -> Optional[Range]:
         """After a step is counted: time it (the slowdown trigger may fire), then None when
         the callback has nothing to do at this step (the fast path), else ``(first, last)``."""
-        if self.timer.tick(first, last) == FIRED:
+        ticked = self.timer.tick(first, last)
+        if ticked == FIRED:
             self._triggered(first)
+        elif ticked == NOTICE:
+            return self._acting(first, last)  # the callback tells the user (take_notice)
         if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
             return None
         return self._acting(first, last)
@@ -144,6 +147,15 @@ class StepTracker:
             self.flush_due = True
             self.next_flush = ((first - 1) // self.flush_every + 1) * self.flush_every
         return first, last
+
+    def take_notice(self) -> Optional[Dict]:
+        """The trigger's log entry of a slow stretch it did not capture because other
+        processes took the job's CPU, once; else None."""
+        watch = self.timer.watch
+        if watch is None or watch.notice is None:
+            return None
+        notice, watch.notice = watch.notice, None
+        return notice
 
     def _triggered(self, first: int) -> None:
         """The step clock saw a slowdown: a window opens at step ``first`` (merged with a

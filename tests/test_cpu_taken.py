@@ -1,0 +1,166 @@
+"""The slowdown trigger's check that other processes took the job's CPU
+(``tfbneck_plugin.capture.cpu_taken``, issue 24), without TensorFlow: a clock the test
+advances, and CPU counters that grow at the rates each test sets (the job's cores and other
+processes' cores, CPU seconds per second). The real run (two spinners beside a steady fit)
+is ``tests/test_slowdown.py::test_cpu_taken_by_other_processes_is_named_not_captured``.
+"""
+import subprocess
+
+import pytest
+
+from tfbneck_plugin.capture import cpu_taken
+from tfbneck_plugin.capture.cpu_taken import CpuTaken
+from tfbneck_plugin.capture.steptime import FIRED, NOTICE, SlowdownTrigger, StepTimer
+
+
+class Machine:
+    """A clock and the two CPU counters: ``own`` and ``others`` are the cores in use now."""
+
+    def __init__(self, own=1.2, others=0.1):
+        self.t, self.own_s, self.busy_s = 1000.0, 0.0, 0.0
+        self.own, self.others = own, others
+
+    def __call__(self):
+        return self.t
+
+    def read(self):
+        return self.own_s, self.busy_s
+
+    def advance(self, seconds):
+        self.t += seconds
+        self.own_s += self.own * seconds
+        self.busy_s += (self.own + self.others) * seconds
+
+
+def sampled(m, cpu, seconds, step=0.01):
+    for _ in range(int(round(seconds / step))):
+        cpu.tick(m.t)
+        m.advance(step)
+
+
+def test_cores_taken_by_other_processes_are_told_from_the_jobs_own_slowdowns():
+    m = Machine(own=1.2, others=0.1)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = 0.7, 1.3  # two spinners take the cores
+    sampled(m, cpu, 2.0)
+    got = cpu.taken_by_others(start, m.t)
+    assert got["taken"] is True
+    # The stretch's span begins at the last sample before it: up to SAMPLE_SECONDS (0.25 s)
+    # of the calm rates in its 2 s.
+    assert got["own_cores_before"] == pytest.approx(1.2, abs=0.01) and 0.7 <= got["own_cores_during"] <= 0.77
+    assert got["others_cores_before"] == pytest.approx(0.1, abs=0.01) and 1.16 <= got["others_cores_during"] <= 1.3
+
+
+@pytest.mark.parametrize("before, during, why", [
+    ((1.2, 0.1), (1.6, 0.05), "a heavier map on an idle machine: more cores for the job"),
+    ((0.8, 1.2), (1.0, 1.0), "a heavier map under load: the job takes cores from the others"),
+    ((1.2, 0.1), (0.6, 0.1), "the job waits (storage) on an idle machine: nobody took its cores"),
+    ((1.2, 0.1), (1.1, 1.3), "the others rose but the job kept 0.92x its cores (over OWN_CORES_RATIO)"),
+])
+def test_a_slowdown_of_the_jobs_own_is_not_taken(before, during, why):
+    (own, others) = during
+    m = Machine(*before)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = own, others
+    sampled(m, cpu, 2.0)
+    assert cpu.taken_by_others(start, m.t)["taken"] is False, why
+
+
+def test_with_child_processes_or_too_few_samples_it_cannot_tell():
+    m = Machine()
+    with_children = CpuTaken(m.read, children=lambda: True)
+    sampled(m, with_children, 5.0)
+    start = m.t
+    m.own, m.others = 0.5, 1.5
+    sampled(m, with_children, 2.0)
+    assert with_children.taken_by_others(start, m.t) is None  # PyDataset workers count as others
+    m2 = Machine()
+    young = CpuTaken(m2.read, children=lambda: False)
+    sampled(m2, young, cpu_taken.MIN_SPAN_SECONDS / 2)
+    start = m2.t
+    m2.own, m2.others = 0.5, 1.5
+    sampled(m2, young, 2.0)
+    assert young.taken_by_others(start, m2.t) is None
+    off = CpuTaken(lambda: None, children=lambda: False)
+    sampled(m, off, 5.0)
+    assert off.taken_by_others(m.t - 2, m.t) is None
+
+
+def test_the_profilers_own_analysis_children_are_other_processes_not_the_jobs():
+    # A real child process: the job's own (a PyDataset worker would be) turns the check off;
+    # once it is known as the profiler's analysis child (background.py registers those), it
+    # does not: its CPU is another process's to the check.
+    from tfbneck_plugin.capture.sampler import NOT_TRAINING_PIDS
+    assert cpu_taken.has_children() is False
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert cpu_taken.has_children() is True
+        NOT_TRAINING_PIDS.add(child.pid)
+        assert cpu_taken.has_children() is False
+    finally:
+        NOT_TRAINING_PIDS.discard(child.pid)
+        child.kill()
+        child.wait()
+
+
+def test_under_lasting_contention_a_later_stretch_is_compared_with_the_calm_seconds_too():
+    # A real run (two spinners for 12 s): the second slow stretch, compared with the
+    # contended seconds before it, showed the job at 0.90x its cores; against the calm ones,
+    # 0.58x.
+    m = Machine(own=1.2, others=0.1)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = 0.75, 1.2
+    sampled(m, cpu, 2.0)
+    assert cpu.taken_by_others(start, m.t)["taken"]
+    sampled(m, cpu, 4.0)
+    start = m.t
+    m.own, m.others = 0.68, 1.3  # the job's level swings while the spinners stay
+    sampled(m, cpu, 2.0)
+    got = cpu.taken_by_others(start, m.t)
+    assert got["taken"] and got["own_cores_before"] == pytest.approx(1.2, abs=0.02)
+    # The spinners end; later the job's own slowdown (the same cores, the others idle) is
+    # its own again: the calm figures were dropped when the others gave the cores back.
+    m.own, m.others = 1.2, 0.1
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = 1.15, 0.1
+    sampled(m, cpu, 2.0)
+    assert cpu.taken_by_others(start, m.t)["taken"] is False
+
+
+def _timer_on(m):
+    return StepTimer(SlowdownTrigger(), clock=m, cpu=CpuTaken(m.read, children=lambda: False))
+
+
+def _steps(timer, m, n, dt, start):
+    ticks = []
+    for i in range(n):
+        ticks.append(timer.tick(start + i, start + i))
+        m.advance(dt)
+    return ticks
+
+
+def test_the_trigger_names_the_taken_cpu_instead_of_capturing_and_still_catches_the_jobs_own():
+    m = Machine(own=1.2, others=0.05)
+    timer = _timer_on(m)
+    ticks = _steps(timer, m, 5000, 0.001, 1)  # 5 s of 1 ms steps: armed
+    assert FIRED not in ticks and NOTICE not in ticks
+    m.own, m.others = 0.6, 1.4  # other processes take the cores: steps of 2.2 ms for 4 s
+    ticks = _steps(timer, m, 1800, 0.0022, 5001)
+    assert FIRED not in ticks and ticks.count(NOTICE) == 1
+    (entry,) = [e for e in timer.trigger_state()["log"] if e.get("outcome") == "not captured: CPU taken by other processes"]
+    # 0.6 cores, with up to a sample's 0.25 s of the calm 1.2 in the span
+    assert entry["cpu"]["taken"] and 0.6 <= entry["cpu"]["own_cores_during"] <= 0.7
+    assert entry["first_step"] in range(5001, 5010)
+    # They leave; steps are fast again, then the job's own input slows 2.5x (more cores).
+    m.own, m.others = 1.2, 0.05
+    assert FIRED not in _steps(timer, m, 6000, 0.001, 6801)
+    m.own = 1.7
+    ticks = _steps(timer, m, 2000, 0.0025, 12801)
+    assert ticks.count(FIRED) == 1 and timer.fired["cpu"]["taken"] is False

@@ -1,0 +1,169 @@
+"""Whether other processes took the job's CPU during a slow stretch (issue 24): the slowdown
+trigger's check before it captures a stretch. Pure Python (psutil), no TensorFlow.
+
+A job slowed by its own work (a heavier map, a bigger batch) keeps the cores it had or takes
+more; a job slowed because other processes took its cores gets fewer while they get more. In
+the scenario corpus (``docs/slowdown_capture.md``, "The job's own CPU in slow stretches";
+the job's CPU seconds at every step and the machine's ``/proc/stat`` every 16 steps):
+
+* every input slowdown, idle machine or busy, kept at least 0.88x the job's cores of the 3 s
+  before it (most 0.98x or more), and there other processes' cores did not rise by more than
+  0.01 (under load they fell: the heavier input took cores from them);
+* the steady runs under ``under-load -j 2`` whose level rose (two of them opened a window,
+  1.7x and 2.1x) had 0.71-0.83x the job's cores while other processes took 0.12-0.28 cores
+  more; so did a steady job when two spinners started beside it (0.74x, +0.43 cores).
+
+So a stretch in which the job had at most :data:`OWN_CORES_RATIO` of its cores while other
+processes took at least :data:`OTHERS_RISE_CORES` more is CPU taken by other processes, not a
+slowdown of the job's own: a profile of the job cannot show the other processes' work, and
+the trigger's log says so with these figures instead.
+
+The figures before the first such stretch are kept while other processes hold the cores they
+took (the 3 s before each later stretch still show them at least :data:`OTHERS_RISE_CORES`
+above): the job's level swings under lasting contention, and a swing compared only with
+the contended seconds before it showed a smaller change (a real run, two spinners for 12 s:
+0.58x the job's cores against the calm seconds, 0.90x against the contended ones), so
+each later stretch is compared with both.
+
+What it cannot tell (the README's limits): a job that *waits* (storage, network) on a
+machine whose cores are all busy frees cores the other processes then take; that reads the
+same. The job's child processes (PyDataset or multiprocessing workers) would count as other
+processes, so with children the check is off; the profiler's own analysis children are
+other processes to it (a slowdown they cause is not training's: in a corpus pass a
+scheduled window's analysis child, starved under load, was still running when a steady
+run's hold was confirmed, and a check turned off by it let the window open).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from typing import Callable, Deque, Dict, Optional, Tuple
+
+from .sampler import NOT_TRAINING_PIDS
+
+#: The job's cores during the stretch over those of the span before it, at most (see above:
+#: 0.71-0.83 in the busy machine's holds, 0.88 and more in input slowdowns).
+OWN_CORES_RATIO = 0.85
+#: Other processes' cores during the stretch less those before it, at least (see above:
+#: 0.12-0.43 when they took the job's cores; at most 0.01 in input slowdowns).
+OTHERS_RISE_CORES = 0.1
+#: The span before the stretch it is compared with (the corpus's measure: the 3 s before).
+BEFORE_SECONDS = 3.0
+#: At least this much of it (a shorter span says little: the scheduler's quanta are ms).
+MIN_SPAN_SECONDS = 1.0
+#: A sample every this many seconds of the job's clock, at most (each ~30 us: /proc/stat
+#: and the process's CPU clock), kept for :data:`KEEP_SECONDS`.
+SAMPLE_SECONDS = 0.25
+KEEP_SECONDS = 60.0
+
+#: (clock, the job's CPU seconds, the machine's busy CPU seconds)
+Sample = Tuple[float, float, float]
+
+
+def read_cpu() -> Optional[Tuple[float, float]]:
+    """(this process's CPU seconds, all threads; the machine's busy CPU seconds, all cores:
+    all time but idle and iowait, as ``psutil.cpu_percent`` counts it, guest time inside
+    user), or None when the platform does not say."""
+    try:
+        import psutil
+        t = psutil.cpu_times()
+        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        return time.process_time(), busy
+    except Exception:  # noqa: BLE001 - a check of the trigger's, never an error of training's
+        return None
+
+
+def has_children() -> bool:
+    """Whether this process has child processes other than the profiler's own analysis
+    children (:data:`.sampler.NOT_TRAINING_PIDS`, which are other processes' CPU to the
+    check: a slowdown they cause is not training's). psutil; ~1 ms: called at a confirmation
+    only."""
+    try:
+        import psutil
+        return any(c.pid not in NOT_TRAINING_PIDS for c in psutil.Process(os.getpid()).children())
+    except Exception:  # noqa: BLE001
+        return True  # unknown: the check is off
+
+
+class CpuTaken:
+    """Samples the job's and the machine's CPU as steps go, and tells whether other
+    processes took the job's cores during a stretch (module docstring).
+
+    Args:
+      read: () -> (job CPU s, machine busy CPU s) or None (default :func:`read_cpu`).
+      children: () -> whether the job has child processes (default :func:`has_children`).
+    """
+
+    def __init__(self, read: Callable[[], Optional[Tuple[float, float]]] = read_cpu,
+                 children: Callable[[], bool] = has_children) -> None:
+        self._read, self._children = read, children
+        self._samples: Deque[Sample] = deque()
+        self._off = False
+        self.next_at = -float("inf")  # the clock of the next sample (the caller compares: no call per step)
+        self._calm: Optional[Tuple[float, float]] = None  # (own, others) before the cores were taken
+
+    def tick(self, now: float) -> None:
+        """A step ended at the job's clock ``now``: a sample when :data:`SAMPLE_SECONDS`
+        passed (the slowdown watch compares ``next_at`` itself, saving a call per step)."""
+        if now >= self.next_at:
+            self.sample(now)
+
+    def sample(self, now: float) -> None:
+        got = self._read()
+        if got is None:
+            self._off, self.next_at = True, float("inf")
+            return
+        self.next_at = now + SAMPLE_SECONDS
+        s = self._samples
+        s.append((now, got[0], got[1]))
+        while now - s[0][0] > KEEP_SECONDS:
+            s.popleft()
+
+    def _at(self, t: float) -> Optional[Sample]:
+        """The last sample at or before clock ``t``."""
+        found = None
+        for smp in self._samples:
+            if smp[0] > t:
+                break
+            found = smp
+        return found
+
+    @staticmethod
+    def _cores(a: Sample, b: Sample) -> Tuple[float, float]:
+        """(the job's cores, other processes' cores) between two samples."""
+        wall = b[0] - a[0]
+        own = (b[1] - a[1]) / wall
+        return own, max(0.0, (b[2] - a[2]) / wall - own)
+
+    def taken_by_others(self, start: float, now: float) -> Optional[Dict]:
+        """The stretch from clock ``start`` to ``now`` against the :data:`BEFORE_SECONDS`
+        before it. Returns None when it cannot tell (too few samples, child processes), else
+        ``{"taken": bool, "own_cores_before", "own_cores_during", "others_cores_before",
+        "others_cores_during"}`` (cores: CPU seconds per second)."""
+        if self._off:
+            return None
+        self.sample(now)
+        if self._off:
+            return None
+        begin, first, last = self._at(start - BEFORE_SECONDS), self._at(start), self._samples[-1]
+        if begin is None:  # fewer than BEFORE_SECONDS of samples: the oldest one
+            begin = self._samples[0]
+        if first is None or first[0] - begin[0] < MIN_SPAN_SECONDS or last[0] - first[0] < MIN_SPAN_SECONDS:
+            return None
+        own0, others0 = self._cores(begin, first)
+        own1, others1 = self._cores(first, last)
+        calm = self._calm
+        if calm is not None and others0 < calm[1] + OTHERS_RISE_CORES:
+            calm = self._calm = None  # the other processes gave the cores back
+        taken = False
+        for own_ref, others_ref in ((own0, others0),) + ((calm,) if calm else ()):
+            if own_ref > 0 and own1 <= OWN_CORES_RATIO * own_ref and others1 >= others_ref + OTHERS_RISE_CORES:
+                taken, own0, others0 = True, own_ref, others_ref
+                break
+        if taken and self._children():
+            return None
+        if taken and self._calm is None:
+            self._calm = (own0, others0)
+        return {"taken": taken, "own_cores_before": round(own0, 3), "own_cores_during": round(own1, 3),
+                "others_cores_before": round(others0, 3), "others_cores_during": round(others1, 3)}
