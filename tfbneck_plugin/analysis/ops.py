@@ -131,9 +131,11 @@ def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps, total_
     self_sum = np.bincount(inv, weights=self_ps, minlength=n)
     total_sum = np.bincount(inv, weights=total_ps, minlength=n)
     dur = e - s
-    # The longest event of each key: one sort on (key, duration) packed in an int64 when it fits.
+    # The longest event of each key: one sort on (key, duration) packed in an int64 when it fits;
+    # stable, so of equally long events the last one is taken whatever numpy's default sort
+    # does with ties (it changed between numpy builds: the demo's golden report moved).
     span = int(dur.max()) + 1
-    order = np.argsort(inv * span + dur) if n * span < 2 ** 62 else np.lexsort((dur, inv))
+    order = np.argsort(inv * span + dur, kind="stable") if n * span < 2 ** 62 else np.lexsort((dur, inv))
     last = order[np.cumsum(count) - 1]
     columns = zip(uniq.tolist(), self_sum.tolist(), total_sum.tolist(), count.tolist(), dur[last].tolist(),
                   s[last].tolist(), per_step)  # Python scalars: one conversion per column, not per value

@@ -233,7 +233,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
         #: Step counting, step timing and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
-        self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every, self.max_window_steps)
+        self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every, self.max_window_steps, self._warn)
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
@@ -479,16 +479,6 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
 
     def _step_begin(self, first: int, last: int) -> None:
-        notice = self.tracker.take_notice()
-        if notice is not None:
-            cpu = notice["cpu"]
-            self._warn("slowdown:cpu_taken", f"step time rose from {notice['baseline_p50_ms']:.3g} to "
-                       f"{notice['observed_p50_ms']:.3g} ms over {notice['steps']} steps from step "
-                       f"{notice['first_step']}: not profiled, other processes took the CPU (this process "
-                       f"{cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "
-                       f"{cpu['others_cores_before']:.2f} -> {cpu['others_cores_during']:.2f}); the trend "
-                       "file's trigger_state has each such stretch",
-                       repeat=f"step time rose again from step {notice['first_step']}: other processes took the CPU")
         with self._window_lock:  # the owner watch may be closing this window
             self._step_begin_locked(first, last)
 

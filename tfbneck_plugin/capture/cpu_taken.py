@@ -86,6 +86,20 @@ def has_children() -> bool:
         return True  # unknown: the check is off
 
 
+def notice_lines(entry: Optional[Dict]) -> Tuple[str, Optional[str]]:
+    """(the user's line, the line for repeats) for the trigger's log entry of a stretch not
+    captured because other processes took the CPU (``entry["cpu"]`` from :meth:`CpuTaken.taken_by_others`)."""
+    if not entry or not entry.get("cpu"):
+        return "a slow stretch was not profiled: other processes took the CPU", None
+    cpu = entry["cpu"]
+    return (f"step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
+            f"{entry['steps']} steps from step {entry['first_step']}: not profiled, other processes took the CPU "
+            f"(this process {cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "
+            f"{cpu['others_cores_before']:.2f} -> {cpu['others_cores_during']:.2f}); the trend file's "
+            "trigger_state has each such stretch",
+            f"step time rose again from step {entry['first_step']}: other processes took the CPU")
+
+
 class CpuTaken:
     """Samples the job's and the machine's CPU as steps go, and tells whether other
     processes took the job's cores during a stretch (module docstring).

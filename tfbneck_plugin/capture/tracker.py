@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
+from .cpu_taken import notice_lines
 from .schedule import MAX_WINDOW_STEPS, StepSchedule
 from .steptime import FIRED, NOTICE, SlowdownTrigger, StepTimer
 
@@ -80,11 +81,15 @@ class StepTracker:
       schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
       trigger: slowdown thresholds (None: no triggered windows; steps are timed anyway).
       flush_every: see the attribute.
+      warn: tells the user of a slow stretch the trigger did not capture because other
+        processes took the job's CPU (:func:`.cpu_taken.notice_lines`).
     """
 
     def __init__(self, schedule: StepSchedule, trigger: Optional[SlowdownTrigger] = None,
-                 flush_every: Optional[int] = None, max_steps: int = MAX_WINDOW_STEPS):
+                 flush_every: Optional[int] = None, max_steps: int = MAX_WINDOW_STEPS,
+                 warn: Optional[Callable[[str, str, Optional[str]], None]] = None):
         self.schedule = schedule
+        self.warn = warn  # (key, message, repeat): the callback's one-warning-per-kind
         self.max_steps = max_steps
         self.stopped = False  # stop(): no window opens any more
         self.timer = StepTimer(trigger)
@@ -134,8 +139,8 @@ class StepTracker:
         ticked = self.timer.tick(first, last)
         if ticked == FIRED:
             self._triggered(first)
-        elif ticked == NOTICE:
-            return self._acting(first, last)  # the callback tells the user (take_notice)
+        elif ticked == NOTICE and self.warn is not None:
+            self.warn("slowdown:cpu_taken", *notice_lines(self.take_notice()))  # one line, not a window
         if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
             return None
         return self._acting(first, last)
