@@ -362,7 +362,7 @@ class SlowdownWatch:
             usual = self.usual_level()
             if usual is not None and self.mean is not None and usual > self.mean \
                     and trimmed_mean(run["sorted"]) <= trig.factor * usual:
-                run["usual"] = usual
+                run["usual"], run["confirmed_at"] = usual, first  # confirmed, then not captured
                 self._log_run(run, first, spent, "not captured: back to the usual level")
                 self._run = None
                 self.rebaseline(first, "back to the usual level", run["times"])
@@ -371,6 +371,7 @@ class SlowdownWatch:
             # (cpu_taken's docstring); learnt as a level of its own, never a usual level.
             run["cpu"] = self.cpu.taken_by_others(run["start"], now) if self.cpu is not None else None
             if run["cpu"] is not None and run["cpu"]["taken"]:
+                run["confirmed_at"] = first
                 self._log_run(run, first, spent, "not captured: CPU taken by other processes")
                 self.notice = self.log[-1]
                 self._run = None
