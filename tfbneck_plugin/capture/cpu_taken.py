@@ -40,7 +40,7 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Optional, Tuple
 
-from .sampler import NOT_TRAINING_PIDS
+from .sampler import NOT_TRAINING_PIDS, cpu_total
 
 #: The job's cores during the stretch over those of the span before it, at most (see above:
 #: 0.71-0.83 in the busy machine's holds, 0.88 and more in input slowdowns).
@@ -68,7 +68,7 @@ def read_cpu() -> Optional[Tuple[float, float]]:
     try:
         import psutil
         t = psutil.cpu_times()
-        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        busy = cpu_total(t) - t.idle - getattr(t, "iowait", 0.0)
         return time.process_time(), busy
     except Exception:  # noqa: BLE001 - a check of the trigger's, never an error of training's
         return None

@@ -339,7 +339,7 @@ def _core_pcts(cores0, cores1) -> Tuple[List[float], Optional[float]]:
     """Busy % per core and the machine's iowait % between two ``cpu_times(percpu=True)``."""
     cpu_pct, iowait_all, total_all = [], 0.0, 0.0
     for a, b in zip(cores0, cores1):
-        total = _cpu_total(b) - _cpu_total(a)
+        total = cpu_total(b) - cpu_total(a)
         idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
         busy = max(total - idle, 0.0)
         cpu_pct.append(round(min(100.0, 100.0 * busy / total), 1) if total > 0 else 0.0)
@@ -351,7 +351,8 @@ def _core_pcts(cores0, cores1) -> Tuple[List[float], Optional[float]]:
     return cpu_pct, iowait
 
 
-def _cpu_total(t) -> float:
+def cpu_total(t) -> float:
+    """All the CPU seconds of a ``psutil.cpu_times()`` tuple."""
     # guest and guest_nice are already counted in user and nice (Linux): do not add them twice.
     total = sum(t)
     return total - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
