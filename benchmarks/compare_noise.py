@@ -16,9 +16,9 @@ window's steps only (what a run without the trend file has). The table gives, pe
 pair and evidence, how many pairs the 5 % gate (``--fail-if-slower 5``) failed, and the
 verdicts; ``--markdown`` also writes it to a file.
 
-The floors of :data:`tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT` were fitted on the
-even-numbered same-load identical pairs and are judged here on all pairs (see the table's
-"fit"/"judge" columns).
+The floors of :data:`tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT` (and the CPU floors)
+are fitted on the even-numbered identical pairs (same load; for the CPU floor across loads,
+pairs at different loads) and judged on the others: the table leaves the fit half out.
 """
 import argparse
 import itertools
@@ -103,9 +103,11 @@ def evaluate(sides, index, floors=None):
     """Rows of (pair kind, evidence, baseline, candidate, verdict, change %, gate failed)."""
     from tfbneck_plugin import comparison
     saved, saved_cpu = dict(comparison.RUN_TO_RUN_FLOOR_PCT), comparison.CPU_FLOOR_PCT
+    saved_loaded = comparison.LOADED_CPU_FLOOR_PCT
     if floors:
-        comparison.RUN_TO_RUN_FLOOR_PCT.update({k: v for k, v in floors.items() if k != "cpu"})
+        comparison.RUN_TO_RUN_FLOOR_PCT.update({k: v for k, v in floors.items() if k in saved})
         comparison.CPU_FLOOR_PCT = floors.get("cpu", saved_cpu)
+        comparison.LOADED_CPU_FLOOR_PCT = floors.get("cpu_across_loads", saved_loaded)
     rows = []
     try:
         for kind, a, b in pairs(index):
@@ -119,24 +121,32 @@ def evaluate(sides, index, floors=None):
         comparison.RUN_TO_RUN_FLOOR_PCT.clear()
         comparison.RUN_TO_RUN_FLOOR_PCT.update(saved)
         comparison.CPU_FLOOR_PCT = saved_cpu
+        comparison.LOADED_CPU_FLOOR_PCT = saved_loaded
     return rows
+
+
+def _half(rows):
+    """The fit half: the even-numbered pairs (rows come in (all, window only) twos)."""
+    return [r for i, r in enumerate(rows) if (i // 2) % 2 == 0]
+
+
+def _largest(changes):
+    """The largest |change| (%, as |log ratio|), rounded up to 5 %; None without any."""
+    import math
+    sizes = [abs(math.log1p(c / 100)) for c in changes if c is not None]
+    return 5.0 * math.ceil(100 * math.expm1(max(sizes)) / 5.0) if sizes else None
 
 
 def fit_floors(rows):
     """Per level, the largest |change| between same-load identical runs in the fit half (the
-    even-numbered pairs of each kind), rounded up to 5 %."""
-    import math
-    same = [r for r in rows if r["pair"] in ("identical, as is", "identical, busy")]
-    fit = [r for i, r in enumerate(same) if (i // 2) % 2 == 0]  # rows come in (all, window only) twos
-    floors = {}
-    for lvl in ("periods", "windows", "steps"):
-        sizes = [abs(math.log1p(r["change_pct"] / 100)) for r in fit if r["level"] == lvl]
-        if sizes:
-            floors[lvl] = 5.0 * math.ceil(100 * math.expm1(max(sizes)) / 5.0)
-    cpu = [abs(math.log1p(r["cpu_change_pct"] / 100)) for r in fit if r.get("cpu_change_pct") is not None]
-    if cpu:
-        floors["cpu"] = 5.0 * math.ceil(100 * math.expm1(max(cpu)) / 5.0)
-    return floors, {id(r) for r in fit}
+    even-numbered pairs of each kind), rounded up to 5 %; ``cpu``: of their CPU time per step;
+    ``cpu_across_loads``: of the CPU time per step of identical runs at different loads."""
+    fit = _half([r for r in rows if r["pair"] in ("identical, as is", "identical, busy")])
+    across = _half([r for r in rows if r["pair"] in ("identical, as is -> busy", "identical, busy -> as is")])
+    floors = {lvl: _largest([r["change_pct"] for r in fit if r["level"] == lvl]) for lvl in ("periods", "windows", "steps")}
+    floors["cpu"] = _largest([r.get("cpu_change_pct") for r in fit])
+    floors["cpu_across_loads"] = _largest([r.get("cpu_change_pct") for r in across])
+    return {k: v for k, v in floors.items() if v is not None}, {id(r) for r in fit + across}
 
 
 def table(rows, fit_ids):
@@ -184,9 +194,11 @@ def main():
         f"Runs: {len(index)} (benchmarks/noise_job.py; base work {BASE_WORK}); each run's own clock, median ms per "
         "step, by kind: " + "; ".join(f"{k} {', '.join(f'{c:.2f}' for c in v)}" for k, v in clocks.items()),
         "",
-        f"Floors fitted on the fit half (largest |change| of same-load identical pairs, rounded up to 5 %): {floors}; "
-        f"in use (tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT, CPU_FLOOR_PCT): {comparison.RUN_TO_RUN_FLOOR_PCT}, "
-        f"cpu {comparison.CPU_FLOOR_PCT}.",
+        f"Floors fitted on the fit half (largest |change| of identical pairs, same load or, for cpu_across_loads, "
+        f"different loads; rounded up to 5 %): {floors}; "
+        f"in use (tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT, CPU_FLOOR_PCT, LOADED_CPU_FLOOR_PCT): "
+        f"{comparison.RUN_TO_RUN_FLOOR_PCT}, cpu {comparison.CPU_FLOOR_PCT}, cpu across loads "
+        f"{comparison.LOADED_CPU_FLOOR_PCT}.",
         "", "Judged pairs (the fit half left out):", "", table(rows, fit_ids)])
     print(text)
     if args.markdown:

@@ -250,6 +250,15 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     cpu_same = dict(quiet, cpu_change_pct=CPU_FLOOR_PCT / 2)
     assert _decide(100.0, 0.001, "periods", cpu_same, "m")[0] == "inconclusive"
     assert _decide(100.0, 0.001, "periods", dict(quiet, cpu_change_pct=90.0), "m")[0] == "slower"
+    # Across loads neighbours also make each step cost more CPU: only a change of CPU time per
+    # step beyond the across-load floor speaks for the code (identical code: +20-47 % on a busy day).
+    from tfbneck_plugin.comparison import LOADED_CPU_FLOOR_PCT
+    busier = dict(loaded, explains_x=1.8)
+    verdict, why = _decide(170.0, 0.001, "periods", dict(busier, cpu_change_pct=LOADED_CPU_FLOOR_PCT - 5), "m")
+    assert verdict == "inconclusive" and f"within the {LOADED_CPU_FLOOR_PCT:.0f} % spread of identical code across loads" in why
+    assert _decide(170.0, 0.001, "periods", dict(busier, cpu_change_pct=LOADED_CPU_FLOOR_PCT + 40), "m")[0] == "slower"
+    # At the same load the CPU floor is the same-load one.
+    assert _decide(170.0, 0.001, "periods", dict(quiet, cpu_change_pct=LOADED_CPU_FLOOR_PCT - 5), "m")[0] == "slower"
 
 
 def test_compare_route_is_the_cli_and_refuses_bad_parameters():
