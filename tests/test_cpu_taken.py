@@ -164,3 +164,28 @@ def test_the_trigger_names_the_taken_cpu_instead_of_capturing_and_still_catches_
     m.own = 1.7
     ticks = _steps(timer, m, 2000, 0.0025, 12801)
     assert ticks.count(FIRED) == 1 and timer.fired["cpu"]["taken"] is False
+
+
+def _armed(timer):
+    (entry,) = [e for e in timer.trigger_state()["log"] if e.get("event") == "armed"][:1]
+    return entry
+
+
+@pytest.mark.parametrize("others, busy", [(0.05, False), (1.3, True)])
+def test_on_a_busy_machine_the_baseline_outlasts_its_swings(others, busy):
+    """A job of 1 ms steps whose first half second after warm-up is a fast moment (1 ms) before
+    its usual level (2.5 ms, as a busy machine swings it): on an idle machine the baseline arms
+    on 0.25 s of steps and the usual level reads as a slowdown; with other processes on 1.3
+    cores it waits for 2 s of steps (BUSY_BASELINE_SECONDS), learns the usual level, and no
+    window opens."""
+    from tfbneck_plugin.capture.slowwatch import BUSY_BASELINE_SECONDS, MIN_BASELINE_SECONDS
+    m = Machine(own=0.7, others=others)
+    timer = _timer_on(m)
+    ticks = _steps(timer, m, 500, 0.001, 1) + _steps(timer, m, 4000, 0.0025, 501)
+    armed = _armed(timer)
+    if busy:
+        assert armed["step"] > 500 + (BUSY_BASELINE_SECONDS - 0.5) / 0.0025 and armed["baseline_mean_ms"] > 1.5
+        assert FIRED not in ticks
+    else:
+        assert armed["step"] <= 20 + 2 * MIN_BASELINE_SECONDS / 0.001 and armed["baseline_mean_ms"] == pytest.approx(1.0)
+        assert FIRED in ticks

@@ -19,10 +19,9 @@ The comparison of two session reports (:func:`compare_reports`):
 ``load``               each side's other processes' load (cores, sidecars) and whether it differed
 ``verdict``            ``faster`` / ``slower`` when p < :data:`ALPHA` and the change exceeds the
                        run-to-run spread of identical code (:data:`RUN_TO_RUN_FLOOR_PCT`) and is
-                       not explained by a difference of machine load nor contradicted by the
-                       process's CPU time per step (:data:`CPU_FLOOR_PCT`, across loads
-                       :data:`LOADED_CPU_FLOOR_PCT`); ``inconclusive`` when it is significant
-                       but within that spread or explained by the load or the CPU time;
+                       not explained by machine load nor by an unchanged CPU time per step
+                       (:data:`CPU_FLOOR_PCT`, :data:`LOADED_CPU_FLOOR_PCT`); ``inconclusive``
+                       when it is significant but within that spread or so explained;
                        else ``no_change``
 ``breakdown_ms``       per breakdown category: each side's mean ms per batch and the change
 ``verdicts``           each side's bottleneck / cause / confidence
@@ -52,10 +51,9 @@ ALPHA = 0.05
 TEST = evid.TESTS["steps"]
 #: Change (%, either way, as |log ratio|) within which a significant change between two runs
 #: is ``inconclusive``, per level of evidence: the largest change between two runs of
-#: identical code under the same load, rounded up to 5 %, fitted by
-#: benchmarks/compare_noise.py on half of its identical-code pairs (docs/compare_noise.md:
-#: made one run at a time on a quiet 2-core machine; periods 20, steps 40). No pair had
-#: several windows per side: ``windows`` keeps our earlier choice, between the two.
+#: identical code under the same load, rounded up to 5 %, fitted by benchmarks/compare_noise.py
+#: on half of its identical-code pairs (docs/compare_noise.md's first day; its slow day's half
+#: gave 35 and 55). No pair had several windows per side: ``windows`` is our choice between.
 RUN_TO_RUN_FLOOR_PCT = {"periods": 20.0, "windows": 15.0, "steps": 40.0}
 #: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
 #: the sidecars) that differ by this ratio make the machine's load a cause of a change in
@@ -71,11 +69,9 @@ LOADED_FASTER_X = 1.35
 #: did not change its own cost. Fitted by benchmarks/compare_noise.py on half of its
 #: same-load identical pairs (largest change, rounded up to 5 %: docs/compare_noise.md).
 CPU_FLOOR_PCT = 20.0
-#: The same across two loads (%): when the sides' machine load differs, neighbours also make
-#: each step cost more CPU (caches, shared cores) and the run-queue ratio of one 5-step window
-#: understates the wait, so only a change of CPU time per step beyond this speaks for the code.
-#: Fitted by benchmarks/compare_noise.py on half of its identical pairs across loads (largest
-#: change, rounded up to 5 %; a busy day's runs: docs/compare_noise.md).
+#: The same across loads (%): neighbours also make each step cost more CPU (caches, shared
+#: cores), so when the load differs only a larger change speaks for the code. Fitted likewise on
+#: half of the identical pairs across loads (docs/compare_noise.md).
 LOADED_CPU_FLOOR_PCT = 35.0
 
 

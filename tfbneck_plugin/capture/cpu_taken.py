@@ -143,6 +143,21 @@ class CpuTaken:
             found = smp
         return found
 
+    @property
+    def off(self) -> bool:
+        """The process's or the machine's CPU cannot be read here (no samples will come)."""
+        return self._off
+
+    def others_cores(self, since: float) -> Optional[float]:
+        """Cores other processes kept busy from clock ``since`` (the oldest sample when
+        later) to the latest sample; None when off or over less than two sample intervals."""
+        if self._off or not self._samples:
+            return None
+        begin, last = self._at(since) or self._samples[0], self._samples[-1]
+        if last[0] - begin[0] < 2 * SAMPLE_SECONDS:
+            return None
+        return self._cores(begin, last)[1]
+
     @staticmethod
     def _cores(a: Sample, b: Sample) -> Tuple[float, float]:
         """(the job's cores, other processes' cores) between two samples."""

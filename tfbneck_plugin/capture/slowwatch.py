@@ -9,7 +9,8 @@ How it decides (each part fixes a way issue 24's fit was missed):
   ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them lasting
   :data:`MIN_BASELINE_SECONDS` (or :data:`LONG_BASELINE_STEPS` lasting
   :data:`LONG_BASELINE_SECONDS`), so a slowdown a few seconds into training is compared with
-  the steps before it. The steps of a stretch that ended by itself before it was confirmed
+  the steps before it; on a busy machine, lasting :data:`BUSY_BASELINE_SECONDS` too. The
+  steps of a stretch that ended by itself before it was confirmed
   join it: they are the job's normal variation. On a busy machine a job of 1-2 ms steps
   switches between levels 1.5-1.7x apart for fractions of a second; keeping those steps out
   taught the baseline only the fast level, and a one-second switch then fired a window in
@@ -87,6 +88,15 @@ MIN_BASELINE_SECONDS = 0.25
 #: to the stretch's median as that of the first 20 (0.89-1.06x against 0.91-1.05x).
 LONG_BASELINE_STEPS = 8
 LONG_BASELINE_SECONDS = 1.0
+#: While other processes keep at least :data:`BUSY_OTHERS_CORES` cores busy (the CPU check's
+#: samples, :class:`~.cpu_taken.CpuTaken`), a baseline must also last this long: a busy
+#: machine swings a job of 1-2 ms steps 1.5-2x for 1-1.5 s at a time, and a baseline of
+#: 0.25 s taken at a fast moment read the job's usual level as a 2.4x slowdown (a steady run
+#: of the corpus under ``under-load -j 2``, other processes at 1.2-1.4 cores;
+#: docs/slowdown_capture.md).
+BUSY_BASELINE_SECONDS = 2.0
+#: Half a core: an idle machine's other processes keep 0-0.1 busy (the corpus's idle runs).
+BUSY_OTHERS_CORES = 0.5
 #: The baseline's statistics are recomputed every this many clean steps, or every 1/16 of
 #: the baseline's steps when more (sorting n values every n/16 steps: about 1 us per step).
 RECOMPUTE_EVERY = 16
@@ -176,6 +186,7 @@ class SlowdownWatch:
         self._levels: Deque[Tuple[float, float]] = deque()
         self._after_slowdown = False
         self._now = 0.0
+        self._busy: Tuple[float, bool] = (float("nan"), False)  # (the CPU sample it was read at, busy)
         self._reset_baseline()
         self._run: Optional[Dict] = None
 
@@ -227,13 +238,27 @@ class SlowdownWatch:
     def _enough(self, steps: List[float], share: float = 1.0) -> bool:
         """Enough steps for a baseline: :data:`MIN_BASELINE_STEPS` lasting
         :data:`MIN_BASELINE_SECONDS` (or a full horizon), or :data:`LONG_BASELINE_STEPS`
-        lasting :data:`LONG_BASELINE_SECONDS`."""
+        lasting :data:`LONG_BASELINE_SECONDS`; on a busy machine (:meth:`_machine_busy`) a
+        full horizon or :data:`BUSY_BASELINE_SECONDS`."""
         n = len(steps)
         if n < LONG_BASELINE_STEPS:
             return False
-        spent = sum(steps)
-        return spent >= share * LONG_BASELINE_SECONDS or (n >= MIN_BASELINE_STEPS and (
-            spent >= share * MIN_BASELINE_SECONDS or n >= self.trigger.horizon_steps))
+        spent, full = sum(steps), n >= self.trigger.horizon_steps
+        enough = spent >= share * LONG_BASELINE_SECONDS or (n >= MIN_BASELINE_STEPS and (
+            spent >= share * MIN_BASELINE_SECONDS or full))
+        return enough and (full or spent >= share * BUSY_BASELINE_SECONDS or not self._machine_busy())
+
+    def _machine_busy(self) -> bool:
+        """Other processes kept :data:`BUSY_OTHERS_CORES` busy over the last
+        :data:`BUSY_BASELINE_SECONDS`, read once per CPU sample; until its samples can tell
+        (half a second), taken as busy: the baseline waits for them."""
+        cpu = self.cpu
+        if cpu is None or cpu.off:
+            return False
+        if self._busy[0] != cpu.next_at:
+            others = cpu.others_cores(self._now - BUSY_BASELINE_SECONDS)
+            self._busy = (cpu.next_at, others is None or others >= BUSY_OTHERS_CORES)
+        return self._busy[1]
 
     def usual_level(self) -> Optional[float]:
         """The highest level (trimmed mean, seconds) the baseline *held* in the last
