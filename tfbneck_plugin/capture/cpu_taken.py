@@ -58,18 +58,28 @@ SAMPLE_SECONDS = 0.25
 KEEP_SECONDS = 60.0
 
 #: (clock, the job's CPU seconds, the machine's busy CPU seconds)
-Sample = Tuple[float, float, float]
+Sample = Tuple[float, float, float, float]
+#: pid -> the CPU seconds last read of each of the profiler's own analysis children (kept after
+#: they end: the sum only grows).
+_PROFILER_CHILDREN_CPU: Dict[int, float] = {}
 
 
-def read_cpu() -> Optional[Tuple[float, float]]:
+def read_cpu() -> Optional[Tuple[float, float, float]]:
     """(this process's CPU seconds, all threads; the machine's busy CPU seconds, all cores:
     all time but idle and iowait, as ``psutil.cpu_percent`` counts it, guest time inside
-    user), or None when the platform does not say."""
+    user; the CPU seconds of the profiler's own analysis children so far,
+    :data:`.sampler.NOT_TRAINING_PIDS`), or None when the platform does not say."""
     try:
         import psutil
         t = psutil.cpu_times()
         busy = cpu_total(t) - t.idle - getattr(t, "iowait", 0.0)
-        return time.process_time(), busy
+        for pid in list(NOT_TRAINING_PIDS):
+            try:
+                c = psutil.Process(pid).cpu_times()
+                _PROFILER_CHILDREN_CPU[pid] = c.user + c.system
+            except psutil.Error:
+                pass  # ended: its last reading stays
+        return time.process_time(), busy, sum(_PROFILER_CHILDREN_CPU.values())
     except Exception:  # noqa: BLE001 - a check of the trigger's, never an error of training's
         return None
 
@@ -105,11 +115,12 @@ class CpuTaken:
     processes took the job's cores during a stretch (module docstring).
 
     Args:
-      read: () -> (job CPU s, machine busy CPU s) or None (default :func:`read_cpu`).
+      read: () -> (job CPU s, machine busy CPU s[, the profiler's analysis children's CPU s]) or None
+        (default :func:`read_cpu`).
       children: () -> whether the job has child processes (default :func:`has_children`).
     """
 
-    def __init__(self, read: Callable[[], Optional[Tuple[float, float]]] = read_cpu,
+    def __init__(self, read: Callable[[], Optional[Tuple[float, ...]]] = read_cpu,
                  children: Callable[[], bool] = has_children) -> None:
         self._read, self._children = read, children
         self._samples: Deque[Sample] = deque()
@@ -130,7 +141,7 @@ class CpuTaken:
             return
         self.next_at = now + SAMPLE_SECONDS
         s = self._samples
-        s.append((now, got[0], got[1]))
+        s.append((now, got[0], got[1], got[2] if len(got) > 2 else 0.0))
         while now - s[0][0] > KEEP_SECONDS:
             s.popleft()
 
@@ -149,14 +160,15 @@ class CpuTaken:
         return self._off
 
     def others_cores(self, since: float) -> Optional[float]:
-        """Cores other processes kept busy from clock ``since`` (the oldest sample when
-        later) to the latest sample; None when off or over less than two sample intervals."""
+        """Cores processes other than the job and the profiler's analysis children kept
+        busy from clock ``since`` (the oldest sample when later) to the latest sample; None
+        when off or over less than two sample intervals."""
         if self._off or not self._samples:
             return None
         begin, last = self._at(since) or self._samples[0], self._samples[-1]
         if last[0] - begin[0] < 2 * SAMPLE_SECONDS:
             return None
-        return self._cores(begin, last)[1]
+        return max(0.0, self._cores(begin, last)[1] - (last[3] - begin[3]) / (last[0] - begin[0]))
 
     @staticmethod
     def _cores(a: Sample, b: Sample) -> Tuple[float, float]:

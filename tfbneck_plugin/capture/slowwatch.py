@@ -88,7 +88,8 @@ MIN_BASELINE_SECONDS = 0.25
 #: to the stretch's median as that of the first 20 (0.89-1.06x against 0.91-1.05x).
 LONG_BASELINE_STEPS = 8
 LONG_BASELINE_SECONDS = 1.0
-#: While other processes keep at least :data:`BUSY_OTHERS_CORES` cores busy (the CPU check's
+#: While other processes (not the profiler's own analysis children) keep at least
+#: :data:`BUSY_OTHERS_CORES` cores busy (the CPU check's
 #: samples, :class:`~.cpu_taken.CpuTaken`), a baseline must also last this long: a busy
 #: machine swings a job of 1-2 ms steps 1.5-2x for 1-1.5 s at a time, and a baseline of
 #: 0.25 s taken at a fast moment read the job's usual level as a 2.4x slowdown (a steady run

@@ -198,13 +198,18 @@ class StepTimer:
         now = self._clock()
         prev, pfirst, plast = self._prev, self._prev_first, self._prev_last
         self._prev, self._prev_first, self._prev_last = now, first, last
-        if prev is None or self._dirty:
-            self._dirty = False
-            return NOTHING
-        if self._warm > 0:
-            # Warm-up counts batches: with steps_per_execution a step is an execution, and 20
-            # executions of 8 batches kept the trigger blind for the first seconds of a fit.
-            self._warm -= max(plast - pfirst + 1, 1)
+        if prev is None or self._dirty or self._warm > 0:
+            # Untimed steps still sample the CPU: the trigger's baseline asks whether the
+            # machine is busy as soon as it could arm (SlowdownWatch._machine_busy).
+            watch = self.watch
+            if watch is not None and watch.cpu is not None and now >= watch.cpu.next_at:
+                watch.cpu.sample(now)
+            if prev is None or self._dirty:
+                self._dirty = False
+            else:
+                # Warm-up counts batches: with steps_per_execution a step is an execution, and 20
+                # executions of 8 batches kept the trigger blind for the first seconds of a fit.
+                self._warm -= max(plast - pfirst + 1, 1)
             return NOTHING
         dt = now - prev
         period = self._period
