@@ -467,7 +467,8 @@ def replay_report(out: str) -> str:
 LIMITS = """## What the trigger cannot catch, and why
 
 - **A slowdown that begins before the trigger is armed**: the first 20 batches are warm-up, then the
-  baseline needs 20 steps lasting 0.25 s, or 8 lasting 1 s. A job slow from its start, or slowed during
+  baseline needs 20 steps lasting 0.25 s, or 8 lasting 1 s (2 s while other processes keep half a core
+  busy). A job slow from its start, or slowed during
   those steps, has no faster past to be compared with (the scheduled window sees it). With
   `steps_per_execution` the baseline's steps are executions: at 8 batches of 10 ms per execution it is
   armed about 1.3 s into training (with 20 executions only, `tfk-15ms-x4-early-spe8`, slowed 2 s into
@@ -529,7 +530,10 @@ def full_report(out: str) -> str:
             f"a triggered window spans `window_steps` {d.window_steps} and at least `window_seconds` "
             f"{d.window_seconds:g} s of steps), and its check that other processes took the job's CPU "
             "(`capture/cpu_taken.py`; in the last pass it was off while a scheduled window's analysis child ran, "
-            "which now counts as another process: the replays below model the check as it is now, no children).",
+            "which now counts as another process: the replays below model the check as it is now, no children). "
+            "The replays also model the trigger as it is now: a baseline on a busy machine (other processes on "
+            "half a core or more, from the recorded CPU) lasts 2 s, a rule written after the last pass; the "
+            "captures table is what the runs themselves did.",
             "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \

@@ -192,3 +192,27 @@ def test_on_a_busy_machine_the_baseline_outlasts_its_swings(others, ours, busy):
     else:
         assert armed["step"] <= 20 + 2 * MIN_BASELINE_SECONDS / 0.001 and armed["baseline_mean_ms"] == pytest.approx(1.0)
         assert FIRED in ticks
+
+
+def test_contention_that_came_in_bursts_before_a_stretch_is_still_named():
+    """Bursts of contention shorter than a confirmation join the baseline, so the 3 s before
+    the stretch that is confirmed were contended already (a CI run: the job at 0.71 cores
+    against them, 0.70 during): it is compared with the quietest span of the samples kept."""
+    m = Machine(own=1.2, others=0.1)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 10.0)
+    m.own, m.others = 0.7, 1.3
+    sampled(m, cpu, 5.0)  # the bursts, joined into one: the 3 s before are contended
+    start = m.t
+    sampled(m, cpu, 2.0)
+    got = cpu.taken_by_others(start, m.t)
+    assert got["taken"] is True
+    assert got["own_cores_before"] == pytest.approx(1.2, abs=0.01) and got["others_cores_before"] == pytest.approx(0.1, abs=0.01)
+    # The job's own slowdown on a machine as busy for as long as the samples go back is not named.
+    m2 = Machine(own=0.7, others=1.3)
+    cpu2 = CpuTaken(m2.read, children=lambda: False)
+    sampled(m2, cpu2, 15.0)
+    start = m2.t
+    m2.own = 0.75  # a heavier map takes a little more
+    sampled(m2, cpu2, 2.0)
+    assert cpu2.taken_by_others(start, m2.t)["taken"] is False

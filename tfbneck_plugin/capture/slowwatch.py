@@ -10,8 +10,8 @@ How it decides (each part fixes a way issue 24's fit was missed):
   :data:`MIN_BASELINE_SECONDS` (or :data:`LONG_BASELINE_STEPS` lasting
   :data:`LONG_BASELINE_SECONDS`), so a slowdown a few seconds into training is compared with
   the steps before it; on a busy machine, lasting :data:`BUSY_BASELINE_SECONDS` too. The
-  steps of a stretch that ended by itself before it was confirmed
-  join it: they are the job's normal variation. On a busy machine a job of 1-2 ms steps
+  steps of a stretch that ended by itself before it was confirmed join it: they are the
+  job's normal variation. On a busy machine a job of 1-2 ms steps
   switches between levels 1.5-1.7x apart for fractions of a second; keeping those steps out
   taught the baseline only the fast level, and a one-second switch then fired a window in
   a steady run (``tests/test_slowdown.py``'s steady run under ``under-load -j 1``: in CI,
@@ -234,7 +234,8 @@ class SlowdownWatch:
             self.armed = True
             self._add_log({"event": "armed", "step": step, "baseline_p50_ms": _ms(self.p50),
                            "baseline_mean_ms": _ms(self.mean),
-                           "baseline_steps": n, "threshold_ms": _ms(self._slow_at), "level_steps": self._k})
+                           "baseline_steps": n, "threshold_ms": _ms(self._slow_at), "level_steps": self._k,
+                           "busy_machine": self._machine_busy()})
 
     def _enough(self, steps: List[float], share: float = 1.0) -> bool:
         """Enough steps for a baseline: :data:`MIN_BASELINE_STEPS` lasting
