@@ -201,15 +201,13 @@ class StepTimer:
         if prev is None or self._dirty or self._warm > 0:
             # Untimed steps still sample the CPU: the trigger's baseline asks whether the
             # machine is busy as soon as it could arm (SlowdownWatch._machine_busy).
-            watch = self.watch
-            if watch is not None and watch.cpu is not None and now >= watch.cpu.next_at:
-                watch.cpu.sample(now)
-            if prev is None or self._dirty:
-                self._dirty = False
-            else:
+            if self.watch is not None and self.watch.cpu is not None:
+                self.watch.cpu.tick(now)
+            if prev is not None and not self._dirty:
                 # Warm-up counts batches: with steps_per_execution a step is an execution, and 20
                 # executions of 8 batches kept the trigger blind for the first seconds of a fit.
                 self._warm -= max(plast - pfirst + 1, 1)
+            self._dirty = False
             return NOTHING
         dt = now - prev
         period = self._period
