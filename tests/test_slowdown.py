@@ -18,7 +18,7 @@ its step boundaries are the profiler's) and /proc around the triggered window.
   filled its baseline) opens a window, and the trend file says when the trigger armed and
   what the slow stretch was.
 * ``display``: ``display=True`` outside a notebook, ``steps_per_execution=4``.
-* ``contended``: the steady fit, and two spinning processes from 8 s on for 12 s: its steps
+* ``contended``: the steady fit, and four spinning processes from 8 s on for 12 s: its steps
   slow down, no window opens, and the trigger's log and one line name the CPU others took.
 
 The browser test of the trend view (the tab's "Step-time trend") is here too: it uses the
@@ -237,7 +237,7 @@ def test_a_steady_run_captures_nothing_extra(job, load):
 
 @pytest.mark.tf
 def test_cpu_taken_by_other_processes_is_named_not_captured(job):
-    """Issue 24: a steady fit of 1-2 ms steps, and from 8 s on two spinning processes (not
+    """Issue 24: a steady fit of 1-2 ms steps, and from 8 s on four spinning processes (not
     its children) for 12 s. Its steps really slow down (its own clock), but a profile of
     the job cannot show other processes' work: no window; the trigger's log and one line
     say what took the time, with the job's cores and the others' before and during."""
