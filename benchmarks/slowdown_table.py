@@ -188,7 +188,10 @@ def replay_one(r: Dict, cpu_rule: bool = True, **trigger_kw) -> Dict:
             fired.append(i)
             stretches.append((_exec_of(timer.fired["slow_steps"][0], spe), i))
             skip_until = i + max(1, 5 // spe) + 1
-        if sched[0] <= first <= sched[1] + 1 or i <= skip_until:
+        # Every execution the scheduled window covers, and the one after it (its closing
+        # tick), is not timed: with steps_per_execution 8 a window at batches 40-44 spans
+        # the executions of batches 33-48 (the callback's markers), 49-56 closes it.
+        if (first <= sched[1] + spe and first + spe - 1 >= sched[0]) or i <= skip_until:
             timer.not_timed()
     return {"fired": fired, "stretches": stretches, "phases": phases_of(r)}
 
@@ -471,9 +474,11 @@ LIMITS = """## What the trigger cannot catch, and why
   busy). A job slow from its start, or slowed during
   those steps, has no faster past to be compared with (the scheduled window sees it). With
   `steps_per_execution` the baseline's steps are executions: at 8 batches of 10 ms per execution it is
-  armed about 1.3 s into training (with 20 executions only, `tfk-15ms-x4-early-spe8`, slowed 2 s into
-  training, was missed in a pass of this corpus; the trend file's `trigger_state` shows the baseline it
-  armed on).
+  armed about 1.3 s into training. When the last of the steps it arms on (at least 5) are already
+  slower than `factor` x those before them, they are left out of it and begin the slow stretch
+  (`tfk-15ms-x4-early-spe8`, slowed 2 s into training, had 3 clean executions before it: the warm-up and
+  the scheduled window took the others; pass 4 missed it); with fewer than 5 slow ones the baseline
+  keeps them. The trend file's `trigger_state` shows the baseline it armed on (`slow_tail_steps`).
 - **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 300 steps lasting 2 s, counted
   with each step capped at 4x the stretch's median; plus the window's own steps. A phase shorter than
   about 4 s is left out on purpose: a busy machine slows a job of 1-2 ms steps 1.5-2x for 1-1.5 s at a

@@ -466,3 +466,23 @@ def test_long_steps_arm_the_baseline_after_eight_of_them():
     t = StepTimer(trig(warmup_steps=3), clock=clock)
     run_steps(t, clock, [0.5] * 3 + [0.020] * 30)
     assert t.trigger_state()["log"][0]["step"] == 3 + 20
+
+
+def test_a_slowdown_begun_before_the_baseline_armed_is_left_out_of_it_and_caught():
+    # tfk-15ms-x4-early-spe8 of the corpus, live: the warm-up and a scheduled window left 3
+    # clean executions (~0.33 s) before they turned 4x slower; the 8 the baseline arms on
+    # were 3 fast and 5 slow, and no window opened.
+    clock = Clock()
+    t = StepTimer(trig(consecutive=5, min_seconds=3.0, warmup_steps=3), clock=clock)
+    fired = run_steps(t, clock, [0.5] * 3 + [0.33] * 3 + [1.2] * 8 + [0.33] * 10)
+    armed = t.trigger_state()["log"][0]
+    assert armed["event"] == "armed" and armed["slow_tail_steps"] == 5 and armed["baseline_steps"] == 3
+    assert armed["baseline_mean_ms"] == pytest.approx(330.0)
+    # The stretch counts the slow steps left out (3 s of them by step 3 + 3 + 5 + 1 = 12).
+    assert fired and 3 + 3 + 1 <= fired[0] <= 3 + 3 + 8 and t.fired["slow_steps"][0] <= 3 + 3 + 2
+    # Four slow steps at the end are not a level yet: the baseline keeps them, as before.
+    clock = Clock()
+    t = StepTimer(trig(consecutive=5, min_seconds=3.0, warmup_steps=3), clock=clock)
+    run_steps(t, clock, [0.5] * 3 + [0.33] * 4 + [1.2] * 4 + [0.33] * 10)
+    armed = t.trigger_state()["log"][0]
+    assert armed["slow_tail_steps"] == 0 and armed["baseline_steps"] == 8

@@ -121,7 +121,8 @@ read by the TensorBoard tab's ``/trend`` route::
          "armed": bool, "captures": int,
          "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)
          "log": [{"event": "armed", "step", "baseline_p50_ms", "baseline_mean_ms", "baseline_steps", "threshold_ms",
-                  "level_steps", "busy_machine" (the baseline had to last 2 s), "t_unix_ns"}
+                  "level_steps", "busy_machine" (the baseline had to last 2 s),
+                  "slow_tail_steps" (its last steps, a slowdown begun already, left out), "t_unix_ns"}
                | {"event": "run", "direction": "slower" | "faster", "first_step", "last_step",
                   "steps", "seconds", "observed_p50_ms", "observed_mean_ms", "baseline_p50_ms",
                   "baseline_mean_ms",

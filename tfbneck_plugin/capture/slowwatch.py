@@ -9,7 +9,10 @@ How it decides (each part fixes a way issue 24's fit was missed):
   ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them lasting
   :data:`MIN_BASELINE_SECONDS` (or :data:`LONG_BASELINE_STEPS` lasting
   :data:`LONG_BASELINE_SECONDS`), so a slowdown a few seconds into training is compared with
-  the steps before it; on a busy machine, lasting :data:`BUSY_BASELINE_SECONDS` too. The
+  the steps before it; on a busy machine, lasting :data:`BUSY_BASELINE_SECONDS` too. When
+  its last steps (a level of them) are already beyond ``factor`` x the steps before, a
+  slowdown began before it armed: they are left out, and the stretch opens from them
+  (:meth:`SlowdownWatch._slow_tail`). The
   steps of a stretch that ended by itself before it was confirmed join it: they are the
   job's normal variation. On a busy machine a job of 1-2 ms steps
   switches between levels 1.5-1.7x apart for fractions of a second; keeping those steps out
@@ -220,6 +223,11 @@ class SlowdownWatch:
         n = len(values)
         if not (self._enough(values) if not self.armed else n >= LONG_BASELINE_STEPS):
             return
+        tail = 0 if self.armed else self._slow_tail()
+        if tail:  # a slowdown begun before arming: the baseline is the steps before it
+            del self._ring[-tail:]
+            values = sorted(self._ring)
+            n = len(values)
         self.p50, self.p90, self.mean = percentile(values, 0.5), percentile(values, 0.9), trimmed_mean(values)
         k = int(LEVEL_SECONDS / self.mean) if self.mean > 0 else LEVEL_MAX_STEPS
         self._k = min(LEVEL_MAX_STEPS, max(LEVEL_MIN_STEPS, k | 1))
@@ -235,7 +243,29 @@ class SlowdownWatch:
             self._add_log({"event": "armed", "step": step, "baseline_p50_ms": _ms(self.p50),
                            "baseline_mean_ms": _ms(self.mean),
                            "baseline_steps": n, "threshold_ms": _ms(self._slow_at), "level_steps": self._k,
-                           "busy_machine": self._machine_busy()})
+                           "busy_machine": self._machine_busy(), "slow_tail_steps": tail})
+
+    def _slow_tail(self) -> int:
+        """As the baseline arms: how many of its last steps are a slow stretch begun already,
+        each beyond ``factor`` x the level of the steps before them, at least
+        :data:`LEVEL_MIN_STEPS` (a level, not a stall); 0 when none. The baseline is then the
+        steps before them, and the next step opens the stretch from them
+        (:meth:`_open_run` looks back through the recent steps). A fit of 8-batch executions,
+        4x slower 2 s in, had 3 clean executions before it (the warm-up and a scheduled
+        window took the others): its baseline armed on 3 fast and 5 slow ones, read the
+        slow level as its own, and no window opened (a corpus pass, docs/slowdown_capture.md)."""
+        recent, ring = self._recent, self._ring
+        n = len(recent)
+        if n < LEVEL_MIN_STEPS or len(ring) <= n or len(ring) >= self.trigger.horizon_steps \
+                or ring[-n:] != recent:
+            return 0  # (a ring seeded by rebaseline, or one that wrapped, is not in step order)
+        slow_at = self.trigger.factor * trimmed_mean(sorted(ring[:-n]))
+        tail = 0
+        for v in reversed(recent):
+            if v <= slow_at:
+                break
+            tail += 1
+        return tail if tail >= LEVEL_MIN_STEPS else 0
 
     def _enough(self, steps: List[float], share: float = 1.0) -> bool:
         """Enough steps for a baseline: :data:`MIN_BASELINE_STEPS` lasting
