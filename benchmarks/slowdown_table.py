@@ -534,11 +534,10 @@ def full_report(out: str) -> str:
             f"{d.quick_seconds:g} s, chosen by the replay below on the fit half of an earlier pass of this corpus; "
             f"a triggered window spans `window_steps` {d.window_steps} and at least `window_seconds` "
             f"{d.window_seconds:g} s of steps), and its check that other processes took the job's CPU "
-            "(`capture/cpu_taken.py`; in the last pass it was off while a scheduled window's analysis child ran, "
-            "which now counts as another process: the replays below model the check as it is now, no children). "
-            "The replays also model the trigger as it is now: a baseline on a busy machine (other processes on "
-            "half a core or more, from the recorded CPU) lasts 2 s, a rule written after the last pass; the "
-            "captures table is what the runs themselves did.",
+            "(`capture/cpu_taken.py`). The replays below feed each run's recorded step times and CPU to the "
+            "trigger as it is now (the steps the callback leaves out, warm-up and a scheduled window's "
+            "executions, left out too; no analysis children); the captures table is what the runs themselves "
+            "did.",
             "", "## Captures", ""]
     return "\n".join(head) + table_report(out) + "\n## Choosing the confirmation (offline replay)\n\n" \
         + "The recorded step times of every run, fed to the trigger offline with other thresholds; the runs " \

@@ -194,6 +194,26 @@ def test_on_a_busy_machine_the_baseline_outlasts_its_swings(others, ours, busy):
         assert FIRED in ticks
 
 
+@pytest.mark.parametrize("others, fired_after_s", [(0.05, 2.0), (1.3, 3.0)])
+def test_on_a_busy_machine_a_stretch_of_short_steps_must_last_min_seconds(others, fired_after_s):
+    """A job of 1 ms steps, then 1.7 ms with its cores unchanged: idle, 300 such steps lasting
+    2 s confirm it (quick_seconds); with other processes on 1.3 cores, which hold such a job
+    1.5-1.7x slower for up to 2 s at a time (a steady run of the corpus under -j 1), it must
+    last min_seconds (3 s), and a 2.5 s hold opens no window."""
+    m = Machine(own=1.0, others=others)
+    timer = _timer_on(m)
+    assert FIRED not in _steps(timer, m, 4000, 0.001, 1)
+    hold = _steps(timer, m, int(2.5 / 0.0017), 0.0017, 4001)
+    if others > 1:
+        assert FIRED not in hold
+        ticks = _steps(timer, m, 2000, 0.001, 4001 + len(hold))  # back: then a lasting slowdown
+        assert FIRED not in ticks
+        hold = _steps(timer, m, int(5 / 0.0017), 0.0017, 6001 + len(hold))
+    fired = timer.fired
+    assert FIRED in hold and fired["cpu"]["taken"] is False
+    assert fired_after_s <= fired["slow_for_s"] <= fired_after_s + 0.2
+
+
 def test_contention_that_came_in_bursts_before_a_stretch_is_still_named():
     """Bursts of contention shorter than a confirmation join the baseline, so the 3 s before
     the stretch that is confirmed were contended already (a CI run: the job at 0.71 cores

@@ -63,13 +63,14 @@ class SlowdownTrigger:
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
       min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
         or this many steps lasting this long (defaults 300 steps, 2.0 s: a stretch of slow steps
-        under 6.7 ms is confirmed after 2 s; 300 steps of 10 ms take min_seconds). The three are chosen together by replaying the
-        recorded step times of the fit half of the slowdown corpus (docs/slowdown_capture.md):
-        the best recall, then the shortest delay, with no capture in its steady runs even at
-        half these seconds; on the next pass's judge half they captured every required phase
-        with no capture in a steady run. (On a
-        machine kept busy by other processes a job of 1-2 ms steps runs 1.5-2x slower for
-        1-1.5 s at a time; the earlier 1.5 s and 300 steps fired on that in steady runs.)
+        under 6.7 ms is confirmed after 2 s; 300 steps of 10 ms take min_seconds), except on a
+        machine other processes keep busy (min_seconds then: slowwatch's docstring). The three
+        are chosen together by replaying the recorded step times of the fit half of the
+        slowdown corpus (docs/slowdown_capture.md): the best recall, then the shortest delay,
+        with no capture in its steady runs even at half these seconds; on the next pass's judge
+        half they captured every required phase with no capture in a steady run. (On a machine
+        kept busy by other processes a job of 1-2 ms steps runs 1.5-2x slower for 1-2 s at a
+        time; the earlier 1.5 s and 300 steps fired on that in steady runs.)
       window_steps: steps profiled by a window it opens (default 5) ...
       window_seconds: ... and at least this long at the slow stretch's median step time
         (default 0.1 s; capped by the profiler's ``max_window_steps``). A window of 5 steps
