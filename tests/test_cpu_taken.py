@@ -168,6 +168,38 @@ def test_the_trigger_names_the_taken_cpu_instead_of_capturing_and_still_catches_
     assert ticks.count(FIRED) == 1 and timer.fired["cpu"]["taken"] is False
 
 
+@pytest.mark.parametrize("own_during, slowdown, taken", [(1.05, 1.7, True), (1.05, 2.4, True), (1.05, 2.6, False),
+                                                       (1.05, 7.0, False), (0.16, 23.0, True)])
+def test_a_job_whose_cpu_per_step_grew_with_its_cores_kept_is_its_own_slowdown(own_during, slowdown, taken):
+    """A niced job beside a busy neighbour (a newcomer's trial): the job had 1.27 cores, then
+    1.05 while the neighbour took 0.4 more. Its CPU seconds per step over those before are
+    1.05 / 1.27 x the slowdown: under OWN_WORK_RATIO (2) the same work done later, CPU taken;
+    at 2 or more its own work grew (a 6-10x heavier map), so the trigger may capture it. A job
+    left 0.13x its cores (four spinners at nice -10, the real run) was 23x slower and spun
+    2.9x the CPU per step: the cores it lost explain its slowdown, CPU taken."""
+    m = Machine(own=1.27, others=0.6)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = own_during, 1.0 if own_during > 1 else 1.7
+    sampled(m, cpu, 3.0)
+    got = cpu.taken_by_others(start, m.t, slowdown)
+    assert got["taken"] is taken
+    assert got["own_cpu_per_step_ratio"] == pytest.approx(got["own_cores_during"] / got["own_cores_before"] * slowdown, abs=0.01)
+
+
+def test_the_trigger_captures_a_heavier_map_of_a_niced_job_that_lost_cores():
+    m = Machine(own=1.27, others=0.6)
+    timer = _timer_on(m)
+    assert FIRED not in _steps(timer, m, 300, 0.02, 1)  # 6 s of 20 ms steps: armed
+    m.own, m.others = 1.05, 1.0  # the map is 7x heavier; the neighbour takes what the job frees
+    ticks = _steps(timer, m, 40, 0.14, 301)
+    assert ticks.count(FIRED) == 1 and NOTICE not in ticks
+    cpu = timer.fired["cpu"]
+    assert cpu["taken"] is False and cpu["own_cores_during"] < 0.85 * cpu["own_cores_before"]
+    assert 5 <= cpu["own_cpu_per_step_ratio"] <= 6.5
+
+
 def _armed(timer):
     (entry,) = [e for e in timer.trigger_state()["log"] if e.get("event") == "armed"][:1]
     return entry
@@ -236,3 +268,17 @@ def test_contention_that_came_in_bursts_before_a_stretch_is_still_named():
     m2.own = 0.75  # a heavier map takes a little more
     sampled(m2, cpu2, 2.0)
     assert cpu2.taken_by_others(start, m2.t)["taken"] is False
+
+
+def test_with_cpu_check_off_a_stretch_of_cores_taken_is_captured_like_any_other():
+    """SlowdownTrigger(cpu_check=False): the same contention the trigger names above
+    (1 ms steps, then 2.2 ms while other processes take the cores) opens a window, whose
+    trigger record says the check was not made (cpu None) and the thresholds say it was off."""
+    m = Machine(own=1.2, others=0.05)
+    timer = StepTimer(SlowdownTrigger(cpu_check=False), clock=m, cpu=CpuTaken(m.read, children=lambda: False))
+    assert FIRED not in _steps(timer, m, 5000, 0.001, 1)
+    m.own, m.others = 0.6, 1.4
+    ticks = _steps(timer, m, 1800, 0.0022, 5001)
+    assert ticks.count(FIRED) == 1 and NOTICE not in ticks and timer.fired["cpu"] is None
+    with pytest.raises(ValueError, match="cpu_check"):
+        SlowdownTrigger(cpu_check="no")

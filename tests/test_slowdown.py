@@ -18,7 +18,7 @@ its step boundaries are the profiler's) and /proc around the triggered window.
   filled its baseline) opens a window, and the trend file says when the trigger armed and
   what the slow stretch was.
 * ``display``: ``display=True`` outside a notebook, ``steps_per_execution=4``.
-* ``contended``: the steady fit, and four spinning processes from 8 s on for 12 s: its steps
+* ``contended``: the steady fit, and four spinning processes (nice -10) from 8 s on for 12 s: its steps
   slow down, no window opens, and the trigger's log and one line name the CPU others took.
 
 The browser test of the trend view (the tab's "Step-time trend") is here too: it uses the
@@ -33,11 +33,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SHARED, need_shared
+from conftest import SHARED, need_shared, tfbneck_cmd
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, read_step_times
 from support.paths import ROOT, TESTS
+
 
 HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "slowdown_jobs.py")
@@ -244,8 +245,10 @@ def test_cpu_taken_by_other_processes_is_named_not_captured(job):
     r = job("contended")
     ms, at = own_step_ms(r), r["spinners_at_step"]
     # Before: the steps after the warm-up up to the spinners (2,400 of them on a slow machine, 5,000 here).
-    before = np.median(ms[WARMUP + 100:at])
-    during = np.median(ms[at + 200:at + 2200])
+    # The mean, as the trigger's level (the time the steps took): the spinners stall some steps
+    # for a scheduler's slice and leave the rest as fast (medians 0.93 and 0.98 ms in a run here).
+    before = np.mean(ms[WARMUP + 100:at])
+    during = np.mean(ms[at + 200:at + 2200])
     assert during > 1.5 * before, f"the spinners did not slow it: {during:.2f} vs {before:.2f} ms\n{trigger_seen(r)}"
     assert not [w for w in r["windows"] if w["kind"] == "triggered"], trigger_seen(r)
     log = (trend(r).get("trigger_state") or {}).get("log", [])
@@ -255,8 +258,19 @@ def test_cpu_taken_by_other_processes_is_named_not_captured(job):
     assert at - 100 <= first <= at + 1500, trigger_seen(r)
     assert cpu["taken"] and cpu["own_cores_during"] <= 0.85 * cpu["own_cores_before"]
     assert cpu["others_cores_during"] >= cpu["others_cores_before"] + 0.1
-    (line,) = [x for x in r["_tfbneck_lines"] if "other processes took the CPU" in x]
+    (line,) = [x for x in r["_tfbneck_lines"] if "other processes took the CPU" in x and "from step" in x]
     assert f"from step {first}:" in line and "not profiled" in line
+    # Several such stretches: one line at the end lists them all (only the first had its own).
+    summary = [x for x in r["_tfbneck_lines"] if "slow stretches were not profiled" in x]
+    assert len(summary) == (1 if len(taken) >= 2 else 0), (len(taken), summary)
+    if summary:
+        assert f"steps {first}-{taken[0]['last_step']}" in summary[0] and "cpu_check=False" in summary[0]
+    # `tfbneck analyze` on the run names the stretch it did not profile, beside the scheduled window's verdict.
+    out = subprocess.run(tfbneck_cmd() + ["analyze", r["log_dir"]], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert f"did not profile: steps {first}-{taken[0]['last_step']}" in text, out.stdout
+    assert "(CPU taken by other processes)" in text and "trigger_state.log" in text
 
 
 # ----------------------------------------------------------------------------------------
@@ -275,8 +289,9 @@ def test_a_slowdown_at_the_end_is_recorded_as_too_late(job):
     # busy machine's slow steps ran into the switch: a CI run's began 40 steps before it).
     armed = [e for e in trend(r)["trigger_state"]["log"] if e.get("event") == "armed"][0]
     first_armed = armed["step"]
-    # (later only when a busy machine's baseline, 2 s, armed after the switch)
-    assert first_armed < r["heavy_from_step"] or armed["busy_machine"], armed
+    # (later only when a busy machine's baseline, 2 s, armed after the switch; at the switch's step
+    # itself in a run here: the baseline's last step, at most one slow one, is trimmed off its level)
+    assert first_armed <= r["heavy_from_step"] or armed["busy_machine"], armed
     assert why["slow_steps"][0] <= max(r["heavy_from_step"] + 2, first_armed + 1)
     assert_begins_at_a_slow_step(own_step_ms(r), why["slow_steps"][0], why, first_armed)
     assert why["slow_steps"][1] == r["steps_run"] - 1  # the last step's end is not seen

@@ -85,10 +85,13 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "capture": int,                    # 1 for the trigger's first window, ...
      "cpu": null | {"taken": bool,      # capture/cpu_taken.py: the job's cores and other processes'
                     "own_cores_before", "own_cores_during",        # (CPU s per s) in the 3 s before
-                    "others_cores_before", "others_cores_during"}, # the stretch and during it
-                                        # (null: not measured, child processes, too few samples)
+                    "others_cores_before", "others_cores_during", # the stretch and during it
+                    "own_cpu_per_step_ratio"},  # the job's CPU s per step during over before: at
+                                        # 2 or more its own work grew, never "taken" (absent in older files)
+                                        # (null: not measured, cpu_check off, child processes, too few samples)
      "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "window_seconds", "cooldown_steps",
-                    "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds"},
+                    "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds",
+                    "cpu_check"},
      "outcome": "captured" | "partial" | "too_late",  # partial: training ended inside the
                                         # window; too_late: it ended before a step was recorded
      "note": str | null}

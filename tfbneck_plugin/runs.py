@@ -93,6 +93,8 @@ class RunContext:
       windows: ``{session folder name: window}`` (the trend file's window dicts).
       skipped_windows: windows the files record as ``skipped``.
       files: trend files read; problems: one line per file that could not be read.
+      uncaptured: ``(trend file, log entry)`` of each slow stretch the slowdown trigger
+        confirmed but did not profile (its ``outcome`` begins "not captured"; records.py).
     """
     batches: Optional[int] = None
     time_ms: Optional[float] = None
@@ -100,6 +102,7 @@ class RunContext:
     skipped_windows: int = 0
     files: int = 0
     problems: List[str] = field(default_factory=list)
+    uncaptured: List[Tuple[str, Dict]] = field(default_factory=list)
 
     @property
     def length_known(self) -> bool:
@@ -140,6 +143,10 @@ def read_run(run_dir: str) -> RunContext:
         if length is not None:
             ctx.batches = (ctx.batches or 0) + length[0]
             ctx.time_ms = (ctx.time_ms or 0.0) + length[1]
+        state = data.get("trigger_state")
+        for e in (state.get("log") if isinstance(state, dict) else None) or []:
+            if isinstance(e, dict) and str(e.get("outcome", "")).startswith("not captured"):
+                ctx.uncaptured.append((path, e))
         for w in data.get("windows") or []:
             if w.get("status") == "skipped":
                 ctx.skipped_windows += 1
@@ -209,12 +216,41 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     return text + "."
 
 
+def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
+    """One sentence naming the slow stretches the run's slowdown trigger saw but did not
+    profile (:attr:`RunContext.uncaptured`): steps, step times, why, and the file that has
+    each one's figures; None when there were none. A user who expected a triggered window
+    learns here why none came (issue 24), without opening the trend file."""
+    if not ctx.uncaptured:
+        return None
+    parts = []
+    for _path, e in ctx.uncaptured[:5]:
+        why = str(e.get("outcome", "")).replace("not captured: ", "")
+        was, now = e.get("baseline_mean_ms"), e.get("observed_mean_ms")
+        times = f", {was:.3g} -> {now:.3g} ms" if isinstance(was, (int, float)) and isinstance(now, (int, float)) else ""
+        parts.append(f"steps {e.get('first_step')}-{e.get('last_step')}{times} ({why})")
+    more = f" and {len(ctx.uncaptured) - 5} more" if len(ctx.uncaptured) > 5 else ""
+    files = sorted({p for p, _ in ctx.uncaptured})
+    return (f"The slowdown trigger saw {len(ctx.uncaptured)} slow stretch{'es' if len(ctx.uncaptured) > 1 else ''} "
+            f"in this run that it did not profile: {'; '.join(parts)}{more}. Each one's figures are in "
+            f"trigger_state.log of {', '.join(files)}.")
+
+
+def _add_evidence(report: SessionDict, said: str) -> None:
+    if said not in (report.get("evidence") or []):
+        report.setdefault("evidence", []).append(said)
+        if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
+            report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
+
+
 def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
     """Add to each report what its run's trend files say (in place): ``session_time``
     (unix s, None when unknown), ``window`` (:func:`window_of`, when a trend file names the
-    session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known).
+    session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known);
+    the newest analysed session of each run gets :func:`uncaptured_evidence` in its evidence.
     ``reports[i]`` is the report of ``sessions[i]``. Never raises."""
     contexts: Dict[str, RunContext] = {}
+    newest: Dict[str, Tuple[float, SessionDict]] = {}  # run folder -> its newest analysed session
     for report, s in zip(reports, sessions):
         if s.incomplete:
             continue
@@ -227,9 +263,13 @@ def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> Non
         if w is not None:
             report["window"] = w
             said = job_scale_evidence(report) if report.get("status") == "ok" else None
-            if said and said not in (report.get("evidence") or []):
-                report.setdefault("evidence", []).append(said)
-                if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
-                    report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
+            if said:
+                _add_evidence(report, said)
         if ctx.batches is not None and ctx.time_ms is not None:
             report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
+        if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
+            newest[d] = (report["session_time"] or 0, report)
+    for d, (_t, report) in newest.items():  # once per run: on its newest session
+        said = uncaptured_evidence(contexts[d])
+        if said:
+            _add_evidence(report, said)

@@ -18,6 +18,24 @@ processes took at least :data:`OTHERS_RISE_CORES` more is CPU taken by other pro
 slowdown of the job's own: a profile of the job cannot show the other processes' work, and
 the trigger's log says so with these figures instead.
 
+Unless the job's own work per step grew while the cores it lost cannot explain its slowdown.
+Other processes taking its cores leave the job's CPU seconds per step about as they were
+(the same work, done later), and a job that lost cores is at most ``own before / own
+during`` slower for want of them when its work is CPU. So a stretch in which the job kept
+more than ``1 / factor`` of its cores (losing them could not make a slowdown the trigger
+fires on) and its CPU seconds per step (its cores x its step time) rose at least
+:data:`OWN_WORK_RATIO` x is the job's own slowdown, captured. A job run under ``nice``
+beside a busy neighbour, whose tf.data map turned 6-10x heavier, had 0.83x its cores (the
+neighbour took what the niced job freed as it waited for input) and 5-8x the CPU seconds per
+step; it was refused in 4 of 4 fits before this rule (a newcomer's trial of issue 24). In
+the corpus's steady runs that other processes held slower, the job kept 0.71-0.83x its
+cores and its CPU seconds per step rose 1.2-1.7x (1.7-2.1x the step time: TensorFlow's
+thread pools spin a while before they sleep, and spin longer when their work waits for a
+core); four spinners at ``nice -10`` beside a job of 1 ms steps left it 0.13x its cores,
+its steps 23x slower on the trigger's measure and its CPU seconds per step 2.9x
+(``tests/test_slowdown.py``'s contended run): heavy contention spins more, which is why the
+cores kept must be the first test.
+
 The figures before the first such stretch are kept while other processes hold the cores they
 took (the 3 s before each later stretch still show them at least :data:`OTHERS_RISE_CORES`
 above): the job's level swings under lasting contention, and a swing compared only with
@@ -51,6 +69,12 @@ OWN_CORES_RATIO = 0.85
 #: Other processes' cores during the stretch less those before it, at least (see above:
 #: 0.12-0.43 when they took the job's cores; at most 0.01 in input slowdowns).
 OTHERS_RISE_CORES = 0.1
+#: The job's CPU seconds per step in the stretch over those before it, at least, for a
+#: stretch in which it kept more than 1 / factor of its cores to be its own slowdown (see
+#: above: 1.2-1.7x when other processes held a steady job slower and it kept 0.71-0.83x
+#: its cores; 5-8x for a heavier map; 2x is also the smallest slowdown the trigger is
+#: measured on, issue 24).
+OWN_WORK_RATIO = 2.0
 #: The span before the stretch it is compared with (the corpus's measure: the 3 s before).
 BEFORE_SECONDS = 3.0
 #: At least this much of it (a shorter span says little: the scheduler's quanta are ms).
@@ -199,11 +223,16 @@ class CpuTaken:
         own = (b[1] - a[1]) / wall
         return own, max(0.0, (b[2] - a[2]) / wall - own)
 
-    def taken_by_others(self, start: float, now: float) -> Optional[Dict]:
+    def taken_by_others(self, start: float, now: float, slowdown: float = 1.0, factor: float = 1.5) -> Optional[Dict]:
         """The stretch from clock ``start`` to ``now`` against the :data:`BEFORE_SECONDS`
-        before it. Returns None when it cannot tell (too few samples, child processes), else
+        before it; ``slowdown``: its step time over the baseline's (the trigger's levels);
+        ``factor``: the trigger's (a job that kept more than 1 / factor of its cores and
+        whose CPU per step grew is slowed by its own work: module docstring).
+        Returns None when it cannot tell (too few samples, child processes), else
         ``{"taken": bool, "own_cores_before", "own_cores_during", "others_cores_before",
-        "others_cores_during"}`` (cores: CPU seconds per second)."""
+        "others_cores_during", "own_cpu_per_step_ratio"}`` (cores: CPU seconds per second;
+        the ratio: the job's CPU seconds per step during over before, its cores' ratio x
+        ``slowdown``; at least :data:`OWN_WORK_RATIO` with the cores kept, ``taken`` is False)."""
         if self._off:
             return None
         self.sample(now)
@@ -225,9 +254,13 @@ class CpuTaken:
             if own_ref > 0 and own1 <= OWN_CORES_RATIO * own_ref and others1 >= others_ref + OTHERS_RISE_CORES:
                 taken, own0, others0 = True, own_ref, others_ref
                 break
+        work = own1 / own0 * slowdown if own0 > 0 else None
+        if taken and work is not None and work >= OWN_WORK_RATIO and own1 * factor > own0:
+            taken = False  # the job's own work per step grew: its slowdown, whoever took cores
         if taken and self._children():
             return None
         if taken and self._calm is None:
             self._calm = (own0, others0)
         return {"taken": taken, "own_cores_before": round(own0, 3), "own_cores_during": round(own1, 3),
-                "others_cores_before": round(others0, 3), "others_cores_during": round(others1, 3)}
+                "others_cores_before": round(others0, 3), "others_cores_during": round(others1, 3),
+                "own_cpu_per_step_ratio": None if work is None else round(work, 2)}

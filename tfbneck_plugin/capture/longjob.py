@@ -64,6 +64,7 @@ class LongJobMixin:
         """Training ends while the steps are slow, before the trigger's thresholds were all
         met: recorded as a triggered window that came too late (``windows``, the trend file
         and one warning), so the slowdown is not silently lost."""
+        self._cpu_taken_summary()
         run = self.tracker.timer.unfinished_run()
         if run is None or self._disabled is not None:
             return
@@ -77,6 +78,23 @@ class LongJobMixin:
         self.windows.append(rec)
         self._warn("too_late", note)
         self._write_trend()
+
+    def _cpu_taken_summary(self) -> None:
+        """One line at the end for all the slow stretches left uncaptured because other
+        processes took the CPU, when there were several: only the first had its own warning
+        (one per kind), and the user who expected a capture should not have to open the
+        trend file to learn that more were refused."""
+        state = self.tracker.timer.trigger_state()
+        refused = [e for e in (state or {}).get("log", [])
+                   if e.get("outcome") == "not captured: CPU taken by other processes"]
+        if len(refused) < 2:
+            return
+        spans = ", ".join(f"{e['first_step']}-{e['last_step']}" for e in refused[:8])
+        more = f" and {len(refused) - 8} more" if len(refused) > 8 else ""
+        self._warn("slowdown:cpu_taken_all", f"{len(refused)} slow stretches were not profiled because other "
+                                             f"processes took the CPU (steps {spans}{more}); each one's figures are "
+                                             f"in trigger_state.log of {self.trend.path}. To capture them anyway: "
+                                             f"on_slowdown=SlowdownTrigger(cpu_check=False)")
 
     def _write_trend(self) -> None:
         if self._log_dir_problem is None:

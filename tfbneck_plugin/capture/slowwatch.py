@@ -52,7 +52,8 @@ How it decides (each part fixes a way issue 24's fit was missed):
   fewer cores while other processes had more (:mod:`.cpu_taken`: the job's CPU clock and the
   machine's busy time, sampled every 0.25 s) is not captured ("not captured: CPU taken by
   other processes", with the figures in the entry's ``cpu``; :attr:`notice` for the user's
-  one line): a profile of the job cannot show another process's work. Under ``under-load
+  one line): a profile of the job cannot show another process's work, unless the job kept
+  most of its cores and its CPU seconds per step rose with its step time (its own work grew). Under ``under-load
   -j 2`` a job of 1-2 ms steps is held 1.7-2.1x slower for seconds so (two windows in 25
   steady runs of a corpus pass); replayed with the check, none. The level is learnt as a
   slowdown's (never a usual level), so a later slowdown of the job's own to it is caught.
@@ -427,7 +428,9 @@ class SlowdownWatch:
                 return False
             # The job had fewer cores while other processes had more: the machine took them
             # (cpu_taken's docstring); learnt as a level of its own, never a usual level.
-            run["cpu"] = self.cpu.taken_by_others(run["start"], now) if self.cpu is not None else None
+            level = trimmed_mean(run["sorted"]) / self.mean if self.mean else 1.0
+            cpu = self.cpu if trig.cpu_check else None
+            run["cpu"] = cpu.taken_by_others(run["start"], now, level, trig.factor) if cpu is not None else None
             if run["cpu"] is not None and run["cpu"]["taken"]:
                 run["confirmed_at"] = first
                 self._log_run(run, first, spent, "not captured: CPU taken by other processes")

@@ -86,6 +86,11 @@ class SlowdownTrigger:
         to second; 256 steps, a quarter second, made a quiet moment its baseline).
       warmup_steps: the first this many batches of the job are not timed (default 20; with
         ``steps_per_execution`` k, the first ceil(20 / k) executions).
+      cpu_check: whether a stretch during which other processes took the job's cores is left
+        uncaptured (default True: :mod:`~tfbneck_plugin.capture.cpu_taken`; a profile of the
+        job cannot show another process's work). False captures it like any other: for a
+        job whose slowdowns are waits (storage, network) on a machine others keep busy,
+        which the check cannot tell from cores taken (its docstring).
 
     Raises:
       ValueError: a value out of range (the message says what to pass).
@@ -101,6 +106,7 @@ class SlowdownTrigger:
     warmup_steps: int = 20
     quick_steps: int = 300
     quick_seconds: float = 2.0
+    cpu_check: bool = True
 
     def __post_init__(self):
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor > 1:
@@ -115,6 +121,8 @@ class SlowdownTrigger:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"SlowdownTrigger({name}={v!r}): pass an int >= {low}")
+        if not isinstance(self.cpu_check, bool):
+            raise ValueError(f"SlowdownTrigger(cpu_check={self.cpu_check!r}): pass True or False")
 
     def to_dict(self) -> Dict:
         """The thresholds, as recorded in the sidecar and the trend file."""
