@@ -365,6 +365,9 @@ def test_steps_per_execution_times_each_execution(job):
         assert p["n"] == len(own)
         assert p["p50_ms"] == pytest.approx(float(np.median(own)), rel=0.02, abs=0.01)
     assert [p["n"] for p in t["points"]] == [42, 49]
+    # The verdict line's step time is the traced execution's: it says so.
+    (line,) = [x for x in r["_tfbneck_lines"] if x.startswith("tfbneck: steps 9-12:")]
+    assert " ms per execution of 4 steps, " in line and " ms/step" not in line, line
 
 
 def test_the_package_exports_the_trigger_without_tensorflow():

@@ -324,8 +324,12 @@ def scalars_from_report(report: SessionDict) -> Dict[str, float]:
 
 
 def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
-    """The one-line verdict logged after a window, e.g. ``steps 3-5: cpu-bound (...); ...``."""
+    """The one-line verdict logged after a window, e.g. ``steps 3-5: cpu-bound (...); ...``.
+    With ``steps_per_execution`` k > 1 a traced step and the trigger's step times are one
+    execution of k batches (the markers say k), and the line says so."""
     st = step_time_ms(report)
+    per = rec.markers[0][1] - rec.markers[0][0] + 1 if rec.markers else 1
+    unit = "ms/step" if per <= 1 else f"ms per execution of {per} steps"
     pct = report.get("breakdown_pct") or {}
     recs = report.get("recommendations") or []
     kind = report.get("bottleneck", "unknown")
@@ -334,12 +338,12 @@ def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
     parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
              f"confidence {float(report.get('confidence') or 0):.2f})"]
     if st is not None:
-        parts.append(f"{st:.1f} ms/step, {float(pct.get('input', 0.0)):.0f}% waiting for input")
+        parts.append(f"{st:.1f} {unit}, {float(pct.get('input', 0.0)):.0f}% waiting for input")
     if recs:
         parts.append(f"fix first: {recs[0].get('title')}")
     if rec.kind == "triggered" and rec.trigger:
         t = rec.trigger
-        parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} ms/step against a baseline of "
+        parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} {unit} against a baseline of "
                      f"{t['baseline_p50_ms']:.3g} ms from step {t['slow_steps'][0]}")
     if rec.change:
         parts.append(f"changed: {rec.change['text']}")
