@@ -362,7 +362,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
             self._close_window("training_ended")
         if self.tracker.flush_every is not None:
             self._flush_step_times(self.tracker.seen, self._epoch)
-        self._slowdown_too_late("training ended")
+        self._slowdowns_at_end("training ended")
         self.trend.ended = True
         if self._log_dir_problem is None and self.tracker.seen:
             self.trend.write()
@@ -417,7 +417,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
             self._guard(self._close_window, "closed")
         if self.tracker.flush_every is not None and not self._in_fit:
             self._guard(self._flush_step_times, self.tracker.seen, None)
-        self._guard(self._slowdown_too_late, "the profiler was closed")
+        self._guard(self._slowdowns_at_end, "the profiler was closed")
         if self._log_dir_problem is None and self.tracker.seen:
             self.trend.ended = True
             self._guard(self.trend.write)

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .arguments import logger
 from .background import BackgroundAnalysis
+from .slowwatch import CPU_TAKEN_OUTCOME
 from .tracker import StepTracker
 from .trend import JobTrend
 from .window import WindowRecord
@@ -60,11 +61,16 @@ class LongJobMixin:
             self._analysis.write_values({"bottleneck/step_time_ms/p50": stats["p50_ms"],
                                          "bottleneck/step_time_ms/p90": stats["p90_ms"]}, step=upto)
 
+    def _slowdowns_at_end(self, why: str) -> None:
+        """Training ended (``why``): what the slowdown trigger saw and did not capture is told
+        once more (:meth:`_cpu_taken_summary`, :meth:`_slowdown_too_late`)."""
+        self._cpu_taken_summary()
+        self._slowdown_too_late(why)
+
     def _slowdown_too_late(self, why: str) -> None:
         """Training ends while the steps are slow, before the trigger's thresholds were all
         met: recorded as a triggered window that came too late (``windows``, the trend file
         and one warning), so the slowdown is not silently lost."""
-        self._cpu_taken_summary()
         run = self.tracker.timer.unfinished_run()
         if run is None or self._disabled is not None:
             return
@@ -86,7 +92,7 @@ class LongJobMixin:
         trend file to learn that more were refused."""
         state = self.tracker.timer.trigger_state()
         refused = [e for e in (state or {}).get("log", [])
-                   if e.get("outcome") == "not captured: CPU taken by other processes"]
+                   if e.get("outcome") == CPU_TAKEN_OUTCOME]
         if len(refused) < 2:
             return
         spans = ", ".join(f"{e['first_step']}-{e['last_step']}" for e in refused[:8])

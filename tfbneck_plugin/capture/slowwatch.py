@@ -117,6 +117,8 @@ STALL_CAP = 4.0
 #: 120 s gave the same replay of the corpus and of 37 steady runs under load (the choice
 #: is the memory of a job's usual level; its effect needs a faster interlude shorter than it).
 USUAL_SECONDS = 60.0
+#: The log entry's outcome of a stretch left uncaptured because other processes took the CPU.
+CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
 #: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
 MAX_LOG = 40
 
@@ -433,7 +435,7 @@ class SlowdownWatch:
             run["cpu"] = cpu.taken_by_others(run["start"], now, level, trig.factor) if cpu is not None else None
             if run["cpu"] is not None and run["cpu"]["taken"]:
                 run["confirmed_at"] = first
-                self._log_run(run, first, spent, "not captured: CPU taken by other processes")
+                self._log_run(run, first, spent, CPU_TAKEN_OUTCOME)
                 self.notice = self.log[-1]
                 self._run = None
                 self.rebaseline(first, "CPU taken by other processes", run["times"], after_slowdown=True)
