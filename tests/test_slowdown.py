@@ -406,8 +406,12 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     assert change is not None, w
     ms = own_step_ms(r)
     lo, hi = done[0]["steps"]
-    # The job's own clock over the light phase (the window's steps left out, as the trend's periods do).
-    light = float(np.median([ms[s - 1] for s in range(WARMUP + 1, r["worse_from_step"]) if not lo <= s <= hi + 1]))
+    # The job's own clock around the light phase's window, as the trend defines it: the median of
+    # the mean step of the two periods on each side (a busy CI machine once put the light phase's
+    # median step at 10.8 ms and these periods' means at 14.7 ms: a slow tail counts in a mean).
+    points = trend(r)["points"]
+    near = [p for p in points if p["step"] < lo][-2:] + [p for p in points if p["first_step"] > hi][:2]
+    light = float(np.median([np.mean(ms[p["first_step"] - 1:p["step"]]) for p in near]))
     # Against the light phase's scheduled window: the comparison with the previous window, or,
     # when a busy machine opened a window of its own in the light phase, the one with the
     # fastest earlier window (a run of this job beside other work opened one at steps 181-185).
@@ -415,7 +419,7 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     assert ref is not None and ref["from_window"] == done[0]["index"], change
     assert ref["x"] >= 2.0 and ref["step_time_ms"][1] > 2 * ref["step_time_ms"][0]
     job_before, job_after = ref["job_step_ms"]
-    assert job_before == pytest.approx(light, rel=0.35) and job_after > 2 * job_before, (light, change)
+    assert job_before == pytest.approx(light, rel=0.2) and job_after > 2 * job_before, (light, change)
     stages = [g for g in ref["grew"] if g["what"] == "stage"]
     assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 2 * stages[0]["from_ms"], ref["grew"]
     assert "by the job's own clock" in change["text"] and "grew: " in change["text"]
