@@ -79,7 +79,7 @@ def test_window_overhead_against_the_jobs_own_clock(tmp_path):
     around it (the trend's periods on each side), on a real run: the figure the trend file
     carries for every analysed window (``windows[i].overhead``)."""
     from tfbneck_plugin.analysis.session import analyze_session
-    from tfbneck_plugin.capture.trend import OVERHEAD_PERIODS, verdict_of, window_overhead
+    from tfbneck_plugin.capture.trend import AROUND_MIN_STEPS, verdict_of, window_overhead
     from tfbneck_plugin.logdir import find_sessions
     _run(20, tmp_path / "run")
     (path,) = glob.glob(str(tmp_path / "run" / "plugins" / "bottleneck" / "steptimes_*.json"))
@@ -87,11 +87,13 @@ def test_window_overhead_against_the_jobs_own_clock(tmp_path):
     (session,) = find_sessions(str(tmp_path / "run")).sessions
     verdict = verdict_of(analyze_session(session))
     got = window_overhead((100, 104), verdict, points)
-    # The job's clock is each period's mean step (the time the job really took per step).
-    near = [p["mean_ms"] for p in points if p["step"] < 100][-OVERHEAD_PERIODS:] + \
-        [p["mean_ms"] for p in points if p["first_step"] > 104][:OVERHEAD_PERIODS]
-    assert len(near) == 2 * OVERHEAD_PERIODS and all(not (p["first_step"] <= 104 and p["step"] >= 100)
-                                                     for p in points if p["mean_ms"] in near)
+    # The job's clock is each period's mean step (the time the job really took per step), of
+    # the periods the window ran in (25 steps each: 76-100 and 101-125), which leave the
+    # window's steps out and between them hold at least AROUND_MIN_STEPS timed steps.
+    inside = [p for p in points if p["first_step"] <= 104 and p["step"] >= 100]
+    assert [(p["first_step"], p["step"]) for p in inside] == [(76, 100), (101, 125)], points
+    assert AROUND_MIN_STEPS <= sum(p["n"] for p in inside) <= 50 - 5, inside
+    near = [p["mean_ms"] for p in inside]
     assert got["job_step_ms"] == pytest.approx(float(np.median(near)), abs=1e-3)
     assert got["x"] == pytest.approx(verdict["step_time_ms"] / float(np.median(near)), abs=0.01)
     # (Whether the traced step is slower depends on the machine's load at that moment too: on the

@@ -185,6 +185,8 @@ def test_a_job_whose_cpu_per_step_grew_with_its_cores_kept_is_its_own_slowdown(o
     sampled(m, cpu, 3.0)
     got = cpu.taken_by_others(start, m.t, slowdown)
     assert got["taken"] is taken
+    # "own_work": cores were taken, but its own work grew (the two first cases took cores only).
+    assert got["own_work"] is (not taken)
     assert got["own_cpu_per_step_ratio"] == pytest.approx(got["own_cores_during"] / got["own_cores_before"] * slowdown, abs=0.01)
 
 
@@ -196,7 +198,7 @@ def test_the_trigger_captures_a_heavier_map_of_a_niced_job_that_lost_cores():
     ticks = _steps(timer, m, 40, 0.14, 301)
     assert ticks.count(FIRED) == 1 and NOTICE not in ticks
     cpu = timer.fired["cpu"]
-    assert cpu["taken"] is False and cpu["own_cores_during"] < 0.85 * cpu["own_cores_before"]
+    assert cpu["taken"] is False and cpu["own_work"] is True and cpu["own_cores_during"] < 0.85 * cpu["own_cores_before"]
     assert 5 <= cpu["own_cpu_per_step_ratio"] <= 6.5
 
 

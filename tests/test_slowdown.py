@@ -406,12 +406,12 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     assert change is not None, w
     ms = own_step_ms(r)
     lo, hi = done[0]["steps"]
-    # The job's own clock around the light phase's window, as the trend defines it: the median of
-    # the mean step of the two periods on each side (a busy CI machine once put the light phase's
-    # median step at 10.8 ms and these periods' means at 14.7 ms: a slow tail counts in a mean).
-    points = trend(r)["points"]
-    near = [p for p in points if p["step"] < lo][-2:] + [p for p in points if p["first_step"] > hi][:2]
-    light = float(np.median([np.mean(ms[p["first_step"] - 1:p["step"]]) for p in near]))
+    # The job's own clock in the light phase's window's epoch (the trend's period it ran in; its
+    # steps after the warm-up, the window's steps and the one after it left out, as the callback
+    # does not time them). The epoch after it is 4x heavier: a figure taken from there fails.
+    (first_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= lo <= p["step"]]
+    assert first_epoch["step"] < r["worse_from_step"], first_epoch
+    light = float(np.mean([ms[s - 1] for s in range(WARMUP + 1, first_epoch["step"]) if not lo <= s <= hi + 1]))
     # Against the light phase's scheduled window: the comparison with the previous window, or,
     # when a busy machine opened a window of its own in the light phase, the one with the
     # fastest earlier window (a run of this job beside other work opened one at steps 181-185).

@@ -86,8 +86,9 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "cpu": null | {"taken": bool,      # capture/cpu_taken.py: the job's cores and other processes'
                     "own_cores_before", "own_cores_during",        # (CPU s per s) in the 3 s before
                     "others_cores_before", "others_cores_during", # the stretch and during it
-                    "own_cpu_per_step_ratio"},  # the job's CPU s per step during over before: at
-                                        # 2 or more its own work grew, never "taken" (absent in older files)
+                    "own_cpu_per_step_ratio",   # the job's CPU s per step during over before: at
+                    "own_work"},        # 2 or more its own work grew, never "taken"; own_work: others took
+                                        # cores, yet it was captured for that (both absent in older files)
                                         # (null: not measured, cpu_check off, child processes, too few samples)
      "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "window_seconds", "cooldown_steps",
                     "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds",

@@ -226,8 +226,11 @@ def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
     parts = []
     for _path, e in ctx.uncaptured[:5]:
         why = str(e.get("outcome", "")).replace("not captured: ", "")
-        was, now = e.get("baseline_mean_ms"), e.get("observed_mean_ms")
-        times = f", {was:.3g} -> {now:.3g} ms" if isinstance(was, (int, float)) and isinstance(now, (int, float)) else ""
+        # The medians, as the callback's console line gives them (the entry's means are the
+        # trigger's levels: a second pair of figures for one stretch confused a newcomer).
+        was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")
+        times = (f", median step {was:.3g} -> {now:.3g} ms"
+                 if isinstance(was, (int, float)) and isinstance(now, (int, float)) else "")
         parts.append(f"steps {e.get('first_step')}-{e.get('last_step')}{times} ({why})")
     more = f" and {len(ctx.uncaptured) - 5} more" if len(ctx.uncaptured) > 5 else ""
     files = sorted({p for p, _ in ctx.uncaptured})

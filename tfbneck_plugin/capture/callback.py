@@ -527,7 +527,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         self._owner = self._fit_owner if self._in_fit else self._loop_owner
         WATCH.add(self)
         if trigger:
-            self._warn(f"slowdown:{rec.index}", f"step time rose from {trigger['baseline_p50_ms']:.3g} to "
+            self._warn(f"slowdown:{rec.index}", f"median step time rose from {trigger['baseline_p50_ms']:.3g} to "
                                                 f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
                                                 f"steps from step {trigger['slow_steps'][0]}: profiling steps "
                                                 f"{win[0]}-{win[1]}")

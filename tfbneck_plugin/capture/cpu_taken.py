@@ -129,12 +129,12 @@ def notice_lines(entry: Optional[Dict]) -> Tuple[str, Optional[str]]:
     if not entry or not entry.get("cpu"):
         return "a slow stretch was not profiled: other processes took the CPU", None
     cpu = entry["cpu"]
-    return (f"step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
+    return (f"median step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
             f"{entry['steps']} steps from step {entry['first_step']}: not profiled, other processes took the CPU "
             f"(this process {cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "
             f"{cpu['others_cores_before']:.2f} -> {cpu['others_cores_during']:.2f}); the trend file's "
             "trigger_state has each such stretch",
-            f"step time rose again from step {entry['first_step']}: other processes took the CPU")
+            f"median step time rose again from step {entry['first_step']}: other processes took the CPU")
 
 
 class CpuTaken:
@@ -230,9 +230,10 @@ class CpuTaken:
         whose CPU per step grew is slowed by its own work: module docstring).
         Returns None when it cannot tell (too few samples, child processes), else
         ``{"taken": bool, "own_cores_before", "own_cores_during", "others_cores_before",
-        "others_cores_during", "own_cpu_per_step_ratio"}`` (cores: CPU seconds per second;
-        the ratio: the job's CPU seconds per step during over before, its cores' ratio x
-        ``slowdown``; at least :data:`OWN_WORK_RATIO` with the cores kept, ``taken`` is False)."""
+        "others_cores_during", "own_cpu_per_step_ratio", "own_work"}`` (cores: CPU seconds per
+        second; the ratio: the job's CPU seconds per step during over before, its cores' ratio
+        x ``slowdown``; ``own_work``: other processes took cores, but the ratio is at least
+        :data:`OWN_WORK_RATIO` with the cores kept, so ``taken`` is False)."""
         if self._off:
             return None
         self.sample(now)
@@ -255,7 +256,8 @@ class CpuTaken:
                 taken, own0, others0 = True, own_ref, others_ref
                 break
         work = own1 / own0 * slowdown if own0 > 0 else None
-        if taken and work is not None and work >= OWN_WORK_RATIO and own1 * factor > own0:
+        own_work = bool(taken and work is not None and work >= OWN_WORK_RATIO and own1 * factor > own0)
+        if own_work:
             taken = False  # the job's own work per step grew: its slowdown, whoever took cores
         if taken and self._children():
             return None
@@ -263,4 +265,4 @@ class CpuTaken:
             self._calm = (own0, others0)
         return {"taken": taken, "own_cores_before": round(own0, 3), "own_cores_during": round(own1, 3),
                 "others_cores_before": round(others0, 3), "others_cores_during": round(others1, 3),
-                "own_cpu_per_step_ratio": None if work is None else round(work, 2)}
+                "own_cpu_per_step_ratio": None if work is None else round(work, 2), "own_work": own_work}

@@ -179,9 +179,26 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
             "grew": grew, "text": text}
 
 
-#: Trend periods on each side of a window that make the job's unprofiled step time around
-#: it (our choice: the nearest two, so that a slow phase far away does not count).
-OVERHEAD_PERIODS = 2
+#: Timed steps the periods around a window should hold: with fewer in the periods that overlap
+#: it (a short ``step_time_every``), the nearest period on each side joins them (our choice:
+#: a median of 20 steps is steady to a few percent on the corpus's idle runs).
+AROUND_MIN_STEPS = 20
+
+
+def periods_around(steps, points: List[Dict]) -> List[Dict]:
+    """The trend periods that tell the job's own step time where a window of ``steps``
+    ``(first, last)`` ran: those whose steps overlap the window's (their statistics leave the
+    window's steps out: the callback does not time a step it works in), then, when they hold
+    fewer than :data:`AROUND_MIN_STEPS` timed steps, the nearest period before the window and
+    the nearest after it. The nearest: a window early in a long epoch and a slowdown in the
+    next epochs once took its figure from those epochs (a newcomer's trial: 7 ms said, 4.65 ms
+    in the epoch the window ran in)."""
+    timed = [p for p in points if _period_ms(p) is not None]
+    near = [p for p in timed if p.get("first_step", 0) <= steps[1] and p.get("step", 0) >= steps[0]]
+    if sum(int(p.get("n") or 0) for p in near) < AROUND_MIN_STEPS:
+        near = ([p for p in timed if p.get("step", 0) < steps[0]][-1:] + near
+                + [p for p in timed if p.get("first_step", 0) > steps[1]][:1])
+    return near
 
 
 def _stretch_ms(trigger: Optional[Dict]) -> Optional[float]:
@@ -194,8 +211,8 @@ def _stretch_ms(trigger: Optional[Dict]) -> Optional[float]:
 def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
                     trigger: Optional[Dict] = None) -> Optional[Dict]:
     """The profiler's cost in a window: its traced mean step against the job's own unprofiled
-    step time around it (the median of the mean step time (:func:`_period_ms`) of the
-    :data:`OVERHEAD_PERIODS` trend periods before and after the window's steps; the periods never hold window steps). For a
+    step time around it (the median of the mean step time (:func:`_period_ms`) of the trend
+    periods :func:`periods_around` the window; no period holds the window's steps). For a
     triggered window, the slow stretch that opened it instead (``trigger["observed_p50_ms"]``:
     the periods before it hold the steps before the slowdown).
 
@@ -211,9 +228,7 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
         win = float(verdict["step_time_ms"])
         return {"window_step_ms": round(win, 3), "job_step_ms": round(stretch, 3), "periods": 0,
                 "x": round(win / stretch, 2)}
-    before = [p for p in points if p.get("step", 0) < steps[0]][-OVERHEAD_PERIODS:]
-    after = [p for p in points if p.get("first_step", 0) > steps[1]][:OVERHEAD_PERIODS]
-    near = [v for v in map(_period_ms, before + after) if v is not None]
+    near = [v for v in map(_period_ms, periods_around(steps, points)) if v is not None]
     if not near:
         return None
     job = statistics.median(near)
@@ -238,17 +253,15 @@ def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> 
     """The job's own unprofiled step time where a window ran (ms). A triggered window: the
     median of the slow stretch that opened it (``trigger["observed_p50_ms"]``, timed by the
     job's own clock just before the window; the trend period before it may straddle the
-    onset). Else the step time (:func:`_period_ms`) of the trend period just before its steps
-    and of the one just after, their mean when they agree within :data:`CHANGED_X` (or the one there is), None
-    when they do not (the phase changed at the window) or there is none."""
+    onset). Else the step time (:func:`_period_ms`) of the trend periods :func:`periods_around`
+    it, their mean when they agree within :data:`CHANGED_X` (or the one there is), None when
+    they do not (the phase changed at the window) or there is none."""
     stretch = _stretch_ms(trigger)
     if stretch is not None:
         return stretch
     if not steps:
         return None
-    before = [p for p in points if p.get("step", 0) < steps[0] and _period_ms(p) is not None][-1:]
-    after = [p for p in points if p.get("first_step", 0) > steps[1] and _period_ms(p) is not None][:1]
-    near = [v for v in map(_period_ms, before + after) if v is not None]
+    near = [v for v in map(_period_ms, periods_around(steps, points)) if v is not None]
     if not near or min(near) <= 0 or max(near) / min(near) >= CHANGED_X:
         return None
     return sum(near) / len(near)
