@@ -129,7 +129,7 @@ def table_report(out: str) -> str:
             tot["late"] += bool(late and not hit)
             name = spec["name"] + (f" (phase {i + 1})" if len(spec["phases"]) > 1 else "")
             lines.append(f"| {name} | {load_word} | {ph['steps']} steps, {ph['seconds']:.1f} s, "
-                         f"{ph['slowdown']:.1f}x of {ph['base_ms']:.3g} ms | {'yes' if req else 'no'} | {cap} | "
+                         f"{ph['slowdown']:.2f}x of {ph['base_ms']:.3g} ms | {'yes' if req else 'no'} | {cap} | "
                          + (f"{hit['steps']}, {hit['seconds']:.1f} s" if hit else "-") + f" | {verdict} |")
     lines += ["", f"Required phases (>= {REQUIRED_FACTOR:g}x for >= {REQUIRED_SECONDS:g} s): {tot['required']}; "
               f"captured inside the phase: {tot['req_captured']}; verdict input_preprocessing: {tot['req_input']}, "
@@ -142,6 +142,31 @@ def table_report(out: str) -> str:
         lines.append(f"Delay from onset to window (required phases): median {statistics.median(delays):.1f} s, "
                      f"max {delays[-1]:.1f} s.")
     return "\n".join(lines) + "\n"
+
+
+#: The README's block that ``slowdown_corpus.py ... --readme README.md`` rewrites.
+README_BEGIN = "<!-- slowdown-corpus:begin (written by benchmarks/slowdown_corpus.py --readme) -->"
+README_END = "<!-- slowdown-corpus:end -->"
+
+
+def readme_block(out: str) -> str:
+    """The README's copy of the captures table (:func:`table_report`): its totals in the open,
+    the table of every run folded below them, between :data:`README_BEGIN` and
+    :data:`README_END`."""
+    table, _, totals = table_report(out).partition("\n\n")
+    return (f"{README_BEGIN}\n{totals.strip()}\n\n<details><summary>Every run of the corpus: slow phase, "
+            f"captured or not, delay, verdict</summary>\n\n{table.strip()}\n\n</details>\n{README_END}")
+
+
+def write_readme_block(out: str, readme: str) -> None:
+    """Replaces the block between :data:`README_BEGIN` and :data:`README_END` in ``readme``
+    with :func:`readme_block`. Raises SystemExit (one line) when the file has no such block."""
+    text = open(readme, encoding="utf-8").read()
+    a, b = text.find(README_BEGIN), text.find(README_END)
+    if a < 0 or b < a:
+        raise SystemExit(f"{readme}: no '{README_BEGIN}' ... '{README_END}' block to rewrite")
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(text[:a] + readme_block(out) + text[b + len(README_END):])
 
 
 # ----------------------------------------------------------------------------------------
@@ -355,13 +380,15 @@ def separation(rows: List[Dict], kw: Dict) -> Dict:
 
 def factor_between(sep: Dict) -> Optional[float]:
     """The factor halfway (geometric mean) between the highest factor that fires in any steady
-    run and the lowest that still captures every required phase, rounded down to 0.05; None
-    when they overlap or a required phase is missed (no factor separates them)."""
+    run and the lowest that still captures every required phase, that one at most
+    :data:`REQUIRED_FACTOR` (a phase of exactly 2x is required too, however much slower this
+    pass's required phases happened to be), rounded to the nearest 0.05; None when they
+    overlap or a required phase is missed (no factor separates them)."""
     top = max((f for _, f in sep["steady"]), default=FACTOR_LOW)
     caught = [f for _, f in sep["required"]]
     if not caught or None in caught or min(caught) <= top:
         return None
-    return int(20 * (top * min(caught)) ** 0.5) / 20
+    return round(20 * (top * min(min(caught), REQUIRED_FACTOR)) ** 0.5) / 20
 
 
 def usual_level_report(rows: List[Dict]) -> str:
@@ -409,17 +436,38 @@ def separation_report(rows: List[Dict]) -> str:
         lines.append(f"On the fit half no factor separates them: the default {kw['factor']:g} stays.")
     else:
         j = _score(halves["judge"], dict(seconds, factor=choice))
-        lines.append(f"The fit half puts the factor halfway between (geometric mean, rounded down to 0.05): {choice:g}. "
+        lines.append(f"The fit half puts the factor halfway between the two (geometric mean; the upper end at most "
+                     f"{REQUIRED_FACTOR:g}, since a {REQUIRED_FACTOR:g}x phase is required too; rounded to the nearest "
+                     f"0.05): {choice:g}. "
                      f"On the judge half it captures {round((j['recall'] or 0) * j['required'])} of {j['required']} "
                      f"required phases, with {j['false']} windows in steady runs (mean delay "
                      f"{j['mean_delay_s'] and round(j['mean_delay_s'], 2)} s)."
                      + (" It does not carry over (fewer required phases captured on the judge half than on the fit "
                         "half): the default stays." if (j["recall"] or 0) < 1 else ""))
     if choice != kw["factor"]:
-        j = _score(halves["judge"], kw)
-        lines.append(f"The default in use ({kw['factor']:g}) on the judge half: {round((j['recall'] or 0) * j['required'])} "
-                     f"of {j['required']} required phases, {j['false']} windows in steady runs.")
+        d = _score(halves["judge"], kw)
+        lines.append(f"The default in use ({kw['factor']:g}) on the judge half: {round((d['recall'] or 0) * d['required'])} "
+                     f"of {d['required']} required phases, {d['false']} windows in steady runs.")
+        if choice is not None:
+            c = _score(halves["judge"], dict(seconds, factor=choice))
+            better = ((c["recall"] or 0), -c["false"]) > ((d["recall"] or 0), -d["false"])
+            lines.append(f"On the judge half {choice:g} does better than the default: the default should move to it."
+                         if better else
+                         f"On the judge half {choice:g} does no better than the default: the default stays (a default "
+                         "moves only when the held-out half shows the change helps; each pass's fit half moves its "
+                         "choice with the noise of a few runs).")
     return "\n".join(lines) + "\n"
+
+
+#: Why a shorter confirmation the replay prefers is not the default at once.
+LIVE_BEFORE_DEFAULT = (
+    "A shorter confirmation chosen by the replay becomes the default only after a live pass of the corpus and "
+    "the test suite's live steady runs hold with it: the replay leaves out what a live run has (the profiler's "
+    "analysis children, the callback's own time, a scheduled window's trace being written). `min_seconds` 1.5 s "
+    "with 300 steps lasting 1 s was the default once, chosen so by an earlier pass's fit half, and fired a "
+    "window in the test suite's steady run under `under-load -j 1` in CI (a one-second switch between a 1-2 ms "
+    "job's two levels), which no replay had shown; the defaults went back to 3 s. They stay there while each "
+    "pass's judge half captures every required phase with no window in a steady run, as above.")
 
 
 def replay_report(out: str) -> str:
@@ -444,18 +492,27 @@ def replay_report(out: str) -> str:
                       "setting of the grid has no capture in its steady runs with a 2x margin (with half their seconds, "
                       "every setting fires on a busy machine's hold), so none is chosen from this pass; the defaults "
                       "stay as an earlier pass's fit half chose them."]
+    def said(sc: Dict) -> str:
+        caught = round((sc["recall"] or 0) * sc["required"])
+        delay = f"{sc['mean_delay_s']:.2f} s" if sc["mean_delay_s"] is not None else "-"
+        return (f"{caught} of {sc['required']} required phases captured, {sc['false']} windows in steady runs, "
+                f"mean delay {delay}")
+    chosen = None
     if best:
-        j = _score(judge, best[0])
+        chosen = _score(judge, best[0])
         lines += ["", f"Fit half ({len(fit)} runs, {len([r for r in fit if not r['spec']['phases']])} steady) "
                       f"chooses {best[0]} (no capture in its steady runs even at half these seconds): "
-                      f"recall {best[1]['recall']}, false {best[1]['false']}.",
-                  f"Judge half ({len(judge)} runs): recall {j['recall']} of {j['required']} required phases, "
-                  f"false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
+                      f"{said(best[1])}.",
+                  f"Judge half ({len(judge)} runs), that choice: {said(chosen)}."]
     defaults = _defaults()
     if best is None or best[0] != defaults:  # the defaults in use, judged as the choice is
         j = _score(judge, defaults)
-        lines += ["", f"The defaults these runs used ({defaults}), on the judge half: recall {j['recall']} of "
-                      f"{j['required']} required phases, false captures {j['false']}, mean delay {j['mean_delay_s']} s."]
+        lines += ["", f"The defaults these runs used ({defaults}), on the judge half: {said(j)}."]
+        if chosen is not None and ((chosen["recall"] or 0) < (j["recall"] or 0) or chosen["false"] > j["false"]):
+            lines += ["", "The fit half's choice does not carry over to the judge half (it does worse there than the "
+                          "defaults): the defaults stay."]
+        elif best is not None and best[0]["min_seconds"] < defaults["min_seconds"]:
+            lines += ["", LIVE_BEFORE_DEFAULT]
     lines += ["", "With the defaults, every run replayed with and without the rule that a stretch back to a "
                   "level the baseline held lately is not a slowdown:", usual_level_report(rows),
               "", "### Choosing the factor", "",
@@ -487,7 +544,8 @@ LIMITS = """## What the trigger cannot catch, and why
 - **A slowdown of medians that is not one of levels**: the trigger's level is a trimmed mean (the top
   tenth left out). On a busy machine a job of 1-2 ms steps has a long tail of stalls, which lifts the
   baseline's level above its median: pass 6's `k3-1ms-x2-middle-load` (`-j 2`) was 2.0x slower by
-  medians, 1.49x by its mean step time, and its stretches stayed at the threshold for under half a second.
+  medians, 1.49x by its mean step time, and its stretches stayed at the threshold for under half a second
+  (`edge-k3-1ms-x2.3-middle-load`, 2.2x by medians under the same load, was captured).
 - **A slowdown in bursts shorter than the confirmation**: a burst that ends by itself before it is
   confirmed joins the baseline as the job's normal variation, so a job that keeps switching between two
   levels, each held for under a second, has both as its normal (a busy machine does this to a job of 1-2 ms
@@ -513,8 +571,8 @@ LIMITS = """## What the trigger cannot catch, and why
   measure how often this happens.
 - **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
   producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
-  wait for input; the window then reads `model_compute` or `python_overhead` (5 of the 15 captured phases
-  under 2x or shorter than 8 s in pass 6, 1 of 14 in an earlier one). Its "what changed" line
+  wait for input; the window then reads `model_compute` or `python_overhead` (4 of the 14 captured phases
+  under 2x or shorter than 8 s above, 5 of 15 in pass 6). Its "what changed" line
   names the tf.data stage and the input pipeline's op whose time grew.
 """
 
@@ -526,7 +584,8 @@ def full_report(out: str) -> str:
     d = SlowdownTrigger()
     rows = load(out)
     head = ["# Slowdown capture: the scenario corpus (issue 24)", "",
-            "Made by `python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md` (real fits, CPU, one "
+            "Made by `python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md --readme README.md` "
+            "(real fits, CPU, one "
             "at a time, then this report). "
             f"{len(rows)} runs. Each run's slowdown is measured by the job's own clock (a callback before the "
             "profiler): the median step time inside the slow phase over the median of the 3 s before it; the "

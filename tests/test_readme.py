@@ -252,7 +252,7 @@ OTHER_TOOLS_FLAGS = {
     "--cap-add": "docker run", "--resolution": "uv pip install (the lowest-versions job)",
     "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
     "--epochs": "the reader's own train.py, in a tfbneck watch example",
-    "--md": "benchmarks/slowdown_corpus.py report",
+    "--md": "benchmarks/slowdown_corpus.py report", "--readme": "benchmarks/slowdown_corpus.py report",
     "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
     "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
     "--no-system": "benchmarks/bench_steptime.py", "--out": "benchmarks/bench_fleet.py",
@@ -295,3 +295,20 @@ def test_every_environment_variable_the_readme_names_is_read_by_the_code():
                 source += open(os.path.join(dirpath, f), encoding="utf-8").read()
     missing = [n for n in sorted(names) if f'"{n}"' not in source and f"'{n}'" not in source]
     assert not missing, f"the README names environment variables the code never reads: {missing}"
+
+
+def test_the_slowdown_corpus_table_in_the_readme_is_the_one_in_its_report():
+    """Issue 24's acceptance 3: the README carries the slowdown corpus's table and totals,
+    written by the same command as ``docs/slowdown_capture.md``; both must come from one run
+    of it (a README edited by hand, or a report made again without ``--readme``, fails)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from slowdown_table import README_BEGIN, README_END
+    text = open(README, encoding="utf-8").read()
+    assert text.count(README_BEGIN) == 1 and text.count(README_END) == 1
+    block = text[text.index(README_BEGIN):text.index(README_END)]
+    report = open(os.path.join(ROOT, "docs", "slowdown_capture.md"), encoding="utf-8").read()
+    captures = report.split("## Captures", 1)[1].split("\n## ", 1)[0]
+    table = [x for x in captures.splitlines() if x.startswith("|")]
+    totals = [x for x in captures.splitlines() if x.strip() and not x.startswith("|")]
+    assert len(table) > 20 and [x for x in block.splitlines() if x.startswith("|")] == table
+    assert totals and all(x in block.splitlines() for x in totals), totals
