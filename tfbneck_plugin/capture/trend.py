@@ -181,7 +181,7 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
 
 #: Timed steps the periods around a window should hold: with fewer in the periods that overlap
 #: it (a short ``step_time_every``), the nearest period on each side joins them (our choice:
-#: a median of 20 steps is steady to a few percent on the corpus's idle runs).
+#: as many as the slowdown trigger's baseline needs, ``slowwatch.MIN_BASELINE_STEPS``).
 AROUND_MIN_STEPS = 20
 
 
