@@ -261,6 +261,22 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     assert _decide(170.0, 0.001, "periods", dict(quiet, cpu_change_pct=LOADED_CPU_FLOOR_PCT - 5), "m")[0] == "slower"
 
 
+def test_a_change_whose_interval_reaches_into_the_spread_of_identical_code_is_not_called():
+    """CI's run of identical code (tests/test_compare_noise_tf.py): 23 periods a side, +46.5 %
+    by their medians, p = 0.0004, its CPU per step +40.7 % too (thread pools spin longer on a
+    busy machine), 95 % interval 1.03-1.71x: the point estimate is beyond the 1.2x floor, the
+    interval is not. The doubled work of the same test, 1.75-2.65x, is slower."""
+    from tfbneck_plugin.comparison import RUN_TO_RUN_FLOOR_PCT, _decide
+    quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": 40.66}
+    verdict, why = _decide(46.53, 0.0004, "periods", quiet, "23 vs 23 periods", [1.0281, 1.7056])
+    assert verdict == "inconclusive" and "95 % interval of 1.03-1.71x" in why and "1.20x spread" in why, why
+    assert _decide(92.61, 0.0004, "periods", dict(quiet, cpu_change_pct=85.0), "m", [1.7493, 2.6505]) == ("slower", None)
+    # Either way: a speed-up whose interval ends above 1 / 1.2 is not shown beyond the spread.
+    floor = 1 + RUN_TO_RUN_FLOOR_PCT["periods"] / 100
+    assert _decide(-40.0, 0.001, "periods", dict(quiet, cpu_change_pct=-40.0), "m", [0.5, 0.9])[0] == "inconclusive"
+    assert _decide(-40.0, 0.001, "periods", dict(quiet, cpu_change_pct=-40.0), "m", [0.5, 0.95 / floor])[0] == "faster"
+
+
 def test_compare_route_is_the_cli_and_refuses_bad_parameters():
     """``GET /compare`` (the tab's compare view) returns the CLI's comparison of the two
     sessions; a missing or unknown session is a 400 / 404, never a traceback."""

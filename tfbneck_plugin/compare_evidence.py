@@ -138,6 +138,19 @@ def unit_test(b: np.ndarray, c: np.ndarray) -> Dict:
     return {"p_value": float(p), "ratio_ci": [round(float(ci.low), 4), round(float(ci.high), 4)]}
 
 
+def interval_within(ratio_ci: Optional[List[float]], slower: bool, floor_pct: float) -> bool:
+    """Whether the 95 % interval of the ratio (candidate / baseline, :func:`unit_test`) reaches
+    into the run-to-run spread of identical code (a ratio within ``1 + floor_pct / 100``
+    either way) on the side of no change: a slowdown whose interval begins under it, or a
+    speed-up whose interval ends over its inverse, is not shown to exceed that spread, however
+    far its point estimate is (CI's run of identical code: 1.47x by the periods' medians,
+    p = 0.0004, interval 1.03-1.71x). False without an interval (one window's steps)."""
+    if not ratio_ci:
+        return False
+    limit = 1.0 + floor_pct / 100.0
+    return ratio_ci[0] < limit if slower else ratio_ci[1] > 1.0 / limit
+
+
 def step_test(b: np.ndarray, c: np.ndarray) -> Dict:
     """Two-sided Mann-Whitney U over the steps of one window each (1.0 for identical samples)."""
     from scipy.stats import mannwhitneyu

@@ -155,25 +155,23 @@ def _as_ratio(change_pct: float) -> str:
     return f"{change_pct:+.1f} % ({x:.2f}x slower)" if x >= 1 else f"{change_pct:+.1f} % ({1 / x:.2f}x faster)"
 
 
-def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> Tuple[str, Optional[str]]:
-    """(verdict, the line saying what is missing when inconclusive). A significant change is
-    called when it exceeds the run-to-run floor times what a difference of load explains in
-    its direction; else it is inconclusive, naming the load when the load could explain it.
-    A change beyond the floor that the evidence cannot show significant is inconclusive, not
-    ``no_change``."""
+def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str,
+            ratio_ci: Optional[List[float]] = None) -> Tuple[str, Optional[str]]:
+    """(verdict, the line saying what is missing when inconclusive). A significant change is called when it,
+    and its 95 % interval ``ratio_ci`` (:func:`.compare_evidence.interval_within`), exceed the run-to-run floor
+    times what a difference of load explains in its direction; else it is inconclusive, naming the load when it
+    could explain it. A change beyond the floor the evidence cannot show significant is never ``no_change``."""
     floor = RUN_TO_RUN_FLOOR_PCT[lvl]
     size = abs(np.log1p(change_pct / 100.0))
     allowed = np.log1p(floor / 100.0)
     if p >= ALPHA:
         if size > allowed:  # too few samples to show a change this large: not "no change"
-            return "inconclusive", (f"{_as_ratio(change_pct)} is beyond the {1 + floor / 100:.2f}x spread of identical "
-                                    f"code (either way) but not significant (p = {p:.3g}) on this little evidence: "
-                                    f"{missing}")
+            return "inconclusive", (f"{_as_ratio(change_pct)} is beyond the {1 + floor / 100:.2f}x spread of identical code "
+                                    f"(either way) but not significant (p = {p:.3g}) on this little evidence: {missing}")
         return "no_change", None
     word = "slower" if change_pct > 0 else "faster"
-    # Under different loads a run may be slower either way: the more loaded one waits for cores
-    # (up to its run-queue ratio), and the less loaded one was also seen slower (by up to
-    # LOADED_FASTER_X: identical code ran faster beside a busy machine).
+    # Under different loads a run may be slower either way: the more loaded one waits for cores (up to its
+    # run-queue ratio), and the less loaded one was also seen slower (LOADED_FASTER_X: faster beside a busy machine).
     loaded_slower = (load["more_loaded"] == "candidate") == (word == "slower")
     load_x = load["explains_x"] if loaded_slower else min(load["explains_x"], LOADED_FASTER_X)
     if load["differs"] and size <= allowed + np.log(load_x):
@@ -185,9 +183,11 @@ def _decide(change_pct: float, p: float, lvl: str, load: Dict, missing: str) -> 
             f"baseline's window and {_wait_text(load, 'candidate')} in the candidate's (other processes "
             f"{_cores(load['baseline_others_cpu_cores'])} -> {_cores(load['candidate_others_cpu_cores'])} cores), "
             f"{how}; the change may be the load's, not the code's: compare runs made under the same load")
-    if size <= allowed:
-        return "inconclusive", (f"{_as_ratio(change_pct)} is within the {1 + floor / 100:.2f}x spread of identical "
-                                f"code (either way): {missing}")
+    if size <= allowed or evid.interval_within(ratio_ci, word == "slower", floor):
+        lo, hi = ratio_ci or (0.0, 0.0)
+        how = "is within" if size <= allowed else f"has a 95 % interval of {lo:.2f}-{hi:.2f}x, reaching into"
+        return "inconclusive", (f"{_as_ratio(change_pct)} {how} the {1 + floor / 100:.2f}x spread of identical code "
+                                f"(either way): {missing}")
     cpu = load.get("cpu_change_pct")
     cpu_floor, across = (LOADED_CPU_FLOOR_PCT, " across loads") if load["differs"] else (CPU_FLOOR_PCT, "")
     if cpu is not None and (abs(np.log1p(cpu / 100.0)) <= np.log1p(cpu_floor / 100.0)
@@ -239,7 +239,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     if lvl == "periods" and all(t.device_kind == "CPU" for t in timings) and waiting < INPUT_BOUND_PCT:
         load["cpu_change_pct"] = evid.cpu_change(*timings)
     missing_why = evid.missing_line(lvl, *timings)
-    verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why)
+    verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why, test["ratio_ci"])
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
     return {
