@@ -320,9 +320,14 @@ def cpu_rule_report(rows: List[Dict]) -> str:
         for on in (True, False):
             sc = _score(rs, kw, cpu_rule=on)
             lines.append(f"| {name} ({len(rs)}, {steady} steady) | {'on (the default)' if on else 'off'} | "
-                         f"{round((sc['recall'] or 0) * sc['required'])} of {sc['required']} | "
+                         f"{_caught(sc)} of {sc['required']} | "
                          f"{sc['phases_captured']} of {sc['phases']} | {sc['false']} |")
     return "\n".join(lines) + "\n"
+
+
+def _caught(sc: Dict) -> int:
+    """Required phases a :func:`_score` captured."""
+    return round((sc["recall"] or 0) * sc["required"])
 
 
 def _defaults(with_factor: bool = False) -> Dict:
@@ -406,7 +411,7 @@ def usual_level_report(rows: List[Dict]) -> str:
     steady = len([r for r in rows if not r["spec"]["phases"]])
     return ("\n| the usual-level rule | required phases captured | windows in the " + str(steady)
             + " steady runs |\n|---|---|---|\n" + "".join(
-                f"| {name} | {round(s['recall'] * s['required']) if s['recall'] is not None else 0} of {s['required']} "
+                f"| {name} | {_caught(s)} of {s['required']} "
                 f"| {s['false']} |\n" for name, s in (("on (the default)", on), ("off", off))))
 
 
@@ -439,14 +444,14 @@ def separation_report(rows: List[Dict]) -> str:
         lines.append(f"The fit half puts the factor halfway between the two (geometric mean; the upper end at most "
                      f"{REQUIRED_FACTOR:g}, since a {REQUIRED_FACTOR:g}x phase is required too; rounded to the nearest "
                      f"0.05): {choice:g}. "
-                     f"On the judge half it captures {round((j['recall'] or 0) * j['required'])} of {j['required']} "
+                     f"On the judge half it captures {_caught(j)} of {j['required']} "
                      f"required phases, with {j['false']} windows in steady runs (mean delay "
                      f"{j['mean_delay_s'] and round(j['mean_delay_s'], 2)} s)."
                      + (" It does not carry over (fewer required phases captured on the judge half than on the fit "
                         "half): the default stays." if (j["recall"] or 0) < 1 else ""))
     if choice != kw["factor"]:
         d = _score(halves["judge"], kw)
-        lines.append(f"The default in use ({kw['factor']:g}) on the judge half: {round((d['recall'] or 0) * d['required'])} "
+        lines.append(f"The default in use ({kw['factor']:g}) on the judge half: {_caught(d)} "
                      f"of {d['required']} required phases, {d['false']} windows in steady runs.")
         if choice is not None:
             c = _score(halves["judge"], dict(seconds, factor=choice))
@@ -493,7 +498,7 @@ def replay_report(out: str) -> str:
                       "every setting fires on a busy machine's hold), so none is chosen from this pass; the defaults "
                       "stay as an earlier pass's fit half chose them."]
     def said(sc: Dict) -> str:
-        caught = round((sc["recall"] or 0) * sc["required"])
+        caught = _caught(sc)
         delay = f"{sc['mean_delay_s']:.2f} s" if sc["mean_delay_s"] is not None else "-"
         return (f"{caught} of {sc['required']} required phases captured, {sc['false']} windows in steady runs, "
                 f"mean delay {delay}")

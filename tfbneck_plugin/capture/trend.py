@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
 from ..schema import SessionDict, step_time_ms
+from .slowwatch import MIN_BASELINE_STEPS
 
 #: Points kept in the file; beyond, every other older point is dropped (the trend keeps
 #: its shape over a job of any length).
@@ -181,8 +182,8 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
 
 #: Timed steps the periods around a window should hold: with fewer in the periods that overlap
 #: it (a short ``step_time_every``), the nearest period on each side joins them (our choice:
-#: as many as the slowdown trigger's baseline needs, ``slowwatch.MIN_BASELINE_STEPS``).
-AROUND_MIN_STEPS = 20
+#: as many as the slowdown trigger's baseline needs).
+AROUND_MIN_STEPS = MIN_BASELINE_STEPS
 
 
 def periods_around(steps, points: List[Dict]) -> List[Dict]:
