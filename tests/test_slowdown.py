@@ -412,16 +412,26 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     (first_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= lo <= p["step"]]
     assert first_epoch["step"] < r["worse_from_step"], first_epoch
     light = float(np.mean([ms[s - 1] for s in range(WARMUP + 1, first_epoch["step"]) if not lo <= s <= hi + 1]))
+    # Likewise the heavier epoch the late window ran in (its own steps and the one after left out).
+    wlo, whi = w["steps"]
+    (late_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= wlo <= p["step"]]
+    heavy = float(np.mean([ms[s - 1] for s in range(late_epoch["first_step"], late_epoch["step"])
+                           if not wlo <= s <= whi + 1 and s <= len(ms)]))
     # Against the light phase's scheduled window: the comparison with the previous window, or,
     # when a busy machine opened a window of its own in the light phase, the one with the
     # fastest earlier window (a run of this job beside other work opened one at steps 181-185).
     ref = change if change["from_window"] == done[0]["index"] else change.get("against_baseline")
     assert ref is not None and ref["from_window"] == done[0]["index"], change
-    assert ref["x"] >= 2.0 and ref["step_time_ms"][1] > 2 * ref["step_time_ms"][0]
+    # The map's work is 4x; beside other work (under-load -j 2) the traced step grew 1.92x and the
+    # map stage's time per call 1.84x: floors of 1.5x.
+    assert ref["x"] >= 1.5 and ref["step_time_ms"][1] > 1.5 * ref["step_time_ms"][0], ref
     job_before, job_after = ref["job_step_ms"]
-    assert job_before == pytest.approx(light, rel=0.2) and job_after > 2 * job_before, (light, change)
+    # The job's own figures are its clock's, each from the window's own epoch; the heavier map
+    # made steps slower (1.9x by the job's clock in a CI pre-check beside other work).
+    assert job_before == pytest.approx(light, rel=0.2), (light, change)
+    assert job_after == pytest.approx(heavy, rel=0.2) and job_after > 1.5 * job_before, (heavy, change)
     stages = [g for g in ref["grew"] if g["what"] == "stage"]
-    assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 2 * stages[0]["from_ms"], ref["grew"]
+    assert stages and "Map" in stages[0]["name"] and stages[0]["to_ms"] > 1.5 * stages[0]["from_ms"], ref["grew"]
     assert "by the job's own clock" in change["text"] and "grew: " in change["text"]
     line = [x for x in r["_tfbneck_lines"] if x.startswith(f"tfbneck: steps {w['steps'][0]}-{w['steps'][1]}: ")]
     assert len(line) == 1 and "changed: " in line[0]
