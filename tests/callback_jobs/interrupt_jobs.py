@@ -27,6 +27,10 @@ from jobs import OUT, SCENARIO, keras, model, record, seed, slow_dataset, tf  # 
 
 from tfbneck_plugin import BottleneckProfiler  # noqa: E402
 
+# A shell that starts a command in the background ignores SIGINT for it, and Python then leaves it
+# ignored: these jobs test Ctrl-C's KeyboardInterrupt, so Python's own handler is put back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 try:
     from tensorflow.python.profiler import profiler_v2
 except ImportError:  # pragma: no cover
