@@ -411,12 +411,14 @@ def test_the_same_bottleneck_getting_worse_is_a_change_naming_what_grew(job):
     # does not time them). The epoch after it is 4x heavier: a figure taken from there fails.
     (first_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= lo <= p["step"]]
     assert first_epoch["step"] < r["worse_from_step"], first_epoch
-    light = float(np.mean([ms[s - 1] for s in range(WARMUP + 1, first_epoch["step"]) if not lo <= s <= hi + 1]))
-    # Likewise the heavier epoch the late window ran in (its own steps and the one after left out).
-    wlo, whi = w["steps"]
-    (late_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= wlo <= p["step"]]
-    heavy = float(np.mean([ms[s - 1] for s in range(late_epoch["first_step"], late_epoch["step"])
-                           if not wlo <= s <= whi + 1 and s <= len(ms)]))
+    def own_mean(first, end, window):  # steps first..end-1, the window's and the one after left out
+        return float(np.mean([ms[s - 1] for s in range(first, min(end, len(ms) + 1))
+                              if not window[0] <= s <= window[1] + 1]))
+
+    light = own_mean(WARMUP + 1, first_epoch["step"], (lo, hi))
+    # Likewise the heavier epoch the late window ran in.
+    (late_epoch,) = [p for p in trend(r)["points"] if p["first_step"] <= w["steps"][0] <= p["step"]]
+    heavy = own_mean(late_epoch["first_step"], late_epoch["step"], w["steps"])
     # Against the light phase's scheduled window: the comparison with the previous window, or,
     # when a busy machine opened a window of its own in the light phase, the one with the
     # fastest earlier window (a run of this job beside other work opened one at steps 181-185).
