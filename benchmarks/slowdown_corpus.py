@@ -139,6 +139,13 @@ SCENARIOS = [
     # The same steady run again: how often a busy machine alone makes a window (CI's steady run
     # under load fired once more after the fix above: a faster interlude, then the usual level).
 ] + [scenario(f"steady-k3-1ms-load1-r{i}", steady_s=30, load=1) for i in range(2, 10)] + [
+    # The edge under -j 2 again (pass 8 missed it; 5 of 10 repeats were missed before the
+    # trigger held open a stretch whose CPU per step grew), and the steady run whose hold
+    # raised its CPU per step most in those repeats (1.59x): the "own work" rule's two sides.
+] + [scenario(f"edge-k3-1ms-x2.3-middle-load-r{i}", factor=2.3, onset_s=6, slow_s=10, load=True)
+     for i in range(2, 6)] + [
+    scenario(f"steady-loop-1ms-load1-r{i}", api="loop", steady_s=30, load=1) for i in range(2, 5)
+] + [
     # Other processes take the CPU of a steady job from 8 s on, for 12 s (not its children; no
     # scheduled window, whose analysis child would turn the trigger's CPU check off).
     scenario("steady-k3-1ms-spinners", steady_s=24, sched=False, spinners=(8.0, 12)),

@@ -284,3 +284,36 @@ def test_with_cpu_check_off_a_stretch_of_cores_taken_is_captured_like_any_other(
     assert ticks.count(FIRED) == 1 and NOTICE not in ticks and timer.fired["cpu"] is None
     with pytest.raises(ValueError, match="cpu_check"):
         SlowdownTrigger(cpu_check="no")
+
+
+@pytest.mark.parametrize("own_during, fired", [(0.95, True), (0.45, False)])
+def test_a_slowdown_of_the_jobs_own_work_that_hovers_at_the_threshold_is_held_open(own_during, fired):
+    """A job of 1 ms steps on a busy machine (other processes on 1.3 cores) whose map turns
+    heavier: its level swings between 1.8 ms for 0.9 s and 1.35 ms for 0.5 s, about the
+    threshold (1.5 ms): each dip ended the stretch before min_seconds (3 s) and its steps
+    joined the baseline, which rose until nothing was slow (a corpus scenario under -j 2,
+    missed in 5 of 10 repeats). With its cores up from 0.7 to 0.95 its CPU seconds per step
+    doubled (0.95 x ~1.6 ms over 0.7 x 1 ms): the stretch is held open down to the middle
+    line (1.22 ms) and captured once it lasted 3 s. With 0.45 cores, the same step times are
+    the same work per step (a busy machine's swing): the dips end it, and no window opens."""
+    from tfbneck_plugin.capture.cpu_taken import WORK_HOLD_RATIO
+    m = Machine(own=0.7, others=1.3)
+    timer = _timer_on(m)
+    assert FIRED not in _steps(timer, m, 6000, 0.001, 1)
+    m.own = own_during
+    ticks, step = [], 6001
+    for _ in range(6):
+        for dt, seconds in ((0.0018, 0.9), (0.00135, 0.5)):
+            n = int(seconds / dt)
+            ticks += _steps(timer, m, n, dt, step)
+            step += n
+    runs = [e for e in timer.trigger_state()["log"] if e.get("event") == "run"]
+    if fired:
+        assert ticks.count(FIRED) == 1
+        (run,) = [e for e in runs if e["outcome"] == "captured"]
+        assert run["first_step"] < 6001 + 0.9 / 0.0018 and 3.0 <= timer.fired["slow_for_s"] <= 3.3
+        assert run["cpu_per_step_ratio"] >= WORK_HOLD_RATIO and timer.fired["cpu"]["taken"] is False
+    else:
+        assert FIRED not in ticks
+        assert runs and all(e["outcome"] == "ended: fast_steps: too short" for e in runs)
+        assert all(e["cpu_per_step_ratio"] is None or e["cpu_per_step_ratio"] < WORK_HOLD_RATIO for e in runs)

@@ -138,6 +138,12 @@ read by the TensorBoard tab's ``/trend`` route::
                                                         # the stretch was back to it (else null;
                                                         # absent in older files)
                   "cpu": null | {as in a window's trigger},  # measured at its confirmation
+                  "cpu_per_step_ratio": float | null,   # the job's CPU s per step in it over its clean
+                                                        # steps' before (capture/cpu_taken.py work_ratio;
+                                                        # at WORK_HOLD_RATIO (1.4) or more its own work grew:
+                                                        # opened or held open at the middle line, kept out
+                                                        # of the baseline; null: not read, under 0.5 s;
+                                                        # absent in older files)
                   "held_by": null | "analysis" | "cooldown",
                   "outcome": "captured" | "ended: fast_steps: too short" | "ended: fast_steps (held by ...)"
                            | "not captured: max_captures reached" | "not captured: back to the usual level"

@@ -36,6 +36,12 @@ its steps 23x slower on the trigger's measure and its CPU seconds per step 2.9x
 (``tests/test_slowdown.py``'s contended run): heavy contention spins more, which is why the
 cores kept must be the first test.
 
+The same CPU seconds per step also tell the trigger a slowdown of the job's own work that a
+busy machine's stalls hide in its step times (:meth:`CpuTaken.work_ratio`, against the job's
+clean steps: those taken while no slow stretch was open): in 58 runs repeated under
+``under-load``, a 2.2x heavier map of 1 ms steps raised it 2.2-2.8x while the steady runs'
+holds raised it at most 1.59x (:mod:`.slowwatch`, "Own work").
+
 The figures before the first such stretch are kept while other processes hold the cores they
 took (the 3 s before each later stretch still show them at least :data:`OTHERS_RISE_CORES`
 above): the job's level swings under lasting contention, and a swing compared only with
@@ -84,8 +90,24 @@ MIN_SPAN_SECONDS = 1.0
 SAMPLE_SECONDS = 0.25
 KEEP_SECONDS = 60.0
 
-#: (clock, the job's CPU seconds, the machine's busy CPU seconds, the profiler's analysis children's)
-Sample = Tuple[float, float, float, float]
+#: The job's CPU seconds per step over those of its clean steps before (:meth:`CpuTaken.work_ratio`),
+#: at least, for a level above the middle line (the geometric middle of the baseline and the
+#: threshold) to open a slow stretch or hold one open: its own work per step grew
+#: (:mod:`.slowwatch`, "Own work"). Chosen on 58 runs repeated under under-load (fit:
+#: ``benchmarks/slowdown_table.py`` hold_choice): no steady run opened a window even at 1.0,
+#: every required phase was captured up to 2.02; the geometric middle of 1.0 and 2.02. The
+#: corpus's report judges it (docs/slowdown_capture.md, "Own work").
+WORK_HOLD_RATIO = 1.4
+#: The stretch's span (and the clean span before it) the ratio needs, at least: two samples apart.
+WORK_SPAN_SECONDS = 0.5
+#: A level between the middle line and the threshold opens a stretch when the job's CPU per
+#: step over this many last seconds is :data:`WORK_HOLD_RATIO` x that of its clean steps.
+WORK_OPEN_SECONDS = 0.75
+
+#: (clock, the job's CPU seconds, the machine's busy CPU seconds, the profiler's analysis
+#: children's, the step about to begin (-1: not a timed step), clean: no slow stretch was
+#: open when it was taken (the trigger's own flag))
+Sample = Tuple[float, float, float, float, int, bool]
 #: pid -> the CPU seconds last read of each of the profiler's own analysis children (kept after
 #: they end: the sum only grows).
 _PROFILER_CHILDREN_CPU: Dict[int, float] = {}
@@ -161,14 +183,16 @@ class CpuTaken:
         if now >= self.next_at:
             self.sample(now)
 
-    def sample(self, now: float) -> None:
+    def sample(self, now: float, step: int = -1, clean: bool = False) -> None:
+        """Reads the CPU at the job's clock ``now``; ``step``: the step about to begin (for
+        :meth:`work_ratio`; -1 when not a timed step), ``clean``: no slow stretch was open."""
         got = self._read()
         if got is None:
             self._off, self.next_at = True, float("inf")
             return
         self.next_at = now + SAMPLE_SECONDS
         s = self._samples
-        s.append((now, got[0], got[1], got[2] if len(got) > 2 else 0.0))
+        s.append((now, got[0], got[1], got[2] if len(got) > 2 else 0.0, step, clean))
         while now - s[0][0] > KEEP_SECONDS:
             s.popleft()
 
@@ -196,6 +220,37 @@ class CpuTaken:
         if last[0] - begin[0] < 2 * SAMPLE_SECONDS:
             return None
         return max(0.0, self._cores(begin, last)[1] - (last[3] - begin[3]) / (last[0] - begin[0]))
+
+    def work_ratio(self, since: float) -> Optional[float]:
+        """The job's CPU seconds per step from clock ``since`` (a slow stretch's start) to the
+        latest timed sample, over those of the clean spans before it (between two samples
+        taken while no slow stretch was open: the steps the baseline learnt, without the
+        stretches that joined it), the :data:`BEFORE_SECONDS` of them nearest ``since``.
+        A heavier map or a bigger batch raises it; other processes taking the job's cores
+        leave it about as it was (module docstring). None when off, or when either side
+        spans less than :data:`WORK_SPAN_SECONDS` or holds no step."""
+        smp = list(self._samples)
+        if self._off or not smp:
+            return None
+        stepped = [i for i, a in enumerate(smp) if a[4] >= 0]
+        first = next((i for i in stepped if smp[i][0] >= since), None)
+        if first is None:
+            return None
+        a, b = smp[first], smp[stepped[-1]]
+        if b[0] - a[0] < WORK_SPAN_SECONDS or b[4] <= a[4]:
+            return None
+        during = (b[1] - a[1]) / (b[4] - a[4])
+        cpu = wall = 0.0
+        steps = 0
+        for j in range(first - 1, 0, -1):
+            x, y = smp[j - 1], smp[j]
+            if x[5] and y[5] and x[4] >= 0 and y[4] > x[4]:
+                cpu, steps, wall = cpu + y[1] - x[1], steps + y[4] - x[4], wall + y[0] - x[0]
+                if wall >= BEFORE_SECONDS:
+                    break
+        if wall < WORK_SPAN_SECONDS or cpu <= 0:
+            return None
+        return during / (cpu / steps)
 
     def _quietest(self, until: float) -> Optional[Tuple[float, float]]:
         """(the job's cores, other processes' cores) over the span of :data:`BEFORE_SECONDS`
