@@ -548,7 +548,9 @@ def separation_report(rows: List[Dict]) -> str:
     lines += ["", "Highest factor at which a steady run opened a window: fit half "
               f"{top['fit'] and round(top['fit'], 2)}, judge half {top['judge'] and round(top['judge'], 2)}; lowest "
               f"factor that still captures every required phase: fit half {lowest(seps['fit'])}, "
-              f"judge half {lowest(seps['judge'])} (none: a required phase is missed even at {kw['factor']:g})."]
+              f"judge half {lowest(seps['judge'])}"
+              + (f" (none: a required phase is missed even at {kw['factor']:g})." if "none" in
+                 (lowest(seps['fit']), lowest(seps['judge'])) else ".")]
     choice = factor_between(seps["fit"])
     seconds = {k: v for k, v in kw.items() if k != "factor"}
     if choice is None:

@@ -221,11 +221,13 @@ class CpuTaken:
             return None
         return max(0.0, self._cores(begin, last)[1] - (last[3] - begin[3]) / (last[0] - begin[0]))
 
-    def work_ratio(self, since: float) -> Optional[float]:
+    def work_ratio(self, since: float, not_before: float = -float("inf")) -> Optional[float]:
         """The job's CPU seconds per step from clock ``since`` (a slow stretch's start) to the
         latest timed sample, over those of the clean spans before it (between two samples
         taken while no slow stretch was open: the steps the baseline learnt, without the
-        stretches that joined it), the :data:`BEFORE_SECONDS` of them nearest ``since``.
+        stretches that joined it), the :data:`BEFORE_SECONDS` of them nearest ``since`` and
+        none before clock ``not_before`` (when the baseline began learning: after a capture
+        its reference is the new level, not the steps before the slowdown).
         A heavier map or a bigger batch raises it; other processes taking the job's cores
         leave it about as it was (module docstring). None when off, or when either side
         spans less than :data:`WORK_SPAN_SECONDS` or holds no step."""
@@ -244,6 +246,8 @@ class CpuTaken:
         steps = 0
         for j in range(first - 1, 0, -1):
             x, y = smp[j - 1], smp[j]
+            if x[0] < not_before:
+                break
             if x[5] and y[5] and x[4] >= 0 and y[4] > x[4]:
                 cpu, steps, wall = cpu + y[1] - x[1], steps + y[4] - x[4], wall + y[0] - x[0]
                 if wall >= BEFORE_SECONDS:

@@ -217,6 +217,7 @@ class SlowdownWatch:
         self._recent_end: List[float] = []  # and the clock when each ended
         self._recent_sorted: List[float] = []
         self._slow_at = self._fast_at = self._held_at = _INF  # level thresholds, armed when finite
+        self._learnt_from = self._now  # the clock the baseline began learning at: work_ratio's clean steps are since
         self.armed = False
 
     def _push(self, dt: float, step: int) -> None:
@@ -410,7 +411,7 @@ class SlowdownWatch:
         if cpu is None or run["confirmed_at"] is not None:
             return False
         if run["work_at"] != cpu.next_at:
-            run["work_at"], ratio = cpu.next_at, cpu.work_ratio(run["start"])
+            run["work_at"], ratio = cpu.next_at, cpu.work_ratio(run["start"], self._learnt_from)
             if ratio is not None:
                 run["work"] = round(ratio, 2)
         return run["work"] is not None and run["work"] >= WORK_HOLD_RATIO
@@ -423,7 +424,7 @@ class SlowdownWatch:
         if cpu is None:
             return None
         if self._work_cache[0] != cpu.next_at:
-            ratio = cpu.work_ratio(now - WORK_OPEN_SECONDS)
+            ratio = cpu.work_ratio(now - WORK_OPEN_SECONDS, self._learnt_from)
             self._work_cache = (cpu.next_at, round(ratio, 2) if ratio is not None and ratio >= WORK_HOLD_RATIO else None)
         return self._work_cache[1]
 
@@ -531,16 +532,16 @@ class SlowdownWatch:
         if run is None:
             return False
         joined = run["confirmed_at"] is None and not (run["slow"] and self._own_work(run))
-        if joined:
-            for dt in run["times"][run["pushed"]:]:  # its first steps joined before it opened
-                self._push(dt, first)
         spent = sum(run["times"])
-        if run["slow"]:
+        if run["slow"]:  # logged against the baseline it was judged on, before its steps join it
             reason = f"ended: {why}" + (f" (held by {run['held_by']})" if run["held_by"] else "")
             if len(run["side"]) >= self.trigger.consecutive or run["held_by"]:
                 self._log_run(run, first, spent, reason + ("" if run["held_by"] else ": too short"))
             else:
                 self.short_runs += 1
+        if joined:
+            for dt in run["times"][run["pushed"]:]:  # its first steps joined before it opened
+                self._push(dt, first)
         return joined
 
     def unfinished(self, at_step: int, now: Optional[float]) -> Optional[Dict]:
