@@ -360,20 +360,17 @@ def _captures_at(r: Dict, ratio: float, phase: Optional[Dict]) -> bool:
 
 
 def hold_edge(r: Dict, phase: Optional[Dict] = None) -> Optional[float]:
-    """With the default thresholds: for a steady run, the lowest hold ratio at which its
-    replay opens a window (None: none even at :data:`HOLD_LOW`); for a ``phase``, the highest
-    at which it is still captured inside (``inf``: captured with the rule off; None: not
-    even at :data:`HOLD_LOW`). Bisection to :data:`SEARCH_STEPS` halvings."""
+    """With the default thresholds: for a steady run, the highest hold ratio at which its
+    replay still opens a window (a lower ratio holds more stretches open; None: none even at
+    :data:`HOLD_LOW`); for a ``phase``, the highest at which it is still captured inside
+    (``inf``: captured with the rule off; None: not even at :data:`HOLD_LOW`). Bisection to
+    :data:`SEARCH_STEPS` halvings (:func:`last_true`)."""
     if phase is None:
         if not _captures_at(r, HOLD_LOW, None):
             return None
-        lo, hi = HOLD_LOW, HOLD_HIGH  # fires at lo; search the lowest ratio that fires
-        if _captures_at(r, hi, None):
-            return hi
-        for _ in range(SEARCH_STEPS):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if not _captures_at(r, mid, None) else (mid, hi)
-        return hi
+        if _captures_at(r, HOLD_HIGH, None):
+            return HOLD_HIGH
+        return last_true(lambda x: _captures_at(r, x, None), HOLD_LOW, HOLD_HIGH, SEARCH_STEPS)
     if _captures_at(r, float("inf"), phase):
         return float("inf")
     # Down from the top in steps of 0.1 to the first ratio that captures it (at low ratios a
@@ -383,21 +380,17 @@ def hold_edge(r: Dict, phase: Optional[Dict] = None) -> Optional[float]:
                if _captures_at(r, x / 10, phase)), None)
     if lo is None:
         return None
-    hi = lo + 0.1
-    for _ in range(SEARCH_STEPS // 2):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _captures_at(r, mid, phase) else (lo, mid)
-    return lo
+    return last_true(lambda x: _captures_at(r, x, phase), lo, lo + 0.1, SEARCH_STEPS // 2)
 
 
 def hold_choice(rows: List[Dict]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
-    """(the lowest hold ratio at which a steady run opened a window, or None; the lowest of
+    """(the highest hold ratio at which a steady run still opened a window, or None; the lowest of
     the required phases' highest capturing ratios, or None when all were captured without the
     rule; their geometric middle rounded to 0.05, the lower end :data:`HOLD_LOW` when no
     steady run fired, or None when the two do not separate or no phase needs the rule)."""
     steady = [e for e in (hold_edge(r) for r in rows if not r["spec"]["phases"]) if e is not None]
     phases = [hold_edge(r, ph) for r in rows if r["spec"]["phases"] for ph in phases_of(r) if required(ph)]
-    low = min(steady, default=None)
+    low = max(steady, default=None)  # the ratio must be above every steady run's
     needed = [e for e in phases if e is not None and e != float("inf")]
     high = min(needed, default=None) if None not in phases else None
     if high is None or (low is not None and low >= high):
@@ -419,7 +412,7 @@ def own_work_report(rows: List[Dict]) -> str:
             sc = _score(halves["judge"], kw)
         return f"{_caught(sc)} of {sc['required']} required phases captured, {sc['false']} windows in steady runs"
     low, high, choice = hold_choice(halves["fit"])
-    lines = [f"Fit half ({len(halves['fit'])} runs): the lowest ratio at which a steady run opens a window: "
+    lines = [f"Fit half ({len(halves['fit'])} runs): the highest ratio at which a steady run still opens a window: "
              f"{'none down to ' + format(HOLD_LOW, 'g') if low is None else round(low, 2)}; the highest at which "
              f"every required phase missed without the rule is still captured: "
              f"{'-' if high is None else round(high, 2)}."]
@@ -471,10 +464,15 @@ def highest_factor(r: Dict, kw: Dict, phase: Optional[Dict] = None, low: float =
     phase use up ``max_captures``.)"""
     if not _fires(r, dict(kw, factor=low), phase):
         return None
-    lo, hi = low, FACTOR_HIGH
-    for _ in range(SEARCH_STEPS):
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if _fires(r, dict(kw, factor=mid), phase) else (lo, mid)
+    return last_true(lambda f: _fires(r, dict(kw, factor=f), phase), low, FACTOR_HIGH, SEARCH_STEPS, geometric=True)
+
+
+def last_true(holds, lo: float, hi: float, steps: int, geometric: bool = False) -> float:
+    """The highest value between ``lo`` (where ``holds`` is true) and ``hi`` at which
+    ``holds`` is still true, by ``steps`` bisections (geometric means with ``geometric``)."""
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5 if geometric else (lo + hi) / 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
     return lo
 
 
@@ -751,7 +749,8 @@ def full_report(out: str) -> str:
         + "(`capture/cpu_taken.py`, `work_ratio`), a level above the middle line (the square root of `factor` x " \
         + "the baseline) opens a stretch or holds one open, and such a stretch does not join the baseline when it " \
         + "ends. The ratio is chosen as the factor is: each steady run replayed at ratios from " \
-        + f"{HOLD_LOW:g} up (the lowest at which it opens a window), each required phase that the replay misses " \
+        + f"{HOLD_LOW:g} up (the highest at which it still opens a window: the choice must be above it), " \
+        + "each required phase that the replay misses " \
         + "with the rule off at ratios down from " \
         + f"{HOLD_HIGH:g} (the highest at which it is still captured), on the fit half; judged on the other half:\n\n" \
         + own_work_report(rows) + "\n" + LIMITS
