@@ -44,3 +44,26 @@ def test_pydataset_input_gets_pydataset_advice(tmp_path):
     # on the other processes of the moment.
     labelled.record("test_pydataset_input_gets_pydataset_advice", report, "cpu", None,
                     "a PyDataset computing numpy on one thread")
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("mode", ["tiny", "heavy"])
+def test_replace_python_is_advised_only_when_python_does_most_of_the_stage(tmp_path, mode):
+    """A map of TensorFlow ops that calls a py_function of microseconds per element is not a
+    Python input: its py_function time is measured (``py_function_ms``) and "replace Python" is
+    advised only when that time is at least half of the blocking stage's work."""
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "tf_jobs", "py_function_share.py"), str(tmp_path), mode],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (session,) = find_sessions(str(tmp_path)).sessions
+    report = analyze_session(session)
+    pipe = report["input_pipeline"]
+    blocking = next(s for s in pipe["stages"] if s["name"] == pipe["busiest_stage"])
+    share = pipe["py_function_ms"] / blocking["work_ms"]
+    assert pipe["py_function_ms"] > 0, pipe
+    assert (share >= 0.5) == (mode == "heavy"), (share, pipe)
+    assert report["breakdown_pct"]["input"] >= 20.0, report["evidence"]
+    fixes = [rec["fix"] for rec in report["recommendations"]]
+    assert ("no_py_function" in fixes) == (mode == "heavy"), (fixes, report["cause"])

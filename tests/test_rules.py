@@ -5,7 +5,7 @@ Each rule is checked just below and just above its threshold, and every cause co
 import pytest
 
 from tfbneck_plugin.analysis import rules, sysmetrics
-from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts
+from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts, StepTiming
 from tfbneck_plugin.analysis.placement import Placement
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
 from tfbneck_plugin.analysis.rules import INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, decide
@@ -127,6 +127,64 @@ def test_contention_needs_the_tree_to_wait_for_cpu():
     sleeping = verdict(findings(pct=pct(input=60), pipeline=p, system=system(**busy, tree_runq_wait_cores=edge - EPS)))
     assert waiting.cause == "cpu_contention"
     assert (sleeping.bottleneck, sleeping.cause) == ("io", "file_read")
+
+
+def test_a_tf_op_stage_waited_on_without_reads_computes_only_when_starved_of_cores():
+    """No disk reads, few cores for the input: a stage of TensorFlow ops computed on the cores it
+    got when none sat idle and the training threads queued for one; with an idle core, no queue,
+    or Python doing most of the stage's work, the wait is elsewhere (file_read, less sure)."""
+    runq = rules.CONTENTION_RUNQ_CORES
+    mapped = stage("Map", "Iterator::Root::Prefetch::Map", self_ms=100.0)
+    # 2 cores, none idle; the input's cores below "busy", others' below the contention share.
+    full = dict(tree=sysmetrics.BUSY_PROCESS_CORES - EPS, others=rules.CONTENTION_OTHERS_PCT / 100.0 * 2 - EPS)
+
+    def judged(p, **sys_kw):
+        kw = dict(full, tree_runq_wait_cores=runq + EPS)
+        kw.update(sys_kw)
+        return verdict(findings(pct=pct(input=60), pipeline=p, system=system(**kw)))
+    assert 100.0 * full["others"] / 2 < rules.CONTENTION_OTHERS_PCT
+    starved = judged(pipeline(mapped))
+    assert (starved.bottleneck, starved.cause) == ("cpu", "input_preprocessing")
+    assert any("TensorFlow ops" in str(e) for e in starved.evidence)
+    idle_core = judged(pipeline(mapped), others=full["others"] - 3 * rules.cpu_share.IDLE_SLACK_CORES)
+    not_queued = judged(pipeline(mapped), tree_runq_wait_cores=runq - EPS)
+    unknown_queue = judged(pipeline(mapped), tree_runq_wait_cores=None)
+    assert {v.cause for v in (idle_core, not_queued, unknown_queue)} == {"file_read"}
+
+    def with_python(py_ms):
+        p = pipeline(mapped, py=True)
+        p.py_function_ps = int(py_ms * 1e9)
+        return judged(p)
+    assert with_python(49.0).cause == "input_preprocessing"   # a py_function under half the stage's work
+    assert with_python(51.0).cause == "file_read"             # Python does most of it: it may sleep
+    generator = judged(pipeline(mapped, stage("Generator", "Iterator::Root::Prefetch::Map::FlatMap[0]::Generator",
+                                              self_ms=1.0)))
+    assert generator.cause == "file_read"
+
+
+def test_host_overhead_while_a_heavier_input_takes_the_cores_is_the_input():
+    """Host overhead above its threshold on a machine with no idle core whose training threads
+    queued for one: the input pipeline's stage running beside the step is the cause when it
+    worked longer per step than the host overhead lasted; else the overhead stands."""
+    runq = rules.CONTENTION_RUNQ_CORES
+    shares = pct(host_compute=66.0, input=12.0, device_compute=10.0)
+    timing = StepTiming(step_ms=3.4, batches_per_step=1, breakdown_ms={"host_compute": 2.244, "input": 0.408},
+                        durations_ms=[3.4] * 10)
+
+    def judged(work_ms_per_step, prefetch=True, **sys_kw):
+        path = "Iterator::Root::Prefetch::Map" if prefetch else "Iterator::Root::Map"
+        p = pipeline(stage("Map", path, self_ms=10 * work_ms_per_step), prefetch=prefetch)
+        kw = dict(tree=0.8, others=1.2, tree_runq_wait_cores=runq + EPS)
+        kw.update(sys_kw)
+        return verdict(findings(pct=shares, pipeline=p, timing=timing, system=system(**kw)))
+    heavier = judged(2.244 + EPS)
+    assert (heavier.bottleneck, heavier.cause) == ("cpu", "input_preprocessing")
+    assert any("waiting for a core" in str(e) for e in heavier.evidence)
+    assert judged(2.244 - EPS).cause == "python_overhead"
+    assert judged(2.244 + EPS, others=0.9).cause == "python_overhead"              # an idle core
+    assert judged(2.244 + EPS, tree_runq_wait_cores=runq - EPS).cause == "python_overhead"
+    assert judged(2.244 + EPS, prefetch=False).cause == "python_overhead"          # runs inside the input wait
+    assert judged(2.244 + EPS, scope=None).cause == "python_overhead"              # machine-wide figures only
 
 
 def test_contention_rests_on_most_of_enough_samples_else_the_trace_decides():

@@ -76,6 +76,7 @@ class InputPipeline(TypedDict, total=False):
     busiest_stage: Optional[str]      # the stage with the most work, whether or not the step waits for it
     stages: List[Dict[str, object]]
     has_prefetch: bool
+    py_function_ms: Optional[float]   # time inside tf.py_function calls in the window (ms); None: not measured
 
 
 class WorstStep(TypedDict, total=False):

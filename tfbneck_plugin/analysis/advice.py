@@ -48,7 +48,7 @@ def _compute_input(f: Findings) -> List[Rec]:
     p = f.pipeline
     st = p.blocking if p else None
     out = []
-    if (st is not None and st.category == "python") or (p is not None and p.uses_py_function):
+    if p is not None and p.mostly_python:
         out.append(rec("no_py_function", "Replace Python in the input pipeline with TensorFlow ops",
                        "tf.py_function / Dataset.from_generator run Python under the GIL on one core; "
                        "TensorFlow ops in a map run in parallel and without Python.",

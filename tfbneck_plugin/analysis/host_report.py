@@ -82,4 +82,6 @@ def input_pipeline_section(pipeline: Optional[tfdata.Pipeline], input_pct: float
     blocks = busiest is not None and input_pct >= INPUT_MODERATE_PCT
     return {"bottleneck_stage": busiest if blocks else None, "busiest_stage": busiest,
             "stages": tfdata.stage_rows(pipeline, 0, blocks) if pipeline else [],
-            "has_prefetch": bool(pipeline and pipeline.has_prefetch)}
+            "has_prefetch": bool(pipeline and pipeline.has_prefetch),
+            "py_function_ms": (round(pipeline.py_function_ps / 1e9, 3)
+                               if pipeline and pipeline.py_function_ps is not None else None)}

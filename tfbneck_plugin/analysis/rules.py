@@ -59,6 +59,9 @@ CONTENTION_RUNQ_CORES = 0.25
 #: reading of the blocking stage decides. Our choice; the sampler takes 10 samples a second.
 CONTENTION_MIN_SAMPLES = 5
 CONTENTION_MIN_SHARE = 0.5
+#: Confidence lost when a verdict rests on which threads asked for the cores, read off their
+#: wall times rather than measured per thread (our choice, as FEW_SAMPLES_PENALTY).
+CORE_WAIT_PENALTY = 0.15
 #: Confidence lost when the system samples were too few, or too split, to decide.
 FEW_SAMPLES_PENALTY = 0.15
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
@@ -210,7 +213,10 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
     Other processes' load is contention,
     called only when the run-queue wait shows it in most of at least
     :data:`CONTENTION_MIN_SAMPLES` samples (else the blocking stage decides, as without
-    metrics). Old sidecars hold machine-wide figures only: the verdict says so and is less sure."""
+    metrics). A pipeline that waits with no disk reads is ``file_read`` (less sure), unless
+    no core sat idle and its blocking stage computes in TensorFlow ops
+    (:func:`_computes_in_tf_ops`): then it computed on the cores it got. Old sidecars hold
+    machine-wide figures only: the verdict says so and is less sure."""
     tree = system.get("tree_cpu_cores")
     own = tree if tree is not None else (system.get("proc_cpu_cores") or 0.0)
     per_process = system.get("scope") == "process_tree"
@@ -250,6 +256,16 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
     reads = system.get("tree_disk_read_MBps") if per_process else system.get("disk_read_MBps")
     iowait = system.get("iowait_pct") or 0.0
     if isinstance(reads, (int, float)) and reads < DISK_READ_SEEN_MBPS and iowait < IOWAIT_SEEN_PCT:
+        if _computes_in_tf_ops(pipeline, st) and _starved(system):
+            # TensorFlow ops neither sleep nor wait on a lock: a stage made of them that was
+            # slow while no disk was read, no core sat idle and its threads queued for one
+            # computed on the few cores it got. With idle cores, or none of its threads
+            # runnable, it waits on something the samples miss.
+            return ("cpu", "input_preprocessing", penalty + NO_READS_PENALTY, Inferred(
+                f"The {who} used only {own:.2f} cores while the step waited and no disk reads were seen "
+                f"({reads:.1f} MB/s, I/O wait {iowait:.0f} %), but no core sat idle and the blocking stage "
+                f"`{st.kind}` runs TensorFlow ops (no file reads, Python not the most of it): it computed on the cores "
+                f"it got (other processes kept {others:.0f}% of the machine's CPU busy){machine}."))
         # Waiting, but not on this machine's disks: a sleep, a lock, a page-cache hit, remote storage.
         return ("io", "file_read", penalty + NO_READS_PENALTY, Sampled(
             f"The {who} used only {own:.2f} cores while the step waited: the input pipeline waits rather than "
@@ -259,6 +275,23 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))
+
+
+def _computes_in_tf_ops(pipeline, st) -> bool:
+    """The blocking stage computes in TensorFlow ops: a stage of the ``compute`` kind
+    (:attr:`.tfdata.Stage.category`) over a source that is neither Python nor remote, whose
+    work is not mostly ``py_function`` calls (:attr:`.tfdata.Pipeline.mostly_python`)."""
+    if st is None or pipeline is None or st.category != "compute":
+        return False
+    return pipeline.source != "remote" and not pipeline.mostly_python
+
+
+def _starved(system: dict) -> bool:
+    """No core sat idle (:attr:`.cpu_share.Cores.saturated`) and the training tree's threads
+    waited for one (mean run-queue wait >= :data:`CONTENTION_RUNQ_CORES`; unknown: False)."""
+    cores = cpu_share.cores_of(system)
+    runq = system.get("tree_runq_wait_cores")
+    return cores is not None and cores.saturated and isinstance(runq, (int, float)) and runq >= CONTENTION_RUNQ_CORES
 
 
 def _runq_samples(system: dict) -> Tuple[int, int]:
@@ -303,7 +336,7 @@ def _input_from_stage(pipeline, st):
     metrics): what the stage does is inferred from its kind."""
     source = pipeline.source if pipeline else None
     category = st.category if st else "compute"
-    if source == "generator" or category == "python" or (pipeline and pipeline.uses_py_function):
+    if category == "python" or (pipeline and pipeline.mostly_python):
         return ("cpu", "input_preprocessing", PYTHON_STAGE_PENALTY, Inferred(
             "The blocking stage runs Python (from_generator / PyDataset / py_function): the trace cannot tell "
             "computing from waiting inside it. Record system metrics (BottleneckProfiler) to separate CPU-bound "
@@ -375,6 +408,40 @@ def kernel_launch(f: Findings) -> Optional[Verdict]:
         f"{KERNEL_LAUNCH_BOUND_PCT:.0f}%)."])
 
 
+def input_takes_cores(f: Findings) -> Optional[Verdict]:
+    """Host overhead >= ``HOST_OVERHEAD_PCT`` on a saturated machine whose training threads
+    waited for a core (mean run-queue wait >= :data:`CONTENTION_RUNQ_CORES`, from schedstat),
+    while the input pipeline, running beside the step (under a prefetch or a parallel stage),
+    worked longer per step than the host overhead lasted: ``cpu``/``input_preprocessing``.
+
+    There the trace's host overhead is largely the training thread waiting for a core, and
+    the input's threads are the larger demand on the cores the training gets. Both times are
+    wall time on their threads, stretched alike by the waits (Linux's CFS shares CPU time
+    among runnable threads by weight: ``Documentation/scheduler/sched-design-CFS.rst``), so
+    their order is that of the CPU each asks for. No fitted constant: two measured times
+    compared, on a machine with no idle core (:attr:`.cpu_share.Cores.saturated`)."""
+    hostc, t, p = f.share("host_compute"), f.timing, f.pipeline
+    if f.eager or hostc < HOST_OVERHEAD_PCT or t is None or p is None or p.blocking is None or not f.steps.count:
+        return None
+    st = p.blocking
+    beside = any(o.asynchronous and st.path.startswith(o.path) for o in p.stages)
+    if not f.system or f.system.get("scope") != "process_tree" or not _starved(f.system) or not beside:
+        return None
+    work_ms = st.work_ps / f.steps.count / 1e9
+    host_ms = t.breakdown_ms.get("host_compute", 0.0)
+    if work_ms < host_ms:
+        return None
+    idle_what = "CPU model math" if f.device_kind == "CPU" else "device"
+    return Verdict("cpu", "input_preprocessing", confidence(hostc, HOST_OVERHEAD_PCT, CORE_WAIT_PENALTY), context(f) + [
+        f"{hostc:.1f}% of the step ({host_ms:.2f} ms) is host-side time with the {idle_what} idle, but every "
+        f"core was busy and the training process's threads waited for one ({f.system['tree_runq_wait_cores']:.2f} "
+        "cores' worth, from the kernel's run-queue wait): much of that time is the training thread waiting for a core.",
+        Inferred(f"The input pipeline's `{st.kind}` stage ({st.path}), running beside the step, worked "
+                 f"{work_ms:.2f} ms per step, longer than the host-side time: the input's threads ask for more "
+                 "of the cores the training gets than the training thread does, and the host cannot prepare "
+                 "data fast enough.")])
+
+
 def host_overhead(f: Findings) -> Optional[Verdict]:
     """Host overhead >= ``HOST_OVERHEAD_PCT`` with device and input idle: ``cpu``/``python_overhead``
     (``eager_execution`` when the model runs eagerly).
@@ -424,7 +491,8 @@ def model_compute(f: Findings) -> Verdict:
 
 #: The rules in the order they are tried; the last always applies.
 RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
-                     gradient_sync, host_device_transfer, kernel_launch, host_overhead, unrecorded, model_compute]
+                     gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, host_overhead, unrecorded,
+                     model_compute]
 
 
 #: Highest confidence of a verdict over a window in which no step was found: the breakdown

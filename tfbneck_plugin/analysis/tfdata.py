@@ -135,6 +135,21 @@ class Pipeline:
     has_prefetch: bool
     uses_py_function: bool
     links: Optional["FunctionLinks"] = None   # which stage's function each FunctionRun ran
+    py_function_ps: Optional[int] = None      # time inside tf.py_function calls (ps); None: not measured
+
+    @property
+    def mostly_python(self) -> bool:
+        """Python does the input's work: the source or the blocking stage is Python
+        (``from_generator``, PyDataset), or ``tf.py_function`` calls take at least half of the
+        blocking stage's work (any call counts when their time was not measured). A map of
+        TensorFlow ops with a py_function of a few microseconds per element is not Python."""
+        if self.source == "generator" or (self.blocking is not None and self.blocking.category == "python"):
+            return True
+        if not self.uses_py_function:
+            return False
+        if self.py_function_ps is None or self.blocking is None or not self.blocking.work_ps:
+            return True
+        return self.py_function_ps >= 0.5 * self.blocking.work_ps
 
     @property
     def has_cache(self) -> bool:
@@ -363,10 +378,23 @@ def analyze_pipeline(view: HostView, window=None) -> Pipeline:
     working = [st for st in stages if st.category != "buffer"]
     blocking = working[0] if working else (stages[0] if stages else None)
     py_ids = view.ids(("pyfunc",), lambda n: n.endswith(("EagerPyFunc", "PyFunc")) or n in ("EagerPyFunc", "PyFunc"))
-    uses_py = bool(view.select(py_ids))
+    py_calls = view.select(py_ids)
     return Pipeline(stages=stages, blocking=blocking,
-                    has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=uses_py,
-                    links=links)
+                    has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=bool(py_calls),
+                    links=links, py_function_ps=_time_inside(view, py_calls, window))
+
+
+def _time_inside(view: HostView, selection, window=None) -> int:
+    """Total duration (ps) of the selected events, those inside ``window`` only when given."""
+    total = 0
+    for li, idx in selection:
+        line = view.plane.lines[li]
+        s, d = line.start_ps[idx], line.dur_ps[idx]
+        if window is not None:
+            keep = (s >= window[0]) & (s + d <= window[1])
+            d = d[keep]
+        total += int(d.sum())
+    return total
 
 
 def _attach_function_work(stages: List[Stage], owner: str, ps: int) -> str:
