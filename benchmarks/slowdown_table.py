@@ -666,7 +666,7 @@ LIMITS = """## What the trigger cannot catch, and why
   the threshold: its stretches fall back within a second and join the baseline. Pass 8 missed
   `edge-k3-1ms-x2.3-middle-load` so, and so did 5 of 10 repeats of it. When the slowdown is the job's own CPU
   work (a heavier map, a bigger batch), its CPU per step rises and the "own work" rule above holds the
-  stretch open (pass 9: all 5 such runs under `-j 2` captured). A slowdown of that size that is a wait
+  stretch open (passes 9 and 10: all 5 such runs under `-j 2` captured). A slowdown of that size that is a wait
   (storage, the network) on a busy machine raises no CPU per step, and can still be missed; so can one whose
   input work runs in child processes (PyDataset or multiprocessing workers), whose CPU the rule does not read.
 - **A slowdown in bursts shorter than the confirmation**: a burst that ends by itself before it is
@@ -694,14 +694,16 @@ LIMITS = """## What the trigger cannot catch, and why
   measure how often this happens.
 - **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
   producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
-  wait for input; the window then reads `model_compute` or `python_overhead` (the captured phases under 2x
-  or shorter than 8 s: the totals above). On a busy machine this reaches required phases too: in pass 9, 3
-  of 17 (two 1 ms fits under `-j 2` read `python_overhead`: the main thread starved, 66 % of the traced
-  step host overhead and 12-17 % waiting for input; a 15 ms tf-keras fit under `-j 2` read `io/file_read`:
-  the step waited for input 64 % of the time while the process had 0.78 cores and read nothing from disk,
-  which the rules take for a pipeline that waits rather than computes). The window's "what changed" line
-  still names the tf.data stage and the input pipeline's op whose time grew (`Map`, 0.39 -> 2.76 ms per
-  call, and its `MatMul`).
+  wait for input; the window then reads `model_compute` (the captured phases under 2x or shorter than 8 s
+  whose verdict is not the input: the totals above; in pass 10 all four on an idle machine). On a busy
+  machine the same starvation shows as host overhead (the training thread waiting for a core) or as an
+  input wait with few cores and no disk reads: pass 9 read 3 of its 17 required windows so
+  (`python_overhead` twice, `io/file_read` once). Since then, when no core sat idle and the training
+  threads queued for one, host overhead that the input's stage outlasts, and a wait on a stage of
+  TensorFlow ops with no disk reads, read as the input (README, Thresholds: "the input takes the cores"),
+  two measured times compared with no fitted constant. Made from pass 9's windows; pass 10's runs are new:
+  18 of 18 required windows name the input. The window's "what changed" line names the tf.data stage and
+  the input pipeline's op whose time grew (`Map`, 0.39 -> 2.76 ms per call, and its `MatMul`).
 """
 
 
