@@ -346,6 +346,18 @@ def test_unrecorded_edges():
     assert (above.bottleneck, above.cause, above.confidence) == ("unknown", "unrecorded", 0.2)
 
 
+def test_unrecorded_marked_steps_get_the_python_tracer_and_unmarked_ones_the_markers():
+    """A step marked but mostly unrecorded is Python the profiler does not trace (a newcomer's
+    callback that slept 5 ms per batch was told to "profile with the step markers" it had)."""
+    shares = pct(idle=74.0, device_compute=26.0)
+    marked = verdict(findings(pct=shares))
+    inferred = verdict(findings(pct=shares, steps=StepFacts(source="iterator_cadence", count=10, mean_ms=10.0)))
+    assert marked.cause == inferred.cause == "unrecorded"
+    assert [r["fix"] for r in marked.recommendations] == ["python_tracer"]
+    assert "python_tracer_level" in marked.recommendations[0]["code"]
+    assert [r["fix"] for r in inferred.recommendations] == ["step_markers"]
+
+
 def test_no_activity_needs_no_steps_and_nothing_recorded():
     v = verdict(findings(pct=pct(idle=100.0), steps=StepFacts(why_none="No steps found (...).")))
     assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "no_activity", 0.0)

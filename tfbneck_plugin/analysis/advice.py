@@ -233,7 +233,15 @@ def _placement(_f: Findings) -> List[Rec]:
                 "tf.debugging.set_log_device_placement(True)")]
 
 
-def _markers(_f: Findings) -> List[Rec]:
+def _markers(f: Findings) -> List[Rec]:
+    if f.steps.found and not f.steps.inferred:
+        # The steps are marked: what the trace lacks is the Python that ran inside them.
+        return [rec("python_tracer", "Trace the Python that runs inside the steps",
+                    "The steps are marked, but most of each one passed with nothing recorded on the training "
+                    "thread, the input pipeline or the device: Python the profiler does not trace by default (a "
+                    "Keras callback such as on_train_batch_end, a custom loop's own code, a sleep, a lock). "
+                    "Profile again with the Python tracer on: the Trace Viewer then names the functions.",
+                    "BottleneckProfiler('logs', profile_steps=(10, 14), profiler_options={'python_tracer_level': 1})")]
     return [rec("step_markers", "Profile with the step markers",
                 "BottleneckProfiler wraps each profiled step in a step marker and records system metrics.",
                 "from tfbneck_plugin import BottleneckProfiler\n"

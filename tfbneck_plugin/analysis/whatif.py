@@ -481,6 +481,7 @@ WHY_NOT: Dict[str, str] = {
     "fix_device_trace": "This fixes the trace, not the step: there is nothing to predict.",
     "use_gpu": "How fast the model would run on the GPU is not in a trace where it ran on the CPU.",
     "step_markers": "This fixes the trace, not the step: there is nothing to predict.",
+    "python_tracer": "This fixes the trace, not the step: there is nothing to predict.",
     "profile_training_steps": "This fixes the trace, not the step: there is nothing to predict.",
     "profile_window": "This confirms a first diagnosis from system metrics: there is nothing to predict.",
     "use_xprof": "This trace is not TensorFlow training: there is no step time to predict.",
