@@ -319,23 +319,26 @@ def test_a_slowdown_of_the_jobs_own_work_that_hovers_at_the_threshold_is_held_op
         assert all(e["cpu_per_step_ratio"] is None or e["cpu_per_step_ratio"] < WORK_HOLD_RATIO for e in runs)
 
 
-@pytest.mark.parametrize("own_during, fired", [(0.96, True), (0.51, False)])
-def test_a_heavier_map_back_at_a_slow_first_level_is_captured_when_its_cpu_per_step_grew(own_during, fired):
+@pytest.mark.parametrize("own_during, others, fired", [(0.96, 1.1, True), (0.51, 1.1, False), (0.51, 0.05, True)])
+def test_a_slowdown_back_at_a_slow_first_level_is_captured_unless_the_busy_machine_set_it(own_during, others, fired):
     """A newcomer's fit under under-load -j 2: its first seconds ran at 7 ms (a level the
     baseline held), then 4 ms, then its map turned 2x heavier: 7 ms again, which is within
     factor of that first level, "back to the usual level", not captured. With its CPU per
     step 1.87x that of the 4 ms steps it is the job's own work, and captured; with the same
-    step times at unchanged CPU per step (the machine's pace), still the usual level."""
-    m = Machine(own=0.9, others=1.1)
+    step times at unchanged CPU per step (the machine's pace), still the usual level. On an
+    idle machine (another newcomer's sleep in a callback after a slow first epoch) nothing
+    else sets the job's pace: captured."""
+    m = Machine(own=0.9, others=others)
     timer = _timer_on(m)
     assert FIRED not in _steps(timer, m, 1000, 0.007, 1)      # 7 s at 7 ms: armed, a held level
     assert FIRED not in _steps(timer, m, 2500, 0.004, 1001)   # 10 s at 4 ms: the baseline follows
-    m.own, m.others = own_during, 2.0 - own_during
+    m.own, m.others = own_during, (2.0 - own_during if others > 1 else others)
     ticks = _steps(timer, m, 700, 0.007, 3501)                # 4.9 s at 7 ms
     runs = [e for e in timer.trigger_state()["log"] if e.get("event") == "run" and e["first_step"] >= 3490]
     if fired:
         assert ticks.count(FIRED) == 1 and timer.fired["cpu"]["taken"] is False
-        assert [e["outcome"] for e in runs] == ["captured"] and runs[0]["cpu_per_step_ratio"] >= 1.4
+        assert [e["outcome"] for e in runs] == ["captured"]
+        assert (runs[0]["cpu_per_step_ratio"] or 1.0) >= 1.4 or others < 1
     else:
         assert FIRED not in ticks
         assert [e["outcome"] for e in runs] == ["not captured: back to the usual level"]

@@ -236,7 +236,7 @@ def _placement(_f: Findings) -> List[Rec]:
 def _markers(f: Findings) -> List[Rec]:
     if f.steps.found and not f.steps.inferred:
         # The steps are marked: what the trace lacks is the Python that ran inside them.
-        return [rec("python_tracer", "Trace the Python that runs inside the steps",
+        return [rec("python_tracer", "Trace the Python inside the steps (profiler_options python_tracer_level=1)",
                     "The steps are marked, but most of each one passed with nothing recorded on the training "
                     "thread, the input pipeline or the device: Python the profiler does not trace by default (a "
                     "Keras callback such as on_train_batch_end, a custom loop's own code, a sleep, a lock). "

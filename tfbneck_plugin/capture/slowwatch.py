@@ -44,9 +44,9 @@ How it decides (each part fixes a way issue 24's fit was missed):
   ``min_seconds`` (a burst that joined a young baseline lifts it for less). When a stretch
   is confirmed while the baseline is below the highest level it held lately, and the
   stretch is within ``factor`` of that level, it is not captured ("not captured: back to
-  the usual level") and the baseline is learnt from its steps, unless the job's own CPU per
-  step grew (own work, below: a newcomer's 2x heavier map under ``-j 2``, after a slow
-  first epoch had set the usual level, was refused so). Levels after a capture are
+  the usual level") and the baseline is learnt from its steps; not when the job's own CPU per
+  step grew (own work, below), nor on an idle machine, where only the job sets its pace (two
+  newcomers' slowdowns after a slow first epoch were refused so). Levels after a capture are
   never held levels, so a slowdown that recovers and returns is still caught twice.
   Replayed on 37 recorded steady runs of that job under load, windows fell from 2 to 1; on the
   corpus, nothing changed.
@@ -462,10 +462,10 @@ class SlowdownWatch:
             self.rebaseline(first, "the steps got faster")
             return False
         if run["confirmed_at"] is None:
-            # The baseline lower than a level it held lately (it followed a faster
-            # interlude): a stretch within factor of that level is the job back at it,
-            # unless its own CPU per step grew (its work, not the machine's pace).
-            usual = self.usual_level()
+            # The baseline lower than a level it held lately (it followed a faster interlude): on a
+            # busy machine (or one not sampled) a stretch within factor of that level is the job back
+            # at it, unless its own CPU per step grew (its work, not the machine's pace).
+            usual = self.usual_level() if self.cpu is None or self.cpu.off or self._machine_busy() else None
             if usual is not None and self.mean is not None and usual > self.mean \
                     and trimmed_mean(run["sorted"]) <= trig.factor * usual and not self._own_work(run):
                 run["usual"], run["confirmed_at"] = usual, first  # confirmed, then not captured
