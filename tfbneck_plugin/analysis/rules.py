@@ -336,7 +336,7 @@ def _input_from_stage(pipeline, st):
     metrics): what the stage does is inferred from its kind."""
     source = pipeline.source if pipeline else None
     category = st.category if st else "compute"
-    if category == "python" or (pipeline and pipeline.mostly_python):
+    if pipeline and pipeline.mostly_python:  # a Python source or blocking stage included
         return ("cpu", "input_preprocessing", PYTHON_STAGE_PENALTY, Inferred(
             "The blocking stage runs Python (from_generator / PyDataset / py_function): the trace cannot tell "
             "computing from waiting inside it. Record system metrics (BottleneckProfiler) to separate CPU-bound "
@@ -424,8 +424,7 @@ def input_takes_cores(f: Findings) -> Optional[Verdict]:
     if f.eager or hostc < HOST_OVERHEAD_PCT or t is None or p is None or p.blocking is None or not f.steps.count:
         return None
     st = p.blocking
-    beside = any(o.asynchronous and st.path.startswith(o.path) for o in p.stages)
-    if not f.system or f.system.get("scope") != "process_tree" or not _starved(f.system) or not beside:
+    if not f.system or f.system.get("scope") != "process_tree" or not _starved(f.system) or not p.blocking_runs_ahead:
         return None
     work_ms = st.work_ps / f.steps.count / 1e9
     host_ms = t.breakdown_ms.get("host_compute", 0.0)

@@ -152,6 +152,14 @@ class Pipeline:
         return self.py_function_ps >= 0.5 * self.blocking.work_ps
 
     @property
+    def blocking_runs_ahead(self) -> bool:
+        """The blocking stage works on threads of its own, beside the consumer: it, or a stage
+        that encloses it (a prefetch, a parallel map), is asynchronous (:data:`ASYNC`). Else
+        the consumer runs it, inside its wait for input."""
+        st = self.blocking
+        return st is not None and any(o.asynchronous and st.path.startswith(o.path) for o in self.stages)
+
+    @property
     def has_cache(self) -> bool:
         """A ``cache()`` stage is in the pipeline."""
         return any(st.kind in CACHES for st in self.stages)

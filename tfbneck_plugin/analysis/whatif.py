@@ -236,8 +236,7 @@ def _pipeline_wall(f: Findings) -> Optional[PipelineWall]:
     wait = t.breakdown_ms["input"] / t.batches_per_step
     rest = t.time_per_batch_ms - wait
     stage = st.work_ps / batches / 1e9
-    top = [o for o in p.stages if o.asynchronous and st.path.startswith(o.path)]
-    synchronous = not top
+    synchronous = not p.blocking_runs_ahead
     if synchronous:
         now = wait
         stage = min(stage, wait) if wait > 0 else stage  # the stage runs inside the wait
