@@ -7,7 +7,8 @@ of every step, ``result["step_begin_s"]``) and from its input pipeline (``result
 the first and last batch it made slow):
 
 * the *slow phase*: the steps from the first slow batch to the last; its *slowdown* is the
-  median step time inside it over the median of the steps in the 3 s before it (at least 5);
+  median step time inside it over the median of the steps in the 3 s before it (at least 5;
+  after a scenario's slower start, only those after it: ``result["prelude_last"]``);
 * *required*: a slowdown >= 2x lasting >= 8 s, the phases issue 24 wants captured;
 * *captured*: a triggered window begins at a step inside the slow phase; the *delay* is the
   steps and seconds from the phase's first step to the window's first;
@@ -58,6 +59,8 @@ def _exec_of(batch: int, spe: int) -> int:
 def phases_of(r: Dict) -> List[Dict]:
     """The slow phases of a run as the job's clock saw them."""
     t, spe = r["step_begin_s"], r["spec"].get("spe", 1)
+    # after a slower start (the scenario's prelude), the steps before a phase are those after it
+    floor = _exec_of(r["prelude_last"], spe) + 1 if r.get("prelude_last") else 0
     out = []
     for first, last, _, _ in r.get("phases") or []:
         if first is None:
@@ -66,9 +69,9 @@ def phases_of(r: Dict) -> List[Dict]:
         if b < a:
             continue
         d = [t[i + 1] - t[i] for i in range(len(t) - 1)]
-        before = [d[i] for i in range(a - 1, -1, -1) if t[a] - t[i] <= 3.0] or d[max(0, a - 5):a]
+        before = [d[i] for i in range(a - 1, floor - 1, -1) if t[a] - t[i] <= 3.0] or d[max(floor, a - 5):a]
         if len(before) < 5:
-            before = d[max(0, a - 5):a]
+            before = d[max(floor, a - 5):a]
         slow = statistics.median(d[a:b + 1])
         base = statistics.median(before) if before else None
         out.append({"first": first, "last": last, "a": a, "b": b, "t0": t[a], "t1": t[b + 1],

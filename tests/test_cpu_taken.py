@@ -342,3 +342,38 @@ def test_a_slowdown_back_at_a_slow_first_level_is_captured_unless_the_busy_machi
     else:
         assert FIRED not in ticks
         assert [e["outcome"] for e in runs] == ["not captured: back to the usual level"]
+
+
+@pytest.mark.parametrize("own_during, others, fired", [(0.96, 1.1, True), (0.51, 1.1, False), (0.51, 0.05, True)])
+def test_a_slowdown_right_after_a_speed_up_is_compared_with_the_faster_level(own_during, others, fired):
+    """A newcomer's fit under under-load -j 2: a slower first epoch (7 ms steps), then 4 ms,
+    and its map turned heavier 23 steps after the trigger took the 4 ms steps for a new
+    level. The baseline was learnt again from the next steps only: on a busy machine it armed
+    2 s later, on mostly slow steps, and the 13 s slowdown was its level (2 of 3 runs).
+    Now the faster stretch's own steps are the baseline, armed at once: the slowdown is
+    compared with 4 ms, captured when the job's CPU per step grew (or on an idle machine);
+    at unchanged CPU per step on a busy machine it is the job back at its first level."""
+    m = Machine(own=0.9, others=others)
+    timer = _timer_on(m)
+    assert FIRED not in _steps(timer, m, 1000, 0.007, 1)   # 7 s at 7 ms: armed, a held level
+    step = 1001
+
+    def relearnt():
+        return any(e.get("why") == "the steps got faster" for e in timer.trigger_state()["log"])
+    while not relearnt():
+        assert FIRED not in _steps(timer, m, 1, 0.004, step)
+        step += 1
+        assert step < 4000, "the faster level was never taken"
+    armed = timer.trigger_state()["log"][-1]
+    assert armed["event"] == "armed" and 3.9 < armed["baseline_mean_ms"] < 4.3  # at once, on the faster steps
+    assert FIRED not in _steps(timer, m, 25, 0.004, step)    # 0.1 s more at 4 ms
+    step += 25
+    m.own, m.others = own_during, (2.0 - own_during if others > 1 else others)
+    ticks = _steps(timer, m, 1200, 0.007, step)               # 8.4 s at 7 ms
+    runs = [e for e in timer.trigger_state()["log"] if e.get("event") == "run" and e["first_step"] >= step - 5]
+    if fired:
+        assert ticks.count(FIRED) == 1 and 1.6 < timer.fired["slower_by"] < 1.9
+        assert timer.fired["slow_steps"][0] <= step + 5 and [e["outcome"] for e in runs] == ["captured"]
+    else:
+        assert FIRED not in ticks
+        assert [e["outcome"] for e in runs] == ["not captured: back to the usual level"]

@@ -243,10 +243,18 @@ class Phases:
     GIL, recorded in the trace as input work), for ``slow_s`` seconds, then it is light
     again. ``reps`` is steered by :class:`ScenarioClock` so that the steps take ``factor``
     times the base step time (the median of the job's own steps before the first onset), on
-    an idle machine or a loaded one."""
+    an idle machine or a loaded one.
 
-    def __init__(self, phases, factor, spe):
+    ``prelude``: ``[factor, until_s, nominal_ms]``: from the first batch until ``until_s``
+    seconds of the job's clock the map is heavier too (a slower start, as a first epoch
+    that warms a cache): ``factor - 1`` times ``nominal_ms`` of products per batch, not
+    steered. The base step time is then measured after it."""
+
+    def __init__(self, phases, factor, spe, prelude=None):
         self.phases, self.factor, self.spe = [list(p) for p in phases], factor, spe
+        self.prelude = prelude
+        self.prelude_reps = 0
+        self.prelude_last = None  # the last batch the prelude made heavier
         self.t0 = None      # the job's clock starts at its third step
         self.base_s = None  # per batch
         self.reps = 0       # matrix products per batch while slow
@@ -264,6 +272,9 @@ class Phases:
         return None
 
     def reps_for(self, batch):
+        if self.prelude and (self.t0 is None or time.perf_counter() - self.t0 < self.prelude[1]):
+            self.prelude_last = batch
+            return self.prelude_reps
         seen = self.active()
         if seen is None:
             return 0
@@ -283,7 +294,7 @@ def scenario_pipeline(spec, phases, n_batches):
     onset on, each batch asks ``Phases.reps_for`` (a py_function: microseconds) how many
     matrix products to run (a ``tf.while_loop``), 0 outside a slow phase."""
     b, f = spec["batch"], spec["features"]
-    heavy_from = 1 if spec["phases"] else 10 ** 12
+    heavy_from = 1 if spec["phases"] or spec.get("prelude") else 10 ** 12
     w = tf.constant(np.random.RandomState(2).rand(PRODUCT, PRODUCT).astype("float32") / PRODUCT)
 
     def reps(i):
@@ -362,8 +373,13 @@ class ScenarioClock(keras.callbacks.Callback):
         if ph.t0 is None:
             return
         elapsed = now - ph.t0
-        if ph.base_s is None and spec["phases"] and elapsed >= spec["phases"][0][0] - 0.5:
-            d = np.diff(t[2 + (len(t) - 2) // 3:]) if len(t) > 8 else np.array([0.01])
+        lead = min(0.5, (spec["phases"][0][0] - ph.prelude[1]) / 2) if ph.prelude and spec["phases"] else 0.5
+        if ph.base_s is None and spec["phases"] and elapsed >= spec["phases"][0][0] - lead:
+            if ph.prelude:  # the steps after the prelude: the level the slowdown is steered from
+                d = np.diff([x for x in t if x >= ph.t0 + ph.prelude[1] + 0.05])
+                d = d if len(d) >= 4 else np.diff(t[-5:])
+            else:
+                d = np.diff(t[2 + (len(t) - 2) // 3:]) if len(t) > 8 else np.array([0.01])
             ph.base_s = float(np.median(d)) / ph.spe
         self.steer()
         if elapsed > spec.get("max_s", 150):
@@ -403,8 +419,11 @@ def corpus():
     trig = SlowdownTrigger(**spec["trigger"]) if spec.get("trigger") else True
     prof = BottleneckProfiler(log, profile_steps=tuple(spec["profile_steps"]) if spec["profile_steps"] else [],
                               on_slowdown=trig, verbose=0)
-    phases = Phases(spec["phases"], spec.get("factor", 1.0), spec.get("spe", 1))
+    phases = Phases(spec["phases"], spec.get("factor", 1.0), spec.get("spe", 1), spec.get("prelude"))
     phases.unit_s = product_seconds()
+    if phases.prelude:
+        factor0, _, nominal_ms = phases.prelude
+        phases.prelude_reps = max(1, int((factor0 - 1) * nominal_ms / 1e3 / phases.unit_s))
     clock = ScenarioClock(spec, phases)
     n = spec["steps_per_epoch"] * spec.get("epochs", 1)
     ds = scenario_pipeline(spec, phases, 10 ** 7)
@@ -434,6 +453,7 @@ def corpus():
     finish(prof, log, clock, timeout=300 if spec["phases"] else 10)
     result["phases"] = phases.seen
     result["base_s"] = phases.base_s
+    result["prelude_last"] = phases.prelude_last
     result["cpu_s"] = clock.cpu
     result["machine_jiffies"] = clock.machine
     result["clk_tck"] = os.sysconf("SC_CLK_TCK")

@@ -23,10 +23,13 @@ How it decides (each part fixes a way issue 24's fit was missed):
   the baseline its slow level (issue 24's fit).
   A confirmed stretch (captured or held) never joins it. After
   a capture, or when a slow stretch was confirmed but could not be captured
-  (``max_captures``), or when the steps got lastingly *faster* (a slowdown that recovered),
-  the baseline starts again from the next steps: it learns the new level instead of mixing
-  two, so a slowdown that returns is seen again.
-* **Slow stretch**: the level of the last ``k`` steps (their :func:`trimmed_mean`) is above
+  (``max_captures``), the baseline starts again from the next steps: it learns the new level
+  instead of mixing two, so a slowdown that returns is seen again. When the steps got
+  lastingly *faster* (a slowdown that recovered, a slow first epoch), the baseline is the
+  faster stretch's steps, armed at once: learnt from the next steps only, it armed 2 s later
+  on a busy machine, and a slowdown that began 23 steps after the speed-up became its level
+  (a newcomer's fit under ``under-load -j 2``, 2 of 3 runs missed).
+* **Slow stretch**: the level of the last ``k`` steps (their :func:`~.steplevel.trimmed_mean`) is above
   ``factor`` x the baseline's, ``k`` about :data:`LEVEL_SECONDS` of baseline steps, odd, between
   :data:`LEVEL_MIN_STEPS` and :data:`LEVEL_MAX_STEPS`, and fewer (not under
   :data:`LEVEL_MIN_STEPS`) when the last ones are long: only those that ended within
@@ -68,7 +71,7 @@ How it decides (each part fixes a way issue 24's fit was missed):
   (``sqrt(factor)`` x the baseline) opens a stretch or holds one open, and such a stretch
   does not join the baseline when it ends. The log entry's ``cpu_per_step_ratio`` says so.
 * **Confirmation**: the stretch has ``consecutive`` steps beyond the threshold and lasts
-  ``min_seconds`` (its steps' time, each counted at most :data:`STALL_CAP` x their median,
+  ``min_seconds`` (its steps' time, each counted at most :data:`~.steplevel.STALL_CAP` x their median,
   so that one stall of seconds is not a slowdown of seconds); or, for short steps, ``quick_steps`` such steps
   lasting ``quick_seconds`` (slow steps under 6.7 ms are confirmed after 2 s instead
   of ``min_seconds``), but not on a busy machine (the baseline's test): it held a steady job
@@ -87,6 +90,7 @@ from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
 from .cpu_taken import WORK_HOLD_RATIO, WORK_OPEN_SECONDS, CpuTaken
+from .steplevel import capped_sum, median, percentile, trimmed_mean
 
 #: Clean steps the baseline needs before the trigger is armed (and again after each reset).
 #: Short, so that an early slowdown is compared with the steps before it; the median of 20
@@ -120,8 +124,6 @@ RECOMPUTE_EVERY = 16
 LEVEL_SECONDS = 0.5
 #: ... and at least / at most this many steps (odd: a median of whole steps).
 LEVEL_MIN_STEPS, LEVEL_MAX_STEPS = 5, 31
-#: A step of a stretch counts at most this many times the stretch's median (:func:`capped_sum`).
-STALL_CAP = 4.0
 #: A slow stretch within ``factor`` of a level the baseline held in the last this many
 #: seconds is the job back at its usual level, not a slowdown (module docstring). 30, 60 and
 #: 120 s gave the same replay of the corpus and of 37 steady runs under load (the choice
@@ -135,40 +137,6 @@ MAX_LOG = 40
 _INF = float("inf")
 
 
-def percentile(sorted_values: List[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of an ascending list, by linear interpolation between the
-    closest ranks (numpy's default method). Raises IndexError on an empty list."""
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def trimmed_mean(sorted_values: List[float]) -> float:
-    """The mean of an ascending list without its largest tenth (at least its largest value
-    from 5 values on): a step time level that one stall does not move, yet that follows an
-    input-bound slowdown whose steps alternate between waiting and finding a batch ready
-    (a median of such steps can stay at the fast ones). Raises ZeroDivisionError on []."""
-    n = len(sorted_values)
-    keep = n - (max(1, n // 10) if n >= 5 else 0)
-    return sum(sorted_values[:keep]) / keep
-
-
-def capped_sum(sorted_values: List[float]) -> float:
-    """The time of a stretch: the sum of its step times, each counted at most
-    :data:`STALL_CAP` x their median (one stall of seconds among steps of 30 ms, as a busy
-    machine gives, is not a slowdown of seconds; skewed slow steps still count in full)."""
-    cap = STALL_CAP * _median(sorted_values)
-    i = bisect.bisect_right(sorted_values, cap)
-    return sum(sorted_values[:i]) + cap * (len(sorted_values) - i)
-
-
-def _median(sorted_values: List[float]) -> float:
-    n = len(sorted_values)
-    mid = n // 2
-    return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
-
-
 class SlowdownWatch:
     """The baseline, the slow stretch and the log of one job (module docstring).
 
@@ -176,7 +144,7 @@ class SlowdownWatch:
       trigger: a :class:`~tfbneck_plugin.capture.steptime.SlowdownTrigger`.
 
     Attributes:
-      p50, p90, mean: the baseline (seconds; ``mean`` is :func:`trimmed_mean`), None before it exists.
+      p50, p90, mean: the baseline (seconds; ``mean`` is :func:`~.steplevel.trimmed_mean`), None before it exists.
       captures: windows fired so far.
       fired: what the last firing saw (:meth:`describe`'s dict).
       notice: the log entry of a slow stretch not captured because other processes took the
@@ -329,13 +297,16 @@ class SlowdownWatch:
         return held
 
     def rebaseline(self, step: int, why: str, times: Optional[List[float]] = None,
-                   after_slowdown: bool = False) -> None:
+                   after_slowdown: bool = False, since: Optional[float] = None) -> None:
         """Learn the baseline again: from ``times`` (step times in seconds of a level already
         seen; the last ``horizon_steps`` of them) and the next steps. ``after_slowdown``: the
         new level is a slowdown's (after a capture or ``max_captures``), never recorded as a
-        usual level (:meth:`usual_level`)."""
+        usual level (:meth:`usual_level`). ``since``: the clock ``times`` began at, when their
+        CPU samples are clean steps of the new level (:meth:`_own_work`'s reference)."""
         self._reset_baseline()
         self._after_slowdown = after_slowdown
+        if since is not None:
+            self._learnt_from = since
         self._add_log({"event": "rebaselined", "step": step, "why": why})
         if times:
             self._ring = list(times[-self.trigger.horizon_steps:])  # the ring's order does not matter until it is full
@@ -349,7 +320,8 @@ class SlowdownWatch:
         self._now = now
         cpu = self.cpu
         if cpu is not None and now >= cpu.next_at:
-            cpu.sample(now, at, self._run is None)
+            # clean: no slow stretch open (a faster one's steps always become baseline steps)
+            cpu.sample(now, at, self._run is None or not self._run["slow"])
         recent, srt = self._recent, self._recent_sorted
         recent.append(dt)
         self._recent_first.append(first)
@@ -459,7 +431,10 @@ class SlowdownWatch:
         if not run["slow"]:  # lastingly faster: a new level (a slowdown recovered)
             self._log_run(run, first, spent, "faster: new baseline")
             self._run = None
-            self.rebaseline(first, "the steps got faster")
+            # Its steps are the new level: the baseline is armed on them at once. Learnt from the
+            # next steps only, a slowdown that came before it armed (2 s on a busy machine) read
+            # as the level itself (a newcomer's fit: 23 steps after a speed-up, missed).
+            self.rebaseline(first, "the steps got faster", run["times"], since=run["start"])
             return False
         if run["confirmed_at"] is None:
             # The baseline lower than a level it held lately (it followed a faster interlude): on a
@@ -510,7 +485,7 @@ class SlowdownWatch:
         """The stretch's confirmation. It needs ``consecutive`` steps beyond the threshold on
         its side. Its time: for a slower stretch, all its steps (those that find a batch
         ready between those that wait belong to the slowdown too), each counted at most
-        :data:`STALL_CAP` x their median (:func:`capped_sum`). A faster stretch (it only re-learns the
+        :data:`~.steplevel.STALL_CAP` x their median (:func:`~.steplevel.capped_sum`). A faster stretch (it only re-learns the
         baseline) is confirmed as a baseline arms: by its fast steps alone (a few slow ones
         inside must not confirm it)."""
         trig, side = self.trigger, run["side"]
@@ -579,7 +554,7 @@ class SlowdownWatch:
         times = sorted(run["times"])
         self._add_log({"event": "run", "direction": "slower" if run["slow"] else "faster",
                        "first_step": run["first"], "last_step": run["last"], "steps": len(times),
-                       "seconds": round(spent, 3), "observed_p50_ms": _ms(_median(times)),
+                       "seconds": round(spent, 3), "observed_p50_ms": _ms(median(times)),
                        "observed_mean_ms": _ms(trimmed_mean(times)), "baseline_p50_ms": _ms(self.p50),
                        "baseline_mean_ms": _ms(self.mean), "peak_level_ms": _ms(run["peak"]),
                        "threshold_ms": _ms(self._slow_at if run["slow"] else self._fast_at),

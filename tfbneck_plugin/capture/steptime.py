@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 from .cpu_taken import CpuTaken
-from .slowwatch import MIN_BASELINE_STEPS, SlowdownWatch, percentile
+from .slowwatch import MIN_BASELINE_STEPS, SlowdownWatch
+from .steplevel import percentile
 
 __all__ = ["SlowdownTrigger", "StepTimer", "as_trigger", "percentile", "MIN_BASELINE_STEPS", "NOTHING", "FIRED", "NOTICE"]
 
