@@ -658,6 +658,10 @@ LIMITS = """## What the trigger cannot catch, and why
   (`tfk-15ms-x4-early-spe8`, slowed 2 s into training, had 3 clean executions before it: the warm-up and
   the scheduled window took the others; pass 4 missed it); with fewer than 5 slow ones the baseline
   keeps them. The trend file's `trigger_state` shows the baseline it armed on (`slow_tail_steps`).
+  When the steps get lastingly faster (the end of a slower start), the faster steps are the baseline at
+  once: learnt from the next steps, as before pass 11, it armed 2 s later on a busy machine and a
+  slowdown inside those seconds became its level (a newcomer's fit; replayed with that rule, the
+  `speedup-*` runs, slowed 0.4-4 s after a speed-up, lose 3 of 8; with this one, 8 of 8 captured).
 - **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 300 steps lasting 2 s (not on a
   busy machine: other processes on half a core or more), counted with each step capped at 4x the
   stretch's median; plus the window's own steps. A phase shorter than about 4 s is left out on purpose: a
@@ -669,7 +673,7 @@ LIMITS = """## What the trigger cannot catch, and why
   the threshold: its stretches fall back within a second and join the baseline. Pass 8 missed
   `edge-k3-1ms-x2.3-middle-load` so, and so did 5 of 10 repeats of it. When the slowdown is the job's own CPU
   work (a heavier map, a bigger batch), its CPU per step rises and the "own work" rule above holds the
-  stretch open (passes 9 and 10: all 5 such runs under `-j 2` captured). A slowdown of that size that is a wait
+  stretch open (passes 9, 10 and 11: all 5 such runs under `-j 2` captured each time). A slowdown of that size that is a wait
   (storage, the network) on a busy machine raises no CPU per step, and can still be missed; so can one whose
   input work runs in child processes (PyDataset or multiprocessing workers), whose CPU the rule does not read.
 - **A slowdown in bursts shorter than the confirmation**: a burst that ends by itself before it is
@@ -698,15 +702,22 @@ LIMITS = """## What the trigger cannot catch, and why
 - **A verdict that misses the input when the input only takes cores**: on a CPU-only host a pipeline whose
   producer keeps ahead of the step but takes cores from the model's math makes steps slower without any
   wait for input; the window then reads `model_compute` (the captured phases under 2x or shorter than 8 s
-  whose verdict is not the input: the totals above; in pass 10 all four on an idle machine). On a busy
-  machine the same starvation shows as host overhead (the training thread waiting for a core) or as an
-  input wait with few cores and no disk reads: pass 9 read 3 of its 17 required windows so
-  (`python_overhead` twice, `io/file_read` once). Since then, when no core sat idle and the training
-  threads queued for one, host overhead that the input's stage outlasts, and a wait on a stage of
-  TensorFlow ops with no disk reads, read as the input (README, Thresholds: "the input takes the cores"),
-  two measured times compared with no fitted constant. Made from pass 9's windows; pass 10's runs are new:
-  18 of 18 required windows name the input. The window's "what changed" line names the tf.data stage and
-  the input pipeline's op whose time grew (`Map`, 0.39 -> 2.76 ms per call, and its `MatMul`).
+  whose verdict is not the input: the totals above; in passes 10 and 11 all on an idle machine). In pass 11
+  one required window read so: `edge-loop-15ms-x2.3-middle`, a custom loop on an idle machine, whose
+  model's ops took 16.9 ms of a 21.1 ms step against 10.5 ms before the slowdown, the map's threads
+  taking cores from them, with 8 % input wait. On a busy machine the same starvation shows as host
+  overhead (the training thread waiting for a core) or as an input wait with few cores and no disk
+  reads: pass 9 read 3 of its 17 required windows so (`python_overhead` twice, `io/file_read` once).
+  Since then, when the training threads queued for a core and none sat idle (or fewer than they queued
+  for: pass 10's `speedup-k3-1ms-x2.3-load1` window read 0.18 cores idle over 0.17 s with 1.48 cores'
+  worth waiting), host overhead that the input's stage outlasts, and a wait on a stage of TensorFlow ops
+  with no disk reads, read as the input (README, Thresholds: "the input takes the cores"), two measured
+  times compared with no fitted constant. Made from passes 9 and 10's windows; pass 11's runs are new:
+  every busy machine's required window names the input. Where the input's stage works about as long per
+  step as the host overhead lasts, the two are a tie and the verdict can go either way (pass 10's
+  `speedup-k3-1ms-x2.3-load-r2`: 2.14 ms against 2.22 ms, `python_overhead`). The window's "what
+  changed" line names the tf.data stage and the input pipeline's op whose time grew (`Map`, 0.39 -> 2.76
+  ms per call, and its `MatMul`).
 """
 
 
