@@ -662,6 +662,11 @@ LIMITS = """## What the trigger cannot catch, and why
   once: learnt from the next steps, as before pass 11, it armed 2 s later on a busy machine and a
   slowdown inside those seconds became its level (a newcomer's fit; replayed with that rule, the
   `speedup-*` runs, slowed 0.4-4 s after a speed-up, lose 3 of 8; with this one, 8 of 8 captured).
+  "Lastingly faster" is a baseline's worth of faster steps (beyond `factor`): on a busy machine 2 s of
+  them, and a busy machine stretches about half of a job's steps past that line (a newcomer's 12 ms
+  steps under `-j 2`: 4.4-5.9 s to confirm). A slowdown back at the earlier level sooner than that is
+  compared with a baseline of both levels, or with the earlier level: the newcomer's, 0.5 s after the
+  speed-up, was missed twice; 1.5 s after, caught by the CPU-per-step rule; 3 s after, caught at 1.63x.
 - **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 300 steps lasting 2 s (not on a
   busy machine: other processes on half a core or more), counted with each step capped at 4x the
   stretch's median; plus the window's own steps. A phase shorter than about 4 s is left out on purpose: a

@@ -239,3 +239,19 @@ def test_a_group_by_that_backtracks_without_end_is_one_line_not_a_hang(tmp_path)
     ok = cli("fleet", str(tmp_path / "logs"), "--group-by", "(a+)b$", "--format", "json",
              env={"TFBNECK_CACHE_DIR": str(tmp_path / "c")})
     assert ok.returncode == 0 and [g["group"] for g in json.loads(ok.stdout)["groups"]] == ["a" * 200]
+
+
+@pytest.mark.parametrize("kind", ["scheduled", "triggered"])
+def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_chosen_windows(kind):
+    """A traced step under 0.8x the job's own step around the window: a scheduled window's
+    steps drew on a prefetch buffer, and the user is told to profile later steps; a window the
+    slowdown trigger opened was not chosen by the user (a newcomer's busy-machine run read
+    0.67x and 0.79x there), so it gets no advice to choose other steps."""
+    from tfbneck_plugin.runs import job_scale_evidence
+    report = {"steps": {"step_time_ms": {"mean": 20.0}}, "window": {"kind": kind, "job_step_ms": 30.0}}
+    text = job_scale_evidence(report)
+    assert "is 0.67x that" in text
+    assert ("profile_steps=" in text) == (kind == "scheduled")
+    assert ("the slowdown trigger chose" in text) == (kind == "triggered")
+    report["window"]["job_step_ms"] = 21.0  # 0.95x: the profiler's cost, in either kind
+    assert "the profiler's own cost included" in job_scale_evidence(report)

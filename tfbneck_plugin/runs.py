@@ -201,7 +201,11 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     x = traced / job
     text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
             f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")
-    if x < FASTER_THAN_JOB_X:
+    if x < FASTER_THAN_JOB_X and (report.get("window") or {}).get("kind") == "triggered":
+        # the trigger chose the steps: advice to choose others does not apply (a newcomer's trial)
+        text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
+                 "the slowdown trigger chose inside the slow stretch")
+    elif x < FASTER_THAN_JOB_X:
         text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
                  "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
                  "the input wait; profile later steps inside one epoch (e.g. profile_steps=(200, 204) in epochs of more "
