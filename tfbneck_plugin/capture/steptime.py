@@ -60,11 +60,11 @@ class SlowdownTrigger:
 
     Args:
       factor: how much slower than the baseline's level (its trimmed mean,
-        :func:`~tfbneck_plugin.capture.slowwatch.trimmed_mean`) a stretch must be (default 1.5:
+        :func:`~tfbneck_plugin.capture.steplevel.trimmed_mean`) a stretch must be (default 1.5:
         between the highest factor at which a busy machine alone held a steady run of the
-        slowdown corpus long enough to open a window, 1.14 in pass 10, and 2 (a 2x phase must
-        be caught; each was still captured up to 2.27); the fit half's choice between, 1.45,
-        does no better on the judge half: docs/slowdown_capture.md, "Choosing the factor").
+        slowdown corpus long enough to open a window, 1.13 in pass 11, and the factor up to which
+        every required phase was still captured, 1.75 on the judge half and 2.0 on the fit half,
+        whose choice between them is 1.5: docs/slowdown_capture.md, "Choosing the factor").
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).
       min_seconds: ... and how long it must last (default 3 s). quick_steps, quick_seconds:
         or this many steps lasting this long (defaults 300 steps, 2.0 s: a stretch of slow steps
