@@ -190,6 +190,24 @@ def test_a_job_whose_cpu_per_step_grew_with_its_cores_kept_is_its_own_slowdown(o
     assert got["own_cpu_per_step_ratio"] == pytest.approx(got["own_cores_during"] / got["own_cores_before"] * slowdown, abs=0.01)
 
 
+@pytest.mark.parametrize("clean_ratio, taken", [(None, True), (1.59, True), (2.26, False)])
+def test_cpu_per_step_against_the_clean_steps_also_tells_the_jobs_own_work(clean_ratio, taken):
+    """Corpus pass 12's `speedup-tfk-15ms-x2.3-load` (a 2.2x heavier map under under-load -j 2,
+    just after a speed-up): the job kept 0.84x its cores while the load's swing took 0.2 more,
+    and its CPU per step against the 3 s before (the fast steps after the speed-up) was only
+    1.55x, so the stretch was called CPU taken and missed. Against its clean steps it was
+    2.26x: its own work, captured. The steady runs' holds reached at most 1.59x there."""
+    m = Machine(own=1.2, others=0.8)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, 5.0)
+    start = m.t
+    m.own, m.others = 1.0, 1.0
+    sampled(m, cpu, 3.0)
+    got = cpu.taken_by_others(start, m.t, 1.85, 1.5, clean_ratio)
+    assert got["own_cpu_per_step_ratio"] < 1.6   # the 3 s before alone: under OWN_WORK_RATIO
+    assert got["taken"] is taken and got["own_work"] is (not taken)
+
+
 def test_the_trigger_captures_a_heavier_map_of_a_niced_job_that_lost_cores():
     m = Machine(own=1.27, others=0.6)
     timer = _timer_on(m)

@@ -184,3 +184,30 @@ def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():
     assert df.loc[0, "fix_first"] == first["fix"]
     if first["predicted"]:
         assert df.loc[0, "fix_first_predicted_ms"] == first["predicted"]["time_per_batch_ms"]
+
+
+def test_an_input_that_takes_the_models_cores_gets_less_work_or_more_cores_and_no_wait_bound():
+    """A CPU-only host, a map beside the step (under a prefetch) working 13.9 ms per 21.1 ms step
+    on cores the training threads queued for, the step waiting 1.7 ms: caching is not bounded by
+    that wait (its work holds the model's cores), more cores are offered, and the why-here says
+    the work beside the step. With an idle core, or the stage inside the wait, it is as before."""
+    from tfbneck_plugin.analysis import rules
+    assert cpu_share.INPUT_WAITED_PCT == rules.INPUT_BOUND_PCT
+    mapped = _stage("Iterator::Root::Prefetch::Map", self_ms=139.0)
+    prefetch = _stage("Iterator::Root::Prefetch", self_ms=1.0)
+    starved = {"cpu_count": 2, "tree_cpu_cores": 1.84, "others_cpu_cores": 0.04, "tree_runq_wait_cores": 1.55}
+
+    def advised(system, pipe):
+        f = _findings(step_ms=21.1, input_ms=1.7, compute_ms=16.9, pipe=pipe, system=system)
+        return f, {r["fix"]: r for r in fit_to_run.fit(advice_for("input_preprocessing", f), f)}
+    f, recs = advised(starved, _pipeline(mapped, prefetch, prefetch=True))
+    assert cpu_share.input_cores_ms(f) == pytest.approx(13.9 / 1.84)
+    assert "more_cores" in recs and recs["cache"].get("bound_ms") is None
+    assert "works 13.9 ms per batch beside the step" in recs["cache"]["why_here"], recs["cache"]["why_here"]
+    idle = dict(starved, others_cpu_cores=0.0, tree_runq_wait_cores=0.1)
+    f, recs = advised(idle, _pipeline(mapped, prefetch, prefetch=True))
+    assert cpu_share.input_cores_ms(f) is None and "more_cores" not in recs
+    assert recs["cache"]["bound_ms"] == pytest.approx(21.1 - 1.7)
+    inside = _stage("Iterator::Root::Map", self_ms=139.0)
+    f, recs = advised(starved, _pipeline(inside))
+    assert cpu_share.input_cores_ms(f) is None and recs["cache"]["bound_ms"] == pytest.approx(21.1 - 1.7)

@@ -5,7 +5,7 @@ Each rule is checked just below and just above its threshold, and every cause co
 import pytest
 
 from tfbneck_plugin.analysis import rules, sysmetrics
-from tfbneck_plugin.analysis.findings import Findings, KernelFacts, StepFacts, StepTiming
+from tfbneck_plugin.analysis.findings import Findings, KernelFacts, Slowdown, StepFacts, StepTiming
 from tfbneck_plugin.analysis.placement import Placement
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
 from tfbneck_plugin.analysis.rules import INFERRED_DEVICE_CONFIDENCE, NO_STEPS_CONFIDENCE, decide
@@ -192,6 +192,42 @@ def test_host_overhead_while_a_heavier_input_takes_the_cores_is_the_input():
     assert judged(2.244 + EPS, scope=None).cause == "python_overhead"              # machine-wide figures only
 
 
+def test_a_slowdown_window_whose_input_work_took_the_models_cores_is_the_input():
+    """A window the slowdown trigger opened on a CPU-only host (steps 21.1 ms against a 10 ms
+    baseline, the model's ops 80 % of the step, its threads queued for cores): the input's
+    stage, running beside the step, is the cause when its work over the cores the training
+    used accounts for half of the growth or more; else the model's math stands, as it does
+    for a scheduled window, a window whose steps were back below the trigger's factor, a GPU
+    host, idle cores, or a stage run inside the wait."""
+    shares = pct(device_compute=80.0, input=8.0, host_compute=7.0)
+    timing = StepTiming(step_ms=21.1, batches_per_step=1, breakdown_ms={"device_compute": 16.9, "input": 1.7},
+                        durations_ms=[21.1] * 10)
+    half = rules.SLOWDOWN_EXPLAINED_SHARE * (21.1 - 10.0) * 1.84   # ms of stage work per step at the edge
+
+    def judged(work_ms, prefetch=True, slowdown=Slowdown(baseline_ms=10.0, observed_ms=21.6, factor=1.5),
+               step_ms=21.1, device_kind="CPU", placement=None, **sys_kw):
+        path = "Iterator::Root::Prefetch::Map" if prefetch else "Iterator::Root::Map"
+        p = pipeline(stage("Map", path, self_ms=10 * work_ms), prefetch=prefetch)
+        kw = dict(tree=1.84, others=0.04, tree_runq_wait_cores=1.55)
+        kw.update(sys_kw)
+        t = StepTiming(**{**timing.__dict__, "step_ms": step_ms})
+        return verdict(findings(pct=shares, pipeline=p, timing=t, system=system(**kw), slowdown=slowdown,
+                                device_kind=device_kind, placement=placement))
+    heavier = judged(half + EPS)
+    assert (heavier.bottleneck, heavier.cause) == ("cpu", "input_preprocessing")
+    said = " ".join(str(e) for e in heavier.evidence)
+    assert "opened on a slowdown" in said and "50% of what the step grew" in said, said
+    assert [r["fix"] for r in heavier.recommendations][-1] == "more_cores"
+    assert all(r.get("bound_ms") is None for r in heavier.recommendations)   # the wait does not bound it
+    assert judged(half - EPS).cause == "model_compute"
+    assert judged(half + EPS, slowdown=None).cause == "model_compute"                 # a scheduled window
+    assert judged(half + EPS, step_ms=1.5 * 10.0 - EPS).cause == "model_compute"      # back under the factor
+    assert judged(half + EPS, prefetch=False).cause == "model_compute"                # run inside the wait
+    assert judged(half + EPS, others=0.0, tree_runq_wait_cores=0.15).cause == "model_compute"   # idle cores
+    gpu = judged(half + EPS, device_kind="GPU", placement=gpu_traced())
+    assert gpu.cause == "model_compute"
+
+
 def test_contention_rests_on_most_of_enough_samples_else_the_trace_decides():
     """A window whose run-queue wait spiked in 2 of 5 samples (0, 0, 0, 568 and 88 %: a mean of
     131 %) is not called contended; the blocking stage's reading (it computes) is kept, with the
@@ -234,7 +270,7 @@ def test_loopback_or_other_traffic_is_not_remote_read():
     assert (local.bottleneck, local.cause) == ("io", "file_read")
     remote = verdict(findings(pct=pct(input=60), pipeline=p, system=system(net_ext=50.0, conns=3, disk=0.5)))
     assert (remote.bottleneck, remote.cause) == ("network", "remote_read")
-    ratio = rules.REMOTE_READ_RATIO
+    ratio = sysmetrics.REMOTE_READ_RATIO
     edge = verdict(findings(pct=pct(input=60), pipeline=p, system=system(net_ext=ratio * 1.0 - EPS, conns=3, disk=1.0)))
     assert edge.cause == "file_read"
 

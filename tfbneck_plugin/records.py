@@ -87,8 +87,10 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
                     "own_cores_before", "own_cores_during",        # (CPU s per s) in the 3 s before
                     "others_cores_before", "others_cores_during", # the stretch and during it
                     "own_cpu_per_step_ratio",   # the job's CPU s per step during over before: at
-                    "own_work"},        # 2 or more its own work grew, never "taken"; own_work: others took
-                                        # cores, yet it was captured for that (both absent in older files)
+                    "own_work"},        # 2 or more (it, or the ratio against the job's clean steps: the
+                                        # trigger log's cpu_per_step_ratio) its own work grew, never "taken";
+                                        # own_work: others took cores, yet it was captured for that (both
+                                        # absent in older files)
                                         # (null: not measured, cpu_check off, child processes, too few samples)
      "thresholds": {"factor", "consecutive", "min_seconds", "window_steps", "window_seconds", "cooldown_steps",
                     "max_captures", "horizon_steps", "warmup_steps", "quick_steps", "quick_seconds",
@@ -265,6 +267,33 @@ def read_sidecar(path: str, opener=open) -> Dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("samples"), list):
         raise SidecarError(f"{path}: not a tfbneck system-metrics file")
     return data
+
+
+def slowdown_trigger(sidecar: Dict) -> Optional[Dict]:
+    """``{"baseline_ms", "observed_ms", "factor"}`` of a window the slowdown trigger opened (the
+    ``window.trigger`` record, format above: the baseline's and the slow stretch's trimmed mean
+    step, else their medians, ms per step on the job's own clock, and the trigger's factor), or
+    None: a scheduled window, an older sidecar, or a record whose numbers are missing or not
+    positive."""
+    window = sidecar.get("window")
+    trig = window.get("trigger") if isinstance(window, dict) and window.get("kind") == "triggered" else None
+    if not isinstance(trig, dict) or trig.get("kind") != "slowdown":
+        return None
+    record: Dict = trig
+
+    def positive(*keys):
+        for key in keys:
+            v = record.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                return float(v)
+        return None
+    thresholds = record.get("thresholds")
+    factor = thresholds.get("factor") if isinstance(thresholds, dict) else None
+    out = {"baseline_ms": positive("baseline_mean_ms", "baseline_p50_ms"),
+           "observed_ms": positive("observed_mean_ms", "observed_p50_ms"),
+           "factor": float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1
+           else None}
+    return out if None not in out.values() else None
 
 
 def interrupted_window(sidecar: Dict) -> Optional[Dict]:

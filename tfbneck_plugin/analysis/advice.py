@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
+from .cpu_share import input_cores_ms
 from .findings import Findings
 from .tfdata import Stage
 
@@ -97,6 +98,14 @@ def _read_input(kind: str) -> List[Rec]:
                 "ds = ds.cache('/local_ssd/cache')  # or .cache() for memory")]
 
 
+def more_cores() -> Rec:
+    """The change left when the input's work already fills the cores it can have."""
+    return rec("more_cores", "Give training more cores",
+               "The training process tree already keeps the cores it can use busy: a machine (or container "
+               "limit, or taskset) with more cores, or preprocessing done once ahead of training, is what "
+               "shortens the step.", None)
+
+
 def input_advice(f: Findings, kind: str) -> List[Rec]:
     """Recommendations for an input-bound step; ``kind`` is the verdict's bottleneck kind.
 
@@ -109,6 +118,9 @@ def input_advice(f: Findings, kind: str) -> List[Rec]:
     if source == "generator":
         return _generator_input()
     out = _read_input(kind) if kind in ("io", "network") and source != "in_memory" else _compute_input(f)
+    if kind == "cpu" and input_cores_ms(f) is not None:
+        # Its work holds cores the model's math needs: less work, or more cores, shortens the step.
+        out.append(more_cores())
     if f.pipeline is not None and not f.pipeline.has_prefetch:
         out.insert(min(1, len(out)), rec(
             "prefetch", "Add prefetch at the end of the pipeline",

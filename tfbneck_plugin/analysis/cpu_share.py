@@ -20,18 +20,34 @@ parallel map calls, more PyDataset workers):
 
 :meth:`Cores.gets` interpolates between the two with the share of the others' cores the
 training takes; the what-if models fit that share on the fit half of the pairs corpus.
+
+On a CPU-only host the model's math runs on those cores too: :func:`starved` says the tree's
+threads waited for busy cores, and :func:`input_cores_ms` what an input pipeline running beside
+the step (:func:`takes_cores`) then takes of each step from the model's math.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from . import sysmetrics
+
+if TYPE_CHECKING:  # the findings module needs nothing from here
+    from .findings import Findings
 
 #: A machine counts as saturated when fewer cores than this sat idle on average (cores;
 #: one 50 ms sample of a 2-core machine resolves about 0.02 cores; our choice, a tenth of
 #: a core, is well above the sampler's noise).
 IDLE_SLACK_CORES = 0.1
+#: Run-queue wait of the training tree (cores: time its threads were ready to run but had no
+#: CPU, per second) from which a busy machine is taking cores from it. Measured here under
+#: ../shared/tools/under-load: computing pipelines 0.99-1.75, a pipeline sleeping on reads 0.05.
+CONTENTION_RUNQ_CORES = 0.25
+#: Input wait (% of the step) below which an input pipeline that runs beside the step is not
+#: what the step waits for: the rules' input-bound level (rules.INPUT_BOUND_PCT, XProf's
+#: "HIGHLY input-bound"; tests/test_fit_to_run.py checks that they agree). Such an input
+#: limits the step only by the cores it takes (rules.input_takes_cores, rules.input_slows_model).
+INPUT_WAITED_PCT = 20.0
 #: Fewest cores a process is assumed to get (guards the divisions; our choice).
 MIN_CORES = 0.1
 
@@ -91,3 +107,41 @@ def cores_of(system: Optional[Dict]) -> Optional[Cores]:
     # could have been on its own cores.
     others = min(float(others), max(n - tree, 0.0))
     return Cores(n=n, tree=tree, others=others, waiting=float(system.get("tree_runq_wait_cores") or 0.0))
+
+
+def starved(system: Optional[Dict]) -> bool:
+    """The training tree's threads waited for a core (mean run-queue wait >=
+    :data:`CONTENTION_RUNQ_CORES`; unknown: False), for more cores than sat idle: those waits
+    were for busy cores. A saturated machine (:attr:`Cores.saturated`: under
+    :data:`IDLE_SLACK_CORES` idle, below that wait) always passes; so does a
+    window of 0.17 s that read 0.18 cores idle, at 100 Hz CPU accounting a few ticks, while
+    the threads waited 1.48 cores' worth."""
+    cores = cores_of(system)
+    runq = (system or {}).get("tree_runq_wait_cores")
+    return cores is not None and isinstance(runq, (int, float)) and runq >= CONTENTION_RUNQ_CORES \
+        and runq > cores.idle
+
+
+def takes_cores(f: "Findings") -> bool:
+    """The input pipeline's blocking stage runs beside the step (under a prefetch or a parallel
+    stage) and the step waits for it less than :data:`INPUT_WAITED_PCT`: an input verdict
+    there means its work takes the cores the step needs, not that the step waits for it."""
+    p = f.pipeline
+    return p is not None and p.blocking_runs_ahead and f.share("input") < INPUT_WAITED_PCT
+
+
+def input_cores_ms(f: "Findings") -> Optional[float]:
+    """ms per step that the input pipeline's work takes from the model's math on a CPU-only
+    host: its blocking stage's work per step over the cores the training tree used, where the
+    stage runs beside the step (:func:`takes_cores`) on cores the training threads
+    waited for (:func:`starved`); None elsewhere. On cores that are all taken a step
+    grows by the added work over the cores: on the slowdown corpus (benchmarks/slowdown_corpus.py,
+    passes 10 and 11) this figure was 0.47-1.65 times what steps grew when the input got heavier
+    on an idle machine, 1.01-2.83 on a busy one (the waits stretch the stage's wall time: an
+    upper figure there, which is why it bounds nothing, :func:`.whatif.bound_ms`)."""
+    p, system = f.pipeline, f.system or {}
+    tree = system.get("tree_cpu_cores")
+    if (f.device_kind != "CPU" or p is None or p.blocking is None or not f.steps.count or not takes_cores(f)
+            or not starved(system) or not isinstance(tree, (int, float)) or tree <= 0):
+        return None
+    return p.blocking.work_ps / f.steps.count / 1e9 / tree

@@ -109,6 +109,16 @@ class OwnTime:
 
 
 @dataclass
+class Slowdown:
+    """The slowdown that opened a triggered window (``window.trigger`` of its sidecar, read by
+    :func:`tfbneck_plugin.records.slowdown_trigger`): the job's own step time before it and
+    in the slow stretch (ms per step, trimmed means) and the trigger's factor."""
+    baseline_ms: float
+    observed_ms: float
+    factor: float
+
+
+@dataclass
 class Findings:
     """Every fact about one host that the verdict rules read (see the module docstring)."""
     framework: str                    # "tensorflow", "jax" or "unknown"
@@ -127,6 +137,7 @@ class Findings:
     ops: Optional[Dict] = None        # the report's op_summary (analysis.op_report): the advice names the ops
     own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
     xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
+    slowdown: Optional[Slowdown] = None   # the slowdown trigger opened this window
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

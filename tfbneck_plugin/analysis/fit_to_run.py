@@ -15,7 +15,8 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from . import cpu_share, python_input, whatif
-from .advice import rec as make_rec
+from .advice import more_cores
+from .cpu_share import takes_cores
 from .findings import Findings, StepTiming
 
 #: Changes that add parallelism or overlap to the input: the machine's free cores cap them.
@@ -56,7 +57,7 @@ def fit(recs: List[Dict], f: Findings) -> List[Dict]:
     kept = [r for r in kept if r not in capped]
     if capped and not any(r["fix"] in CAPPED_BY_CORES for r in kept):
         if not any(r["fix"] in REDUCES_WORK for r in kept):
-            extra = [_more_cores()]
+            extra = [more_cores()]
             kept, _ = whatif.rank(extra + kept, f)
     for r in kept:
         r["why_here"] = why_here(r, f)
@@ -88,13 +89,6 @@ def _fit_code(r: Dict, f: Findings) -> Dict:
 def _no_gain(r: Dict) -> bool:
     p = r.get("predicted")
     return p is not None and p["speedup"] < 1.0 / (1.0 - whatif.NO_GAIN)
-
-
-def _more_cores() -> Dict:
-    return make_rec("more_cores", "Give training more cores",
-                    "The training process tree already keeps the cores it can use busy: a machine (or container "
-                    "limit, or taskset) with more cores, or preprocessing done once ahead of training, is what "
-                    "shortens the step.", None)
 
 
 def _capped_sentence(f: Findings) -> str:
@@ -146,17 +140,36 @@ def _why_workers(f):
     return f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for Python input made by {made}{_cores_clause(f)}."
 
 
+def _beside(f) -> str:
+    """For an input whose work takes the step's cores (:func:`.cpu_share.takes_cores`): the
+    blocking stage's work per batch beside the step, in words; else ""."""
+    if not takes_cores(f) or f.pipeline.blocking is None:
+        return ""
+    st = f.pipeline.blocking
+    per_batch = st.work_ps / max(f.steps.count * _tm(f).batches_per_step, 1) / 1e9
+    who = "the model's math and the training thread" if f.device_kind == "CPU" else "the training thread"
+    return (f"the `{st.kind}` stage works {per_batch:.1f} ms per batch beside the step, on the cores {who} "
+            "also need")
+
+
 def _why_vectorise(f):
     st = f.pipeline.map_per_element
     now, wait, pct = _t(f)
     batches = max(f.steps.count * _tm(f).batches_per_step, 1)
     calls = f" ({st.calls / batches:.0f} calls per batch)" if st.calls > batches else ""
+    beside = _beside(f)
+    if beside:
+        return f"The `{st.kind}` stage calls its function once per element{calls}, and {beside}."
     return (f"The `{st.kind}` stage calls its function once per element{calls} and the step waits {wait:.1f} ms "
             f"per batch ({pct:.0f} %) for the input.")
 
 
 def _why_cache(f):
     now, wait, pct = _t(f)
+    beside = _beside(f)
+    if beside:
+        return (f"The preprocessing runs again for every batch and {beside} (the step waits {wait:.1f} ms per "
+                "batch for it); no cache() in the pipeline.")
     return (f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for preprocessing that runs again for every "
             "batch; no cache() in the pipeline.")
 
@@ -206,6 +219,12 @@ def _why_math(f):
 
 
 def _why_more_cores(f):
+    beside = _beside(f)
+    if beside:
+        c = cpu_share.cores_of(f.system)
+        used = "" if c is None else (f" (the training process tree used {c.tree:.2f} of the {c.n} core(s) it may "
+                                     f"run on, other processes {c.others:.2f})")
+        return f"The step hardly waits for its input, but {beside}{used}."
     return _capped_sentence(f)
 
 

@@ -24,7 +24,7 @@ from ..trace.xspace import Space
 from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
 from . import tfdata, whatif
-from .findings import Findings, KernelFacts, StepFacts
+from .findings import Findings, KernelFacts, Slowdown, StepFacts
 from .odd_steps import odd_sentence, odd_steps
 from .placement import Placement, find_placement
 from .rules import decide
@@ -45,11 +45,13 @@ INPUT_BOUND_STEP_PCT = 20.0
 
 
 class HostAnalysis:
-    """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize)."""
+    """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize);
+    ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None."""
 
-    def __init__(self, space: Space, system: Optional[Dict] = None):
+    def __init__(self, space: Space, system: Optional[Dict] = None, slowdown: Optional[Dict] = None):
         self.space = space
         self.system = system
+        self.slowdown = Slowdown(**slowdown) if slowdown else None
 
     @cached_property
     def host_view(self) -> Optional[hostmod.HostView]:
@@ -219,7 +221,7 @@ class HostAnalysis:
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
             timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity),
-            ops=op_report.op_summary(self.ops), xla=whatif.runs_xla(self.view))
+            ops=op_report.op_summary(self.ops), xla=whatif.runs_xla(self.view), slowdown=self.slowdown)
 
     @cached_property
     def device_kind(self) -> str:

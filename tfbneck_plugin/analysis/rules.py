@@ -14,6 +14,7 @@ from ..schema import Recommendation
 from . import evidence as ev
 from . import cpu_share, sysmetrics
 from .advice import advice_for
+from .cpu_share import CONTENTION_RUNQ_CORES
 from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
 from .findings import Findings
 from .op_advice import name_ops
@@ -48,10 +49,6 @@ PYTHON_STAGE_PENALTY = 0.25
 #: which a waiting input pipeline is called contended (the same 65 % as "mostly busy" in
 #: :data:`.sysmetrics.IDLE_HOST_PCT`: 100 - 35).
 CONTENTION_OTHERS_PCT = 100.0 - sysmetrics.IDLE_HOST_PCT
-#: Run-queue wait of the training tree (cores: time its threads were ready to run but had no
-#: CPU, per second) from which a busy machine is taking cores from it. Measured here under
-#: ../shared/tools/under-load: computing pipelines 0.99-1.75, a pipeline sleeping on reads 0.05.
-CONTENTION_RUNQ_CORES = 0.25
 #: Fewest system samples whose run-queue wait can call a waiting pipeline contended, and the
 #: share of them that must show it (a majority): a mean over 3-5 samples of 100 ms is one
 #: sample's spike (run-queue waits of 0, 0, 0, 568 and 88 % were called contention, while the
@@ -62,11 +59,15 @@ CONTENTION_MIN_SHARE = 0.5
 #: Confidence lost when a verdict rests on which threads asked for the cores, read off their
 #: wall times rather than measured per thread (our choice, as FEW_SAMPLES_PENALTY).
 CORE_WAIT_PENALTY = 0.15
+#: Share of a slowdown's step growth that the input pipeline's work, spread over the cores the
+#: training tree used, must account for to be named the slowdown's cause on a CPU-only host
+#: (:func:`input_slows_model`). Our choice: the larger part, so that the input is named only
+#: where it is the main cause; not fitted. On the slowdown corpus (benchmarks/slowdown_corpus.py,
+#: passes 10 and 11: 82 windows opened on input slowdowns with steps >= 1.5x the baseline) that
+#: work was 0.47-1.65 of the growth on an idle machine (46 windows), 1.01-2.83 on a busy one (36).
+SLOWDOWN_EXPLAINED_SHARE = 0.5
 #: Confidence lost when the system samples were too few, or too split, to decide.
 FEW_SAMPLES_PENALTY = 0.15
-#: Network receive rate over disk read rate above which reads are remote (our choice: an
-#: order of magnitude, so that disk caches and metadata traffic do not tip it).
-REMOTE_READ_RATIO = 10.0
 #: Disk reads (MB/s, the training tree's) and I/O wait (%) from which a waiting pipeline is seen
 #: waiting on this machine's storage (the flowchart's confirmation, tfbneck_plugin.triage's
 #: DISK_BUSY_MBPS and IOWAIT_BUSY_PCT); without them the wait is elsewhere and the io verdict
@@ -249,14 +250,14 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
         return ("cpu", "cpu_contention", penalty, Sampled(
             f"The {who} used only {own:.2f} cores while other processes kept {others:.0f}% of the machine's CPU "
             f"busy{counted}: they take the cores the input pipeline needs."))
-    remote = _remote_reads(system)
+    remote = sysmetrics.remote_read_sentence(system)
     if remote:
         return "network", "remote_read", penalty, Sampled(remote)
     machine = "" if per_process else " (only machine-wide figures were recorded: other processes' load could not be told apart)"
     reads = system.get("tree_disk_read_MBps") if per_process else system.get("disk_read_MBps")
     iowait = system.get("iowait_pct") or 0.0
     if isinstance(reads, (int, float)) and reads < DISK_READ_SEEN_MBPS and iowait < IOWAIT_SEEN_PCT:
-        if _computes_in_tf_ops(pipeline, st) and _starved(system):
+        if _computes_in_tf_ops(pipeline, st) and cpu_share.starved(system):
             # TensorFlow ops neither sleep nor wait on a lock: a stage made of them that was
             # slow while no disk was read, no core sat idle and its threads queued for one
             # computed on the few cores it got. With idle cores, or none of its threads
@@ -286,19 +287,6 @@ def _computes_in_tf_ops(pipeline, st) -> bool:
     return pipeline.source != "remote" and not pipeline.mostly_python
 
 
-def _starved(system: dict) -> bool:
-    """The training tree's threads waited for a core (mean run-queue wait >=
-    :data:`CONTENTION_RUNQ_CORES`; unknown: False), for more cores than sat idle: those waits
-    were for busy cores. A saturated machine (:attr:`.cpu_share.Cores.saturated`: under
-    :data:`.cpu_share.IDLE_SLACK_CORES` idle, below that wait) always passes; so does a
-    window of 0.17 s that read 0.18 cores idle, at 100 Hz CPU accounting a few ticks, while
-    the threads waited 1.48 cores' worth."""
-    cores = cpu_share.cores_of(system)
-    runq = system.get("tree_runq_wait_cores")
-    return cores is not None and isinstance(runq, (int, float)) and runq >= CONTENTION_RUNQ_CORES \
-        and runq > cores.idle
-
-
 def _runq_samples(system: dict) -> Tuple[int, int]:
     """(samples in which the training tree waited for a core at least
     :data:`CONTENTION_RUNQ_CORES`, samples with a run-queue figure) of the window."""
@@ -311,29 +299,6 @@ def _others_busy_pct(system: dict, own_cores: float) -> float:
     """Share (%) of the machine's CPU busy with processes outside the training tree."""
     cores = system.get("cpu_count") or 1
     return 100.0 * sysmetrics.other_cores(system, own_cores, cores) / cores
-
-
-def _remote_reads(system: dict) -> Optional[str]:
-    """A sentence when the training tree read from the network more than from disk, else None.
-
-    Per-process figures: traffic on non-loopback interfaces while the tree held connections to
-    remote peers (a loopback stream or another process's downloads do not count). Machine-wide
-    figures only: any received traffic, which may be another process's."""
-    disk = max(system.get("tree_disk_read_MBps") or system.get("disk_read_MBps") or 0.0, 0.1)
-    if system.get("scope") == "process_tree":
-        net = system.get("net_recv_external_MBps") or 0.0
-        conns = system.get("remote_connections") or 0
-        if conns and net > REMOTE_READ_RATIO * disk:
-            return (f"The CPU was mostly idle while the step waited, and the training process held {conns} "
-                    f"connection(s) to remote hosts while the machine received {net:.1f} MB/s from the network "
-                    f"against {disk:.1f} MB/s of disk reads: remote reads limit the input.")
-        return None
-    net = system.get("net_recv_MBps") or 0.0
-    if net > REMOTE_READ_RATIO * disk:
-        return ("The CPU was mostly idle while the step waited, and the host was receiving from the network "
-                f"({net:.1f} MB/s, machine-wide: it may be another process's traffic): remote reads may limit "
-                "the input.")
-    return None
 
 
 def _input_from_stage(pipeline, st):
@@ -415,7 +380,7 @@ def kernel_launch(f: Findings) -> Optional[Verdict]:
 
 def input_takes_cores(f: Findings) -> Optional[Verdict]:
     """Host overhead >= ``HOST_OVERHEAD_PCT`` on a machine whose training threads waited for
-    busy cores (:func:`_starved`: mean run-queue wait >= :data:`CONTENTION_RUNQ_CORES`, from schedstat),
+    busy cores (:func:`.cpu_share.starved`: mean run-queue wait >= :data:`CONTENTION_RUNQ_CORES`, from schedstat),
     while the input pipeline, running beside the step (under a prefetch or a parallel stage),
     worked longer per step than the host overhead lasted: ``cpu``/``input_preprocessing``.
 
@@ -429,7 +394,7 @@ def input_takes_cores(f: Findings) -> Optional[Verdict]:
     if f.eager or hostc < HOST_OVERHEAD_PCT or t is None or p is None or p.blocking is None or not f.steps.count:
         return None
     st = p.blocking
-    if not f.system or f.system.get("scope") != "process_tree" or not _starved(f.system) or not p.blocking_runs_ahead:
+    if not f.system or f.system.get("scope") != "process_tree" or not cpu_share.starved(f.system) or not p.blocking_runs_ahead:
         return None
     work_ms = st.work_ps / f.steps.count / 1e9
     host_ms = t.breakdown_ms.get("host_compute", 0.0)
@@ -444,6 +409,44 @@ def input_takes_cores(f: Findings) -> Optional[Verdict]:
                  f"{work_ms:.2f} ms per step, longer than the host-side time: the input's threads ask for more "
                  "of the cores the training gets than the training thread does, and the host cannot prepare "
                  "data fast enough.")])
+
+
+def input_slows_model(f: Findings) -> Optional[Verdict]:
+    """On a CPU-only host, a window the slowdown trigger opened (:attr:`.findings.Findings.slowdown`),
+    whose traced steps are at least the trigger's factor over the job's baseline, on cores the
+    training threads waited for (:func:`.cpu_share.starved`), while the input pipeline's blocking stage,
+    running beside the step, worked so much that its work over the cores the training tree used
+    accounts for :data:`SLOWDOWN_EXPLAINED_SHARE` or more of the step's growth:
+    ``cpu``/``input_preprocessing``.
+
+    There the model's math and the input share the cores: a heavier input stretches the
+    model's ops, and the breakdown, which sees those ops fill the step, would read model compute.
+    On cores that are all taken, a step grows by the added work per step over the cores (work
+    per step / cores, both measured); stage work is wall time on its threads, stretched by the
+    waits as the model's ops are (Linux's CFS: ``Documentation/scheduler/sched-design-CFS.rst``).
+    Scheduled windows have no baseline to compare with: their verdict does not change."""
+    sd, t, p, system = f.slowdown, f.timing, f.pipeline, f.system
+    taken = cpu_share.input_cores_ms(f)  # None unless CPU-only, beside the step, starved
+    if sd is None or f.eager or t is None or taken is None or t.step_ms < sd.factor * sd.baseline_ms:
+        return None
+    assert p is not None and p.blocking is not None and system is not None  # as input_cores_ms found them
+    grew = t.step_ms - sd.baseline_ms
+    explained = taken / grew
+    if explained < SLOWDOWN_EXPLAINED_SHARE:
+        return None
+    st, tree = p.blocking, system["tree_cpu_cores"]
+    work_ms = taken * tree
+    return Verdict("cpu", "input_preprocessing", confidence(min(100.0 * explained, 100.0), 100.0 *
+                                                            SLOWDOWN_EXPLAINED_SHARE, CORE_WAIT_PENALTY), context(f) + [
+        f"This window opened on a slowdown: the job's steps took {sd.observed_ms:.3g} ms against {sd.baseline_ms:.3g} "
+        f"ms before it (its own clock); the traced steps took {t.step_ms:.3g} ms, {grew:.3g} ms more.",
+        f"The CPU does the model's math {f.share('device_compute'):.1f}% of the step, on the cores the input "
+        f"pipeline also uses, and the training process's threads waited for a core "
+        f"({system['tree_runq_wait_cores']:.2f} cores' worth, from the kernel's run-queue wait).",
+        Inferred(f"The input pipeline's `{st.kind}` stage ({st.path}), running beside the step, worked {work_ms:.3g} ms "
+                 f"per step: over the {tree:.2f} cores the training used, {taken:.3g} ms of each step, "
+                 f"{100 * explained:.0f}% of what the step grew. The input takes the cores the model's math needs: "
+                 "preparing the data costs more than before, and the model's ops wait for cores.")])
 
 
 def host_overhead(f: Findings) -> Optional[Verdict]:
@@ -495,8 +498,8 @@ def model_compute(f: Findings) -> Verdict:
 
 #: The rules in the order they are tried; the last always applies.
 RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
-                     gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, host_overhead, unrecorded,
-                     model_compute]
+                     gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, host_overhead,
+                     input_slows_model, unrecorded, model_compute]
 
 
 #: Highest confidence of a verdict over a window in which no step was found: the breakdown

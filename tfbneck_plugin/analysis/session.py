@@ -23,10 +23,11 @@ from .grouping import recorded_job
 from .host_analysis import HostAnalysis
 
 
-def analyze_space(space, system: Optional[Dict] = None) -> Dict:
+def analyze_space(space, system: Optional[Dict] = None, slowdown: Optional[Dict] = None) -> Dict:
     """The host-level report fields of one XSpace (``trace.xspace.Space``); ``system``: the
-    sidecar summary (:func:`.sysmetrics.summarize`) or None."""
-    return HostAnalysis(space, system).report()
+    sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``: the trigger that
+    opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None."""
+    return HostAnalysis(space, system, slowdown).report()
 
 
 def analyze_session(session: Session, opener=None) -> SessionDict:
@@ -47,8 +48,8 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     problem = _record_problem(session, opener)
     if problem is not None:
         return problem
-    system, sidecar_problem, job_info, interrupted = _system_metrics(session, opener)
-    hosts, failures = _analyze_hosts(session, system, opener)
+    system, sidecar_problem, job_info, interrupted, slowdown = _system_metrics(session, opener)
+    hosts, failures = _analyze_hosts(session, system, slowdown, opener)
     if not hosts:
         kind, message = failures[0]
         return error_report(session, kind, message)
@@ -95,20 +96,23 @@ def _record_problem(session: Session, opener) -> Optional[SessionDict]:
     return None
 
 
-def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict], Optional[Dict]]:
+def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict], Optional[Dict],
+                                                      Optional[Dict]]:
     """(sidecar summary or None, a warning about the sidecar or None, the job it records or
-    None, the window's ``interrupted`` record or None)."""
+    None, the window's ``interrupted`` record or None, the slowdown trigger that opened it or
+    None)."""
     if not session.sidecar:
-        return None, None, None, None
+        return None, None, None, None, None
     try:
         raw = records.read_sidecar(session.sidecar, opener)
     except records.SidecarError as err:
-        return None, str(err), None, None
+        return None, str(err), None, None, None
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({str(raw['sampler_error']).splitlines()[0]})")
-    return sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw)
+    return (sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
+            records.slowdown_trigger(raw))
 
 
 def interrupted_warning(interrupted: Dict) -> str:
@@ -118,13 +122,13 @@ def interrupted_warning(interrupted: Dict) -> str:
             f"({interrupted.get('detected') or 'unknown'}): the report covers those steps only")
 
 
-def _analyze_hosts(session: Session, system, opener) -> Tuple[List[Dict], List[Tuple[str, str]]]:
+def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[Dict], List[Tuple[str, str]]]:
     """(host reports, (error_kind, message) of each host that failed)."""
     hosts, failures = [], []
     for f in session.files:
         try:
             space = read_space(f, opener)
-            h = analyze_space(space, system)
+            h = analyze_space(space, system, slowdown)
             del space
         except TraceReadError as err:
             failures.append((err.kind, str(err)))

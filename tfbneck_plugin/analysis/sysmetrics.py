@@ -25,6 +25,10 @@ BUSY_PROCESS_CORES = 0.65
 #: cores one saturated core already reads 50 %; 35 leaves room for the training thread.
 IDLE_HOST_PCT = 35.0
 
+#: Network receive rate over disk read rate above which reads are remote (our choice: an
+#: order of magnitude, so that disk caches and metadata traffic do not tip it).
+REMOTE_READ_RATIO = 10.0
+
 
 def other_cores(system: Dict, own_cores: float, cores: float) -> float:
     """Cores (of ``cores``) that processes outside the training process tree kept busy: the
@@ -161,3 +165,26 @@ def _weighted_mean(weights):
         total = sum(w for _, w in pairs)
         return round(sum(v * w for v, w in pairs) / total, 2) if pairs and total > 0 else None
     return mean
+
+
+def remote_read_sentence(system: Dict) -> Optional[str]:
+    """A sentence when the training tree read from the network more than from disk, else None.
+
+    Per-process figures: traffic on non-loopback interfaces while the tree held connections to
+    remote peers (a loopback stream or another process's downloads do not count). Machine-wide
+    figures only: any received traffic, which may be another process's."""
+    disk = max(system.get("tree_disk_read_MBps") or system.get("disk_read_MBps") or 0.0, 0.1)
+    if system.get("scope") == "process_tree":
+        net = system.get("net_recv_external_MBps") or 0.0
+        conns = system.get("remote_connections") or 0
+        if conns and net > REMOTE_READ_RATIO * disk:
+            return (f"The CPU was mostly idle while the step waited, and the training process held {conns} "
+                    f"connection(s) to remote hosts while the machine received {net:.1f} MB/s from the network "
+                    f"against {disk:.1f} MB/s of disk reads: remote reads limit the input.")
+        return None
+    net = system.get("net_recv_MBps") or 0.0
+    if net > REMOTE_READ_RATIO * disk:
+        return ("The CPU was mostly idle while the step waited, and the host was receiving from the network "
+                f"({net:.1f} MB/s, machine-wide: it may be another process's traffic): remote reads may limit "
+                "the input.")
+    return None

@@ -36,6 +36,14 @@ its steps 23x slower on the trigger's measure and its CPU seconds per step 2.9x
 (``tests/test_slowdown.py``'s contended run): heavy contention spins more, which is why the
 cores kept must be the first test.
 
+The span just before a stretch can itself be unlike the job's usual steps (a faster interlude,
+contention that came and went), so the CPU seconds per step are also taken against the job's
+clean steps (:meth:`CpuTaken.work_ratio`, below): either at :data:`OWN_WORK_RATIO` is the job's
+own work. Against the clean steps, the steady runs' holds reached at most 1.59x (below) and the
+spinners beside a steady job 1.08-1.10x; a 2.2x heavier map under ``under-load -j 2``, 0.2 cores
+taken by the load's swing, 1.55x against the 3 s before (the fast steps just after a speed-up)
+and 2.26x against the clean steps (corpus pass 12's ``speedup-tfk-15ms-x2.3-load``, missed).
+
 The same CPU seconds per step also tell the trigger a slowdown of the job's own work that a
 busy machine's stalls hide in its step times (:meth:`CpuTaken.work_ratio`, against the job's
 clean steps: those taken while no slow stretch was open): in 58 runs repeated under
@@ -282,17 +290,20 @@ class CpuTaken:
         own = (b[1] - a[1]) / wall
         return own, max(0.0, (b[2] - a[2]) / wall - own)
 
-    def taken_by_others(self, start: float, now: float, slowdown: float = 1.0, factor: float = 1.5) -> Optional[Dict]:
+    def taken_by_others(self, start: float, now: float, slowdown: float = 1.0, factor: float = 1.5,
+                        clean_ratio: Optional[float] = None) -> Optional[Dict]:
         """The stretch from clock ``start`` to ``now`` against the :data:`BEFORE_SECONDS`
         before it; ``slowdown``: its step time over the baseline's (the trigger's levels);
         ``factor``: the trigger's (a job that kept more than 1 / factor of its cores and
-        whose CPU per step grew is slowed by its own work: module docstring).
+        whose CPU per step grew is slowed by its own work: module docstring); ``clean_ratio``:
+        the stretch's CPU seconds per step over its clean steps' (:meth:`work_ratio`), when
+        read: the job's own work grew when either ratio reaches :data:`OWN_WORK_RATIO`.
         Returns None when it cannot tell (too few samples, child processes), else
         ``{"taken": bool, "own_cores_before", "own_cores_during", "others_cores_before",
         "others_cores_during", "own_cpu_per_step_ratio", "own_work"}`` (cores: CPU seconds per
         second; the ratio: the job's CPU seconds per step during over before, its cores' ratio
-        x ``slowdown``; ``own_work``: other processes took cores, but the ratio is at least
-        :data:`OWN_WORK_RATIO` with the cores kept, so ``taken`` is False)."""
+        x ``slowdown``; ``own_work``: other processes took cores, but that ratio or ``clean_ratio``
+        is at least :data:`OWN_WORK_RATIO` with the cores kept, so ``taken`` is False)."""
         if self._off:
             return None
         self.sample(now)
@@ -315,7 +326,8 @@ class CpuTaken:
                 taken, own0, others0 = True, own_ref, others_ref
                 break
         work = own1 / own0 * slowdown if own0 > 0 else None
-        own_work = bool(taken and work is not None and work >= OWN_WORK_RATIO and own1 * factor > own0)
+        grew = max((r for r in (work, clean_ratio) if r is not None), default=None)
+        own_work = bool(taken and grew is not None and grew >= OWN_WORK_RATIO and own1 * factor > own0)
         if own_work:
             taken = False  # the job's own work per step grew: its slowdown, whoever took cores
         if taken and self._children():

@@ -452,7 +452,8 @@ class SlowdownWatch:
             # (cpu_taken's docstring); learnt as a level of its own, never a usual level.
             level = trimmed_mean(run["sorted"]) / self.mean if self.mean else 1.0
             cpu = self.cpu if trig.cpu_check else None
-            run["cpu"] = cpu.taken_by_others(run["start"], now, level, trig.factor) if cpu is not None else None
+            run["cpu"] = (cpu.taken_by_others(run["start"], now, level, trig.factor, run["work"]) if cpu is not None
+                          else None)
             if run["cpu"] is not None and run["cpu"]["taken"]:
                 run["confirmed_at"] = first
                 self._log_run(run, first, spent, CPU_TAKEN_OUTCOME)
