@@ -395,3 +395,24 @@ def test_a_slowdown_right_after_a_speed_up_is_compared_with_the_faster_level(own
     else:
         assert FIRED not in ticks
         assert [e["outcome"] for e in runs] == ["not captured: back to the usual level"]
+
+
+def test_the_buffered_steps_after_a_window_do_not_become_the_slow_levels_baseline():
+    """A newcomer's custom loop (a parallel map and a prefetch, the map 3.7x heavier): after the
+    triggered window its first steps drew on the batches buffered while the window ran (52 ms
+    against 90 ms), the baseline re-armed on them with the slow level as a "slow tail" before
+    them left out, and the same slowdown opened a second window 9 s later. After a capture
+    the new level is the slowdown's own: it is learnt whole, slow steps and all."""
+    m = Machine(own=1.7, others=0.02)
+    timer = _timer_on(m)
+    assert FIRED not in _steps(timer, m, 300, 0.025, 1)           # 7.5 s at 25 ms: armed
+    step = 301
+    while FIRED not in _steps(timer, m, 1, 0.09, step):           # the map turns heavy: 90 ms
+        step += 1
+        assert step < 400, "the slowdown was never captured"
+    step += 1
+    ticks = _steps(timer, m, 10, 0.052, step)                     # the window's buffered batches
+    ticks += _steps(timer, m, 150, 0.09, step + 10)               # 13.5 s more of the slow level
+    assert FIRED not in ticks, [e for e in timer.trigger_state()["log"] if e.get("event") in ("armed", "run")]
+    armed = [e for e in timer.trigger_state()["log"] if e.get("event") == "armed"][-1]
+    assert armed["slow_tail_steps"] == 0

@@ -74,9 +74,11 @@ def test_the_trigger_record_is_read_only_when_whole():
 
     def read(window_kind="triggered", **changes):
         return slowdown_trigger({"window": {"kind": window_kind, "trigger": {**trig, **changes}}})
-    assert read() == {"baseline_ms": 10.0, "observed_ms": 21.0, "factor": 1.5}
-    assert read(baseline_mean_ms=None, observed_mean_ms=None) == {"baseline_ms": 9.0, "observed_ms": 20.0,
-                                                                   "factor": 1.5}
+    assert read() == {"baseline_ms": 10.0, "observed_ms": 21.0, "factor": 1.5, "baseline_p50_ms": 9.0,
+                      "observed_p50_ms": 20.0}
+    assert read(baseline_mean_ms=None, observed_mean_ms=None) == {"baseline_ms": 9.0, "observed_ms": 20.0, "factor": 1.5,
+                                                                   "baseline_p50_ms": 9.0, "observed_p50_ms": 20.0}
+    assert read(baseline_p50_ms=None)["baseline_p50_ms"] is None   # older files: the means alone
     assert read(window_kind="scheduled") is None and read(kind="other") is None
     assert read(baseline_mean_ms=0, baseline_p50_ms=None) is None
     assert read(observed_mean_ms="21", observed_p50_ms=True) is None

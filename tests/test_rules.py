@@ -217,6 +217,7 @@ def test_a_slowdown_window_whose_input_work_took_the_models_cores_is_the_input()
     assert (heavier.bottleneck, heavier.cause) == ("cpu", "input_preprocessing")
     said = " ".join(str(e) for e in heavier.evidence)
     assert "opened on a slowdown" in said and "50% of what the step grew" in said, said
+    assert "11.1 ms more than the job's mean step before it (10 ms)" in said, said
     assert [r["fix"] for r in heavier.recommendations][-1] == "more_cores"
     assert all(r.get("bound_ms") is None for r in heavier.recommendations)   # the wait does not bound it
     assert judged(half - EPS).cause == "model_compute"

@@ -129,3 +129,52 @@ def test_a_rewritten_file_is_read_again(logdir):
     with open(path, "w") as f:
         json.dump(data, f)
     assert [pt["step"] for pt in p.trend_impl({})[1]["runs"][0]["jobs"][0]["points"]] == [100, 200, 600, 700]
+
+
+def test_a_windows_job_clock_never_reaches_across_a_change_of_level(tmp_path):
+    """A newcomer's custom loop: trend periods of 1000 steps, a scheduled window at steps
+    10-14, and a slowdown the trigger confirmed from step 376 (captured at 436). The first
+    period's mean (34.5 ms) mixes both levels, the next period is all slow (49 ms): neither is
+    the window's level, so the window has no job-clock figure (the trace's 27.3 ms was once
+    called 0.79x the job's and "profile later steps"). A later window inside the slow phase
+    still gets the period it ran in; without the trigger's record nothing changes."""
+    from tfbneck_plugin.capture.trend import level_breaks, window_entry
+    points = [{"step": 1000, "first_step": 1, "n": 990, "mean_ms": 34.5, "p50_ms": 30.0},
+              {"step": 2000, "first_step": 1001, "n": 1000, "mean_ms": 49.0, "p50_ms": 49.0},
+              {"step": 3000, "first_step": 2001, "n": 990, "mean_ms": 50.0, "p50_ms": 50.0}]
+    state = {"log": [{"event": "armed", "step": 35},
+                     {"event": "run", "direction": "slower", "first_step": 120, "last_step": 130,
+                      "confirmed_at_step": None, "outcome": "too short"},
+                     {"event": "run", "direction": "slower", "first_step": 376, "last_step": 435,
+                      "confirmed_at_step": 436, "outcome": "captured"}]}
+    breaks = level_breaks(state)
+    assert breaks == [376]
+    early = window(0, "scheduled", (10, 14), "s0", report("device", "model_compute", 1.0, 27.3))
+    late = window(1, "scheduled", (2500, 2504), "s1", report("cpu", "input_preprocessing", 30.0, 52.0))
+    assert window_entry(early, points)["overhead"]["job_step_ms"] == 34.5      # as before: mixed levels
+    assert window_entry(early, points, breaks)["overhead"] is None
+    assert window_entry(late, points, breaks)["overhead"]["job_step_ms"] == 50.0
+    assert level_breaks(None) == [] and level_breaks({"log": [{"event": "run", "first_step": "x"}]}) == []
+
+
+def test_what_grew_puts_the_stage_first_under_an_input_verdict_and_names_a_cpus_model_compute():
+    """A newcomer's fit: the verdict named the input, but the change line began "grew: device
+    compute 28.7 -> 49.5 ms per step" (the model's ops, stretched by the cores the map took,
+    on a CPU-only host). Under an input verdict the tf.data stage comes first, and the CPU's
+    model math is not called device compute; under a model verdict the order stays."""
+    from tfbneck_plugin.capture.trend import verdict_change
+
+    def rep(cause, kind, step_ms, compute_pct, map_ms_per_call):
+        r = report(kind, cause, 100 - compute_pct, step_ms)
+        r["device_kind"] = "CPU"
+        r["input_pipeline"] = {"stages": [{"name": "Iterator::Root::Prefetch::Map", "kind": "Map",
+                                           "category": "compute", "calls": 10, "work_ms": 10 * map_ms_per_call}]}
+        return r
+    before = rep("model_compute", "device", 28.7, 100, 1.0)
+    after = rep("input_preprocessing", "cpu", 55.0, 90, 9.0)
+    text = verdict_change(0, (10, 14), before, after)["text"]
+    grew = text.split("grew: ", 1)[1]
+    assert grew.startswith("stage `Map (Iterator::Root::Prefetch::Map)` 1 -> 9 ms per call"), text
+    assert "model compute on the CPU 28.7 -> 49.5 ms per step" in grew and "device compute" not in text
+    model = verdict_change(0, (10, 14), before, dict(after, bottleneck="device", cause="model_compute"))["text"]
+    assert model.split("grew: ", 1)[1].startswith("model compute on the CPU"), model

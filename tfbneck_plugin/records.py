@@ -270,9 +270,10 @@ def read_sidecar(path: str, opener=open) -> Dict:
 
 
 def slowdown_trigger(sidecar: Dict) -> Optional[Dict]:
-    """``{"baseline_ms", "observed_ms", "factor"}`` of a window the slowdown trigger opened (the
-    ``window.trigger`` record, format above: the baseline's and the slow stretch's trimmed mean
-    step, else their medians, ms per step on the job's own clock, and the trigger's factor), or
+    """``{"baseline_ms", "observed_ms", "factor", "baseline_p50_ms", "observed_p50_ms"}`` of a
+    window the slowdown trigger opened (the ``window.trigger`` record, format above: the
+    baseline's and the slow stretch's trimmed mean step, else their medians, ms per step on the
+    job's own clock, the trigger's factor, and the two medians alone, None when absent), or
     None: a scheduled window, an older sidecar, or a record whose numbers are missing or not
     positive."""
     window = sidecar.get("window")
@@ -293,7 +294,9 @@ def slowdown_trigger(sidecar: Dict) -> Optional[Dict]:
            "observed_ms": positive("observed_mean_ms", "observed_p50_ms"),
            "factor": float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1
            else None}
-    return out if None not in out.values() else None
+    if None in out.values():
+        return None
+    return {**out, "baseline_p50_ms": positive("baseline_p50_ms"), "observed_p50_ms": positive("observed_p50_ms")}
 
 
 def interrupted_window(sidecar: Dict) -> Optional[Dict]:

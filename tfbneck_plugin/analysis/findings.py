@@ -116,6 +116,8 @@ class Slowdown:
     baseline_ms: float
     observed_ms: float
     factor: float
+    baseline_p50_ms: Optional[float] = None   # the medians, as the console's line gives them
+    observed_p50_ms: Optional[float] = None
 
 
 @dataclass

@@ -224,7 +224,8 @@ def _why_more_cores(f):
         c = cpu_share.cores_of(f.system)
         used = "" if c is None else (f" (the training process tree used {c.tree:.2f} of the {c.n} core(s) it may "
                                      f"run on, other processes {c.others:.2f})")
-        return f"The step hardly waits for its input, but {beside}{used}."
+        now, wait, pct = _t(f)
+        return f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for its input, and {beside}{used}."
     return _capped_sentence(f)
 
 

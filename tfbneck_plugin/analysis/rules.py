@@ -438,8 +438,7 @@ def input_slows_model(f: Findings) -> Optional[Verdict]:
     work_ms = taken * tree
     return Verdict("cpu", "input_preprocessing", confidence(min(100.0 * explained, 100.0), 100.0 *
                                                             SLOWDOWN_EXPLAINED_SHARE, CORE_WAIT_PENALTY), context(f) + [
-        f"This window opened on a slowdown: the job's steps took {sd.observed_ms:.3g} ms against {sd.baseline_ms:.3g} "
-        f"ms before it (its own clock); the traced steps took {t.step_ms:.3g} ms, {grew:.3g} ms more.",
+        _slowdown_sentence(sd, t.step_ms),
         f"The CPU does the model's math {f.share('device_compute'):.1f}% of the step, on the cores the input "
         f"pipeline also uses, and the training process's threads waited for a core "
         f"({system['tree_runq_wait_cores']:.2f} cores' worth, from the kernel's run-queue wait).",
@@ -447,6 +446,16 @@ def input_slows_model(f: Findings) -> Optional[Verdict]:
                  f"per step: over the {tree:.2f} cores the training used, {taken:.3g} ms of each step, "
                  f"{100 * explained:.0f}% of what the step grew. The input takes the cores the model's math needs: "
                  "preparing the data costs more than before, and the model's ops wait for cores.")])
+
+
+def _slowdown_sentence(sd, step_ms: float) -> str:
+    """The slowdown that opened the window, in the console line's medians where recorded, and
+    the traced step against the baseline's mean step (the rule's comparison)."""
+    medians = (f"the job's median step rose from {sd.baseline_p50_ms:.3g} to {sd.observed_p50_ms:.3g} ms by its own "
+               "clock (the console's line)" if sd.baseline_p50_ms and sd.observed_p50_ms else
+               f"the job's steps took {sd.observed_ms:.3g} ms against {sd.baseline_ms:.3g} ms before it (its own clock)")
+    return (f"This window opened on a slowdown: {medians}; the traced steps took {step_ms:.3g} ms, "
+            f"{step_ms - sd.baseline_ms:.3g} ms more than the job's mean step before it ({sd.baseline_ms:.3g} ms).")
 
 
 def host_overhead(f: Findings) -> Optional[Verdict]:

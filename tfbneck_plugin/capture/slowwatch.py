@@ -24,7 +24,10 @@ How it decides (each part fixes a way issue 24's fit was missed):
   A confirmed stretch (captured or held) never joins it. After
   a capture, or when a slow stretch was confirmed but could not be captured
   (``max_captures``), the baseline starts again from the next steps: it learns the new level
-  instead of mixing two, so a slowdown that returns is seen again. When the steps got
+  instead of mixing two, so a slowdown that returns is seen again; learnt whole, with no slow
+  tail left out (the first steps after a window can draw on batches buffered while it ran: a
+  newcomer's custom loop re-armed on 7 such steps, 52 ms in a 90 ms phase, and the same
+  slowdown opened a second window). When the steps got
   lastingly *faster* (a slowdown that recovered, a slow first epoch), the baseline is the
   faster stretch's steps, armed at once: learnt from the next steps only, it armed 2 s later
   on a busy machine, and a slowdown that began 23 steps after the speed-up became its level
@@ -207,7 +210,9 @@ class SlowdownWatch:
         n = len(values)
         if not (self._enough(values) if not self.armed else n >= LONG_BASELINE_STEPS):
             return
-        tail = 0 if self.armed else self._slow_tail()
+        # After a capture the new level is the slowdown's own: its first steps can be faster
+        # (batches buffered while the window ran), and slow ones after them are that level.
+        tail = 0 if self.armed or self._after_slowdown else self._slow_tail()
         if tail:  # a slowdown begun before arming: the baseline is the steps before it
             del self._ring[-tail:]
             values = sorted(self._ring)

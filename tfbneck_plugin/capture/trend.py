@@ -15,7 +15,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
 from ..schema import SessionDict, step_time_ms
@@ -118,8 +118,20 @@ def what_grew(before: SessionDict, after: SessionDict) -> List[Dict]:
     return out
 
 
-def _grew_text(grew: List[Dict]) -> str:
-    words = {"category": lambda g: g["name"].replace("_", " "), "stage": lambda g: f"stage `{g['name']}`",
+#: Causes whose window names the input: its "grew" list puts the tf.data stage first (the
+#: model's ops, stretched by the cores the input took, grew too: a newcomer read "device
+#: compute 28.7 -> 49.5 ms" first and took it for the model's slowdown).
+INPUT_CAUSES = ("input_preprocessing", "cpu_contention", "file_read", "remote_read")
+
+
+def _category_word(name: str, device_kind: Optional[str]) -> str:
+    if name == "device_compute" and device_kind == "CPU":
+        return "model compute on the CPU"  # no device computes on a CPU-only host
+    return name.replace("_", " ")
+
+
+def _grew_text(grew: List[Dict], device_kind: Optional[str] = None) -> str:
+    words = {"category": lambda g: _category_word(g["name"], device_kind), "stage": lambda g: f"stage `{g['name']}`",
              "op": lambda g: f"op `{g['name']}`"}
     return "; ".join(f"{words[g['what']](g)} {g['from_ms']:.3g} -> {g['to_ms']:.3g} ms per {g['per']}" for g in grew)
 
@@ -160,6 +172,8 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
                  "to_pct": round(float(pb.get(cat, 0.0)), 1)}
     job = [round(float(v), 3) for v in job_ms] if job_ms and all(job_ms) else None  # type: ignore[arg-type]
     grew = what_grew(prev, cur)
+    if b["cause"] in INPUT_CAUSES:
+        grew.sort(key=lambda g: g["what"] != "stage")  # stable: the others keep their order
     where = f"window {prev_index}" + (f" (steps {prev_steps[0]}-{prev_steps[1]})" if prev_steps else "")
     if same:
         text = f"{_label(b)} as in {where}, {x:.1f}x {'slower' if x > 1 else 'faster'}" if x else _label(b)
@@ -173,7 +187,7 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
         if job is not None:
             text += f" in the trace, {job[0]:.3g} -> {job[1]:.3g} ms by the job's own clock"
     if grew:
-        text += f"; grew: {_grew_text(grew)}"
+        text += f"; grew: {_grew_text(grew, cur.get('device_kind'))}"
     return {"from_window": prev_index, "from": {"bottleneck": a["bottleneck"], "cause": a["cause"]},
             "to": {"bottleneck": b["bottleneck"], "cause": b["cause"]}, "same_verdict": same,
             "x": round(x, 2) if x else None, "moved": moved, "step_time_ms": times, "job_step_ms": job,
@@ -186,15 +200,41 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
 AROUND_MIN_STEPS = MIN_BASELINE_STEPS
 
 
-def periods_around(steps, points: List[Dict]) -> List[Dict]:
+def level_breaks(trigger_state: Optional[Dict]) -> List[int]:
+    """The steps at which the job's level changed, by the slowdown trigger's record (the trend
+    file's ``trigger_state``): the first step of each slow stretch it confirmed (captured or
+    not) and of each faster stretch it took as the new baseline. Shorter stretches are the
+    job's swings, not a change of level."""
+    out = []
+    for e in ((trigger_state or {}).get("log") or []):
+        if not isinstance(e, dict) or e.get("event") != "run" or not isinstance(e.get("first_step"), int):
+            continue
+        slower = e.get("direction") == "slower" and e.get("confirmed_at_step") is not None
+        if slower or str(e.get("outcome", "")).startswith("faster"):
+            out.append(e["first_step"])
+    return out
+
+
+def _across_a_break(period: Dict, steps, breaks) -> bool:
+    """A level change (:func:`level_breaks`) lies between the window's steps and the far end of
+    the period, or inside the period: its steps are not the window's level."""
+    lo = min(int(period.get("first_step", 0)), steps[0])
+    hi = max(int(period.get("step", 0)), steps[1])
+    return any(lo < b <= hi for b in breaks)
+
+
+def periods_around(steps, points: List[Dict], breaks: Sequence[int] = ()) -> List[Dict]:
     """The trend periods that tell the job's own step time where a window of ``steps``
     ``(first, last)`` ran: those whose steps overlap the window's (their statistics leave the
     window's steps out: the callback does not time a step it works in), then, when they hold
     fewer than :data:`AROUND_MIN_STEPS` timed steps, the nearest period before the window and
     the nearest after it. The nearest: a window early in a long epoch and a slowdown in the
     next epochs once took its figure from those epochs (a newcomer's trial: 7 ms said, 4.65 ms
-    in the epoch the window ran in)."""
-    timed = [p for p in points if _period_ms(p) is not None]
+    in the epoch the window ran in). None of them across a change of the job's level the
+    trigger recorded (``breaks``, :func:`level_breaks`): a custom loop's period of 1000 steps
+    held a slowdown that began after its window at steps 10-14 and said that window's traced
+    step was 0.79x the job's (a newcomer's trial)."""
+    timed = [p for p in points if _period_ms(p) is not None and not _across_a_break(p, steps, breaks)]
     near = [p for p in timed if p.get("first_step", 0) <= steps[1] and p.get("step", 0) >= steps[0]]
     if sum(int(p.get("n") or 0) for p in near) < AROUND_MIN_STEPS:
         near = ([p for p in timed if p.get("step", 0) < steps[0]][-1:] + near
@@ -210,7 +250,7 @@ def _stretch_ms(trigger: Optional[Dict]) -> Optional[float]:
 
 
 def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
-                    trigger: Optional[Dict] = None) -> Optional[Dict]:
+                    trigger: Optional[Dict] = None, breaks: Sequence[int] = ()) -> Optional[Dict]:
     """The profiler's cost in a window: its traced mean step against the job's own unprofiled
     step time around it (the median of the mean step time (:func:`_period_ms`) of the trend
     periods :func:`periods_around` the window; no period holds the window's steps). For a
@@ -229,7 +269,7 @@ def window_overhead(steps, verdict: Optional[Dict], points: List[Dict],
         win = float(verdict["step_time_ms"])
         return {"window_step_ms": round(win, 3), "job_step_ms": round(stretch, 3), "periods": 0,
                 "x": round(win / stretch, 2)}
-    near = [v for v in map(_period_ms, periods_around(steps, points)) if v is not None]
+    near = [v for v in map(_period_ms, periods_around(steps, points, breaks)) if v is not None]
     if not near:
         return None
     job = statistics.median(near)
@@ -250,7 +290,8 @@ def _period_ms(point: Dict) -> Optional[float]:
     return None
 
 
-def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> Optional[float]:
+def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None,
+                  breaks: Sequence[int] = ()) -> Optional[float]:
     """The job's own unprofiled step time where a window ran (ms). A triggered window: the
     median of the slow stretch that opened it (``trigger["observed_p50_ms"]``, timed by the
     job's own clock just before the window; the trend period before it may straddle the
@@ -262,22 +303,22 @@ def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None) -> 
         return stretch
     if not steps:
         return None
-    near = [v for v in map(_period_ms, periods_around(steps, points)) if v is not None]
+    near = [v for v in map(_period_ms, periods_around(steps, points, breaks)) if v is not None]
     if not near or min(near) <= 0 or max(near) / min(near) >= CHANGED_X:
         return None
     return sum(near) / len(near)
 
 
-def window_entry(rec, points: Optional[List[Dict]] = None) -> Dict:
+def window_entry(rec, points: Optional[List[Dict]] = None, breaks: Sequence[int] = ()) -> Dict:
     """One window of the trend file, from a :class:`~.window.WindowRecord` (``points``: the
-    trend's periods, for the window's ``overhead``)."""
+    trend's periods, for the window's ``overhead``; ``breaks``: :func:`level_breaks`)."""
     verdict = verdict_of(rec.report)
     return {"index": rec.index, "kind": rec.kind, "requested": [list(w) for w in rec.requested],
             "steps": list(rec.steps) if rec.steps else None, "status": rec.status, "reason": rec.reason,
             "closed_by": rec.closed_by,
             "session": os.path.basename(rec.session_dir) if rec.session_dir else None,
             "trigger": rec.trigger, "verdict": verdict, "analysis_error": rec.analysis_error,
-            "change": rec.change, "overhead": window_overhead(rec.steps, verdict, points or [], rec.trigger)}
+            "change": rec.change, "overhead": window_overhead(rec.steps, verdict, points or [], rec.trigger, breaks)}
 
 
 class JobTrend:
@@ -327,9 +368,10 @@ class JobTrend:
         seen: List = []
         with self._lock:
             points = list(self.points)
+        breaks = level_breaks(self.trigger_state_of() if self.trigger_state_of else None)
 
         def job_ms(rec):
-            return job_step_near(rec.steps, points, rec.trigger)
+            return job_step_near(rec.steps, points, rec.trigger, breaks)
         for rec in list(self.windows):
             v = verdict_of(rec.report)
             if v is None:
@@ -354,13 +396,14 @@ class JobTrend:
         with self._lock:
             if not (force or self._started or self.points or self.windows):
                 return
+            state = self.trigger_state_of() if self.trigger_state_of else None
+            breaks = level_breaks(state)
             data = {"format": STEP_TIMES_FORMAT, "version": 1, "source": "BottleneckProfiler",
                     "host": self.host, "pid": self.pid, "start_unix_ns": self.start_ns,
                     "updated_unix_ns": time.time_ns(), "ended": self.ended, "steps_per_execution": self.spe,
-                    "trigger": self.trigger, "baseline": self.baseline,
-                    "trigger_state": self.trigger_state_of() if self.trigger_state_of else None,
+                    "trigger": self.trigger, "baseline": self.baseline, "trigger_state": state,
                     "points": list(self.points),
-                    "windows": [window_entry(r, self.points) for r in list(self.windows)]}
+                    "windows": [window_entry(r, self.points, breaks) for r in list(self.windows)]}
             try:
                 os.makedirs(self.folder, exist_ok=True)
                 write_sidecar(self.folder, data, name=os.path.basename(self.path))
