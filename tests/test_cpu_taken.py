@@ -40,6 +40,18 @@ def sampled(m, cpu, seconds, step=0.01):
         m.advance(step)
 
 
+def stretch(before, during, calm_s=5.0, during_s=2.0):
+    """(machine, CpuTaken, the stretch's start): ``calm_s`` at the (own, others) cores of
+    ``before``, then ``during_s`` at those of ``during``."""
+    m = Machine(*before)
+    cpu = CpuTaken(m.read, children=lambda: False)
+    sampled(m, cpu, calm_s)
+    start = m.t
+    m.own, m.others = during
+    sampled(m, cpu, during_s)
+    return m, cpu, start
+
+
 def test_cores_taken_by_other_processes_are_told_from_the_jobs_own_slowdowns():
     m = Machine(own=1.2, others=0.1)
     cpu = CpuTaken(m.read, children=lambda: False)
@@ -113,12 +125,7 @@ def test_under_lasting_contention_a_later_stretch_is_compared_with_the_calm_seco
     # A real run (two spinners for 12 s): the second slow stretch, compared with the
     # contended seconds before it, showed the job at 0.90x its cores; against the calm ones,
     # 0.58x.
-    m = Machine(own=1.2, others=0.1)
-    cpu = CpuTaken(m.read, children=lambda: False)
-    sampled(m, cpu, 5.0)
-    start = m.t
-    m.own, m.others = 0.75, 1.2
-    sampled(m, cpu, 2.0)
+    m, cpu, start = stretch((1.2, 0.1), (0.75, 1.2))
     assert cpu.taken_by_others(start, m.t)["taken"]
     sampled(m, cpu, 4.0)
     start = m.t
@@ -197,12 +204,7 @@ def test_cpu_per_step_against_the_clean_steps_also_tells_the_jobs_own_work(clean
     and its CPU per step against the 3 s before (the fast steps after the speed-up) was only
     1.55x, so the stretch was called CPU taken and missed. Against its clean steps it was
     2.26x: its own work, captured. The steady runs' holds reached at most 1.59x there."""
-    m = Machine(own=1.2, others=0.8)
-    cpu = CpuTaken(m.read, children=lambda: False)
-    sampled(m, cpu, 5.0)
-    start = m.t
-    m.own, m.others = 1.0, 1.0
-    sampled(m, cpu, 3.0)
+    m, cpu, start = stretch((1.2, 0.8), (1.0, 1.0), during_s=3.0)
     got = cpu.taken_by_others(start, m.t, 1.85, 1.5, clean_ratio)
     assert got["own_cpu_per_step_ratio"] < 1.6   # the 3 s before alone: under OWN_WORK_RATIO
     assert got["taken"] is taken and got["own_work"] is (not taken)
