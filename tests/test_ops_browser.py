@@ -13,7 +13,7 @@ import pytest
 
 from conftest import DEMO_LOGS, SHARED
 from support.browser_tab import Tab
-from support.plugin_helpers import TensorBoard, chromium_context
+from support.plugin_helpers import TensorBoard, chromium_context, js_fixed
 from test_plugin_browser import api_report, api_sessions
 
 pytestmark = pytest.mark.browser
@@ -29,8 +29,8 @@ def shown_rows(tab: Tab):
 
 def as_shown(r):
     where = {"input_pipeline": "tf.data"}.get(r["where"], r["where"])
-    return [r["where"], r["name"], r["type"], where, f"{r['self_ms_per_step']:.3f}", f"{r['pct']:.2f}",
-            f"{r['count_per_step']:g}", f"{r['total_ms_per_step']:.3f}"]
+    return [r["where"], r["name"], r["type"], where, js_fixed(r['self_ms_per_step'], 3), js_fixed(r['pct'], 2),
+            f"{r['count_per_step']:g}", js_fixed(r['total_ms_per_step'], 3)]
 
 
 def test_top_ops_table_shows_the_json_and_sorts(tmp_path):

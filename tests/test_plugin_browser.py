@@ -29,7 +29,7 @@ import pytest
 from tfbneck_plugin.logdir import find_sessions
 
 from support.plugin_helpers import (BROKEN_KINDS, DEMO_LOGS, EXPECTED, REALTRACES, SCRIPT_RUN, SLOW_TENSORBOARD,
-                            TensorBoard, build_plugin_logdir, chromium_context, make_tf_traces, screenshot)
+                            TensorBoard, build_plugin_logdir, chromium_context, js_fixed, make_tf_traces, screenshot)
 from support.browser_tab import KIND_LABELS, Tab
 
 pytestmark = pytest.mark.browser
@@ -159,9 +159,9 @@ def check_system_basis(tab: Tab, sm: dict):
     series = sm["series"]
     for i in range(sm["samples"]):
         cells = rows.nth(i).locator("td")
-        assert cells.nth(0).inner_text() == f"{series['t_ms'][i] / 1000:.2f} s"
+        assert cells.nth(0).inner_text() == f"{js_fixed(series['t_ms'][i] / 1000, 2)} s"
         cpu = series["cpu_pct"][i]
-        assert cells.nth(1).inner_text() == f"{sum(cpu) / len(cpu):.1f}%"
+        assert cells.nth(1).inner_text() == f"{js_fixed(sum(cpu) / len(cpu), 1)}%"
 
 
 def check_trace_link(tab: Tab, report: dict, kind: str = "session"):
@@ -315,8 +315,8 @@ def test_system_metrics_and_copyable_code(ctx, fixture_tb):
         assert canvas_pixels(tab.frame, "canvas.tfb-io-canvas") > 2000
     chips = dict(zip(tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-chips dt')).map(e => e.textContent)"),
                      tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-chips dd')).map(e => e.textContent)")))
-    assert chips["CPU (all cores)"] == f"{sm['cpu_mean_pct']:.1f}%"
-    assert chips["Busiest core"] == f"{sm['busiest_core_mean_pct']:.1f}%"
+    assert chips["CPU (all cores)"] == f"{js_fixed(sm['cpu_mean_pct'], 1)}%"
+    assert chips["Busiest core"] == f"{js_fixed(sm['busiest_core_mean_pct'], 1)}%"
     tab.fl.locator(".tfb-system").scroll_into_view_if_needed()
     screenshot(tab.page, "fixture-system-metrics")
     # Copy the first recommendation's code.

@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 from urllib.parse import quote
@@ -380,3 +381,10 @@ def scanned_listing(p, timeout=60.0):
         if body["scanned"]:
             return body
         assert time.monotonic() < deadline, f"the first scan did not finish within {timeout} s"
+
+
+def js_fixed(value: float, digits: int) -> str:
+    """`value.toFixed(digits)` as the tab's JavaScript writes it: the float's exact binary value, a
+    tie rounded away from zero (ECMA-262 Number.prototype.toFixed), where Python's format rounds a
+    tie such as 54.25 to even."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
