@@ -700,10 +700,10 @@ LIMITS = """## What the trigger cannot catch, and why
   work and captured: pass 12 missed `speedup-tfk-15ms-x2.3-load` under `-j 2` (0.84x its cores while the
   load's swing took 0.2 more; 1.55x the CPU per step of the 3 s before, the fast steps just after its
   speed-up, but 2.26x that of its clean steps); the clean steps' ratio now counts too (the steady runs'
-  holds reached at most 1.59x there), and the replay of pass 12 captures it. It is off while the job has
-  child processes (PyDataset or multiprocessing workers, a window's analysis child), whose CPU would
-  count as others'. A machine that
-  ran a job *faster* for some seconds, then let it back to its usual level, is not a slowdown either
+  holds reached at most 1.59x there): the replay of pass 12 captures it, and so did pass 13, live.
+  It is off while the job has child processes (PyDataset or multiprocessing workers, a window's analysis
+  child), whose CPU would count as others'. A machine that ran a job *faster* for some seconds, then let
+  it back to its usual level, is not a slowdown either
   (the baseline's levels of the last 60 s are kept: "not captured: back to the usual level"). But under
   one spinner on two cores a job of 1-2 ms steps that ran at its fast level from the start can be held
   1.5-1.7x slower for 6 s or for the rest of its run with its own cores unchanged (its CPU per step rises
@@ -721,7 +721,7 @@ LIMITS = """## What the trigger cannot catch, and why
   and that stage's work per step over the cores the training used accounts for half or more of what the
   step grew (README, Thresholds: "the input takes the model's cores"): a model of measured quantities
   (on cores that are all taken a step grows by the added work over the cores), checked on passes 10 and 11
-  (0.47-1.65 of the growth on an idle machine, 1.01-2.83 on a busy one, 82 windows) and judged by pass 12's
+  (0.47-1.65 of the growth on an idle machine, 1.01-2.83 on a busy one, 82 windows) and judged by passes 12 and 13's
   new runs (every captured required window names the input). A scheduled window has no such baseline and
   keeps its verdict. On a busy machine the same starvation shows as host overhead (the training thread
   waiting for a core) or as an input wait with few cores and no disk reads; when the training threads
