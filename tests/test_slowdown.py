@@ -373,6 +373,10 @@ def test_issue24_an_early_slowdown_of_a_short_fit_is_captured_and_recorded(job):
     assert armed["baseline_p50_ms"] < 0.33 * why["observed_p50_ms"]
     assert run["first_step"] == why["slow_steps"][0] and run["steps"] == why["slow_step_count"]
     assert run["seconds"] == pytest.approx(why["slow_for_s"], abs=0.01) and state["captures"] == 1
+    # `tfbneck trigger` prints that record, the captured stretch's line among it.
+    out = subprocess.run(tfbneck_cmd() + ["trigger", r["log_dir"]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.count(": captured\n") == 1, (out.stdout, out.stderr)
+    assert f"  steps {run['first_step']}-{run['last_step']}: slower, {run['steps']} steps, " in out.stdout, out.stdout
 
 
 @pytest.mark.tf

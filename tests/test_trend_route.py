@@ -178,3 +178,22 @@ def test_what_grew_puts_the_stage_first_under_an_input_verdict_and_names_a_cpus_
     assert "model compute on the CPU 28.7 -> 49.5 ms per step" in grew and "device compute" not in text
     model = verdict_change(0, (10, 14), before, dict(after, bottleneck="device", cause="model_compute"))["text"]
     assert model.split("grew: ", 1)[1].startswith("model compute on the CPU"), model
+
+
+def test_the_change_line_heads_with_the_jobs_own_clock_where_known():
+    """A newcomer's trend: "4.8x slower; step time 2.49 -> 11.9 ms in the trace, 4.47 -> 9.22 ms
+    by the job's own clock": three ratios, and the headline the traced one, which carries the
+    profiler's cost. Where the job's clock is known it heads the line, and each figure gives
+    its own ratio; without it the traced ratio heads, as before."""
+    from tfbneck_plugin.capture.trend import verdict_change
+    before = report("cpu", "input_preprocessing", 60, 2.49)
+    after = report("cpu", "input_preprocessing", 66, 11.9)
+    change = verdict_change(0, (10, 14), before, after, job_ms=(4.47, 9.22))
+    assert change["text"].startswith("CPU-bound (input_preprocessing) as in window 0 (steps 10-14), "
+                                     "2.1x slower by the job's own clock; step time 2.49 -> 11.9 ms in the trace "
+                                     "(4.8x), 4.47 -> 9.22 ms by the job's own clock (2.1x)"), change["text"]
+    assert change["x"] == 4.78 and change["job_step_ms"] == [4.47, 9.22]
+    faster = verdict_change(0, (10, 14), after, before, job_ms=(9.22, 4.47))["text"]
+    assert ", 2.1x faster by the job's own clock; " in faster and "(0.21x), 9.22 -> 4.47 ms" in faster, faster
+    traced = verdict_change(0, (10, 14), before, after)["text"]
+    assert ", 4.8x slower; step time 2.49 -> 11.9 ms; " in traced, traced

@@ -5,6 +5,7 @@
     tfbneck compare BASELINE CANDIDATE [--format table|json|markdown] [--change FIX] [--fail-if-slower PCT]
     tfbneck fleet PATH [PATH ...] [--group-by REGEX | --group-level N] [--since DATE] [--format ...] [--no-cache]
     tfbneck watch (--pid PID | -- COMMAND ...) [--duration S] [--format panel|json] [--output FILE]
+    tfbneck trigger PATH [PATH ...]
 
 Exit status: 0 every session analysed; 1 some sessions failed (the others are still
 reported); 2 usage error or no session found.
@@ -60,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_fleet_parser(sub)
     from .watch import add_parser as add_watch_parser
     add_watch_parser(sub)
+    from .trigger_log import add_parser as add_trigger_parser
+    add_trigger_parser(sub)
     return p
 
 
@@ -350,6 +353,9 @@ def _dispatch(args) -> int:
     if args.command == "watch":
         from .watch import cmd_watch
         return cmd_watch(args)
+    if args.command == "trigger":
+        from .trigger_log import cmd_trigger
+        return cmd_trigger(args)
     return 2
 
 

@@ -202,6 +202,8 @@ STEP_TIMES_DIR = os.path.join("plugins", "bottleneck")
 STEP_TIMES_FORMAT = "tfbneck.step_times"
 #: Trend files larger than this (bytes) are not read (a long job's file is ~100 bytes per point).
 MAX_STEP_TIMES_BYTES = 8 * 1024 * 1024
+#: Entries a trend file's ``trigger_state.log`` keeps: the first (arming) and the latest.
+MAX_TRIGGER_LOG = 40
 
 
 def _reject_constant(name: str):

@@ -529,7 +529,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         if trigger:
             self._warn(f"slowdown:{rec.index}", f"median step time rose from {trigger['baseline_p50_ms']:.3g} to "
                                                 f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
-                                                f"steps from step {trigger['slow_steps'][0]}: profiling steps "
+                                                f"steps ({trigger['slow_for_s']:.1f} s) from step "
+                                                f"{trigger['slow_steps'][0]}: profiling steps "
                                                 f"{win[0]}-{win[1]}")
         return True
 

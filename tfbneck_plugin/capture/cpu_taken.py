@@ -160,7 +160,8 @@ def notice_lines(entry: Optional[Dict]) -> Tuple[str, Optional[str]]:
         return "a slow stretch was not profiled: other processes took the CPU", None
     cpu = entry["cpu"]
     return (f"median step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
-            f"{entry['steps']} steps from step {entry['first_step']}: not profiled, other processes took the CPU "
+            f"{entry['steps']} steps ({entry['seconds']:.1f} s) from step {entry['first_step']}: not profiled, other "
+            f"processes took the CPU "
             f"(this process {cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "
             f"{cpu['others_cores_before']:.2f} -> {cpu['others_cores_during']:.2f}); the trend file's "
             "trigger_state has each such stretch",

@@ -92,6 +92,7 @@ import time
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
+from ..records import MAX_TRIGGER_LOG
 from .cpu_taken import WORK_HOLD_RATIO, WORK_OPEN_SECONDS, CpuTaken
 from .steplevel import capped_sum, median, percentile, trimmed_mean
 
@@ -135,7 +136,7 @@ USUAL_SECONDS = 60.0
 #: The log entry's outcome of a stretch left uncaptured because other processes took the CPU.
 CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
 #: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
-MAX_LOG = 40
+MAX_LOG = MAX_TRIGGER_LOG
 
 _INF = float("inf")
 
