@@ -43,14 +43,15 @@ def test_a_short_slowdown_is_listed_with_why_it_was_not_profiled(tmp_path):
     out = trigger(tmp_path)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == (f"{path} (host {os.uname().nodename}, pid {os.getpid()}): slowdown trigger 1.5x for 1.0 s "
-                        "(or 300 steps lasting 2.0 s on an idle machine); windows opened: 0"), lines[0]
+    assert lines[0] == (f"{path} (host {os.uname().nodename}, pid {os.getpid()}): slowdown trigger 1.5x for 1 s "
+                        "(or 300 steps lasting 2 s on an idle machine); windows opened: 0"), lines[0]
     armed = state["log"][0]
     assert lines[1] == (f"  step {armed['step']}: armed, baseline median 10 ms over {armed['baseline_steps']} steps, "
                         "slow beyond 15 ms")
     # (the stretch lasts until its level, the mean of a level's steps, is back under the threshold)
     assert lines[2] == (f"  steps 206-{run['last_step']}: slower, {run['steps']} steps, {run['seconds']:.2f} s, median "
-                        f"10 ms -> {run['observed_p50_ms']:.3g} ms: ended: fast_steps: too short")
+                        f"10 ms -> {run['observed_p50_ms']:.3g} ms, level up to 30 ms against 15 ms: ended: fast_steps: "
+                        "too short")
     assert len(lines) == 3
 
 
@@ -73,7 +74,8 @@ def test_a_captured_slowdown_then_the_baseline_learnt_again(tmp_path):
     assert out.returncode == 0
     text = out.stdout
     assert "windows opened: 1" in text.splitlines()[0]
-    assert "  steps 206-225: slower, 20 steps, 2.00 s, median 10 ms -> 100 ms: captured" in text.splitlines(), text
+    captured = "  steps 206-225: slower, 20 steps, 2.00 s, median 10 ms -> 100 ms, level up to 100 ms against 15 ms: captured"
+    assert captured in text.splitlines(), text
     assert json.load(open(path))["trigger_state"] == state  # the command reads, computes nothing
 
 
@@ -101,3 +103,65 @@ def test_a_run_without_the_trigger_and_bad_input(tmp_path):
     # A good file beside a bad one: it is printed, the bad one named, exit status 0.
     out = trigger(tmp_path / "off", tmp_path / "bad")
     assert out.returncode == 0 and "on_slowdown was off" in out.stdout and "steptimes_x.json" in out.stderr
+
+
+def good_file(tmp_path):
+    path, _fired, _state = trend_file(tmp_path / "good", [0.5] * 5 + [0.010] * 200 + [0.100] * 40)
+    return path
+
+
+def test_hostile_trend_files_get_one_line_each_and_the_good_ones_are_still_printed(tmp_path):
+    """From an attack on the command: a FIFO hung it; odd values in a file printed tracebacks
+    (a 400-digit number, a log that is a number, short_runs a string, arrays nested 200000 deep);
+    control characters from a file reached the terminal."""
+    good = good_file(tmp_path)
+    record = json.load(open(good))
+    cases = {"fifo": None,
+             "huge": dict(record, trigger_state=dict(record["trigger_state"], log=[
+                 dict(record["trigger_state"]["log"][0], baseline_p50_ms=10 ** 400)])),
+             "log_int": dict(record, trigger_state=dict(record["trigger_state"], log=7)),
+             "state_list": dict(record, trigger_state=[1, 2]),
+             "short_str": dict(record, trigger_state=dict(record["trigger_state"], short_runs="5")),
+             "deep": "[" * 200000}
+    says = {"fifo": "unreadable step-time file (not a regular file)", "huge": None, "log_int": "trigger_state.log is not a list",
+            "state_list": "trigger_state is not an object", "short_str": "trigger_state.short_runs",
+            "deep": "is not JSON"}
+    for name, content in cases.items():
+        folder = tmp_path / name / "plugins" / "bottleneck"
+        folder.mkdir(parents=True)
+        f = folder / "steptimes_x.json"
+        if content is None:
+            os.mkfifo(f)
+        else:
+            f.write_text(content if isinstance(content, str) else json.dumps(content))
+        out = trigger(tmp_path / name, good)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (name, out.stderr)
+        assert "windows opened: 1" in out.stdout, (name, out.stdout)  # the good file, printed all the same
+        if says[name] is None:  # readable: the number too large for a float is shown as ?
+            assert out.stderr == "" and "baseline median ? ms" in out.stdout, (name, out.stdout)
+        else:
+            (line,) = out.stderr.splitlines()
+            assert line.startswith(f"tfbneck: {f}: ") and says[name] in line, (name, line)
+
+
+def test_control_characters_from_a_file_are_escaped_and_paths_as_users_type_them(tmp_path):
+    good = good_file(tmp_path)
+    record = json.load(open(good))
+    record["host"] = "a\x1b[2Jb"
+    record["trigger_state"]["log"][1]["outcome"] = "captured\r\nfake line"
+    folder = tmp_path / "ansi" / "plugins" / "bottleneck"
+    folder.mkdir(parents=True)
+    (folder / "steptimes_x.json").write_text(json.dumps(record))
+    out = trigger(tmp_path / "ansi")
+    assert out.returncode == 0 and "\x1b" not in out.stdout and "\r" not in out.stdout
+    assert "host a\\x1b[2Jb" in out.stdout and "captured\\r\\nfake line" in out.stdout, out.stdout
+    # The trend folder itself, with a trailing slash, or as ".": the same file; given twice, printed once.
+    plugin_dir = os.path.dirname(good)
+    for path, cwd in [(plugin_dir + "/", None), (".", plugin_dir)]:
+        out = subprocess.run(tfbneck_cmd() + ["trigger", path, path], capture_output=True, text=True, timeout=120,
+                             cwd=cwd)
+        assert out.returncode == 0 and out.stdout.count("windows opened: 1") == 1, (path, out.stdout, out.stderr)
+    # Standard output closed: one line, no traceback.
+    out = subprocess.run(tfbneck_cmd() + ["trigger", good], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert out.returncode == 2 and out.stderr.strip() == "tfbneck: standard output is closed: nowhere to write the report"

@@ -19,6 +19,7 @@ import sys
 from typing import List, Optional
 
 from . import batch
+from .console_output import OutputError, write_stdout
 from . import op_table
 from .analysis.grouping import group_jobs
 from .logdir import DiscoveryError
@@ -125,7 +126,7 @@ def cmd_fleet(args) -> int:
 def _write_text(output: Optional[str], text: str, what: str) -> bool:
     """Write ``text`` to ``output`` (or standard output); True when it could not be written."""
     if not output:
-        _write_stdout(text)
+        write_stdout(text)
         return False
     try:
         with open(output, "w", encoding="utf-8", errors="surrogateescape") as f:
@@ -173,7 +174,7 @@ def cmd_compare(args) -> int:
             print(f"tfbneck: {args.output}: cannot write the comparison ({err.strerror})", file=sys.stderr)
             return 2
     else:
-        _write_stdout(text)
+        write_stdout(text)
     if args.fail_if_slower is not None:
         slow = comparemod.slower_than(result, args.fail_if_slower)
         for c in slow:
@@ -289,49 +290,11 @@ def _emit(args, results: List[SessionDict]) -> int:
             print(f"tfbneck: {args.output}: cannot write report ({err.strerror})", file=sys.stderr)
             return 2
     else:
-        _write_stdout(text if text.endswith("\n") else text + "\n")
+        write_stdout(text if text.endswith("\n") else text + "\n")
     failed = [r for r in results if r.get("status") != "ok"]
     for r in failed:
         print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
     return 1 if failed else 0
-
-
-class OutputError(Exception):
-    """Standard output cannot take the report (closed, or its disk full); one line."""
-
-
-def _write_stdout(text: str) -> None:
-    """Write the report to standard output. Raises OutputError (one line) when it cannot
-    be written; a reader that stopped early (``| head``) ends quietly."""
-    if sys.stdout is None:
-        raise OutputError("standard output is closed: nowhere to write the report (use --output FILE)")
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:  # a file name that is not UTF-8, on a strict UTF-8 terminal
-            sys.stdout.flush()
-            encoding = sys.stdout.encoding or "utf-8"
-            try:
-                data = text.encode(encoding, "surrogateescape")
-            except UnicodeEncodeError:
-                data = text.encode(encoding, "backslashreplace")
-            sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _detach_stdout()
-    except OSError as err:
-        _detach_stdout()
-        raise OutputError(f"standard output: cannot write the report ({err.strerror or err})") from None
-
-
-def _detach_stdout() -> None:
-    """Point standard output at /dev/null, so that the interpreter's flush at exit does not
-    fail again on what could not be written."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -427,12 +427,12 @@ def _read_record(path: str, opener, limit: int, what: str, fmt: str) -> Dict:
         with opener(path, "rb") as f:
             raw = f.read(limit + 1)
     except OSError as err:
-        raise SidecarError(f"{path}: unreadable {what} ({type(err).__name__})") from None
+        raise SidecarError(f"{path}: unreadable {what} ({err.strerror or type(err).__name__})") from None
     if len(raw) > limit:
         raise SidecarError(f"{path}: {what} larger than {limit // 2**20} MiB; not read")
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: arrays nested 100000 deep
         raise SidecarError(f"{path}: {what} is not JSON ({type(err).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != fmt:
         raise SidecarError(f"{path}: not a tfbneck {what}")
