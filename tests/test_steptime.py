@@ -283,6 +283,26 @@ def test_a_triggered_window_that_cannot_open_is_skipped_and_later_ones_still_com
     assert len(opened) == 1 and opened[0][1]["capture"] == 2
 
 
+def test_a_slowdown_past_max_captures_is_told_once_in_one_line():
+    """A newcomer's fit with max_captures=1 slowed twice: the second stretch was in the trend
+    file and in `tfbneck analyze`, but nothing on the console said that training slowed again."""
+    clock = Clock()
+    told = []
+    tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), trig(min_seconds=0.0, max_captures=1, cooldown_steps=10),
+                     warn=lambda kind, line, repeat: told.append((kind, line, repeat)))
+    tr.timer = StepTimer(tr.timer.trigger, clock=clock)
+    opened, _ = drive(tr, clock, [0.5] * 5 + [0.010] * 100 + [0.100] * 25 + [0.010] * 200 + [0.100] * 25)
+    assert len(opened) == 1 and tr.timer.captures == 1
+    (kind, line, repeat), = told
+    second = [e for e in tr.timer.trigger_state()["log"] if e.get("outcome") == "not captured: max_captures reached"]
+    (e,) = second
+    assert kind == "slowdown:max_captures" and line == (
+        f"median step time rose again from 10 to 100 ms over {e['steps']} steps ({e['seconds']:.1f} s) from step "
+        f"{e['first_step']}: not profiled, max_captures reached (SlowdownTrigger(max_captures=...)); tfbneck trigger "
+        "on the logdir lists each such stretch")
+    assert e["first_step"] == 5 + 100 + 25 + 200 + 1 and repeat.endswith("max_captures reached")
+
+
 def test_flush_every_n_steps():
     tr = StepTracker(profile_steps((10 ** 6, 10 ** 6)), None, flush_every=100)
     due = []

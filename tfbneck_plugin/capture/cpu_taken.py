@@ -153,13 +153,22 @@ def has_children() -> bool:
         return True  # unknown: the check is off
 
 
-def notice_lines(entry: Optional[Dict]) -> Tuple[str, Optional[str]]:
-    """(the user's line, the line for repeats) for the trigger's log entry of a stretch not
-    captured because other processes took the CPU (``entry["cpu"]`` from :meth:`CpuTaken.taken_by_others`)."""
+def notice_lines(entry: Optional[Dict]) -> Tuple[str, str, Optional[str]]:
+    """(the warning's kind, the user's line, the line for repeats) for the trigger's log entry
+    of a stretch it confirmed but did not capture: other processes took the CPU (``entry["cpu"]``
+    from :meth:`CpuTaken.taken_by_others`), or ``max_captures`` windows were taken already."""
+    if entry and entry.get("outcome") == "not captured: max_captures reached":
+        return ("slowdown:max_captures",
+                f"median step time rose again from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms "
+                f"over {entry['steps']} steps ({entry['seconds']:.1f} s) from step {entry['first_step']}: not profiled, "
+                "max_captures reached (SlowdownTrigger(max_captures=...)); tfbneck trigger on the logdir lists each such "
+                "stretch",
+                f"median step time rose again from step {entry['first_step']}: max_captures reached")
     if not entry or not entry.get("cpu"):
-        return "a slow stretch was not profiled: other processes took the CPU", None
+        return "slowdown:cpu_taken", "a slow stretch was not profiled: other processes took the CPU", None
     cpu = entry["cpu"]
-    return (f"median step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
+    return ("slowdown:cpu_taken",
+            f"median step time rose from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms over "
             f"{entry['steps']} steps ({entry['seconds']:.1f} s) from step {entry['first_step']}: not profiled, other "
             f"processes took the CPU "
             f"(this process {cpu['own_cores_before']:.2f} -> {cpu['own_cores_during']:.2f} cores, others "

@@ -135,6 +135,8 @@ LEVEL_MIN_STEPS, LEVEL_MAX_STEPS = 5, 31
 USUAL_SECONDS = 60.0
 #: The log entry's outcome of a stretch left uncaptured because other processes took the CPU.
 CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
+#: The log entry's outcome of a stretch confirmed after ``max_captures`` windows.
+MAX_CAPTURES_OUTCOME = "not captured: max_captures reached"
 #: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
 MAX_LOG = MAX_TRIGGER_LOG
 
@@ -152,7 +154,8 @@ class SlowdownWatch:
       captures: windows fired so far.
       fired: what the last firing saw (:meth:`describe`'s dict).
       notice: the log entry of a slow stretch not captured because other processes took the
-        job's CPU (the callback tells the user once, then sets it back to None).
+        job's CPU, or because ``max_captures`` windows were taken (the callback tells the user
+        once per kind, then sets it back to None).
       log: the trigger's record (dicts with ``event``: ``armed``, ``run``, ``rebaselined``).
       short_runs: slow stretches that ended before ``consecutive`` steps (not logged one by one).
     """
@@ -473,7 +476,8 @@ class SlowdownWatch:
         gate = ("max_captures" if self.captures >= trig.max_captures else "analysis" if held
                 else "cooldown" if first < self.next_allowed else None)
         if gate == "max_captures":
-            self._log_run(run, first, spent, "not captured: max_captures reached")
+            self._log_run(run, first, spent, MAX_CAPTURES_OUTCOME)
+            self.notice = self.log[-1]  # the user learns that training slowed again, once
             self._run = None
             self.rebaseline(first, "slower level not captured (max_captures)", after_slowdown=True)
             return False

@@ -81,8 +81,8 @@ class StepTracker:
       schedule: the windows to profile (:func:`~tfbneck_plugin.capture.schedule.profile_steps`).
       trigger: slowdown thresholds (None: no triggered windows; steps are timed anyway).
       flush_every: see the attribute.
-      warn: tells the user of a slow stretch the trigger did not capture because other
-        processes took the job's CPU (:func:`.cpu_taken.notice_lines`).
+      warn: ``warn(kind, line, repeat line)`` tells the user of a slow stretch the trigger
+        confirmed but did not capture (:func:`.cpu_taken.notice_lines`).
     """
 
     def __init__(self, schedule: StepSchedule, trigger: Optional[SlowdownTrigger] = None,
@@ -140,7 +140,7 @@ class StepTracker:
         if ticked == FIRED:
             self._triggered(first)
         elif ticked == NOTICE and self.warn is not None:
-            self.warn("slowdown:cpu_taken", *notice_lines(self.take_notice()))  # one line, not a window
+            self.warn(*notice_lines(self.take_notice()))  # one line per kind, not a window
         if self.step is None and self.window is None and last < self.next_start and first <= self.next_flush:
             return None
         return self._acting(first, last)
@@ -154,8 +154,8 @@ class StepTracker:
         return first, last
 
     def take_notice(self) -> Optional[Dict]:
-        """The trigger's log entry of a slow stretch it did not capture because other
-        processes took the job's CPU, once; else None."""
+        """The trigger's log entry of a slow stretch it confirmed but did not capture (other
+        processes took the job's CPU, or ``max_captures`` was reached), once; else None."""
         watch = self.timer.watch
         if watch is None or watch.notice is None:
             return None
