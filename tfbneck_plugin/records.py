@@ -204,6 +204,10 @@ STEP_TIMES_FORMAT = "tfbneck.step_times"
 MAX_STEP_TIMES_BYTES = 8 * 1024 * 1024
 #: Entries a trend file's ``trigger_state.log`` keeps: the first (arming) and the latest.
 MAX_TRIGGER_LOG = 40
+#: ``outcome`` of a ``trigger_state.log`` stretch confirmed but left uncaptured because other
+#: processes took the job's CPU, and of one confirmed after ``max_captures`` windows.
+CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
+MAX_CAPTURES_OUTCOME = "not captured: max_captures reached"
 
 
 def _reject_constant(name: str):

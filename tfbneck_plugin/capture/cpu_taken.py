@@ -75,6 +75,7 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Optional, Tuple
 
+from ..records import MAX_CAPTURES_OUTCOME
 from .sampler import NOT_TRAINING_PIDS, cpu_total
 
 #: The job's cores during the stretch over those of the span before it, at most (see above:
@@ -157,7 +158,7 @@ def notice_lines(entry: Optional[Dict]) -> Tuple[str, str, Optional[str]]:
     """(the warning's kind, the user's line, the line for repeats) for the trigger's log entry
     of a stretch it confirmed but did not capture: other processes took the CPU (``entry["cpu"]``
     from :meth:`CpuTaken.taken_by_others`), or ``max_captures`` windows were taken already."""
-    if entry and entry.get("outcome") == "not captured: max_captures reached":
+    if entry and entry.get("outcome") == MAX_CAPTURES_OUTCOME:
         return ("slowdown:max_captures",
                 f"median step time rose again from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms "
                 f"over {entry['steps']} steps ({entry['seconds']:.1f} s) from step {entry['first_step']}: not profiled, "

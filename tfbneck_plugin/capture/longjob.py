@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..records import CPU_TAKEN_OUTCOME
 from .arguments import logger
 from .background import BackgroundAnalysis
-from .slowwatch import CPU_TAKEN_OUTCOME
 from .tracker import StepTracker
 from .trend import JobTrend
 from .window import WindowRecord

@@ -92,7 +92,7 @@ import time
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
-from ..records import MAX_TRIGGER_LOG
+from ..records import CPU_TAKEN_OUTCOME, MAX_CAPTURES_OUTCOME, MAX_TRIGGER_LOG
 from .cpu_taken import WORK_HOLD_RATIO, WORK_OPEN_SECONDS, CpuTaken
 from .steplevel import capped_sum, median, percentile, trimmed_mean
 
@@ -133,10 +133,6 @@ LEVEL_MIN_STEPS, LEVEL_MAX_STEPS = 5, 31
 #: 120 s gave the same replay of the corpus and of 37 steady runs under load (the choice
 #: is the memory of a job's usual level; its effect needs a faster interlude shorter than it).
 USUAL_SECONDS = 60.0
-#: The log entry's outcome of a stretch left uncaptured because other processes took the CPU.
-CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
-#: The log entry's outcome of a stretch confirmed after ``max_captures`` windows.
-MAX_CAPTURES_OUTCOME = "not captured: max_captures reached"
 #: Entries kept in :attr:`SlowdownWatch.log` (the first and the latest).
 MAX_LOG = MAX_TRIGGER_LOG
 
