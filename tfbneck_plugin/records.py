@@ -198,6 +198,8 @@ SKIPPED_FORMAT = "tfbneck.skipped"
 #: Folder of the step-time trend files, under a run's folder (``plugins/<plugin name>``,
 #: the TensorBoard convention for a plugin's own data; the plugin is named ``bottleneck``).
 STEP_TIMES_DIR = os.path.join("plugins", "bottleneck")
+#: A trend file's name begins and ends so (:func:`step_times_name`).
+STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX = "steptimes_", ".json"
 #: ``format`` of a step-time trend file.
 STEP_TIMES_FORMAT = "tfbneck.step_times"
 #: Trend files larger than this (bytes) are not read (a long job's file is ~100 bytes per point).
@@ -421,7 +423,7 @@ def step_times_name(start_unix_ns: int, host: str, pid: int) -> str:
     ``.`` and ``_`` in the host name become ``_``."""
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(start_unix_ns / 1e9))
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in host) or "host"
-    return f"steptimes_{stamp}_{safe}_{int(pid)}.json"
+    return f"{STEP_TIMES_PREFIX}{stamp}_{safe}_{int(pid)}{STEP_TIMES_SUFFIX}"
 
 
 def _read_record(path: str, opener, limit: int, what: str, fmt: str) -> Dict:
@@ -484,7 +486,7 @@ MAX_SYSTEM_RUN_BYTES = 32 * 1024 * 1024
 def system_run_name(start_unix_ns: int, host: str, pid: int) -> str:
     """The callback's system record name, ``system_<stamp>_<host>_<pid>.json`` (as
     :func:`step_times_name`)."""
-    return "system_" + step_times_name(start_unix_ns, host, pid)[len("steptimes_"):]
+    return "system_" + step_times_name(start_unix_ns, host, pid)[len(STEP_TIMES_PREFIX):]
 
 
 def read_system_run(path: str, opener=open) -> Dict:

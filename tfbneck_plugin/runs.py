@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .logdir import Session, is_remote, open_any, session_folder_time
-from .records import STEP_TIMES_DIR, SidecarError, read_step_times
+from .records import STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, SidecarError, read_step_times
 from .schema import SessionDict, first_fix, step_time_ms
 
-_PREFIX, _SUFFIX = "steptimes_", ".json"
 
 
 def run_dir_of(session: Session) -> str:
@@ -33,14 +32,14 @@ def run_dir_of(session: Session) -> str:
     return parts[0] if len(parts) == 4 else ""
 
 
-def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int, float]]:
+def list_trend_files(run_dir: str, prefix: str = STEP_TIMES_PREFIX) -> List[Tuple[str, int, float]]:
     """``(path, size in bytes, modification time)`` of the run's trend files (or, with
     ``prefix="system_"``, its system records), newest name first (names start with the
     job's start time). Raises OSError when listing fails."""
     if is_remote(run_dir):
         from . import remote
         fs, root = remote.filesystem(run_dir)
-        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + _SUFFIX
+        pattern = root.rstrip("/") + "/plugins/bottleneck/" + prefix + "*" + STEP_TIMES_SUFFIX
         scheme = run_dir.split("://", 1)[0]
         out = []
         for p in fs.glob(pattern):
@@ -55,7 +54,7 @@ def list_trend_files(run_dir: str, prefix: str = _PREFIX) -> List[Tuple[str, int
         return []
     out = []
     for n in names:
-        if n.startswith(prefix) and n.endswith(_SUFFIX):
+        if n.startswith(prefix) and n.endswith(STEP_TIMES_SUFFIX):
             st = os.stat(os.path.join(folder, n))
             out.append((os.path.join(folder, n), st.st_size, st.st_mtime_ns))
     return sorted(out, key=lambda x: os.path.basename(x[0]), reverse=True)

@@ -25,10 +25,8 @@ from typing import Dict, List, Optional
 
 from .console_output import write_stdout
 from .logdir import is_remote, open_any
-from .records import MAX_TRIGGER_LOG, STEP_TIMES_DIR, SidecarError, read_step_times
-
-#: Trend file names (``records.step_times_name``).
-_PREFIX, _SUFFIX = "steptimes_", ".json"
+from .records import (MAX_TRIGGER_LOG, STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, SidecarError,
+                      read_step_times)
 
 
 def add_parser(sub) -> None:
@@ -65,7 +63,8 @@ def find_trend_files(path: str, problems: List[str]) -> List[str]:
 
     for dirpath, _dirnames, filenames in os.walk(path, onerror=unlistable, followlinks=False):
         if os.path.abspath(dirpath).endswith(tail):
-            found += [os.path.join(dirpath, n) for n in filenames if n.startswith(_PREFIX) and n.endswith(_SUFFIX)]
+            found += [os.path.join(dirpath, n) for n in filenames
+                      if n.startswith(STEP_TIMES_PREFIX) and n.endswith(STEP_TIMES_SUFFIX)]
     return sorted(found)
 
 
