@@ -51,6 +51,10 @@ setup(
         "beam": ["apache-beam>=2.50"],
         "remote": ["s3fs>=2023.1.0", "gcsfs>=2023.1.0"],
         "notebook": ["pandas>=1.5.1"],  # Report.to_dataframe(); 1.5.1: the first with Python 3.11 wheels
+        # The manual (mkdocs.yml, docs/): `mkdocs build --strict`, run by tests/test_docs_site.py.
+        # mkdocstrings-python reads the API page's docstrings with griffe, without importing the
+        # package (no TensorFlow). Floors: the releases that build has been run with.
+        "docs": ["mkdocs>=1.6.1", "mkdocs-material>=9.8.2", "mkdocstrings>=1.0.8", "mkdocstrings-python>=2.0.11"],
         # s3fs/gcsfs floors here only steer pip: moto needs boto3, whose newest release
         # pins a botocore newer than any aiobotocore accepts, and without them pip resolves
         # that by falling back to s3fs 0.4.2 (2020). tests/test_min_versions.py fails when

@@ -6,7 +6,7 @@ on the labelled reports the test suite leaves in ``tests/_artifacts/labelled/`` 
 TensorFlow runs made by the tests, each with the answer its test asserts). Prints the table
 (confidence bins against the fraction right) and every wrong verdict.
 
-    python benchmarks/calibration.py            # table of the committed set (what the README shows)
+    python benchmarks/calibration.py            # table of the committed set (what docs/accuracy.md shows)
     python benchmarks/calibration.py --with-tests   # plus the reports the last test run left
 
 A verdict is right when its ``bottleneck`` and ``cause`` both match the label (some test runs label

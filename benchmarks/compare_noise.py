@@ -7,7 +7,7 @@ Usage::
                                        [--markdown docs/compare_noise.md]
 
 ``--make`` first makes the runs (benchmarks/noise_job.py, one process each): ``--base`` runs of
-the base code as the machine is, ``--busy`` more under ``../shared/tools/under-load``, and
+the base code as the machine is, ``--busy`` more under ``benchmarks/under_load.sh``, and
 ``--changed`` runs of each real change (the step's work x 1.1, 1.25, 2). Every pair of
 base runs is a pair of identical code run twice (both as the machine is, both busy, one of
 each); every (base, changed) pair is a real change. Each pair is compared twice: with all
@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOB = os.path.join(HERE, "noise_job.py")
-UNDER_LOAD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "under-load")
+UNDER_LOAD = os.path.join(HERE, "under_load.sh")  # spinners and a loopback stream
 BASE_WORK = 20
 CHANGES = {"+10 %": 1.1, "+25 %": 1.25, "2x": 2.0}
 

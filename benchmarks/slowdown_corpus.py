@@ -5,12 +5,12 @@ trigger captured.
     python benchmarks/slowdown_corpus.py run [--only NAME,...] [--out DIR] [--jobs N]  # real runs (slow)
     python benchmarks/slowdown_corpus.py table [--out DIR] [--md FILE]       # the table from them
     python benchmarks/slowdown_corpus.py replay [--out DIR]                  # defaults, fit/judge halves
-    python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md --readme README.md  # all of it
-    python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md --readme README.md     # run, report: one command
+    python benchmarks/slowdown_corpus.py report --md docs/slowdown_capture.md --readme docs/accuracy.md  # all of it
+    python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md --readme docs/accuracy.md  # run, report
 
 ``run`` runs every scenario of :data:`SCENARIOS` in its own interpreter
 (``tests/callback_jobs/slowdown_jobs.py corpus``, one profiler per process), under
-``../shared/tools/under-load -j N`` for those marked ``load`` (N = 2, or the number given:
+``benchmarks/under_load.sh -j N`` for those marked ``load`` (N = 2, or the number given:
 one spinner on two cores leaves the job switching between a fast and a slow level, the
 noisiest kind of busy machine), and keeps each one's
 ``result.json`` (the windows, their verdicts, the job's own step clock, its CPU seconds
@@ -22,7 +22,7 @@ seconds and the measured slowdown against the steps before it), whether a trigge
 opened inside it, the delay from the onset to the window (steps and seconds) and the
 window's verdict; then the totals the issue asks for: recall over the phases slowed by 2x
 or more for 8 s or more, and triggered windows in steady runs. ``--md`` writes it as
-Markdown (``docs/slowdown_capture.md`` is this output); ``--readme`` rewrites the README's copy
+Markdown (``docs/slowdown_capture.md`` is this output); ``--readme`` rewrites the copy in that page (docs/accuracy.md)
 of the table and its totals (its ``slowdown-corpus`` block).
 
 ``replay`` feeds the recorded step times through :class:`~tfbneck_plugin.capture.steptime.StepTimer`
@@ -46,8 +46,7 @@ from slowdown_table import load_jobs  # beside this file
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOB = os.path.join(ROOT, "tests", "callback_jobs", "slowdown_jobs.py")
-UNDER_LOAD = os.path.join(os.environ.get("TFBNECK_SHARED") or os.path.join(os.path.dirname(ROOT), "shared"),
-                          "tools", "under-load")
+UNDER_LOAD = os.path.join(HERE, "under_load.sh")  # spinners and a loopback stream
 DEFAULT_OUT = os.path.join(HERE, "out", "slowdown_corpus")
 
 #: Models by their step time on an idle 2-core machine (measured): batch, features, width, depth.
@@ -101,7 +100,7 @@ SCENARIOS = [
     scenario("k3-250ms-x4-middle-epochs", model="250ms", factor=4, onset_s=16, slow_s=14, epochs=2),
     scenario("k3-15ms-x1.5-middle", model="15ms", factor=1.5, onset_s=6, slow_s=15),
     scenario("k3-15ms-x2-long-60s", model="15ms", onset_s=6, slow_s=60),
-    # Slowdowns under ../shared/tools/under-load -j 2 (both cores spinning, a TCP stream).
+    # Slowdowns under benchmarks/under_load.sh -j 2 (both cores spinning, a TCP stream).
     scenario("k3-1ms-x2-middle-load", onset_s=6, slow_s=10, load=True),
     scenario("tfk-15ms-x4-middle-load", api="tf_keras", model="15ms", factor=4, onset_s=6, slow_s=8, load=True),
     scenario("loop-1ms-x4-middle-load", api="loop", factor=4, onset_s=6, slow_s=8, load=True),
@@ -119,7 +118,7 @@ SCENARIOS = [
     scenario("steady-k3-250ms-load", model="250ms", steady_s=30, load=True),
     scenario("steady-k3-15ms-nosched-load", model="15ms", steady_s=20, sched=False, load=True),
     scenario("steady-k3-1ms-idle", steady_s=20),
-    # Under ../shared/tools/under-load -j 1: one spinner on two cores. A job of 1-2 ms steps then
+    # Under benchmarks/under_load.sh -j 1: one spinner on two cores. A job of 1-2 ms steps then
     # switches between levels 1.5-1.7x apart for fractions of a second (tests/test_slowdown.py's
     # steady run fired a window this way in CI).
     scenario("steady-k3-1ms-load1", steady_s=30, load=1),

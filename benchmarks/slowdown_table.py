@@ -660,12 +660,12 @@ LIMITS = """## What the trigger cannot catch, and why
   keeps them. The trend file's `trigger_state` shows the baseline it armed on (`slow_tail_steps`).
   When the steps get lastingly faster (the end of a slower start), the faster steps are the baseline at
   once: learnt from the next steps, as before pass 11, it armed 2 s later on a busy machine and a
-  slowdown inside those seconds became its level (a newcomer's fit; replayed with that rule, the
+  slowdown inside those seconds became its level (a user's trial fit; replayed with that rule, the
   `speedup-*` runs, slowed 0.4-4 s after a speed-up, lose 3 of 8; with this one, 8 of 8 captured).
   "Lastingly faster" is a baseline's worth of faster steps (beyond `factor`): on a busy machine 2 s of
-  them, and a busy machine stretches about half of a job's steps past that line (a newcomer's 12 ms
+  them, and a busy machine stretches about half of a job's steps past that line (that trial's 12 ms
   steps under `-j 2`: 4.4-5.9 s to confirm). A slowdown back at the earlier level sooner than that is
-  compared with a baseline of both levels, or with the earlier level: the newcomer's, 0.5 s after the
+  compared with a baseline of both levels, or with the earlier level: the trial's slowdown, 0.5 s after the
   speed-up, was missed twice; 1.5 s after, caught by the CPU-per-step rule; 3 s after, caught at 1.63x.
 - **A slowdown shorter than the confirmation**: `min_seconds` (3 s), or 300 steps lasting 2 s (not on a
   busy machine: other processes on half a core or more), counted with each step capped at 4x the
@@ -719,7 +719,7 @@ LIMITS = """## What the trigger cannot catch, and why
   sidecar's trigger record), so there the input is named when the training threads waited for busy cores,
   the input's stage runs beside the step, the traced steps are still at least `factor` over the baseline,
   and that stage's work per step over the cores the training used accounts for half or more of what the
-  step grew (README, Thresholds: "the input takes the model's cores"): a model of measured quantities
+  step grew (How it works, Thresholds: "the input takes the model's cores"): a model of measured quantities
   (on cores that are all taken a step grows by the added work over the cores), checked on passes 10 and 11
   (0.47-1.65 of the growth on an idle machine, 1.01-2.83 on a busy one, 82 windows) and judged by passes 12 and 13's
   new runs (every captured required window names the input). A scheduled window has no such baseline and
@@ -728,7 +728,7 @@ LIMITS = """## What the trigger cannot catch, and why
   queued for a core and none sat idle (or fewer than they queued for: pass 10's
   `speedup-k3-1ms-x2.3-load1` window read 0.18 cores idle over 0.17 s with 1.48 cores' worth waiting),
   host overhead that the input's stage outlasts, and a wait on a stage of TensorFlow ops with no disk
-  reads, read as the input (README, Thresholds: "the input takes the cores"), two measured times compared
+  reads, read as the input (How it works, Thresholds: "the input takes the cores"), two measured times compared
   with no fitted constant. Where the input's stage works about as long per step as the host overhead
   lasts, the two are a tie and the verdict can go either way (pass 10's `speedup-k3-1ms-x2.3-load-r2`:
   2.14 ms against 2.22 ms, `python_overhead`). The window's "what changed" line names the tf.data stage
@@ -742,8 +742,8 @@ def full_report(out: str) -> str:
     from tfbneck_plugin.capture.steptime import SlowdownTrigger
     d = SlowdownTrigger()
     rows = load(out)
-    head = ["# Slowdown capture: the scenario corpus (issue 24)", "",
-            "Made by `python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md --readme README.md` "
+    head = ["# Slowdown capture: the scenario corpus", "",
+            "Made by `python benchmarks/slowdown_corpus.py all --md docs/slowdown_capture.md --readme docs/accuracy.md` "
             "(real fits, CPU, one "
             "at a time, then this report). "
             f"{len(rows)} runs. Each run's slowdown is measured by the job's own clock (a callback before the "
@@ -751,7 +751,7 @@ def full_report(out: str) -> str:
             "input pipeline's extra work is TensorFlow matrix products in `tf.data`, steered to the "
             "requested factor, so the measured factor differs from the requested one on a busy machine. "
             "`load avg` is the machine's 1-minute load average before and after each run (2 cores, nothing "
-            "else running but the corpus; `under-load` `-j N` runs it under `../shared/tools/under-load -j N`, "
+            "else running but the corpus; `under-load` `-j N` runs it under `benchmarks/under_load.sh -j N`, "
             "whose load lingers in the next runs' averages). Every run used the trigger's defaults "
             f"(`min_seconds` {d.min_seconds:g} s, `quick_steps` {d.quick_steps}, `quick_seconds` "
             f"{d.quick_seconds:g} s, chosen by the replay below on the fit half of an earlier pass of this corpus; "

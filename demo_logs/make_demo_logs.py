@@ -4,7 +4,7 @@ five steps (unless said) by ``BottleneckProfiler`` (trace + system metrics).
 Usage (needs ``pip install '.[tensorflow]'``):
 
     python demo_logs/make_demo_logs.py [OUTDIR] [--only JOB,JOB...]   # default: demo_logs/, every job
-    python demo_logs/make_demo_logs.py --pairs-table [LOGDIR]         # README's predicted-vs-measured table
+    python demo_logs/make_demo_logs.py --pairs-table [LOGDIR]         # docs/accuracy.md's predicted-vs-measured table
 
 Each job runs in its own Python process (TensorFlow's profiler is one per process) and
 writes ``OUTDIR/<job>/plugins/profile/<session>/``. ``EXPECTED.json`` records the verdict
@@ -236,7 +236,7 @@ def pair_rows(logdir: str = HERE):
 
 
 def pairs_table(logdir: str = HERE) -> str:
-    """The README's table of predicted against measured times (Markdown)."""
+    """The table of predicted against measured times (Markdown)."""
     out = ["| change (fix) | before run | ms per batch before | predicted after (range) | measured after | error |",
            "|---|---|---|---|---|---|"]
     for fix, before, after, was, pred, (low, high), measured, err in pair_rows(logdir):

@@ -47,7 +47,7 @@ MEANING: Dict[str, str] = {
                   "the CSV, table and Markdown rows say `error` there)",
     "cause": "the finer cause: a code of the cause table below",
     "cause_text": "the cause's meaning in one sentence",
-    "confidence": "the chance the verdict is right, 0-1 (calibrated: README, Confidence)",
+    "confidence": "the chance the verdict is right, 0-1 (calibrated: Accuracy and performance, Confidence)",
     "evidence": "sentences with the numbers behind the verdict",
     "evidence_detail": "the same sentences with their `basis`: `trace`, `system_metrics` or `inferred`",
     "input_pipeline": "the tf.data stages and the one that blocks (object below)",
@@ -62,7 +62,7 @@ MEANING: Dict[str, str] = {
                       "tree, I/O wait, disk, network, GPUs (means and per-sample series); absent without a sidecar",
     "worst_step": "the step the Trace Viewer link opens (object below), or null",
     "top_ops": "the costliest ops of each place (`host`, `input_pipeline`, `device`), costliest first (object "
-               "below; README, Which operations take the time)",
+               "below; Which operations take the time)",
     "op_summary": "what `top_ops` covers, and the ops summed by op type and by layer scope (object below)",
     "trace_viewer": "the run (`<run>/<session>`, as TensorBoard names it) and host to open in the Trace Viewer",
     "warnings": "problems that did not stop the analysis (a host that could not be read, a bad sidecar), one "

@@ -1,5 +1,6 @@
-"""The newcomer's test: the README's own code blocks, run as written on a fresh copy of the
-repository, in order, as a reader following it in one terminal would.
+"""A first reader's test: the code blocks of the README and of every page of the manual
+(``docs/``, in the order of ``mkdocs.yml``'s nav), run as written on a fresh copy of the
+repository, in order, as a reader following them in one terminal would.
 
 * The copy holds what a clone holds: the files git tracks, and new files it does not ignore
   (``git ls-files -co --exclude-standard``), so a change not yet committed is tested too.
@@ -21,6 +22,8 @@ repository, in order, as a reader following it in one terminal would.
 * ``<!-- readme-test: skip REASON -->``: not run here, and the reason says where it is tested
   (the test suite itself; a job that needs a cluster of machines). Blocks without a language
   (diagrams, paths) are not code.
+* A block the same as one already run (the README's install command, repeated in the manual's
+  Getting started) is not run twice, unless an output block follows it.
 
 pip reuses a download cache kept in ``tests/_artifacts/readme-pip-cache`` between runs
 (``TFBNECK_README_PIP_CACHE``); the first run fills it. Slow (a fresh venv with TensorFlow):
@@ -43,6 +46,28 @@ import pytest
 from conftest import ARTIFACTS, ROOT
 
 README = os.path.join(ROOT, "README.md")
+
+
+def manual_pages(root: str = ROOT) -> List[str]:
+    """The manual's pages, ``docs/*.md`` in the order of ``mkdocs.yml``'s nav (the order a reader
+    meets them), as paths under ``root``."""
+    with open(os.path.join(root, "mkdocs.yml"), encoding="utf-8") as f:
+        nav = f.read().split("\nnav:", 1)[1]
+    return [os.path.join(root, "docs", page) for page in re.findall(r"^\s+- [^:\n]+: (\S+\.md)\s*$", nav, re.M)]
+
+
+def documents(root: str = ROOT) -> List[str]:
+    """What a reader follows: the README, then the manual's pages."""
+    return [os.path.join(root, "README.md")] + manual_pages(root)
+
+
+def all_text(root: str = ROOT) -> str:
+    out = []
+    for path in documents(root):
+        with open(path, encoding="utf-8") as f:
+            out.append(f.read())
+    return "\n".join(out)
+
 #: What ``<!-- readme-test: with your model -->`` blocks run after: the reader's own model and
 #: data, here 64 batches of 32 random examples and a small dense model, compiled.
 YOUR_MODEL = """
@@ -64,19 +89,21 @@ _FENCE = re.compile(r"^```(\S*)\s*$")
 
 @dataclass
 class Block:
-    """One fenced block of the README: its language, text, line and annotation."""
+    """One fenced block of the README or a manual page: its language, text, line and annotation."""
     lang: str
     code: str
     line: int
     mode: str = ""     # "", "with", "output", "server", "skip"
     note: str = ""
+    path: str = README
 
     def where(self) -> str:
-        return f"README.md line {self.line}"
+        docs = self.path.rfind(os.sep + "docs" + os.sep)  # a manual page: docs/..., else README.md
+        return f"{self.path[docs + 1:] if docs >= 0 else os.path.basename(self.path)} line {self.line}"
 
 
 def blocks(path: str = README) -> List[Block]:
-    """The README's fenced blocks in order, each with the annotation on the line before it."""
+    """The fenced blocks of one Markdown file in order, each with the annotation on the line before it."""
     lines = open(path, encoding="utf-8").read().splitlines()
     out, i = [], 0
     while i < len(lines):
@@ -91,7 +118,7 @@ def blocks(path: str = README) -> List[Block]:
             i += 1
         i += 1
         note = _ANNOTATION.match(lines[start - 1].strip()) if start else None
-        b = Block(m.group(1), "\n".join(body) + "\n", start + 1)
+        b = Block(m.group(1), "\n".join(body) + "\n", start + 1, path=path)
         if note:
             b.mode, b.note = note.group(1), note.group(2)
         out.append(b)
@@ -99,11 +126,13 @@ def blocks(path: str = README) -> List[Block]:
 
 
 def test_readme_blocks_are_annotated_consistently():
-    """Cheap checks that run without the slow part: annotations are known, skips give a
-    reason, output blocks follow a block that runs, and nothing asks a reader to open the
-    optional test data outside the repository."""
-    bs = blocks()
-    assert bs, "the README has no code block"
+    """Cheap checks that run without the slow part, over the README and every manual page:
+    annotations are known, skips give a reason, output blocks follow a block that runs, and
+    nothing asks a reader to open the optional test data outside the repository."""
+    pages = manual_pages()
+    assert len(pages) >= 10 and all(os.path.isfile(p) for p in pages), pages
+    assert blocks(), "the README has no code block"
+    bs = [b for path in documents() for b in blocks(path)]
     for i, b in enumerate(bs):
         assert b.mode in ("", "with", "output", "server", "skip"), (b.where(), b.mode)
         if b.mode == "skip":
@@ -112,7 +141,7 @@ def test_readme_blocks_are_annotated_consistently():
             assert b.lang == "text" and i and bs[i - 1].lang in ("bash", "python"), b.where()
         if b.lang in ("bash", "python"):
             assert "shared/" not in b.code, f"{b.where()}: asks a reader to use files outside the repository"
-    text = open(README, encoding="utf-8").read()
+    text = all_text()
     # The package is not on an index: the install forms that pip accepts from a clone only.
     assert "tfbneck-plugin[" not in text and "pip install tfbneck" not in text
     langs = [b.lang for b in bs if b.mode != "skip"]
@@ -165,7 +194,7 @@ class Reader:
         started = time.monotonic()
         r = subprocess.run(argv, cwd=self.clone, env=self._venv_env(), capture_output=True, text=True,
                            timeout=BLOCK_TIMEOUT_S)
-        self.log.append({"line": b.line, "lang": b.lang, "seconds": round(time.monotonic() - started, 1),
+        self.log.append({"where": b.where(), "lang": b.lang, "seconds": round(time.monotonic() - started, 1),
                          "rc": r.returncode})
         self.last = r.stdout + r.stderr
         assert r.returncode == 0, f"{b.where()} failed (exit {r.returncode}):\n{b.code}\n--- output ---\n{self.last[-4000:]}"
@@ -202,7 +231,7 @@ class Reader:
         started = time.monotonic()
         r = subprocess.run((["unshare", "-rn"] if private else []) + ["bash", "-e", "-c", script], cwd=self.clone,
                            env=env, capture_output=True, text=True, timeout=300)
-        self.log.append({"line": b.line, "lang": "server", "seconds": round(time.monotonic() - started, 1),
+        self.log.append({"where": b.where(), "lang": "server", "seconds": round(time.monotonic() - started, 1),
                          "rc": r.returncode})
         log = open(os.path.join(self.clone, ".readme_server.log"), encoding="utf-8", errors="replace").read()
         assert r.returncode == 0, f"{b.where()}: {r.stderr[-2000:]}\n--- server ---\n{log[-3000:]}"
@@ -222,17 +251,23 @@ def test_every_readme_block_runs_as_written(tmp_path):
     clone = fresh_copy(str(tmp_path / "tfbneck"))
     log: List[dict] = []
     reader = Reader(clone, log)
-    skipped = []
+    skipped, ran = [], set()
     try:
-        for b in blocks(os.path.join(clone, "README.md")):
+        bs = [b for path in documents(clone) for b in blocks(path)]
+        for i, b in enumerate(bs):
             if b.mode == "skip":
-                skipped.append((b.line, b.note))
+                skipped.append((b.where(), b.note))
             elif b.mode == "output":
                 reader.check_output(b)
             elif b.mode == "server":
                 reader.serve(b)
             elif b.lang in ("bash", "python"):
+                checked = i + 1 < len(bs) and bs[i + 1].mode == "output"
+                if (b.lang, b.mode, b.code) in ran and not checked:
+                    skipped.append((b.where(), "the same block ran earlier"))
+                    continue
                 reader.run(b)
+                ran.add((b.lang, b.mode, b.code))
     finally:
         os.makedirs(ARTIFACTS, exist_ok=True)
         with open(os.path.join(ARTIFACTS, "readme_blocks.json"), "w", encoding="utf-8") as f:
@@ -257,11 +292,20 @@ OTHER_TOOLS_FLAGS = {
     "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
     "--no-system": "benchmarks/bench_steptime.py", "--out": "benchmarks/bench_fleet.py",
     "--windows": "benchmarks/bench_many_windows.py",
+    # The manual's development pages (TensorFlow's profiler abort, its reproduction and harness).
+    "--steps": "benchmarks/profiler_abort_repro.py", "--passes": "benchmarks/profiler_abort_repro.py",
+    "--driver": "benchmarks/profiler_abort_repro.py", "--host-tracer-level": "benchmarks/profiler_abort_repro.py",
+    "--worker": "benchmarks/profiler_abort_repro.py", "--ports": "benchmarks/profiler_abort_repro.py",
+    "--per-child": "benchmarks/profiler_abort_harness.py", "--every": "benchmarks/profiler_abort_harness.py",
+    "--window-steps": "benchmarks/profiler_abort_harness.py", "--gdb": "benchmarks/profiler_abort_harness.py",
+    "--job": "tests/tf_jobs/multiworker_fit.py",
+    "--args": "gdb", "--start-address": "objdump", "--stop-address": "objdump",
+    "--quick": "tests/run.sh (the quick tier)", "--strict": "mkdocs build",
 }
 
 
 def _readme_flags():
-    text = open(README, encoding="utf-8").read()
+    text = all_text()
     return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*(?:=[A-Za-z]+Runner)?", text)))
 
 
@@ -285,7 +329,7 @@ def test_every_flag_the_readme_names_exists():
 
 
 def test_every_environment_variable_the_readme_names_is_read_by_the_code():
-    text = open(README, encoding="utf-8").read()
+    text = all_text()
     names = set(re.findall(r"`((?:TFBNECK|AWS_ENDPOINT|STORAGE_EMULATOR)[A-Z0-9_]*)(?:=[^`]*)?`", text))
     assert {"TFBNECK_REMOTE_TIMEOUT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"} <= names
     source = ""  # the package, and the tests for the variables that steer them (TFBNECK_FUZZ_...)
@@ -297,13 +341,14 @@ def test_every_environment_variable_the_readme_names_is_read_by_the_code():
     assert not missing, f"the README names environment variables the code never reads: {missing}"
 
 
-def test_the_slowdown_corpus_table_in_the_readme_is_the_one_in_its_report():
-    """Issue 24's acceptance 3: the README carries the slowdown corpus's table and totals,
-    written by the same command as ``docs/slowdown_capture.md``; both must come from one run
-    of it (a README edited by hand, or a report made again without ``--readme``, fails)."""
+def test_the_slowdown_corpus_table_in_the_manual_is_the_one_in_its_report():
+    """The manual's accuracy page carries the slowdown corpus's table and totals, written by
+    the same command as ``docs/slowdown_capture.md`` (``--readme docs/accuracy.md``); both must
+    come from one run of it (a page edited by hand, or a report made again without
+    ``--readme``, fails)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from slowdown_table import README_BEGIN, README_END
-    text = open(README, encoding="utf-8").read()
+    text = open(os.path.join(ROOT, "docs", "accuracy.md"), encoding="utf-8").read()
     assert text.count(README_BEGIN) == 1 and text.count(README_END) == 1
     block = text[text.index(README_BEGIN):text.index(README_END)]
     report = open(os.path.join(ROOT, "docs", "slowdown_capture.md"), encoding="utf-8").read()

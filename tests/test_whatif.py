@@ -188,14 +188,14 @@ def test_steps_per_execution_model_rederived_from_the_trace(reports, pairs):
 
 
 def test_readme_table_is_the_runs_table():
-    """README's predicted-vs-measured table is what make_demo_logs.py --pairs-table prints."""
+    """The manual's predicted-vs-measured table (docs/accuracy.md) is what make_demo_logs.py --pairs-table prints."""
     if not os.path.exists(PAIRS_PATH):
         pytest.skip("demo_logs/ has no before/after pairs")
     r = subprocess.run([sys.executable, os.path.join(DEMO_LOGS, "make_demo_logs.py"), "--pairs-table"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    assert r.stdout in readme
+    page = open(os.path.join(ROOT, "docs", "accuracy.md"), encoding="utf-8").read()
+    assert r.stdout in page
 
 
 # ---- the models at their edges, from hand-made findings (no trace) ------------------------------
@@ -370,11 +370,11 @@ def test_corpus_split_is_seeded_and_covers_both_halves_and_every_modelled_change
 
 
 def test_readme_accuracy_table_is_the_corpus_table():
-    """README's accuracy summary is what pairs_corpus.py score wrote from the committed table."""
+    """The manual's accuracy summary (docs/accuracy.md) is what pairs_corpus.py score wrote from the committed table."""
     pc = _corpus()
     data = json.load(open(pc.TABLE_JSON))
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    assert pc.readme_summary(data["rows"], data["meta"]) in readme
+    page = open(os.path.join(ROOT, "docs", "accuracy.md"), encoding="utf-8").read()
+    assert pc.readme_summary(data["rows"], data["meta"]) in page
     assert all(r["half"] == pc.half(r["pair"]) for r in data["rows"])
     for r in data["rows"]:
         if r.get("predicted_ms") is not None:
