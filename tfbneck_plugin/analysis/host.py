@@ -152,7 +152,7 @@ class HostView:
         for li, line in enumerate(self.plane.lines):
             if lines is not None and li not in lines:
                 continue
-            idx = np.flatnonzero(np.isin(line.name_id, ids))
+            idx = line.where(ids)
             if len(idx):
                 out.append((li, idx))
         return out
@@ -237,7 +237,7 @@ class HostView:
         if self.training_line is None:
             return timeline.empty()
         line = self.plane.lines[self.training_line]
-        keep = ~np.isin(line.name_id, exclude_ids)
+        keep = ~line.mask(exclude_ids)
         return line.start_ps[keep], line.start_ps[keep] + line.dur_ps[keep]
 
     def collective_op_intervals(self) -> timeline.Intervals:
@@ -261,7 +261,7 @@ class HostView:
         eager_kernel = dict(self.select(self.ids_named([EAGER_KERNEL_EVENT]), self.non_data_lines))
         for li, idx in self.select(self.ids_named([GRAPH_BUILD_EVENT]), self.non_data_lines):
             line = self.plane.lines[li]
-            s, e = line.start_ps[idx], line.end_ps[idx]
+            s, e = line.start_ps[idx], line.ends(idx)
             tracing.append((s, e))
             # Top-level builds only: an inner function traced inside an outer one's tracing
             # is part of it.
@@ -272,7 +272,7 @@ class HostView:
             ek = np.sort(line.start_ps[eager_kernel[li]]) if li in eager_kernel else np.zeros(0, np.int64)
             has = parent >= 0
             if len(ek) and has.any():
-                p_end = line.end_ps[parent[has]]
+                p_end = line.ends(parent[has])
                 j = np.searchsorted(ek, e[has], side="left")
                 ok = j < len(ek)
                 first = np.where(ok, ek[np.minimum(j, len(ek) - 1)], 0)

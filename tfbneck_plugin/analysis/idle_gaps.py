@@ -51,7 +51,7 @@ def _host_during(view, inp, device: str, start_ps: int, end_ps: int, dur_ms: flo
         line = view.plane.lines[view.training_line]
         s, e = line.start_ps, line.start_ps + line.dur_ps
         inside = np.minimum(e, end_ps) - np.maximum(s, start_ps)
-        inside[np.isin(line.name_id, step_marker_ids(view))] = 0
+        inside[line.mask(step_marker_ids(view))] = 0
         if len(inside) and inside.max() > 0:
             k = int(np.argmax(inside))
             fact.training_event = view.plane.event_names.get(int(line.name_id[k]), "?")

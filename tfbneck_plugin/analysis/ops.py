@@ -167,7 +167,7 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
     cols = []  # per line: keys, self, start, end, window of the ops inside the windows
     for li, idx in view.select(view.ids(("op-events",), is_op_name)):
         line = plane.lines[li]
-        s, e = line.start_ps[idx], line.end_ps[idx]
+        s, e = line.start_ps[idx], line.ends(idx)
         step = window_of(s, win_s, win_e)
         m = step >= 0
         if not m.any():
@@ -214,7 +214,7 @@ class _EagerOps:
             codes = np.array([ids_of.setdefault(k, self.first_id + len(ids_of)) if ok else -1
                               for k, ok in zip(kinds, keep)], dtype=np.int64)
             line = view.plane.lines[li]
-            yield codes[keep], line.start_ps[idx[keep]], line.end_ps[idx[keep]]
+            yield codes[keep], line.start_ps[idx[keep]], line.ends(idx[keep])
         self.types.update({v: k for k, v in ids_of.items()})
 
 
@@ -260,18 +260,18 @@ class _FunctionStages:
         call_ids, owner_ids = view.ids_named([FUNCTION_CALL, FUNCTION_RUN]), function_owner_ids(view)
         for li in view.tfdata_lines:
             line = view.plane.lines[li]
-            calls = np.flatnonzero(np.isin(line.name_id, call_ids))
-            own = np.flatnonzero(np.isin(line.name_id, owner_ids))
+            calls = line.where(call_ids)
+            own = line.where(owner_ids)
             if not len(calls) or not len(own):
                 continue
-            c = _innermost_container(line.start_ps[own], line.end_ps[own], line.start_ps[calls], line.end_ps[calls])
+            c = _innermost_container(line.start_ps[own], line.ends(own), line.start_ps[calls], line.ends(calls))
             owner = np.where(c >= 0, line.name_id[own[np.maximum(c, 0)]], -1)
             code = np.ones(len(calls), dtype=np.int64)
             for mid in np.unique(owner[owner >= 0]).tolist():  # one lookup per owning stage, not per call
                 n = view.plane.event_names.get(mid, "")
                 key = n if n.startswith("Iterator::") else "Produce:" + n[:-len(PRODUCE_SUFFIX)]
                 code[owner == mid] = self._code(owner_stage(stages, key))
-            parts.append((line.start_ps[calls], line.end_ps[calls], code))
+            parts.append((line.start_ps[calls], line.ends(calls), code))
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         s, e, code = (np.concatenate(x) for x in zip(*parts))
@@ -299,13 +299,13 @@ class _FunctionStages:
         if links is None or not links.owners:
             return None
         line = view.plane.lines[li]
-        proc = np.flatnonzero(np.isin(line.name_id, view.ids_named([EXECUTOR_EVENT])))
+        proc = line.where(view.ids_named([EXECUTOR_EVENT]))
         if not len(proc):
             return None
         owner = links.owner_of(*view.stat_ints(li, proc, "_c"))
         if not (owner >= 0).any():
             return None
-        container = _innermost_container(line.start_ps[proc], line.end_ps[proc], s, e)
+        container = _innermost_container(line.start_ps[proc], line.ends(proc), s, e)
         out = np.full(len(s), -1, dtype=np.int64)
         has = container >= 0
         out[has] = owner[container[has]]

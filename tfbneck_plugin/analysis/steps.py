@@ -121,7 +121,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
     for li, line in enumerate(plane.lines):
         if hostmod.is_tf_data_line(line.name) or len(line) == 0:
             continue
-        uniq, first = np.unique(line.name_id, return_index=True)
+        uniq, first = line.first_of_each()
         for mid, i in zip(uniq, first, strict=True):
             name = plane.event_names.get(int(mid), "")
             if names is not None and name not in names:
@@ -135,7 +135,7 @@ def _marker_events(view: HostView, require_r: bool, names=None):
                 continue
             if not require_r and "_r" in stats:
                 continue
-            found.setdefault(name, []).append((li, np.flatnonzero(line.name_id == mid)))
+            found.setdefault(name, []).append((li, line.where([mid])))
     return found
 
 
@@ -167,8 +167,8 @@ def _enclosing_work(view: HostView, sel) -> Tuple[int, int]:
     n_in = n_all = 0
     for li, idx in sel:
         line = view.plane.lines[li]
-        work = np.sort(line.start_ps[np.isin(line.name_id, work_ids)])
-        inside = np.searchsorted(work, line.end_ps[idx]) - np.searchsorted(work, line.start_ps[idx])
+        work = np.sort(line.start_ps[line.where(work_ids)])
+        inside = np.searchsorted(work, line.ends(idx)) - np.searchsorted(work, line.start_ps[idx])
         n_in += int((inside > 0).sum())
         n_all += len(idx)
     return n_in, n_all
@@ -226,7 +226,7 @@ def _session_runs(view: HostView) -> Optional[Steps]:
         return None
     li, idx = max(sel, key=lambda x: len(x[1]))
     line = view.plane.lines[li]
-    s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
+    s, e = timeline.outermost(line.start_ps[idx], line.ends(idx))
     return replace(_call_steps(s, e, "session_run", "session run", "session run"), training_line=li)
 
 
@@ -237,7 +237,7 @@ def _train_function_calls(view: HostView) -> Optional[Steps]:
     best = None
     for li, idx in view.select(ids, view.non_data_lines):
         line = plane.lines[li]
-        s, e = timeline.outermost(line.start_ps[idx], line.end_ps[idx])
+        s, e = timeline.outermost(line.start_ps[idx], line.ends(idx))
         if best is None or len(s) > len(best[1]):
             best = (li, s, e)
     if best is None:
@@ -401,7 +401,7 @@ def fill_fetch_gaps(view: Optional[HostView], steps: Steps, training_line: Optio
         return steps
     line = view.plane.lines[training_line]
     ids = np.concatenate([view.ids_named(hostmod.GET_NEXT_EVENTS), view.getnext_op_ids()])
-    fetch = np.isin(line.name_id, ids)
+    fetch = line.mask(ids)
     if not fetch.any():
         return steps
     fetch_iv = timeline.union(line.start_ps[fetch], line.start_ps[fetch] + line.dur_ps[fetch])

@@ -272,10 +272,10 @@ def function_links(view: HostView, window=None) -> FunctionLinks:
     owner_names: List[str] = []
     for li in view.tfdata_lines:
         line = plane.lines[li]
-        fr = np.flatnonzero(np.isin(line.name_id, fr_ids))
+        fr = line.where(fr_ids)
         if window is not None and len(fr):
             fr = fr[(line.start_ps[fr] >= window[0]) & (line.start_ps[fr] < window[1])]
-        own = np.flatnonzero(np.isin(line.name_id, owner_ids))
+        own = line.where(owner_ids)
         if len(own) == 0 or len(fr) == 0:
             continue
         values, present = view.stat_ints(li, fr, "_p")

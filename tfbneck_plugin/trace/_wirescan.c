@@ -202,9 +202,46 @@ done_err:
     return NULL;
 }
 
+/* nest(starts: bytes(int64), sorted_ends: bytes(int64)) -> bytes(int64)
+ * Parents of intervals given in nesting order (by start, enclosing ones first; starts
+ * ascending): for interval k, closed = min(#ends <= starts[k], k), depth = k - closed, and its
+ * parent is the last earlier interval of depth - 1 (-1 for none). sorted_ends: the same
+ * intervals' ends, ascending. timeline.nesting_parents computes the same with numpy. */
+static PyObject *nest(PyObject *self, PyObject *args) {
+    Py_buffer sv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*", &sv, &ev)) return NULL;
+    Py_ssize_t n = sv.len / (Py_ssize_t)sizeof(int64_t);
+    if (ev.len != sv.len) {
+        PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        return NULL;
+    }
+    const int64_t *s = (const int64_t *)sv.buf, *es = (const int64_t *)ev.buf;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    int64_t *last = (int64_t *)PyMem_Malloc((n + 1) * sizeof(int64_t));
+    if (!out || !last) {
+        Py_XDECREF(out); PyMem_Free(last);
+        PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+        return PyErr_NoMemory();
+    }
+    int64_t *parent = (int64_t *)PyBytes_AS_STRING(out);
+    memset(last, 0xFF, (n + 1) * sizeof(int64_t)); /* -1: no interval at that depth yet */
+    Py_ssize_t c = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        while (c < n && es[c] <= s[k]) c++;
+        Py_ssize_t depth = k - (c < k ? c : k);
+        parent[k] = depth > 0 ? last[depth - 1] : -1;
+        last[depth] = k;
+    }
+    PyMem_Free(last);
+    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_line", scan_line, METH_VARARGS, "Split a serialized XLine and decode its events' fields 1-3."},
     {"stat_ints", stat_ints, METH_VARARGS, "Integer value of one stat for many events."},
+    {"nest", nest, METH_VARARGS, "Parents of intervals in nesting order."},
     {NULL, NULL, 0, NULL},
 };
 

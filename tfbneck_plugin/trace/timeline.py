@@ -7,9 +7,11 @@ All are vectorised with numpy (sort + cumulative sums), O(n log n).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from . import wire
 
 Intervals = Tuple[np.ndarray, np.ndarray]  # (starts, ends), int64 ps, same shape
 
@@ -151,32 +153,66 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
     return union(seg_s[keep], seg_e[keep])
 
 
+def nesting_order(starts: np.ndarray, ends: np.ndarray) -> Optional[np.ndarray]:
+    """The order that puts intervals by start, enclosing ones first (``np.lexsort((-ends,
+    starts))``), or None when they are in that order already: a thread's events as the
+    profiler writes them (checked in one pass, no sort)."""
+    if len(starts) < 2:
+        return None
+    s0, s1, e0, e1 = starts[:-1], starts[1:], ends[:-1], ends[1:]
+    if bool(np.all((s1 > s0) | ((s1 == s0) & (e1 <= e0)))):
+        return None
+    return np.lexsort((-ends, starts))
+
+
 def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Parent of each interval in a properly nested set (one thread's TraceMe events):
     the innermost other interval that encloses it, as an index into the input; -1 at top
-    level. Vectorised: depth from counts of opened and closed intervals, then the parent
-    is the last earlier interval one level up. Shape (n,)."""
+    level. Depth from counts of opened and closed intervals; the parent is the last
+    earlier interval one level up. Shape (n,).
+
+    Linear after one sort of the ends: a scan in C (``_wirescan.nest``) where the extension
+    is compiled (:data:`.wire.FAST`), else the same rule vectorised with numpy."""
     n = len(starts)
-    parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
-        return parent
-    order = np.lexsort((-ends, starts))  # enclosing intervals come before what they enclose
-    s, e = starts[order], ends[order]
-    # Intervals before k in this order that already closed when k starts.
-    # (Zero-length intervals starting at s itself may be counted too: clamp, never negative.)
-    closed = np.minimum(np.searchsorted(np.sort(e), s, side="right"), np.arange(n))
-    depth = np.arange(n) - closed
-    sorted_parent = np.full(n, -1, dtype=np.int64)
-    # The parent of k is the last interval before k one level up. One search over all
-    # levels at once (a loop per level is quadratic when thousands of events nest):
-    # positions grouped by depth, in order, are sorted keys depth * (n + 1) + position.
-    by_depth = np.lexsort((np.arange(n), depth))
-    keys = depth[by_depth] * (n + 1) + by_depth
-    child = np.flatnonzero(depth > 0)
-    j = np.searchsorted(keys, (depth[child] - 1) * (n + 1) + child) - 1
-    ok = j >= 0
-    ok[ok] = depth[by_depth[j[ok]]] == depth[child[ok]] - 1
-    sorted_parent[child[ok]] = by_depth[j[ok]]
+        return np.full(0, -1, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = nesting_order(starts, ends)  # enclosing intervals come before what they enclose
+    s, e = (starts, ends) if order is None else (starts[order], ends[order])
+    scan = getattr(wire._wirescan, "nest", None) if wire.FAST else None  # None: an extension built before it
+    if scan is not None:
+        sorted_parent = np.frombuffer(bytearray(scan(np.ascontiguousarray(s), np.sort(e))), dtype=np.int64)
+    else:
+        sorted_parent = _nest_numpy(s, e)
+    if order is None:
+        return sorted_parent
+    parent = np.full(n, -1, dtype=np.int64)
     has = sorted_parent >= 0
     parent[order[has]] = order[sorted_parent[has]]
     return parent
+
+
+def _nest_numpy(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """:func:`nesting_parents` of intervals already in nesting order, with numpy."""
+    n = len(s)
+    pos = np.arange(n)
+    # Intervals before k in this order that already closed when k starts.
+    # (Zero-length intervals starting at s itself may be counted too: clamp, never negative.)
+    closed = np.minimum(np.searchsorted(np.sort(e), s, side="right"), pos)
+    depth = pos - closed
+    # The parent of k is the last interval before k one level up. One search over all
+    # levels at once (a loop per level is quadratic when thousands of events nest):
+    # positions grouped by depth, in order, are sorted keys depth * (n + 1) + position;
+    # the children's queries, taken in that same grouping, are sorted too.
+    by_depth = np.argsort(depth.astype(np.uint16) if int(depth.max()) < 2 ** 16 else depth, kind="stable")
+    d_sorted = depth[by_depth]
+    keys = d_sorted * (n + 1) + by_depth
+    is_child = d_sorted > 0
+    child, dc = by_depth[is_child], d_sorted[is_child]
+    j = np.searchsorted(keys, (dc - 1) * (n + 1) + child) - 1
+    ok = j >= 0
+    ok[ok] = d_sorted[j[ok]] == dc[ok] - 1
+    sorted_parent = np.full(n, -1, dtype=np.int64)
+    sorted_parent[child[ok]] = by_depth[j[ok]]
+    return sorted_parent

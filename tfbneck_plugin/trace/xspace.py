@@ -170,14 +170,91 @@ class Line:
     buf: np.ndarray = field(repr=False)
     ev_start: np.ndarray = field(repr=False)
     ev_end: np.ndarray = field(repr=False)
+    _index: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False, default=None, compare=False)
 
     @property
     def end_ps(self) -> np.ndarray:
-        """Each event's end (ps)."""
+        """Each event's end (ps), shape (n_events,)."""
         return self.start_ps + self.dur_ps
+
+    def ends(self, idx: np.ndarray) -> np.ndarray:
+        """The end (ps) of events ``idx``, without the whole line's ends."""
+        return self.start_ps[idx] + self.dur_ps[idx]
 
     def __len__(self) -> int:
         return len(self.start_ps)
+
+    def _postings(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, bounds, order): the distinct metadata ids of the line, ascending (int64,
+        shape (k,)); ``order[bounds[j]:bounds[j + 1]]`` are the indices of the events
+        named ``ids[j]``, ascending (int32 or int64, shape (n_events,)). One stable sort
+        of the ids, made on the first lookup and kept: a radix sort when the ids span
+        fewer than 65536 values (every trace seen: ids are the plane's metadata keys, a
+        few hundred), else numpy's merge sort."""
+        if self._index is None:
+            ids = self.name_id
+            if len(ids) == 0:
+                z = np.zeros(0, dtype=np.int64)
+                self._index = (z, np.zeros(1, dtype=np.int64), z)
+                return self._index
+            lo, hi = int(ids.min()), int(ids.max())
+            small = np.int32 if len(ids) < 2 ** 31 else np.int64
+            if hi - lo < 2 ** 16:
+                codes = (ids - lo).astype(np.uint16)
+                order = np.argsort(codes, kind="stable").astype(small)
+                counts = np.bincount(codes, minlength=hi - lo + 1)
+                present = np.flatnonzero(counts)
+                uniq = present.astype(np.int64) + lo
+                bounds = np.concatenate([[0], np.cumsum(counts[present])])
+            else:
+                order = np.argsort(ids, kind="stable").astype(small)
+                sorted_ids = ids[order]
+                starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
+                uniq = sorted_ids[starts].astype(np.int64)
+                bounds = np.concatenate([starts, [len(ids)]])
+            self._index = (uniq, bounds.astype(np.int64), order)
+        return self._index
+
+    def first_of_each(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(ids, first): each distinct metadata id of the line, ascending, and the index of
+        its first event; int64 arrays of shape (k,). As ``np.unique(name_id, return_index=True)``."""
+        uniq, bounds, order = self._postings()
+        return uniq, order[bounds[:-1]].astype(np.int64)
+
+    def where(self, ids) -> np.ndarray:
+        """Indices (int64, ascending) of the events whose metadata id is one of ``ids``;
+        as ``np.flatnonzero(np.isin(name_id, ids))``, in time proportional to the events
+        found rather than to the line."""
+        uniq, bounds, order = self._postings()
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        if len(ids) == 0 or len(uniq) == 0:
+            return np.zeros(0, dtype=np.int64)
+        j = np.unique(np.searchsorted(uniq, ids))
+        j = j[j < len(uniq)]
+        j = j[np.isin(uniq[j], ids)]
+        if len(j) == 0:
+            return np.zeros(0, dtype=np.int64)
+        if len(j) == 1:
+            return order[bounds[j[0]]:bounds[j[0] + 1]].astype(np.int64)
+        sizes = bounds[j + 1] - bounds[j]
+        if int(sizes.sum()) * 8 > len(order):  # a large share of the line: one pass over it is cheaper
+            return np.flatnonzero(self.mask(ids))
+        return np.sort(np.concatenate([order[bounds[k]:bounds[k + 1]] for k in j.tolist()])).astype(np.int64)
+
+    def mask(self, ids) -> np.ndarray:
+        """Bool mask (shape (n_events,)) of the events whose metadata id is one of ``ids``;
+        as ``np.isin(name_id, ids)``, by a lookup table over the line's id range."""
+        uniq, _, _ = self._postings()
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        if len(uniq) == 0 or len(ids) == 0:
+            return np.zeros(len(self.name_id), dtype=bool)
+        lo, hi = int(uniq[0]), int(uniq[-1])
+        if hi - lo >= 2 ** 20:
+            return np.isin(self.name_id, ids)
+        table = np.zeros(hi - lo + 1, dtype=bool)
+        inside = ids[(ids >= lo) & (ids <= hi)]
+        table[inside - lo] = True
+        return table[self.name_id - lo]
 
     def event_proto(self, index: int):
         """The full ``XEvent`` message of one event (for reading all its stats)."""
