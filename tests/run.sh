@@ -26,7 +26,7 @@ fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+"$VENV/bin/python" -m pip install -q -e ".[test,docs]"
 status=0
 # The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
 "$VENV/bin/python" -m mypy || status=$?

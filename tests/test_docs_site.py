@@ -103,12 +103,12 @@ def test_the_readme_is_a_front_page():
     assert not [n for n, line in enumerate(lines, 1) if "../shared" in line]
     # Every link is a file of the repository (no ../, no absolute path) or a web address.
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"https?://", target):
+        if re.match(r"https?://", target) or target.startswith("#"):  # a web address, a heading of the README
             continue
         path = target.split("#")[0]
         assert path and not path.startswith(("/", "..")), f"README links outside the repository: {target}"
         assert os.path.exists(os.path.join(ROOT, path)), f"README links to {target}, which does not exist"
     # The two commands for a fresh machine, and the sections others keep up to date.
     assert "python3 -m venv .venv && . .venv/bin/activate && pip install . && tfbneck analyze demo_logs" in text
-    assert "## Tests" in text and "bash tests/run.sh\n" in text and "bash tests/run.sh --quick" in text
+    assert "\n## Tests\n" in text and "```bash\nbash tests/run.sh\n```" in text and "bash tests/run.sh --quick" in text
     assert text.count("<!-- bench_analyze:begin -->") == 1 and text.count("<!-- bench_analyze:end -->") == 1
