@@ -25,8 +25,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 class SessionReport(dict):
-    """One session's report: the dict of the report contract (README, "The report";
-    ``shared/design/diagnosis.md``), with a rich display.
+    """One session's report: the dict of the report contract (the manual's report page,
+    ``docs/report.md``), with a rich display.
 
     It *is* a dict (``r["bottleneck"]``, ``json.dumps(r)`` and code written for the CLI's
     JSON keep working); the properties below are shortcuts. In a notebook it displays as

@@ -60,7 +60,7 @@ RUN_TO_RUN_FLOOR_PCT = {"periods": 20.0, "windows": 15.0, "steps": 40.0}
 #: its direction (our choice: a quarter, beyond the window-to-window jitter of the factor).
 LOAD_DIFF_FACTOR = 1.25
 #: How much faster identical code may run on the more loaded of two machines (x): in
-#: benchmarks/compare_noise.py the runs beside ../shared/tools/under-load took 1.69-1.86 ms per
+#: benchmarks/compare_noise.py the runs beside benchmarks/under_load.sh took 1.69-1.86 ms per
 #: step against 1.95-2.26 ms on the idle machine (spinning neighbours keep the cores awake, so
 #: the job's threads do not wait for one to wake): at most 1.34x, rounded up.
 LOADED_FASTER_X = 1.35

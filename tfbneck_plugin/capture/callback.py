@@ -147,7 +147,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         network. Every 10 s the samples become scalars ``system/*`` in ``log_dir`` (x axis:
         the training step) and a line of ``<log_dir>/plugins/bottleneck/system_*.json``
         with the flowchart's triage (:mod:`tfbneck_plugin.triage`), which the tab's trend
-        view draws. Sampling pauses between ``fit`` calls. Cost: see the README.
+        view draws. Sampling pauses between ``fit`` calls. Cost: docs/accuracy.md.
       profiler_server_port: start TensorFlow's profiler server on this port when training
         begins (``tf.profiler.experimental.server.start``), so that ``tfbneck watch
         --capture-port`` or the Profile tab's capture button can take a trace on demand.
@@ -171,7 +171,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
                     x, y = next(it)            # fetched inside: its input wait is the step's
                     train_step(x, y)
 
-    (Fetched outside ``step()``, the fetch is counted in the next step: README "Custom loops".)
+    (Fetched outside ``step()``, the fetch is counted in the next step: docs/callback.md, "A custom training loop".)
 
     Never hurts training: when a window cannot be captured (another profiler session is
     already running in the process, ``TF_DISABLE_PROFILING`` is set, ``log_dir`` cannot
@@ -188,7 +188,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
     batch-end hooks asynchronously where its backend allows it) and accepts tensor logs
     (tf-keras does not convert the logs to numpy, a device sync, for it).
     ``benchmarks/bench_steptime.py`` measures what timing every step costs (about 2 us per
-    step with the trigger armed; the README's callback-cost table has the figures).
+    step with the trigger armed; docs/accuracy.md, "What the callback costs", has the figures).
 
     Caveats:
       * TensorFlow's profiler is one per process: a window overlapping a stock

@@ -23,7 +23,7 @@ slowdown it causes is ours; a stretch confirmed meanwhile fires at its first ste
 
 The defaults of :class:`SlowdownTrigger` were chosen on the fit half of the scenario corpus
 (``benchmarks/slowdown_corpus.py``, real Keras 3, tf-keras and custom-loop fits on a 2-core
-machine, idle and under ``shared/tools/under-load``) and judged on the other half; the table
+machine, idle and under ``benchmarks/under_load.sh``) and judged on the other half; the table
 and the limits are in ``docs/slowdown_capture.md``.
 """
 from __future__ import annotations
