@@ -145,3 +145,124 @@ def input_cores_ms(f: "Findings") -> Optional[float]:
             or not starved(system) or not isinstance(tree, (int, float)) or tree <= 0):
         return None
     return p.blocking.work_ps / f.steps.count / 1e9 / tree
+
+
+#: Predicted gain (today's time per batch over the time with the input's work gone) from
+#: which the input's share of the cores limits the step (:func:`input_load`, the rule
+#: ``rules.input_shares_cores``). Between the ablation truths' two levels (the input limits a
+#: run that 1.25x faster on cached batches; under 1.1x it does not); chosen on the fit half
+#: of benchmarks/tutorial_corpus.py, whose device-limited runs were predicted at most 1.09x and
+#: input-limited ones at least 1.25x (benchmarks/tutorial_corpus.json, "fit" rows).
+INPUT_LIMITS_GAIN = 1.15
+#: Predicted gain from which a device verdict cannot be confident: the input's work holds a
+#: share of the cores the ablation truths call no longer device-limited (1.1x).
+INPUT_DOUBT_GAIN = 1.1
+
+
+@dataclass
+class InputLoad:
+    """What the input pipeline's work takes of the cores the model's math runs on, per step
+    (ms of wall time on the threads that did it; core-ms where several ran at once).
+
+    Measured: ``tfdata_ms`` (the own work of the tf.data stages that run beside the step, under
+    a prefetch or a parallel stage, from the trace: stage self time, or the map function's
+    time for a stage that runs it on threads of its own), ``workers_ms`` (the Python input's
+    worker processes, the training tree's CPU less the training process's own, from the
+    sampler) and ``pool_ms`` (a PyDataset's worker threads:
+    the training process's CPU left over once the model's, the training thread's and tf.data's
+    are taken out). Each CPU figure is put on the wall-time scale of the trace's figures by
+    ``stretch``: the runnable threads over the running ones ((tree cores + run-queue wait) /
+    tree cores), since a thread kept waiting for a core shows that wait in its events.
+
+    The model (Linux's CFS gives runnable threads CPU in proportion to their demand:
+    ``Documentation/scheduler/sched-design-CFS.rst``): while the step runs beside the input,
+    the input holds ``share`` of the tree's demand (its work over its work, the model's and
+    the training thread's), so without it the rest of the step shrinks by that share, and the
+    wait for input goes too: ``after_ms = (step - wait) x (1 - share)``. Only where the tree's
+    threads waited for busy cores (:func:`starved`); on idle cores the input takes nothing
+    from the model and only the wait goes. The ablation's step: the same model fed cached
+    batches (benchmarks/tutorial_corpus.py measures it)."""
+    step_ms: float
+    wait_ms: float
+    model_ms: float      # the model's work (executor threads' time, or the time its ops ran)
+    host_ms: float       # the training thread's own time outside ops
+    tfdata_ms: float
+    workers_ms: float
+    pool_ms: float
+    stretch: float
+    starved: bool
+    stage: str           # what does the input's work, in words
+
+    @property
+    def input_ms(self) -> float:
+        """The input's work per step (ms on its threads)."""
+        return self.tfdata_ms + self.workers_ms + self.pool_ms
+
+    @property
+    def beside_ms(self) -> float:
+        """The input's work done while the step ran (the part done during the wait for it,
+        on one thread at most, took nothing from the model)."""
+        return max(self.input_ms - self.wait_ms, 0.0)
+
+    @property
+    def share(self) -> float:
+        """The input's share (0-1) of the demand on the tree's cores while the step ran."""
+        demand = self.beside_ms + self.model_ms + self.host_ms
+        return self.beside_ms / demand if demand > 0 and self.starved else 0.0
+
+    @property
+    def after_ms(self) -> float:
+        """The step with the input's work and wait gone (ms)."""
+        return max((self.step_ms - self.wait_ms) * (1.0 - self.share), 1e-6)
+
+    @property
+    def speedup(self) -> float:
+        """Today's step over :attr:`after_ms`."""
+        return self.step_ms / self.after_ms
+
+    def as_dict(self) -> Dict[str, object]:
+        """The report's ``input_load`` (ms per step, share 0-1)."""
+        return {"input_ms": round(self.input_ms, 3), "tfdata_ms": round(self.tfdata_ms, 3),
+                "workers_ms": round(self.workers_ms, 3), "pool_ms": round(self.pool_ms, 3),
+                "model_ms": round(self.model_ms, 3), "host_ms": round(self.host_ms, 3),
+                "wait_ms": round(self.wait_ms, 3), "share": round(self.share, 3), "starved": self.starved,
+                "after_ms": round(self.after_ms, 3), "speedup": round(self.speedup, 2), "stage": self.stage}
+
+
+def input_load(f: "Findings") -> Optional[InputLoad]:
+    """The input's load on the model's cores in this window (:class:`InputLoad`), on a
+    CPU-only host with steady steps, a step timing and the sampler's process-tree figures;
+    None elsewhere (an accelerator's math does not share the host's cores)."""
+    t, p, system = f.timing, f.pipeline, f.system or {}
+    if (f.device_kind != "CPU" or t is None or not f.steps.count or f.eager or system.get("scope") != "process_tree"
+            or not isinstance(system.get("tree_cpu_cores"), (int, float)) or t.step_ms <= 0):
+        return None
+    tree = float(system["tree_cpu_cores"])
+    proc = float(system.get("proc_cpu_cores") or tree)
+    runq = float(system.get("tree_runq_wait_cores") or 0.0)
+    stretch = (tree + runq) / tree if tree > 0 else 1.0
+    b = t.breakdown_ms
+    step, wait, host = t.step_ms, b.get("input", 0.0), b.get("host_compute", 0.0)
+    model = t.model_cpu_ms if t.model_cpu_ms else b.get("device_compute", 0.0)
+    # Stages the consumer runs itself do their work inside its wait for input: only those under
+    # an asynchronous stage (a prefetch, a parallel map) work beside the step.
+    stages = p.stages if p is not None else []
+    working = [st for st in stages if st.category != "buffer"
+               and any(o.asynchronous and st.path.startswith(o.path) for o in stages)]
+    tfdata = sum(st.work_ps for st in working) / f.steps.count / 1e9
+    children = int(system.get("tree_children") or 0)
+    pool = int(system.get("pool_threads") or 0)
+    workers_ms = max(tree - proc, 0.0) * step * stretch if children else 0.0
+    pool_ms = 0.0
+    if pool > children:
+        # The training process's CPU less what the trace saw it spend (on the wall scale).
+        pool_ms = max(proc * step * stretch - model - host - tfdata, 0.0)
+    if workers_ms or pool_ms:
+        stage = (f"the Python input's {children} worker process(es)" if workers_ms >= pool_ms
+                 else f"the Python input's {pool} worker thread(s)")
+    elif p is not None and p.blocking is not None:
+        stage = f"the tf.data stage `{p.blocking.kind}` ({p.blocking.path})"
+    else:
+        return None
+    return InputLoad(step_ms=step, wait_ms=wait, model_ms=model, host_ms=host, tfdata_ms=tfdata,
+                     workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage)

@@ -49,6 +49,12 @@ PYTHON_STAGE_PENALTY = 0.25
 #: which a waiting input pipeline is called contended (the same 65 % as "mostly busy" in
 #: :data:`.sysmetrics.IDLE_HOST_PCT`: 100 - 35).
 CONTENTION_OTHERS_PCT = 100.0 - sysmetrics.IDLE_HOST_PCT
+#: Highest confidence of a verdict resting on the input's modelled share of the cores
+#: (:func:`input_shares_cores`): a model of the scheduler, not a measured wait (our choice).
+INPUT_SHARE_MAX_CONFIDENCE = 0.85
+#: Highest confidence of a device verdict while the input's work holds enough of the cores
+#: that without it the step would be :data:`.cpu_share.INPUT_DOUBT_GAIN` times faster or more.
+INPUT_DOUBT_CONFIDENCE = 0.6
 #: Fewest system samples whose run-queue wait can call a waiting pipeline contended, and the
 #: share of them that must show it (a majority): a mean over 3-5 samples of 100 ms is one
 #: sample's spike (run-queue waits of 0, 0, 0, 568 and 88 % were called contention, while the
@@ -411,6 +417,45 @@ def input_takes_cores(f: Findings) -> Optional[Verdict]:
                  "data fast enough.")])
 
 
+def input_shares_cores(f: Findings) -> Optional[Verdict]:
+    """On a CPU-only host, in any window (scheduled or triggered), the input pipeline's work
+    beside the step holds so much of the training tree's cores, whose threads waited for busy
+    cores, that without it the step would be at least :data:`.cpu_share.INPUT_LIMITS_GAIN`
+    times faster (:func:`.cpu_share.input_load`, measured quantities only):
+    ``cpu``/``input_preprocessing``, naming what does the input's work.
+
+    There the pipeline never makes the step wait: it makes the model's ops slower, and the
+    breakdown, which sees those ops fill the step, would read model compute (a tutorial's
+    augmentation map, TextVectorization map, numpy generator or PyDataset workers, whose
+    ablations on cached batches gained 1.27-4x while their windows read "model compute")."""
+    load = cpu_share.input_load(f)
+    if load is None or load.speedup < cpu_share.INPUT_LIMITS_GAIN:
+        return None
+    freed = 100.0 * (1.0 - 1.0 / load.speedup)
+    floor = 100.0 * (1.0 - 1.0 / cpu_share.INPUT_LIMITS_GAIN)
+    return Verdict("cpu", "input_preprocessing", min(confidence(freed, floor), INPUT_SHARE_MAX_CONFIDENCE),
+                   context(f) + [input_load_sentence(f, load),
+                                 Inferred(f"Without the input's work the step would take about {load.after_ms:.3g} ms "
+                                          f"instead of {load.step_ms:.3g} ({load.speedup:.2f}x faster, as the same "
+                                          "model fed cached batches would run): the input takes the cores the model's "
+                                          "math needs, and preparing the data is what limits the step.")])
+
+
+def input_load_sentence(f: Findings, load: "cpu_share.InputLoad") -> str:
+    """The input's work beside the step, measured, and its share of the cores."""
+    system = f.system or {}
+    parts = [f"{load.tfdata_ms:.3g} ms on tf.data's threads (trace)"]
+    if load.workers_ms:
+        parts.append(f"{load.workers_ms:.3g} ms in worker processes (sampled CPU)")
+    if load.pool_ms:
+        parts.append(f"{load.pool_ms:.3g} ms in worker threads (sampled CPU less what the trace shows)")
+    return (f"On this CPU-only host the input pipeline ({load.stage}) worked {load.input_ms:.3g} ms per "
+            f"{load.step_ms:.3g} ms step ({', '.join(parts)}), beside the model's math ({load.model_ms:.3g} ms on the "
+            f"executor's threads) and the training thread ({load.host_ms:.3g} ms), while the training process's "
+            f"threads waited for a core ({float(system.get('tree_runq_wait_cores') or 0.0):.2f} cores' worth, from "
+            f"the kernel's run-queue wait): the input held {100 * load.share:.0f}% of the demand on the cores.")
+
+
 def input_slows_model(f: Findings) -> Optional[Verdict]:
     """On a CPU-only host, a window the slowdown trigger opened (:attr:`.findings.Findings.slowdown`),
     whose traced steps are at least the trigger's factor over the job's baseline, on cores the
@@ -502,13 +547,19 @@ def model_compute(f: Findings) -> Verdict:
     ev.append(f"{word[0].upper() + word[1:]} computes {comp:.1f}% of the step: the model's math is the limit, "
               "which is the desired state.")
     conf = confidence(comp, DEVICE_BOUND_PCT) if comp >= DEVICE_BOUND_PCT else 0.5
+    load = cpu_share.input_load(f)
+    if load is not None and load.speedup >= cpu_share.INPUT_DOUBT_GAIN:
+        ev.append(input_load_sentence(f, load))
+        ev.append(Inferred(f"Without the input's work the step would take about {load.after_ms:.3g} ms "
+                           f"({load.speedup:.2f}x faster): the input may limit it too, so this verdict is not sure."))
+        conf = min(conf, INPUT_DOUBT_CONFIDENCE)
     return Verdict("device", "model_compute", conf, ev)
 
 
 #: The rules in the order they are tried; the last always applies.
 RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
-                     gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, host_overhead,
-                     input_slows_model, unrecorded, model_compute]
+                     gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, input_slows_model,
+                     input_shares_cores, host_overhead, unrecorded, model_compute]
 
 
 #: Highest confidence of a verdict over a window in which no step was found: the breakdown

@@ -527,15 +527,21 @@ def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
     """The best time per batch a change with no model could reach: today's less the share of
     the step it acts on (:data:`ACTS_ON`), or None when that is not known.
 
-    None for a change to an input whose work holds cores the model's math needs
-    (:func:`.cpu_share.input_cores_ms`): its gain is then not bounded by the step's wait for it."""
+    For a change to an input whose work holds cores the model's math needs on a CPU-only
+    host (:func:`.cpu_share.input_load` with a share of the cores), the step with the input's
+    work and wait gone (:attr:`.cpu_share.InputLoad.after_ms`): its gain is then not bounded
+    by the step's wait for it, but by what the input takes of the cores."""
     cats = ACTS_ON.get(str(rec.get("fix")))
     if not cats or f.timing is None or not f.steps.found:
         return None
     t = f.timing
     acts = sum(t.breakdown_ms.get(c, 0.0) for c in cats) / t.batches_per_step
-    if "input" in cats and cpu_share.input_cores_ms(f) is not None:
-        return None
+    if "input" in cats:
+        load = cpu_share.input_load(f)
+        if load is not None and load.share > 0:
+            return round(min(load.after_ms / t.batches_per_step, t.time_per_batch_ms - acts), 3)
+        if cpu_share.input_cores_ms(f) is not None:
+            return None
     return round(max(t.time_per_batch_ms - acts, 1e-3), 3)
 
 
