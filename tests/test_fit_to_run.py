@@ -126,10 +126,21 @@ def test_a_vectorised_map_does_not_get_vectorise_and_a_per_element_one_does_by_i
 
 
 def test_an_xla_run_does_not_get_xla_and_a_cpu_host_no_accelerator_advice():
+    """On a CPU host XLA comes with its measured record and a "measure it" step, in the API the
+    run uses (a custom loop gets tf.function(jit_compile=True)); once the step runs XLA the
+    advice goes on: measure it against jit_compile=False, then what limits the math."""
     f = _findings(step_ms=10.0, input_ms=0.5)
-    assert [r["fix"] for r in fit_to_run.fit(advice_for("model_compute", f), f)] == ["xla"]
+    (xla,) = fit_to_run.fit(advice_for("model_compute", f), f)
+    assert xla["fix"] == "xla" and xla["predicted"] is None
+    assert "slowed five" in xla["detail"] and "measure it" in xla["code"], xla
+    assert xla["code"].startswith("model.compile(optimizer, loss, jit_compile=True)")
+    f.steps.custom_loop = True
+    (xla,) = fit_to_run.fit(advice_for("model_compute", f), f)
+    assert xla["code"].startswith("@tf.function(jit_compile=True)"), xla["code"]
     f.xla = True
-    assert fit_to_run.fit(advice_for("model_compute", f), f) == []
+    after = fit_to_run.fit(advice_for("model_compute", f), f)
+    assert [r["fix"] for r in after] == ["measure_xla", "use_gpu"]
+    assert "jit_compile=False" in after[0]["code"] and after[0]["why_here"]
     f.device_kind = "CPU"
     assert fit_to_run.already_done(_rec("augment_on_device"), f) and fit_to_run.already_done(_rec("mixed_precision"), f)
 

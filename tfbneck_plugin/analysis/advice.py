@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
-from .cpu_share import input_cores_ms
+from .cpu_share import INPUT_DOUBT_GAIN, input_cores_ms, input_load
 from .findings import Findings
 from .tfdata import Stage
 
@@ -219,13 +219,48 @@ def _compute(f: Findings) -> List[Rec]:
     xla = ("@tf.function(jit_compile=True)\ndef train_step(x, y):\n    ..." if f.steps.custom_loop
            else "model.compile(optimizer, loss, jit_compile=True)")
     if f.device_kind == "CPU":
-        return [rec("xla", "Speed up the model math on the CPU",
-                    "Use a GPU if you can. On the CPU: XLA compilation, and oneDNN's bf16 paths on CPUs that support "
-                    "them.", xla)]
+        if f.xla:  # the step is compiled already: what limits it now, and whether XLA paid
+            return [_measure_xla(f), _use_gpu()]
+        out = [rec("xla", "Try XLA on the model math, and measure it",
+                   "Use a GPU if you can. On the CPU, XLA compilation may help or hurt: "
+                   + XLA_ON_CPU_WARNING + " Keep it only if the job's own step time falls.",
+                   xla + "\n" + _MEASURE_IT)]
+        load = input_load(f)
+        if load is not None and load.speedup >= INPUT_DOUBT_GAIN:
+            # The input's work holds enough of the cores to be worth more than the math's fixes.
+            out = input_advice(f, "cpu") + out
+        return out
     return [rec("mixed_precision", "Use mixed precision",
                 "Tensor cores run fp16/bf16 math several times faster than fp32.",
                 "keras.mixed_precision.set_global_policy('mixed_float16')"),
             rec("xla", "Compile with XLA", "Fuses ops, fewer kernels and memory round trips.", xla)]
+
+
+#: What XLA did on a CPU-only host: seven tutorial-style training scripts (image folder with
+#: augmentation, cached JPEGs, TextVectorization, numpy generator, PyDataset, TFRecord loop,
+#: in-memory arrays) on a shared 2-core machine, each run with and without jit_compile=True:
+#: five slowed by 1.1x to 11x (a TextVectorization classifier 5.1 -> 41 ms per step), one sped
+#: up 1.37x. No model predicts which (whatif.WHY_NOT["xla"]): hence "measure it".
+XLA_ON_CPU_WARNING = ("of seven small training scripts measured on a 2-core CPU host, jit_compile=True slowed five "
+                      "(1.1x to 11x) and sped one up (1.37x).")
+#: The "measure it" step that comes with a change whose worth the trace cannot predict.
+_MEASURE_IT = ("# measure it: the job's own step time with and without the change, over the same steps\n"
+               "# (tfbneck compare logs_before logs_after), before keeping it")
+
+
+def _measure_xla(f: Findings) -> Rec:
+    code = ("@tf.function(jit_compile=False)\ndef train_step(x, y):\n    ..." if f.steps.custom_loop
+            else "model.compile(optimizer, loss, jit_compile=False)")
+    return rec("measure_xla", "Check that XLA pays here: run the same steps without it",
+               "The step already runs XLA executables. On the CPU XLA may help or hurt: " + XLA_ON_CPU_WARNING
+               + " Time the job's steps with jit_compile=False and keep the faster.", code + "\n" + _MEASURE_IT)
+
+
+def _use_gpu() -> Rec:
+    return rec("use_gpu", "Run the model math on a GPU",
+               "The CPU does the model's math, which is the limit: a GPU (or a CPU with more cores, or oneDNN's bf16 "
+               "paths on CPUs that have them) shortens the step; a smaller model or batch does less work per step.",
+               "import tensorflow as tf\nprint(tf.config.list_physical_devices('GPU'))")
 
 
 def _capture(_f: Findings) -> List[Rec]:

@@ -245,7 +245,7 @@ WHY: Dict[str, Callable[[Findings], str]] = {
     "vectorise_map": _why_vectorise, "cache": _why_cache, "steps_per_execution": _why_spe,
     "tf_function": _why_tf_function, "xla": _why_xla, "more_cores": _why_more_cores,
     "tensor_arguments": _why_retracing, "input_signature": _why_retracing, "reduce_retracing": _why_retracing,
-    "prefetch_to_device": _why_copies, "mixed_precision": _why_math, "use_gpu": _why_math,
+    "prefetch_to_device": _why_copies, "mixed_precision": _why_math, "use_gpu": _why_math, "measure_xla": _why_math,
     "fix_device_trace": _why_trace, "step_markers": _why_trace, "python_tracer": _why_trace,
 }
 

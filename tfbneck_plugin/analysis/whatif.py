@@ -475,6 +475,7 @@ WHY_NOT: Dict[str, str] = {
     "more_cores": "How the run would use cores it did not have is not in the trace.",
     "fewer_syncs": "The interconnect's behaviour at other message sizes is not in the trace.",
     "xla": "Which ops XLA would fuse, and what that saves, is not in the trace.",
+    "measure_xla": "This measures a change already made: there is nothing to predict.",
     "mixed_precision": "How much faster the ops run in 16-bit depends on the hardware and the op mix, not in the "
                        "trace.",
     "fix_device_trace": "This fixes the trace, not the step: there is nothing to predict.",
