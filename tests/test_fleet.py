@@ -252,6 +252,14 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
     text = job_scale_evidence(report)
     assert "is 0.67x that" in text
     assert ("profile_steps=" in text) == (kind == "scheduled")
+    from tfbneck_plugin.runs import unrepresentative
+    assert unrepresentative(report) == (kind == "scheduled")   # caps the verdict's confidence (annotate)
+    if kind == "scheduled":
+        # The advice fits the run: a window of as many steps, twice as far in, inside the run.
+        report["window"]["steps"] = [20, 24]
+        assert "profile_steps=(40, 44) when an epoch has more than 45 batches" in job_scale_evidence(report)
+        report["run_length"] = {"batches": 40, "time_ms": 1000.0}   # a run of 40 batches: inside it
+        assert "profile_steps=(25, 29)" in job_scale_evidence(report), job_scale_evidence(report)
     assert ("the slowdown trigger chose" in text) == (kind == "triggered")
     report["window"]["job_step_ms"] = 21.0  # 0.95x: the profiler's cost, in either kind
     assert "the profiler's own cost included" in job_scale_evidence(report)

@@ -176,6 +176,10 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
 #: buffer, profiled at steps 10-14, traced 0.55x its own step. Our choice: 20 % below, beyond
 #: the periods' spread.
 FASTER_THAN_JOB_X = 0.8
+#: Highest confidence of a verdict whose traced step the job's own clock shows unrepresentative
+#: (under :data:`FASTER_THAN_JOB_X` of the job's step around the window): the shares it rests
+#: on describe steps the job does not run (our choice, below the 0.7 a user may act on).
+UNREPRESENTATIVE_CONFIDENCE = 0.6
 
 
 def traced_and_job_step_ms(report: SessionDict) -> Optional[Tuple[float, float]]:
@@ -207,8 +211,7 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     elif x < FASTER_THAN_JOB_X:
         text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
                  "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
-                 "the input wait; profile later steps inside one epoch (e.g. profile_steps=(200, 204) in epochs of more "
-                 "than 204 batches) for the steady state")
+                 f"the input wait; {_later_steps(report)} for the steady state")
     else:
         text += f", the profiler's own cost included, so the shares above apply to the job's {job:.3g} ms"
     fix = first_fix(report) or {}
@@ -217,6 +220,31 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     if isinstance(speedup, (int, float)) and speedup > 0 and x >= FASTER_THAN_JOB_X:
         text += f"; at the job's scale the fix first would bring it to about {job / speedup:.3g} ms ({speedup:.2f}x)"
     return text + "."
+
+
+def _later_steps(report: SessionDict) -> str:
+    """Advice to profile later steps that fits the run: a window of as many steps as this one,
+    starting twice as far into training, inside the run's length when known (``run_length``)
+    and never past an epoch's end when the window's own steps say nothing of it."""
+    steps = (report.get("window") or {}).get("steps")
+    first, last = (steps if isinstance(steps, (list, tuple)) and len(steps) == 2
+                   and all(isinstance(v, int) for v in steps) else (10, 14))
+    n = max(last - first, 1)
+    start = 2 * first
+    batches = (report.get("run_length") or {}).get("batches")
+    if isinstance(batches, int) and batches > 0 and start + n > batches:
+        start = max(batches // 2 - n, last + 1)
+    return (f"profile later steps inside one epoch, away from its start (e.g. profile_steps=({start}, {start + n}) "
+            f"when an epoch has more than {start + n + 1} batches; else a window of {n + 1} steps in the middle of "
+            "the second epoch)")
+
+
+def unrepresentative(report: SessionDict) -> bool:
+    """The job's own clock shows the traced steps unrepresentative: a scheduled window whose
+    traced step is under :data:`FASTER_THAN_JOB_X` of the job's own step around it."""
+    steps = traced_and_job_step_ms(report)
+    return (steps is not None and steps[0] / steps[1] < FASTER_THAN_JOB_X
+            and (report.get("window") or {}).get("kind") != "triggered")
 
 
 def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
@@ -266,13 +294,17 @@ def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> Non
             ctx = contexts[d] = read_run(d)
         report["session_time"] = session_time(s) or None
         w = window_of(ctx, s.name)
+        if ctx.batches is not None and ctx.time_ms is not None:
+            report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
         if w is not None:
             report["window"] = w
             said = job_scale_evidence(report) if report.get("status") == "ok" else None
             if said:
                 _add_evidence(report, said)
-        if ctx.batches is not None and ctx.time_ms is not None:
-            report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
+            conf = report.get("confidence")
+            if (said and unrepresentative(report) and isinstance(conf, (int, float))
+                    and conf > UNREPRESENTATIVE_CONFIDENCE):
+                report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
         if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
             newest[d] = (report["session_time"] or 0, report)
     for d, (_t, report) in newest.items():  # once per run: on its newest session
