@@ -131,12 +131,13 @@ def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps, total_
     self_sum = np.bincount(inv, weights=self_ps, minlength=n)
     total_sum = np.bincount(inv, weights=total_ps, minlength=n)
     dur = e - s
-    # The longest event of each key: one sort on (key, duration) packed in an int64 when it fits;
-    # stable, so of equally long events the last one is taken whatever numpy's default sort
-    # does with ties (it changed between numpy builds: the demo's golden report moved).
-    span = int(dur.max()) + 1
-    order = np.argsort(inv * span + dur, kind="stable") if n * span < 2 ** 62 else np.lexsort((dur, inv))
-    last = order[np.cumsum(count) - 1]
+    # The longest event of each key, and of equally long ones the last: two scatter-max
+    # passes, no sort (and no dependence on how a sort orders ties).
+    longest = np.zeros(n, dtype=dur.dtype)
+    np.maximum.at(longest, inv, dur)
+    tied = np.flatnonzero(dur == longest[inv])
+    last = np.zeros(n, dtype=np.int64)
+    np.maximum.at(last, inv[tied], tied)
     columns = zip(uniq.tolist(), self_sum.tolist(), total_sum.tolist(), count.tolist(), dur[last].tolist(),
                   s[last].tolist(), per_step)  # Python scalars: one conversion per column, not per value
     for key, self_k, total_k, count_k, longest, start, steps in columns:

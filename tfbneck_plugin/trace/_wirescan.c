@@ -41,39 +41,65 @@ static int skip_field(Reader *r, int wt) {
     }
 }
 
-/* scan_line(data: bytes, events_field: int) -> (fields: dict, events: bytes)
- * events holds n records of 5 int64: payload start, payload end, metadata_id, offset_ps,
- * duration_ps (fields 1, 2, 3 of XEvent; 0 when absent). Raises ValueError when the bytes
- * are malformed. */
+/* Count the events (field events_field, wire type 2) of a serialized XLine, up to the first
+ * malformed field if any (scan_line's second pass then stops there and says where). */
+static Py_ssize_t count_events(const uint8_t *base, Py_ssize_t len, int events_field) {
+    Reader r = {base, base + len, 0};
+    Py_ssize_t n = 0;
+    while (r.p < r.end) {
+        uint64_t key = read_varint(&r);
+        if (r.bad) break;
+        int wt = (int)(key & 7);
+        if (skip_field(&r, wt)) break;
+        if ((key >> 3) == (uint64_t)events_field && wt == 2) n++;
+    }
+    return n;
+}
+
+static PyObject *new_column(Py_ssize_t n, size_t width, void **data) {
+    PyObject *col = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)width);
+    if (col) *data = PyByteArray_AS_STRING(col);
+    return col;
+}
+
+/* scan_line(data: bytes, events_field: int)
+ *   -> (fields: dict, ev_start, ev_end, metadata_id, offset_ps, duration_ps)
+ * Each column is a bytearray of n values: ev_start/ev_end (int32) delimit each event's
+ * payload in data; metadata_id, offset_ps, duration_ps (int64) are fields 1, 2, 3 of the
+ * XEvent (0 when absent). One pass counts the events, a second fills the columns, so each
+ * column is allocated once at its final size. Raises ValueError when the bytes are
+ * malformed or the line is 2 GiB or more (protobuf's limit for one message). */
 static PyObject *scan_line(PyObject *self, PyObject *args) {
     Py_buffer view;
     int events_field;
     if (!PyArg_ParseTuple(args, "y*i", &view, &events_field)) return NULL;
     const uint8_t *base = (const uint8_t *)view.buf;
     Reader r = {base, base + view.len, 0};
-    Py_ssize_t cap = 1024, n = 0;
-    int64_t *ev = (int64_t *)PyMem_Malloc(cap * 5 * sizeof(int64_t));
-    PyObject *fields = PyDict_New();
-    if (!ev || !fields) goto fail_nomem;
+    PyObject *fields = NULL, *cols[5] = {NULL, NULL, NULL, NULL, NULL};
+    int32_t *ev_start = NULL, *ev_end = NULL;
+    int64_t *mid = NULL, *off = NULL, *dur = NULL;
+    if (view.len >= ((Py_ssize_t)1 << 31)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "line of 2 GiB or more");
+        return NULL;
+    }
+    Py_ssize_t total = count_events(base, view.len, events_field), n = 0;
+    fields = PyDict_New();
+    cols[0] = new_column(total, sizeof(int32_t), (void **)&ev_start);
+    cols[1] = new_column(total, sizeof(int32_t), (void **)&ev_end);
+    cols[2] = new_column(total, sizeof(int64_t), (void **)&mid);
+    cols[3] = new_column(total, sizeof(int64_t), (void **)&off);
+    cols[4] = new_column(total, sizeof(int64_t), (void **)&dur);
+    if (!fields || !cols[0] || !cols[1] || !cols[2] || !cols[3] || !cols[4]) goto fail;
     while (r.p < r.end) {
-        const uint8_t *field_start = r.p;
         uint64_t key = read_varint(&r);
         if (r.bad) goto fail_bad;
         uint64_t field = key >> 3;
         int wt = (int)(key & 7);
         if (field == (uint64_t)events_field && wt == 2) {
             uint64_t len = read_varint(&r);
-            if (r.bad || len > (uint64_t)(r.end - r.p)) goto fail_bad;
-            if (n == cap) {
-                cap *= 2;
-                int64_t *grown = (int64_t *)PyMem_Realloc(ev, cap * 5 * sizeof(int64_t));
-                if (!grown) goto fail_nomem;
-                ev = grown;
-            }
-            int64_t *rec = ev + n * 5;
-            rec[0] = r.p - base;
-            rec[1] = rec[0] + (int64_t)len;
-            rec[2] = rec[3] = rec[4] = 0;
+            if (r.bad || len > (uint64_t)(r.end - r.p) || n >= total) goto fail_bad;
+            int64_t rec[4] = {0, 0, 0, 0}; /* rec[1..3]: fields 1..3 */
             Reader e = {r.p, r.p + len, 0};
             while (e.p < e.end) {
                 uint64_t k = read_varint(&e);
@@ -84,11 +110,16 @@ static PyObject *scan_line(PyObject *self, PyObject *args) {
                 if (w == 0) {
                     uint64_t v = read_varint(&e);
                     if (e.bad) break;
-                    if (f > 0) rec[1 + f] = (int64_t)v; /* field 0 does not exist: rec[1] is the end */
+                    if (f > 0) rec[f] = (int64_t)v;
                 } else if (skip_field(&e, w)) {
                     break;
                 }
             }
+            ev_start[n] = (int32_t)(r.p - base);
+            ev_end[n] = (int32_t)(r.p - base + (Py_ssize_t)len);
+            mid[n] = rec[1];
+            off[n] = rec[2];
+            dur[n] = rec[3];
             r.p += len;
             n++;
             continue;
@@ -109,28 +140,18 @@ static PyObject *scan_line(PyObject *self, PyObject *args) {
             Py_DECREF(k); Py_DECREF(val);
             r.p += len;
         } else if (skip_field(&r, wt)) {
-            (void)field_start;
             goto fail_bad;
         }
     }
-    PyObject *events = PyBytes_FromStringAndSize((const char *)ev, n * 5 * (Py_ssize_t)sizeof(int64_t));
-    PyMem_Free(ev);
     PyBuffer_Release(&view);
-    if (!events) { Py_DECREF(fields); return NULL; }
-    PyObject *out = Py_BuildValue("(NN)", fields, events);
-    return out;
+    return Py_BuildValue("(NNNNNN)", fields, cols[0], cols[1], cols[2], cols[3], cols[4]);
 fail_bad:
     PyErr_Format(PyExc_ValueError, "malformed field at byte %zd", (Py_ssize_t)(r.p - base));
 fail:
-    PyMem_Free(ev);
     Py_XDECREF(fields);
+    for (int c = 0; c < 5; c++) Py_XDECREF(cols[c]);
     PyBuffer_Release(&view);
     return NULL;
-fail_nomem:
-    PyMem_Free(ev);
-    Py_XDECREF(fields);
-    PyBuffer_Release(&view);
-    return PyErr_NoMemory();
 }
 
 /* stat_ints(data: bytes, starts: bytes(int64), ends: bytes(int64), stat_id: int)

@@ -209,15 +209,17 @@ def submessages(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field_no:
 
 def decode_events(data: bytes, buf: np.ndarray, events_field: int = 4):
     """Split a serialized XLine and decode fields 1-3 (metadata_id, offset_ps, duration_ps)
-    of every event. Returns (fields, starts, ends, metadata_id, offset, duration); the
-    last three as int64 arrays. Raises WireError when the bytes are malformed."""
+    of every event. Returns (fields, starts, ends, metadata_id, offset, duration): writable
+    arrays of shape (n_events,), the last three int64, ``starts``/``ends`` int32 from the C
+    path and int64 from the numpy one. Raises WireError when the bytes are malformed."""
     if FAST:
         try:
-            fields, packed = _wirescan.scan_line(data, events_field)
+            fields, *cols = _wirescan.scan_line(data, events_field)
         except ValueError as err:
             raise WireError(str(err)) from None
-        rec = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
-        return fields, rec[:, 0].copy(), rec[:, 1].copy(), rec[:, 2].copy(), rec[:, 3].copy(), rec[:, 4].copy()
+        starts, ends = (np.frombuffer(c, dtype=np.int32) for c in cols[:2])
+        mid, offset, duration = (np.frombuffer(c, dtype=np.int64) for c in cols[2:])
+        return fields, starts, ends, mid, offset, duration
     fields, starts, ends = split_line(bytes(data), events_field, buf)
     if len(starts) == 0:
         z = np.zeros(0, dtype=np.int64)

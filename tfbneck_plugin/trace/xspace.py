@@ -278,6 +278,7 @@ class Plane:
     stat_names: Dict[int, str]
     proto: Any = field(repr=False, default=None)   # the plane's XPlane message, lines left out
     _stat_ids: Optional[Dict[str, int]] = field(repr=False, default=None)
+    _stat_cache: Dict[tuple, tuple] = field(repr=False, default_factory=dict, compare=False)
 
     def stat_id(self, name: str) -> Optional[int]:
         """The stat metadata id of ``name`` in this plane, None when absent."""
@@ -318,16 +319,29 @@ class Plane:
         return values, present & ~is_ref
 
     def _stat_raw(self, line: Line, idx, name: str):
+        """(values, present, is_ref) of stat ``name`` for events ``idx`` of ``line``; read-only
+        arrays, kept for the last few requests: the analysis asks for the same link stats
+        (``_c`` of executor events) of the same events from several places."""
         idx = np.asarray(idx, dtype=np.int64)
+        key = (id(line), name, idx.tobytes())
+        hit = self._stat_cache.get(key)
+        if hit is not None and hit[0] is line:
+            return hit[1]
         values = np.zeros(len(idx), dtype=np.uint64)
         present = np.zeros(len(idx), dtype=bool)
         is_ref = np.zeros(len(idx), dtype=bool)
         sid = self.stat_id(name)
-        if sid is None or len(idx) == 0:
-            return values, present, is_ref
-        values, kinds = wire.stat_ints(line.buf, line.ev_start[idx], line.ev_end[idx], sid)
-        present = (kinds == _ST_UINT64) | (kinds == _ST_INT64) | (kinds == _ST_REF)
-        return values, present, kinds == _ST_REF
+        if sid is not None and len(idx):
+            values, kinds = wire.stat_ints(line.buf, line.ev_start[idx], line.ev_end[idx], sid)
+            present = (kinds == _ST_UINT64) | (kinds == _ST_INT64) | (kinds == _ST_REF)
+            is_ref = kinds == _ST_REF
+        out = (values, present, is_ref)
+        for a in out:
+            a.flags.writeable = False
+        if len(self._stat_cache) >= _STAT_CACHE_SIZE:
+            self._stat_cache.pop(next(iter(self._stat_cache)))
+        self._stat_cache[key] = (line, out)
+        return out
 
     def stat_column(self, line: Line, idx: np.ndarray, name: str) -> List[object]:
         """Stat ``name`` of events ``idx`` as Python values (None where absent).
@@ -351,6 +365,9 @@ class Plane:
             out[k] = v
         return out
 
+
+#: Stat requests a plane remembers (:meth:`Plane._stat_raw`), oldest dropped first.
+_STAT_CACHE_SIZE = 16
 
 #: Stats that carry 64-bit unsigned ids (tsl/profiler/utils/xplane_schema.h: producer and
 #: consumer ids are uint64 fingerprints).
@@ -409,8 +426,8 @@ def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
     ts = ts - 2**64 if ts >= 2**63 else ts  # int64, as the schema declares
     base_ps = max(min(ts * 1000, 2**62), -2**62)  # a corrupt timestamp is clamped, never overflows
     with np.errstate(over="ignore"):
-        start = offset + np.int64(base_ps)
-    dur = np.maximum(duration, 0)  # a negative duration is corrupt: an instant
+        start = np.add(offset, np.int64(base_ps), out=offset)  # in place: the columns are fresh
+    dur = np.maximum(duration, 0, out=duration)  # a negative duration is corrupt: an instant
 
     def text(f):
         v = fields.get(f, b"")
@@ -419,8 +436,8 @@ def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
     line_id = int(wire.as_int64(np.array([number(_LINE_ID) % 2**64], dtype=np.uint64))[0])
     # Offsets into one line fit in 32 bits (a trace is < 2 GiB): half the memory of int64.
     return Line(id=line_id, name=text(_LINE_NAME), display_name=text(_LINE_DISPLAY_NAME), start_ps=start,
-                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start.astype(np.int32),
-                ev_end=ev_end.astype(np.int32))
+                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start.astype(np.int32, copy=False),
+                ev_end=ev_end.astype(np.int32, copy=False))
 
 
 def _fields(data, start: int, end: int, path: str, what: str):
