@@ -107,3 +107,48 @@ def _own_report_cache(tmp_path_factory, monkeypatch):
     processes it starts: never the user's cache folder, and no report of one test (made
     with another test's monkeypatched analyzer, say) read by the next."""
     monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path_factory.mktemp("report-cache")))
+
+
+# --- Test tiers -----------------------------------------------------------------------------
+#: ``bash tests/run.sh --quick`` sets TFBNECK_TEST_TIER=quick.
+QUICK = os.environ.get("TFBNECK_TEST_TIER", "").strip().lower() == "quick"
+
+
+def in_quick_tier(item) -> bool:
+    """The quick tier leaves out TensorFlow jobs (``tf``), the README's fresh-venv run
+    (``readme``), tests too slow for it (``slow``), and browser tests except those marked
+    ``quick`` (pytest.ini describes each marker)."""
+    marks = {m.name for m in item.iter_markers()}
+    return not marks & {"tf", "readme", "slow"} and ("browser" not in marks or "quick" in marks)
+#: Where the stand-in ``tensorflow`` package of the quick tier is.
+_NO_TENSORFLOW = os.path.join(HERE, "support", "quick_tier")
+_NO_TENSORFLOW_WORDS = "the quick test tier starts no TensorFlow"
+
+if QUICK:
+    sys.path.insert(0, _NO_TENSORFLOW)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_NO_TENSORFLOW, os.environ.get("PYTHONPATH")) if p)
+
+
+def pytest_configure(config):
+    if QUICK and "tensorflow" in sys.modules:
+        raise pytest.UsageError("the quick tier was asked for, but TensorFlow was imported before the tests began")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not QUICK:
+        return
+    keep = [item for item in items if in_quick_tier(item)]
+    config.hook.pytest_deselected(items=[item for item in items if not in_quick_tier(item)])
+    items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In the quick tier, a test skipped because TensorFlow could not be imported is a failure:
+    it needs the ``tf`` marker, or it would pass unseen as a skip."""
+    outcome = yield
+    report = outcome.get_result()
+    if QUICK and report.skipped and _NO_TENSORFLOW_WORDS in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} needs TensorFlow but is not marked tf: "
+                           "the quick tier starts no TensorFlow (tests/conftest.py)")

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything the tests need on a fresh Debian machine, then runs them: the main
-# suite in $VENV, then the lowest-versions job (tests/run_min_versions.sh).
-# Used by the README ("Run the tests") and by CI (.ci/run). Safe to re-run.
+# Installs everything the tests need on a fresh Debian machine, then runs them. Safe to re-run.
+#
+#   bash tests/run.sh [PYTEST ARGS...]          the whole suite: the type checker, every test in
+#                                               $VENV, then the lowest-versions job
+#                                               (tests/run_min_versions.sh). README and CI (.ci/run).
+#   bash tests/run.sh --quick [PYTEST ARGS...]  the quick tier: the same installs, then every test
+#                                               that starts no TensorFlow and is not marked slow,
+#                                               with one real browser (tests/conftest.py, QUICK_MARKERS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TFBNECK_VENV:-.venv}
+TIER=whole
+if [ "${1:-}" = "--quick" ]; then TIER=quick; shift; fi
 
 # Headless Chromium for the browser tests (Debian's package; Playwright drives it).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -27,10 +34,20 @@ fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[test,docs]"
+if [ "$TIER" = quick ]; then
+  # TFBNECK_TEST_TIER=quick: tests/conftest.py selects the tier's tests and makes any import of
+  # TensorFlow fail, in the tests and in the processes they start; two workers, a file each.
+  TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest tests -n 2 --dist loadfile "$@"
+fi
 status=0
 # The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
 "$VENV/bin/python" -m mypy || status=$?
-"$VENV/bin/python" -m pytest tests "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-# The lowest-versions job (issue 12.1): the floors setup.py declares, in their own venvs.
+# Every test that starts no TensorFlow job, and the README's blocks (mostly a pip install in a
+# fresh venv): two workers, a file each, so the README's run overlaps the rest.
+"$VENV/bin/python" -m pytest tests -m "not tf or readme" -n 2 --dist loadfile "$@" \
+  || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+# The TensorFlow jobs, one at a time: each uses the machine's cores, and some time steps.
+"$VENV/bin/python" -m pytest tests -m "tf and not readme" "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+# The lowest-versions job: the floors setup.py declares, in their own venvs.
 bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 exit "$status"

@@ -59,7 +59,7 @@ echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm
   tensorboard-plugin-profile fsspec scipy s3fs gcsfs apache-beam nvidia-ml-py)"
 status=0
 # test_storage_packages_are_current checks the main environment's s3fs: here it is the floor on purpose.
-"$VENV/bin/python" -m pytest tests -m "not tf and not browser" -p no:cacheprovider \
+"$VENV/bin/python" -m pytest tests -m "not tf and not browser" -p no:cacheprovider -n 2 --dist loadfile \
   --deselect tests/test_min_versions.py::test_storage_packages_are_current "$@" || status=$?
 
 # --- 2. The [tensorflow] extra's floors -----------------------------------------------------

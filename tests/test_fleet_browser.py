@@ -16,6 +16,9 @@ from support.browser_tab import Tab
 from support.fleet_logs import build_fleet, real_sessions
 from support.plugin_helpers import TensorBoard, chromium_context
 
+#: A real browser; ``quick``: the quick tier runs these too (its browser tests).
+pytestmark = [pytest.mark.browser, pytest.mark.quick]
+
 PATTERN = r"exp-(\w+)-"
 
 
