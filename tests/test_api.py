@@ -17,6 +17,7 @@ import pytest
 
 import tfbneck_plugin as tfb
 from conftest import DEMO_LOGS, ROOT, tfbneck_cmd
+from tfbneck_plugin import schema
 from tfbneck_plugin.logdir import DiscoveryError
 from support.demo import HOSTILE_RUN, HOSTILE_STAGE, KIND_LABELS, expected, hostile_logdir
 
@@ -45,7 +46,9 @@ def test_verdicts_and_access(demo):
         assert demo[f"{s.run}/{s.session}"] is s
         assert json.loads(s.to_json()) == dict(s)
         text = repr(s)  # plain text for terminals: the verdict line, evidence, first fix
-        assert text.startswith(f"{run}/{s.session}: {want['bottleneck']} ({want['cause']}, confidence ")
+        # The verdict as every view names it (the report's bottleneck_label), then the fix first.
+        assert text.startswith(f"{run}/{s.session}: {s['bottleneck_label']} ({want['cause']}, confidence ")
+        assert s["bottleneck_label"] == schema.BOTTLENECK_LABELS[want["bottleneck"]]
         assert all(f"  - {e}" in text for e in s.evidence)
         assert f"fix first: {s.recommendations[0]['title']}" in text
     assert demo[0] is next(iter(demo))
@@ -207,7 +210,7 @@ def test_outside_a_notebook(demo, capsys):
     has_ipython = importlib.util.find_spec("IPython") is not None
     assert display.show_window_report(dict(demo[0])) is has_ipython
     if has_ipython:
-        assert capsys.readouterr().out.startswith(f"{demo[0].run}/{demo[0].session}: {demo[0].bottleneck} (")
+        assert capsys.readouterr().out.startswith(f"{demo[0].run}/{demo[0].session}: {demo[0]['bottleneck_label']} (")
     assert display.show_window_report(None) is False
     code = ("import sys, tfbneck_plugin.capture.display as n\n"
             "print(n.in_notebook(), 'IPython' in sys.modules)\n")

@@ -63,9 +63,9 @@ def profiled_ms(s):
 
 
 def _expected_runs(sessions, made):
-    """Each run's recoverable time by hand, from the latest ok session: its best fix is the
-    recommendation with the smallest predicted time per batch, a change with no model but a
-    bound counting at the middle of [bound, now]; recoverable = the run's own time (from its
+    """Each run's recoverable time by hand, from the latest ok session: its fix is the
+    report's first recommendation (the fix every view names first), by its prediction, or
+    with no model but a bound at the middle of [bound, now]; recoverable = the run's own time (from its
     trend file: batches / steps_per_execution x the points' mean) x (1 - 1 / speedup), else
     (now - best) x the profiled batches."""
     trend = {m["run"]: m["trend"] for m in made}
@@ -77,7 +77,7 @@ def _expected_runs(sessions, made):
         last = ok[-1]
         now = last["steps"].get("time_per_batch_ms")
         options = []
-        for r in last["recommendations"]:
+        for r in last["recommendations"][:1]:
             if r.get("predicted"):
                 options.append((r["predicted"]["time_per_batch_ms"], r["predicted"]["speedup"], r["fix"]))
             elif r.get("bound_ms") is not None and now:

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ARTIFACTS, ROOT
 from support.demo import HOSTILE_RUN, HOSTILE_STAGE, KIND_LABELS, expected, hostile_logdir
+from tfbneck_plugin import schema
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[test]')")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[test]')")
@@ -79,7 +80,8 @@ def test_notebook_shows_each_verdict_and_a_chart(executed):
     for run, want in expected().items():
         assert f'<tr data-run="{run}" data-bottleneck="{want["bottleneck"]}">' in page
         assert f'data-bottleneck="{want["bottleneck"]}" data-cause="{want["cause"]}"' in page
-        assert f"{run}/" in text and f": {want['bottleneck']} ({want['cause']}, confidence" in text
+        label = schema.BOTTLENECK_LABELS[want["bottleneck"]]
+        assert f"{run}/" in text and f": {label} ({want['cause']}, confidence" in text
     assert page.count('<svg class="tfb-chart tfb-steps-chart"') == len(expected())
     assert "<script" not in page.lower()
     one = _result(_cell(nb, 's = r["cpu_bound_input"]'), "text/html")

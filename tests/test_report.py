@@ -47,9 +47,14 @@ def test_csv_has_one_row_per_session_and_every_share():
 
 def test_table_shows_verdict_evidence_first_fix_and_errors():
     text = report.to_table(REPORT)
-    assert "r1/s1: cpu (input_preprocessing, confidence 0.72)" in text
+    # The verdict's label, then the action, then the evidence (the fix first, as every view).
+    assert "r1/s1: CPU-bound (input_preprocessing, confidence 0.72)" in text
     assert "  - The training step waits for input 50.7% of the time." in text
-    assert "  fix first: Parallelise the `Map` stage" in text
+    assert "  fix first: Parallelise the `Map` stage [parallel_map]" in text
+    assert "      ds = ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)" in text
+    assert text.index("fix first:") < text.index("  - The training step waits")
+    assert "  where the time goes: Waiting for input 50.7%, Model compute on the CPU 32.6%, Host overhead 14.1%, " \
+           "Nothing recorded 2.6%" in text
     assert "r2/s2: ERROR /x/h0.xplane.pb: file is empty" in text
 
 

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 from . import batch, notebook
 from .logdir import DiscoveryError
-from .report import CSV_COLUMNS, build_report, csv_row, to_table
+from .report import CSV_COLUMNS, breakdown_line, build_report, csv_row, fix_first_lines, to_table, verdict_line
 from .schema import first_fix, step_time_ms
 from .version import __version__
 
@@ -65,14 +65,14 @@ class SessionReport(dict):
             return f"{title}: ERROR {self.get('error')}"
         steps = self.get("steps") or {}
         mean = step_time_ms(self)
-        lines = [f"{title}: {self.bottleneck} ({self.cause}, confidence {self.confidence})",
-                 (f"  {steps.get('count', 0)} steps, {notebook.fmt_ms(mean)} mean step time, "
-                  f"{self.get('device_kind') or '?'} device")]
+        lines = [verdict_line(self)]
         if self.get("cause_text"):
-            lines.insert(1, f"  {self['cause_text']}")
+            lines.append(f"  {self['cause_text']}")
+        lines.extend(fix_first_lines(self))  # the action first, as the CLI's table
+        lines.append(f"  {steps.get('count', 0)} steps, {notebook.fmt_ms(mean)} mean step time, "
+                     f"{self.get('device_kind') or '?'} device")
         lines.extend(f"  - {e}" for e in self.evidence)
-        if self.recommendations:
-            lines.append(f"  fix first: {self.recommendations[0].get('title')}")
+        lines.extend(breakdown_line(self))
         return "\n".join(lines)
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain (it would print the dict otherwise)

@@ -9,11 +9,14 @@ import json
 from typing import Dict, List
 
 from .analysis.breakdown import CATEGORIES
+from .schema import bottleneck_label, category_label
 
 #: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
 TOP_RUNS = 20
+#: The categories the groups' and days' tables show (the JSON and CSV have them all).
+_SHOWN = ("input", "device_compute", "host_compute")
 #: Columns of the CSV: one row per run, in rank order.
-CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "fix_basis", "speedup",
+CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "fix_worth", "fix_basis", "speedup",
                "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known", "recoverable_ms",
                "recoverable_hours", "fix_first", "window_kind", "window_trigger", "session", "session_time",
                "sessions", "errors", "path"]
@@ -69,6 +72,13 @@ def _headline(f: Dict) -> str:
             f"{skipped['in_trend_files']} in trend files")
 
 
+def verdict(r: Dict) -> str:
+    """A run's verdict as the session views name it: ``CPU-bound / input_preprocessing``."""
+    if r.get("status") != "ok":
+        return "error"
+    return f"{bottleneck_label(r.get('bottleneck'))} / {r.get('cause') or ''}"
+
+
 def _table(header: List[str], rows: List[List], md: bool) -> List[str]:
     cells = [[("" if c is None else str(c)) for c in r] for r in rows]
     if md:
@@ -86,29 +96,28 @@ def _sections(f: Dict, md: bool) -> List[str]:
                  f"{hours['runs_with_length']} of {hours['runs']} runs whose length a trend file gives)")]
     cats = sorted(CATEGORIES, key=lambda c: -f["categories_pct"].get(c, 0.0))
     out += _table(["category", "share", "accel_hours"],
-                  [[c, f"{f['categories_pct'].get(c, 0.0):.1f}%", f"{hours['by_category'].get(c, 0.0):.3f}"]
+                  [[category_label(c), f"{f['categories_pct'].get(c, 0.0):.1f}%", f"{hours['by_category'].get(c, 0.0):.3f}"]
                    for c in cats], md)
     out.append(title("Verdicts (sessions / runs, a run by its latest session)"))
     out += _table(["bottleneck/cause", "sessions", "runs"],
                   [[k, v["sessions"], v["runs"]] for k, v in f["by_cause"].items()], md)
     out.append(title("Groups"))
-    out += _table(["group", "runs", "sessions", "errors", "recoverable", "input", "device_compute", "host_compute"],
+    out += _table(["group", "runs", "sessions", "errors", "recoverable"] + [category_label(c) for c in _SHOWN],
                   [[g["group"], g["runs"], g["sessions"], g["errors"], fmt_duration(g["recoverable_ms"])]
-                   + [f"{g['categories_pct'].get(c, 0.0):.1f}%" for c in ("input", "device_compute", "host_compute")]
+                   + [f"{g['categories_pct'].get(c, 0.0):.1f}%" for c in _SHOWN]
                    for g in f["groups"]], md)
     out.append(title(f"Fix these first (runs ranked by recoverable time; top {min(TOP_RUNS, len(f['runs']))} "
-                     f"of {len(f['runs'])}; ~: a change with no model, counted halfway to its bound)"))
-    out += _table(["#", "run", "verdict", "fix", "speedup", "recoverable", "batches", "length"],
-                  [[i, r["run"], f"{r['bottleneck']}/{r['cause'] or ''}", r["fix"] or "-",
-                    (("~" if r.get("fix_basis") == "bound" else "") + f"{r['speedup']:.2f}x")
-                    if isinstance(r.get("speedup"), (int, float)) else "-",
+                     f"of {len(f['runs'])}; the fix and its worth as each run's report gives them; a change "
+                     f"with no model counts halfway to its bound)"))
+    out += _table(["#", "run", "verdict", "fix first", "worth", "recoverable", "batches", "length"],
+                  [[i, r["run"], verdict(r), r["fix"] or "-", r.get("fix_worth") or "-",
                     fmt_duration(r["recoverable_ms"]), r["batches"] if r["batches"] is not None else "-",
                     "run" if r["length_known"] else "profiled"]
                    for i, r in enumerate(f["runs"][:TOP_RUNS], 1)], md)
     out.append(title("Trend (sessions per day)"))
-    out += _table(["date", "sessions", "errors", "input", "device_compute", "host_compute"],
+    out += _table(["date", "sessions", "errors"] + [category_label(c) for c in _SHOWN],
                   [[d["date"], d["sessions"], d["errors"]]
-                   + [f"{d['categories_pct'].get(c, 0.0):.1f}%" for c in ("input", "device_compute", "host_compute")]
+                   + [f"{d['categories_pct'].get(c, 0.0):.1f}%" for c in _SHOWN]
                    for d in f["trend"]], md)
     notes = f["basis"] + [f"warning: {p}" for p in f["problems"]]
     if notes:

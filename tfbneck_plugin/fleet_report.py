@@ -111,7 +111,7 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
              "cause": latest.get("cause"), "step_time_ms": latest.get("step_time_ms"),
              "time_per_batch_ms": latest.get("time_per_batch_ms"), "window": latest.get("window"),
              "fix_first": (latest.get("fix_first") or {}).get("fix"), "fix": None, "fix_title": None,
-             "fix_basis": None,
+             "fix_worth": None, "fix_basis": None,
              "predicted_time_per_batch_ms": None, "speedup": None, "recoverable_ms": 0.0,
              "length_known": bool(ctx and ctx.length_known), "batches": None, "run_time_ms": None,
              "hours_by_category": None, "categories_ms": cats}
@@ -125,7 +125,9 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
         if profiled > 0:
             entry["hours_by_category"] = {c: v / profiled * run_ms / _MS_PER_HOUR for c, v in cats.items()}
     best, tpb = latest.get("best_fix"), latest.get("time_per_batch_ms")
-    if best and isinstance(tpb, (int, float)):
+    if best:  # the session report's first fix, worded as the report words it
+        entry.update(fix=best.get("fix"), fix_title=best.get("title"), fix_worth=best.get("worth"))
+    if best and isinstance(tpb, (int, float)) and isinstance(best.get("time_per_batch_ms"), (int, float)):
         speedup = best.get("speedup")
         length_ms = entry["run_time_ms"]
         if isinstance(length_ms, (int, float)) and isinstance(speedup, (int, float)) and speedup > 0:
@@ -216,7 +218,8 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
       "accelerator_hours": {"runs_with_length", "runs", "total", "by_category"}, "groups",
       "trend", "runs", "basis", "problems"}``; ``runs`` ranked by ``recoverable_ms`` (ms),
       each with ``run``, ``path``, ``group``, ``bottleneck``, ``cause``, ``fix`` (the best
-      fix's id), ``fix_title``, ``fix_basis`` (``predicted``, or ``bound``: a change with no
+      fix's id), ``fix_title``, ``fix_worth`` (the session report's ``worth`` string),
+      ``fix_basis`` (``predicted``, or ``bound``: a change with no
       model counted halfway to its bound), ``fix_first``, ``predicted_time_per_batch_ms``,
       ``speedup``, ``time_per_batch_ms``, ``batches``, ``length_known``, ``recoverable_ms``
       (the run's own time x (1 - 1 / speedup) when its length is known, else the profiled

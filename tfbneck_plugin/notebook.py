@@ -35,8 +35,8 @@ CATEGORY_COLORS = {
     "device_to_host": "#0b8043", "collective": "#9334e6", "kernel_launch": "#e52592", "idle": "#c4c7cc",
 }
 
-KIND_LABELS = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound", "network": "Network-bound",
-               "unknown": "No verdict"}
+#: The verdicts' names: the report's (:data:`tfbneck_plugin.schema.BOTTLENECK_LABELS`).
+KIND_LABELS = schema.BOTTLENECK_LABELS
 
 KIND_COLORS = {"cpu": "#e8710a", "device": "#188038", "io": "#a142f4", "network": "#1967d2",
                "unknown": "#80868b", "error": "#d93025"}
@@ -133,17 +133,11 @@ def fmt_pct(value, digits: int = 1) -> str:
     return "–" if v is None else f"{v:.{digits}f}%"
 
 
-def category_label(cat: str, device_kind: Optional[str]) -> str:
-    """The tab's name for a breakdown category (``frontend/src/format.js`` categoryLabel)."""
-    if cat == "device_compute":
-        return "Model compute (on CPU)" if device_kind == "CPU" else f"Device compute ({device_kind or 'device'})"
-    return {"input": "Waiting for input", "host_compute": "Host compute", "host_to_device": "Host → device copies",
-            "device_to_host": "Device → host copies", "collective": "Collectives", "kernel_launch": "Kernel launch",
-            "idle": "Idle / unrecorded"}.get(cat, cat)
-
-
-def kind_label(kind) -> str:
-    return KIND_LABELS.get(str(kind), str(kind or "unknown"))
+#: A breakdown category's name, as the report names it (``category_labels``, from
+#: :func:`tfbneck_plugin.schema.category_label`).
+category_label = schema.category_label
+#: A verdict's name, as the report names it (``bottleneck_label``).
+kind_label = schema.bottleneck_label
 
 
 def session_title(s: Dict) -> str:
@@ -286,7 +280,7 @@ def mini_bar_svg(pct: Dict, width: int = 140, height: int = 12) -> str:
     for c, v in segs:
         w = width * v / total
         rects.append(f'<rect x="{x:.2f}" width="{w:.2f}" height="{height}" fill="{CATEGORY_COLORS[c]}">'
-                     f'<title>{_e(category_label(c, None).split(" (")[0])}: {fmt_pct(v)}</title></rect>')
+                     f'<title>{_e(category_label(c, None))}: {fmt_pct(v)}</title></rect>')
         x += w
     return (f'<svg class="tfb-chart tfb-mini-bar" xmlns="http://www.w3.org/2000/svg" width="{width}" '
             f'height="{height}" viewBox="0 0 {width} {height}">{"".join(rects)}</svg>')
@@ -330,12 +324,13 @@ def verdict_card(s: Dict) -> str:
     out = [(f'<section class="tfb-card tfb-verdict" data-status="ok" data-bottleneck="{_e(kind)}" '
             f'data-cause="{_e(cause)}"><div class="tfb-top">'
             f'<span class="tfb-kind" style="background:{KIND_COLORS.get(kind, KIND_COLORS["unknown"])}">'
-            f'{_e(kind_label(kind))}</span><code class="tfb-cause-code">{_e(cause)}</code>')]
+            f'{_e(s.get("bottleneck_label") or kind_label(kind))}</span><code class="tfb-cause-code">{_e(cause)}</code>')]
     if kind != "unknown" and conf is not None:
         out.append(f'<span class="tfb-confidence">confidence {round(100 * conf)}%</span>')
     out.append("</div>")
     if s.get("cause_text"):
         out.append(f'<p class="tfb-cause">{_rich(s["cause_text"])}</p>')
+    out.append(fix_first_html(s))
     out.append(_meta(s))
     if not (s.get("steps") or {}).get("count"):
         out.append('<p class="tfb-muted"><strong>No training steps were found in this trace.</strong> The '
@@ -344,6 +339,25 @@ def verdict_card(s: Dict) -> str:
     evidence = "".join(f"<li>{_rich(e)}</li>" for e in s.get("evidence") or [])
     out.append(f'<div class="tfb-h">Evidence</div><ul class="tfb-evidence">{evidence}</ul></section>')
     return "".join(out)
+
+
+def _worth(r: schema.Recommendation, s: Dict) -> str:
+    """A recommendation's worth: the report's string (``worth``)."""
+    worth = r.get("worth")
+    return worth if isinstance(worth, str) else schema.worth(r, (s.get("steps") or {}).get("time_per_batch_ms"))
+
+
+def fix_first_html(s: Dict) -> str:
+    """The verdict card's first fix: its title, worth and fix code, then its code snippet;
+    "" without a recommendation."""
+    fix = schema.first_fix(s)
+    if not fix:
+        return ""
+    worth = _worth(fix, s)
+    code = f'<pre><code>{_e(fix.get("code"))}</code></pre>' if fix.get("code") else ""
+    return (f'<div class="tfb-fix-first" data-fix="{_e(fix.get("fix"))}"><div class="tfb-h">Fix first</div>'
+            f'<strong class="tfb-fix-title">{_rich(fix.get("title"))}</strong> <code>{_e(fix.get("fix"))}</code>'
+            + (f'<div class="tfb-worth">{_e(worth)}</div>' if worth else "") + f"{code}</div>")
 
 
 def breakdown_section(s: Dict) -> str:
@@ -409,10 +423,9 @@ def recommendations_section(s: Dict) -> str:
         out.append('<p class="tfb-muted">No change to recommend from this trace.</p></section>')
         return "".join(out)
     out.append('<ol class="tfb-rec-list">')
-    now = (s.get("steps") or {}).get("time_per_batch_ms")
     for r in recs[:MAX_RECOMMENDATIONS]:
         code = f'<pre><code>{_e(r.get("code"))}</code></pre>' if r.get("code") else ""
-        worth = schema.worth(r, now)
+        worth = _worth(r, s)
         worth_html = f'<div class="tfb-worth">{_e(worth)}</div>' if worth else ""
         why = f'<div class="tfb-why"><em>Why here:</em> {_rich(r.get("why_here"))}</div>' if r.get("why_here") else ""
         out.append(f'<li class="tfb-rec"><strong>{_rich(r.get("title"))}</strong>{worth_html}{why}'
@@ -428,7 +441,8 @@ def recommendations_section(s: Dict) -> str:
 def _session_body(s: Dict) -> str:
     if s.get("status") != "ok":
         return verdict_card(s)
-    return verdict_card(s) + breakdown_section(s) + ops_section(s) + stages_section(s) + recommendations_section(s)
+    # As the tab: the verdict with its first fix, what to change, where the time goes, tf.data, operations.
+    return verdict_card(s) + recommendations_section(s) + breakdown_section(s) + stages_section(s) + ops_section(s)
 
 
 def session_html(s: Dict) -> str:
@@ -453,7 +467,8 @@ def _why_folded(s: Dict) -> str:
     """A row's cause with its evidence and first fix folded under it (compact reports)."""
     evidence = "".join(f"<li>{_rich(e)}</li>" for e in s.get("evidence") or [])
     recs = s.get("recommendations") or []
-    fix = f'<div>Fix first: <strong>{_rich(recs[0].get("title"))}</strong></div>' if recs else ""
+    fix = (f'<div>Fix first: <strong>{_rich(recs[0].get("title"))}</strong>'
+           f'{f" — {_e(_worth(recs[0], s))}" if _worth(recs[0], s) else ""}</div>') if recs else ""
     return (f'<details class="tfb-why"><summary><code>{_e(s.get("cause"))}</code></summary>'
             f'<ul class="tfb-evidence">{evidence}</ul>{fix}</details>')
 
@@ -463,13 +478,18 @@ def _summary_row(s: Dict, compact: bool = False) -> str:
     kind = str(s.get("bottleneck") or "unknown") if ok else "error"
     st = step_time_ms(s)
     conf = _num(s.get("confidence"))
-    verdict = kind_label(kind) if ok else "Could not analyse"
+    verdict = (s.get("bottleneck_label") or kind_label(kind)) if ok else "Could not analyse"
+    fix = schema.first_fix(s) if ok else None
+    worth = _worth(fix, s) if fix else ""
+    fix_cell = (f'<strong>{_rich(fix.get("title"))}</strong> <code>{_e(fix.get("fix"))}</code>'
+                + (f'<div class="tfb-worth">{_e(worth)}</div>' if worth else "")) if fix else ""
     cause = (_why_folded(s) if compact else f'<code>{_e(s.get("cause"))}</code>') if ok else _e(s.get("error"))
     # The breakdown comes right after the verdict: a narrow notebook cell must not clip it.
     return (f'<tr data-run="{_e(s.get("run"))}" data-bottleneck="{_e(kind)}">'
             f'<td>{_e(s.get("run"))}</td><td>{_e(s.get("session"))}</td>'
             f'<td><span class="tfb-kind" style="background:{KIND_COLORS.get(kind, KIND_COLORS["unknown"])}">'
-            f'{_e(verdict)}</span></td><td>{mini_bar_svg(s.get("breakdown_pct") or {}) if ok else ""}</td>'
+            f'{_e(verdict)}</span></td><td class="tfb-fix-cell">{fix_cell}</td>'
+            f'<td>{mini_bar_svg(s.get("breakdown_pct") or {}) if ok else ""}</td>'
             f'<td class="num">{fmt_pct((s.get("breakdown_pct") or {}).get("input")) if ok else ""}</td>'
             f'<td class="num">{fmt_ms(st) if ok else ""}</td>'
             f'<td class="num">{"" if conf is None or not ok else f"{round(100 * conf)}%"}</td>'
@@ -491,8 +511,8 @@ def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
     sessions = list(sessions)
     n = len(sessions)
     compact = n > FULL_SESSIONS
-    head = "".join(f'<th class="{"num" if 4 <= i <= 6 else ""}">{t}</th>' for i, t in enumerate(
-        ["Run", "Session", "Verdict", "Breakdown", "Input", "Step time", "Confidence", "Cause"]))
+    head = "".join(f'<th class="{"num" if 5 <= i <= 7 else ""}">{t}</th>' for i, t in enumerate(
+        ["Run", "Session", "Verdict", "Fix first", "Breakdown", "Input", "Step time", "Confidence", "Cause"]))
     rows = "".join(_summary_row(s, compact) for s in sessions)
     out = [(f'<div class="tfbneck-report">{STYLE}<div class="tfb-card"><div class="tfb-h">tfbneck: {n} session'
             f'{"" if n == 1 else "s"}</div><div class="tfb-scroll"><table class="tfb-table tfb-summary"><thead>'
@@ -505,7 +525,8 @@ def report_html(sessions: Iterable[Dict], problems: Iterable[str] = ()) -> str:
     out.append("</div>")
     unfold = " open" if n <= OPEN_SESSIONS else ""
     for s in sessions:
-        kind = kind_label(s.get("bottleneck")) if s.get("status") == "ok" else "could not analyse"
+        kind = (s.get("bottleneck_label") or kind_label(s.get("bottleneck"))) if s.get("status") == "ok" \
+            else "could not analyse"
         out.append(f'<details class="tfb-session"{unfold}><summary>{_e(session_title(s))}: {_e(kind)}</summary>'
                    f"{_session_body(s)}</details>")
     out.append("</div>")

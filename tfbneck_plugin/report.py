@@ -25,9 +25,10 @@ COLUMNS = ["run", "session", "hosts", "status", "device_kind", "step_source", "s
 #: is one of ``COLUMNS``).
 PCT_COLUMNS = [f"{c}_pct" for c in CATEGORIES if c != "input"]
 #: Columns the CSV and the DataFrame add after the breakdown shares: the fix to make first
-#: and its predicted speedup, the time per batch (not per execution), the window that
+#: (its code), its predicted speedup (empty without a model) and its worth in words (the
+#: report's ``worth``, with or without a model), the time per batch (not per execution), the window that
 #: recorded the session (from the run's trend file), its folder and when it was recorded.
-EXTRA_COLUMNS = ["fix_first", "fix_speedup", "time_per_batch_ms", "window_kind", "window_trigger", "path",
+EXTRA_COLUMNS = ["fix_first", "fix_speedup", "fix_worth", "time_per_batch_ms", "window_kind", "window_trigger", "path",
                  "session_time"]
 #: Every CSV column: the CLI's ``--format csv``, the Beam pipeline's CSV, ``Report.to_dataframe``.
 CSV_COLUMNS = COLUMNS + PCT_COLUMNS + EXTRA_COLUMNS
@@ -56,7 +57,7 @@ def row(s: schema.Report) -> Dict:
     }
 
 
-def session_title(s: Dict) -> str:
+def session_title(s: schema.Report) -> str:
     """``run/session`` of a report; the PATH alone for a PATH that could not be searched."""
     return f"{s.get('run')}/{s.get('session')}" if s.get("session") else str(s.get("run"))
 
@@ -69,6 +70,7 @@ def extra_row(s: schema.Report) -> Dict:
     window = s.get("window") or {}
     t = s.get("session_time")
     values = {"fix_first": fix.get("fix"), "fix_speedup": (fix.get("predicted") or {}).get("speedup"),
+              "fix_worth": fix.get("worth"),
               "time_per_batch_ms": (s.get("steps") or {}).get("time_per_batch_ms"),
               "window_kind": window.get("kind"), "window_trigger": window.get("trigger"), "path": s.get("path"),
               "session_time": datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds")
@@ -117,8 +119,8 @@ def _cell(v) -> str:
 def to_table(report: Mapping[str, Any]) -> str:
     """A fixed-width table for terminals, then the evidence of each session."""
     cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
-            "confidence", "input_pct", "blocking_stage", "path"]
-    rows = [row(s) for s in report["sessions"]]
+            "confidence", "fix_first", "input_pct", "blocking_stage", "path"]
+    rows = [dict(row(s), fix_first=(schema.first_fix(s) or {}).get("fix") or "") for s in report["sessions"]]
     # The path goes last and whole: it is what tells two rows of the same run name apart.
     widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40 if c != "path" else 10**6)
               for c in cols}
@@ -131,18 +133,52 @@ def to_table(report: Mapping[str, Any]) -> str:
         if s.get("status") != "ok":
             lines.append(f"{title}: ERROR {s.get('error')}")
             continue
-        lines.append(f"{title}: {s.get('bottleneck')} ({s.get('cause')}, confidence {s.get('confidence')})")
+        lines.append(verdict_line(s))
+        lines.extend(fix_first_lines(s))
         for e in s.get("evidence", []):
             lines.append(f"  - {e}")
+        lines.extend(breakdown_line(s))
         lines.extend(worker_lines(s))
-        fix = schema.first_fix(s)
-        if fix:
-            worth = schema.worth(fix, (s.get("steps") or {}).get("time_per_batch_ms"))
-            lines.append(f"  fix first: {fix['title']}" + (f" — {worth}" if worth else ""))
-            if fix.get("why_here"):
-                lines.append(f"    why here: {fix['why_here']}")
         lines.append("")
     return "\n".join(lines)
+
+
+def verdict_line(s: schema.Report) -> str:
+    """``run/session: CPU-bound (input_preprocessing, confidence 0.8)``: the verdict's label
+    as the report words it (``bottleneck_label``), its cause code and confidence."""
+    label = s.get("bottleneck_label") or schema.bottleneck_label(s.get("bottleneck"))
+    return f"{session_title(s)}: {label} ({s.get('cause')}, confidence {s.get('confidence')})"
+
+
+def fix_line(fix: schema.Recommendation) -> str:
+    """``Title — worth [fix code]``: the first fix as every text view shows it; the worth is
+    the report's string (``worth``), never worded again."""
+    worth = fix.get("worth") or ""
+    return f"{fix.get('title')}" + (f" — {worth}" if worth else "") + f" [{fix.get('fix')}]"
+
+
+def fix_first_lines(s: schema.Report) -> List[str]:
+    """The table's lines for the first fix, right under the verdict: its title, worth and
+    code name, why it fits this run, and its code indented. [] without a recommendation."""
+    fix = schema.first_fix(s)
+    if not fix:
+        return []
+    out = [f"  fix first: {fix_line(fix)}"]
+    if fix.get("why_here"):
+        out.append(f"    why here: {fix['why_here']}")
+    if fix.get("code"):
+        out.extend(f"      {line}" for line in str(fix["code"]).splitlines())
+    return out
+
+
+def breakdown_line(s: schema.Report) -> List[str]:
+    """``  where the time goes: Waiting for input 72.6%, ...``: the breakdown shares named as
+    the report names them (``category_labels``), largest first; [] without a breakdown."""
+    pct = s.get("breakdown_pct") or {}
+    labels = s.get("category_labels") or {}
+    parts = [f"{labels.get(c) or schema.category_label(c, s.get('device_kind'))} {v:.1f}%"
+             for c, v in sorted(pct.items(), key=lambda kv: -kv[1]) if isinstance(v, (int, float)) and v >= 0.05]
+    return [f"  where the time goes: {', '.join(parts)}"] if parts else []
 
 
 def _share(v) -> str:
@@ -184,12 +220,16 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         if s.get("status") != "ok":
             out.append(f"**Error:** {s.get('error')}\n")
             continue
-        out.append(f"**{s.get('bottleneck')}** ({s.get('cause')}, confidence {s.get('confidence')})\n")
+        label = s.get("bottleneck_label") or schema.bottleneck_label(s.get("bottleneck"))
+        out.append(f"**{label}** ({s.get('cause')}, confidence {s.get('confidence')})\n")
+        fix = schema.first_fix(s)
+        if fix:
+            out.append(f"**Fix first:** {fix_line(fix)}\n")
         out.extend(f"- {e}" for e in s.get("evidence", []))
+        out.extend(f"-{line[1:]}" for line in breakdown_line(s))
         out.extend(_worker_table(s))
-        now = (s.get("steps") or {}).get("time_per_batch_ms")
         for r in s.get("recommendations") or []:
-            worth = schema.worth(r, now)
+            worth = r.get("worth") or ""
             out.append(f"\n**{r['title']}**" + (f" — {worth}" if worth else "") + f": {r['detail']}")
             if r.get("why_here"):
                 out.append(f"\n*Why here:* {r['why_here']}")

@@ -67,6 +67,7 @@ class Recommendation(TypedDict, total=False):
     predicted: Optional[Predicted]
     predicted_why_not: str
     bound_ms: float                   # no model: the best time per batch (ms), the share it acts on removed
+    worth: str                        # the worth in words, as every view shows it (schema.worth)
     why_here: str                     # one sentence with this run's numbers: why the change fits it
 
 
@@ -229,6 +230,8 @@ class SessionDict(TypedDict, total=False):
     steps: Steps
     breakdown_pct: Dict[str, float]   # sums to 100
     bottleneck: str                   # "cpu" | "device" | "io" | "network" | "unknown"
+    bottleneck_label: str             # the verdict as every view names it (BOTTLENECK_LABELS)
+    category_labels: Dict[str, str]   # breakdown category -> its name for this device (category_label)
     cause: str                        # tfbneck_plugin.causes.CAUSES
     cause_text: str
     confidence: float                 # 0-1
@@ -290,9 +293,62 @@ def first_fix(report: Report) -> Optional[Recommendation]:
     return recs[0] if recs else None
 
 
+#: The verdict's name in every view (tab, CLI summary, notebook, fleet): ``bottleneck`` -> label.
+BOTTLENECK_LABELS: Dict[str, str] = {"cpu": "CPU-bound", "device": "Device-bound", "io": "I/O-bound",
+                                     "network": "Network-bound", "unknown": "No verdict"}
+
+#: The breakdown categories' names in every view, worded as the evidence's breakdown
+#: sentence words them (``analysis.evidence.breakdown_sentence``); ``device_compute`` is
+#: named by :func:`category_label` after the device.
+CATEGORY_LABELS: Dict[str, str] = {"input": "Waiting for input", "host_compute": "Host overhead",
+                                   "host_to_device": "Host → device copies", "device_to_host": "Device → host copies",
+                                   "collective": "Collectives", "kernel_launch": "Kernel launch",
+                                   "idle": "Nothing recorded", "device_compute": "Device compute"}
+
+
+def bottleneck_label(bottleneck: Optional[str]) -> str:
+    """The verdict's label (:data:`BOTTLENECK_LABELS`); an unknown code is shown as it is."""
+    return BOTTLENECK_LABELS.get(str(bottleneck), str(bottleneck or "unknown"))
+
+
+def category_label(category: str, device_kind: Optional[str] = None) -> str:
+    """A breakdown category's name (:data:`CATEGORY_LABELS`): ``device_compute`` is "Model
+    compute on the CPU" on a CPU-only host, "GPU compute" / "TPU compute" on an accelerator,
+    "Device compute" when the device is not known (a fleet of several kinds)."""
+    if category == "device_compute" and device_kind:
+        return "Model compute on the CPU" if device_kind == "CPU" else f"{device_kind} compute"
+    return CATEGORY_LABELS.get(category, category)
+
+
+def vocabulary() -> Dict[str, Dict[str, str]]:
+    """The words of views that show no single report (the tab's session list, fleet and
+    trend): ``{"bottleneck_labels", "category_labels"}`` (the device not known)."""
+    return {"bottleneck_labels": dict(BOTTLENECK_LABELS), "category_labels": dict(CATEGORY_LABELS)}
+
+
+def add_words(report: Dict[str, Any]) -> Dict[str, Any]:
+    """Write into ``report`` (and return it) the words every view renders as they are, so no
+    view words them again: ``bottleneck_label``, ``category_labels`` (category -> name, for
+    this report's device) and each recommendation's ``worth`` (:func:`worth`; also those of
+    a worker's ``sync`` section). An error report gets none of them."""
+    if report.get("status") != "ok":
+        return report
+    report["bottleneck_label"] = bottleneck_label(report.get("bottleneck"))
+    report["category_labels"] = {c: category_label(c, report.get("device_kind")) for c in CATEGORY_LABELS}
+    now = (report.get("steps") or {}).get("time_per_batch_ms")
+    sync = report.get("sync") or {}
+    for recs in (report.get("recommendations"), (sync.get("own") or {}).get("recommendations"),
+                 sync.get("network_recommendations")):
+        for rec in recs or []:
+            rec["worth"] = worth(rec, now)
+    return report
+
+
 def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
     """A recommendation's worth in words: its predicted time per batch, speedup and range,
-    or (no model) its best case from the share of the step it acts on, or ""."""
+    or (no model) its best case from the share of the step it acts on, or "".
+    The report carries it as each recommendation's ``worth`` (:func:`add_words`): views
+    render that string and never word it again."""
     p = rec.get("predicted")
     if p:
         low, high = p["range_ms"]

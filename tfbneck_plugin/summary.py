@@ -8,8 +8,8 @@ Every figure comes from the session report (README "The report"):
     ``categories_ms``       ``breakdown_pct`` x ``profiled_ms`` / 100, per breakdown category (ms)
     ``time_per_batch_ms``   ``steps.time_per_batch_ms`` (a step covers ``batches_per_step``
                             batches with ``steps_per_execution`` > 1), else the mean step time
-    ``best_fix``            the recommendation with the smallest predicted time per batch
-                            (``analysis.whatif``), or None when no fix has a prediction
+    ``best_fix``            the fix to make first (the report's first recommendation) with its
+                            ``worth`` string and the numbers that rank it (:func:`best_fix`)
 """
 from __future__ import annotations
 
@@ -19,32 +19,38 @@ from . import schema
 from .analysis.breakdown import CATEGORIES
 
 #: Format of a summary; bumped when its fields change (the cache then recomputes it).
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
 
 
 def best_fix(report: schema.Report) -> Optional[Dict]:
-    """``{"fix", "title", "time_per_batch_ms", "step_time_ms", "speedup", "basis"}`` of the
-    recommendation expected to give the smallest time per batch (ties: the report's order),
-    or None when none has a number. ``basis`` ``predicted``: its prediction; ``bound``: a
-    change with no model but a bound (``bound_ms``, the share of the step it acts on) counts
-    at the middle of [bound, now], as the report ranks it (``analysis.whatif._order``), so
-    that vectorising a map is not worth nothing for want of a model."""
-    best = None
+    """``{"fix", "title", "worth", "time_per_batch_ms", "step_time_ms", "speedup", "basis"}``
+    of the fix to make first: the report's first recommendation (the report ranks them,
+    ``analysis.whatif._order``), so that a fleet names the fix its session's report names,
+    with the same ``worth`` string. The numbers rank the runs: ``basis`` ``predicted`` gives
+    its prediction; ``bound`` (no model, but a bound ``bound_ms`` from the share of the step it
+    acts on) counts it at the middle of [bound, now], as the report ranks it; ``None``
+    (neither) leaves ``time_per_batch_ms``, ``step_time_ms`` and ``speedup`` None. None when
+    the report recommends nothing."""
+    rec = schema.first_fix(report)
+    if rec is None:
+        return None
     given = (report.get("steps") or {}).get("time_per_batch_ms")
     now = float(given) if isinstance(given, (int, float)) and given > 0 else None
     bps = int((report.get("steps") or {}).get("batches_per_step") or 1)
-    for rec in report.get("recommendations") or []:
-        pred = rec.get("predicted") or {}
-        tpb, basis = pred.get("time_per_batch_ms"), "predicted"
-        bound = rec.get("bound_ms")
-        if not isinstance(tpb, (int, float)) and isinstance(bound, (int, float)) and now is not None:
-            tpb, basis = (float(bound) + now) / 2.0, "bound"
-        if isinstance(tpb, (int, float)) and tpb > 0 and (best is None or tpb < best["time_per_batch_ms"]):
-            speedup = pred.get("speedup") if basis == "predicted" else round((now or 0.0) / tpb, 2)
-            best = {"fix": rec.get("fix"), "title": rec.get("title"), "time_per_batch_ms": round(float(tpb), 3),
-                    "step_time_ms": pred.get("step_time_ms") if basis == "predicted" else round(tpb * bps, 3),
-                    "speedup": speedup, "basis": basis}
-    return best
+    pred = rec.get("predicted") or {}
+    tpb, step, speedup, basis = pred.get("time_per_batch_ms"), pred.get("step_time_ms"), pred.get("speedup"), None
+    if isinstance(tpb, (int, float)) and tpb > 0:
+        basis = "predicted"
+    elif isinstance(rec.get("bound_ms"), (int, float)) and now is not None:
+        tpb = (float(rec["bound_ms"]) + now) / 2.0
+        step, speedup, basis = round(tpb * bps, 3), round(now / tpb, 2), "bound"
+    else:
+        tpb = step = speedup = None
+    worth = rec.get("worth")
+    return {"fix": rec.get("fix"), "title": rec.get("title"),
+            "worth": worth if isinstance(worth, str) else schema.worth(rec, now),
+            "time_per_batch_ms": float(tpb) if tpb is not None else None,
+            "step_time_ms": step, "speedup": speedup, "basis": basis}
 
 
 def summarize(report: schema.Report) -> Dict:

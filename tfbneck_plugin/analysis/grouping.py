@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ..logdir import session_folder_time
 from ..runs import FASTER_THAN_JOB_X, traced_and_job_step_ms
-from ..schema import SessionDict, step_time_ms
+from ..schema import SessionDict, add_words, step_time_ms
 from ..version import __version__
 from . import job as jobmod
 from .verdict import evidence_details
@@ -255,7 +255,7 @@ def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_b
         out["evidence_detail"] = list(out.get("evidence_detail") or []) + [
             {"text": text, "basis": "system_metrics"} for text in said]
     out["trace_viewer"] = base.get("trace_viewer")
-    return cast(SessionDict, out)
+    return cast(SessionDict, add_words(out))
 
 
 def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> List[str]:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 from .. import records
 from ..errors import error_report
 from ..logdir import Session, open_any
-from ..schema import SessionDict
+from ..schema import SessionDict, add_words
 from ..trace.tracefile import host_name_from_file, read_space
 from ..trace.xspace import TraceReadError
 from ..version import __version__
@@ -43,7 +43,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     """
     if session.system_record:  # no trace: the triage of its system metrics (step 1 of the method)
         from ..system_session import system_only_report
-        return system_only_report(session, opener or open_any)
+        return cast(SessionDict, add_words(cast(Dict[str, Any], system_only_report(session, opener or open_any))))
     opener = opener or open_any
     problem = _record_problem(session, opener)
     if problem is not None:
@@ -73,7 +73,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
                               "host": primary.get("host")}
     if len(hosts) > 1:
         multihost.merge(report, hosts)
-    return cast(SessionDict, report)
+    return cast(SessionDict, add_words(report))
 
 
 def _record_problem(session: Session, opener) -> Optional[SessionDict]:

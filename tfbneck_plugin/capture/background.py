@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, cast
 
 from ..api import SessionReport
-from ..schema import SessionDict, step_time_ms
+from ..schema import SessionDict, bottleneck_label, step_time_ms
 from .sampler import NOT_TRAINING_PIDS
 
 if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
@@ -324,7 +324,7 @@ def scalars_from_report(report: SessionDict) -> Dict[str, float]:
 
 
 def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
-    """The one-line verdict logged after a window, e.g. ``steps 3-5: cpu-bound (...); ...``.
+    """The one-line verdict logged after a window, e.g. ``steps 3-5: CPU-bound (...); ...``.
     With ``steps_per_execution`` k > 1 a traced step and the trigger's step times are one
     execution of k batches (the markers say k), and the line says so."""
     st = step_time_ms(report)
@@ -332,15 +332,15 @@ def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
     unit = "ms/step" if per <= 1 else f"ms per execution of {per} steps"
     pct = report.get("breakdown_pct") or {}
     recs = report.get("recommendations") or []
-    kind = report.get("bottleneck", "unknown")
-    head = f"{kind}-bound" if kind != "unknown" else "no verdict"
+    head = report.get("bottleneck_label") or bottleneck_label(report.get("bottleneck"))
     first, last = rec.steps or (0, 0)
     parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
              f"confidence {float(report.get('confidence') or 0):.2f})"]
     if st is not None:
         parts.append(f"{st:.1f} {unit}, {float(pct.get('input', 0.0)):.0f}% waiting for input")
-    if recs:
-        parts.append(f"fix first: {recs[0].get('title')}")
+    if recs:  # the title, the report's worth string and the fix's code name, as the CLI's table
+        worth = recs[0].get("worth")
+        parts.append(f"fix first: {recs[0].get('title')}" + (f" — {worth}" if worth else "") + f" [{recs[0].get('fix')}]")
     if rec.kind == "triggered" and rec.trigger:
         t = rec.trigger
         parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} {unit} against a baseline of "

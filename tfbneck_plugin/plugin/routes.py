@@ -26,7 +26,7 @@ from .. import report as report_mod
 from ..batch import analyze_one
 from ..runs import annotate
 from ..logdir import Session, find_sessions, is_remote
-from ..schema import SessionDict
+from ..schema import SessionDict, vocabulary
 from ..version import __version__
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
 from .metadata import PLUGIN_NAME, TAB_NAME
@@ -145,7 +145,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
           ``problems`` (at most 100 lines), ``sessions`` (rows of :func:`.index.session_row`;
           the analysed workers of a multi-worker job as one row, :func:`.index.job_rows`)
           ``cache`` (``ReportService.stats``) and ``verdicts`` (``{"ready", "total"}``: rows
-          with a report, rows in all). Sessions that may be other workers of an analysed
+          with a report, rows in all), ``vocabulary`` (the verdicts' and categories' names,
+          :func:`tfbneck_plugin.schema.vocabulary`, for views that show no single report).
+          Sessions that may be other workers of an analysed
           worker's job are queued for analysis (:func:`.reports.sibling_sessions`).
 
         Raises:
@@ -171,7 +173,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         return 200, {"version": __version__, "logdir": self._logdir, "scanned": snap.scanned,
                      "scanning": snap.scanning, "error": snap.error, "error_kind": snap.error_kind,
                      "problems": snap.problems[:100], "sessions": rows, "cache": self._reports.stats(),
-                     "verdicts": {"ready": ready, "total": len(rows)}}
+                     "verdicts": {"ready": ready, "total": len(rows)}, "vocabulary": vocabulary()}
 
     def _analyze_all(self, sessions: Dict) -> None:
         """Queue a background analysis of every listed session that has no report and none
