@@ -182,6 +182,7 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
         cols.append((ids[m] * n_codes, (e - s)[m], s[m], e[m], step[m]))
     if cols:  # one pass over all threads: one row per op, whatever thread ran it
         keys, selfs, s, e, step = (np.concatenate(c) for c in zip(*cols))
+        cols.clear()  # the per-line pieces: no longer needed beside their concatenation
         _aggregate(rows, keys, make, selfs.astype(np.float64), (e - s).astype(np.float64), s, e, step, len(win_s))
     return list(rows.values())
 

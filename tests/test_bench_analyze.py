@@ -1,0 +1,45 @@
+"""The analysis speed, guarded in the quick tier, and the README's performance table, which is
+the benchmark's saved output (benchmarks/bench_analyze.py; results in
+benchmarks/results/bench_analyze.json)."""
+import json
+import os
+import sys
+
+from support.paths import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import bench_analyze  # noqa: E402
+
+#: How much slower per event the analysis may get than the saved ratio before this fails.
+SLOWDOWN_LIMIT = 1.5
+
+
+def test_readme_performance_block_is_the_saved_benchmark_output():
+    """README.md between the bench_analyze markers is exactly what ``bench_analyze.py --readme``
+    renders from the committed results: the table is generated, never typed."""
+    assert bench_analyze.readme_block() == bench_analyze.render_block(bench_analyze.load_results()), \
+        "README's performance block differs from benchmarks/results/bench_analyze.json: run " \
+        "python benchmarks/bench_analyze.py --readme"
+
+
+def test_saved_results_hold_both_traces_and_the_quick_ratio():
+    with open(bench_analyze.RESULTS, encoding="utf-8") as f:
+        results = json.load(f)
+    assert results["quick"]["ratio"] > 0
+    assert results["traces"], "no trace measured"
+    for r in results["traces"].values():
+        assert {"a_parse", "b_tfbneck"} <= set(r["median"])
+
+
+def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
+    """Analysis / protobuf parse of the same small real trace, in this process, interleaved
+    (median of 7 pairs): both run on this machine now, so the ratio moves with the analysis's
+    cost per event, not with the machine's speed or load. Fails when it exceeds 1.5 x the
+    ratio saved by ``bench_analyze.py --quick --save``; one retry absorbs a burst of load."""
+    saved = bench_analyze.load_results()["quick"]["ratio"]
+    ratio = bench_analyze.quick_ratio()
+    if ratio > SLOWDOWN_LIMIT * saved:
+        ratio = min(ratio, bench_analyze.quick_ratio())
+    assert ratio <= SLOWDOWN_LIMIT * saved, (
+        f"analysis / parse = {ratio:.2f}, above {SLOWDOWN_LIMIT} x the saved {saved:.2f}: the analysis got "
+        "slower per event (if on purpose, re-measure with python benchmarks/bench_analyze.py --quick --save)")
