@@ -38,6 +38,7 @@ setup(
         "scipy>=1.9.2",  # compare: Mann-Whitney U; 1.9.2: the first with Python 3.11 wheels
         "rich>=12.0.0",  # tfbneck watch's live panel (Live, Group, Table.grid, Console.size setter)
         "regex>=2022.9.13",  # fleet --group-by: a search with a timeout (re has none); the first with 3.11 wheels
+        "orjson>=3.7.7",  # PyTorch's Kineto JSON traces (trace/kineto.py); 3.7.7: the first with Python 3.11 wheels
     ],
     extras_require={
         # XProf (TensorBoard's Profile tab) opens the tab's "Open in Trace Viewer" links; an

@@ -18,6 +18,12 @@ with ``incomplete=True`` (the analyzer gives it ``status: error``); the partial 
 are never read as a trace. While the process that owns it still runs on this host, the
 window is being recorded and is not listed.
 
+PyTorch's profiler (``torch.profiler.tensorboard_trace_handler(dir)``) writes one Kineto
+trace per process straight into ``dir``: ``<dir>/<worker>.<time>.pt.trace.json[.gz]``.
+Every folder at any depth that holds such files is a run (``dir`` relative to the path
+given); its files form one session, one host each (the ranks of one job), unless a worker
+name repeats (several profiling cycles of one process): then each file is a session.
+
 A system record (``tfbneck watch --output FILE``, or ``<run>/plugins/bottleneck/system_*.json``
 of a run with no profiled session) is a system-only session: ``Session.system_record``,
 no trace files; its report is the triage of the system metrics (:mod:`.system_session`).
@@ -37,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .trace.kineto import KINETO_SUFFIXES, worker_name
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
@@ -169,7 +176,7 @@ def _add_file(s: Session, name: str, full: str, siblings) -> None:
     """File ``name`` (path ``full``) of session folder ``s``, by kind. ``siblings``: the
     folder's file names; a ``.gz`` twin of a plain trace is the same host, so only the
     plain one is kept."""
-    if name.endswith(XPLANE_SUFFIXES):
+    if name.endswith(XPLANE_SUFFIXES) or name.endswith(KINETO_SUFFIXES):
         if not (name.endswith(".gz") and name[:-3] in siblings):
             s.files.append(full)
     elif name.endswith(LEGACY_SUFFIXES):
@@ -234,6 +241,9 @@ def find_sessions(path: str) -> Discovery:
                     sessions.append(s)
             dirnames[:] = []
             continue
+        kineto = [n for n in filenames if n.endswith(KINETO_SUFFIXES)]
+        if kineto:
+            sessions.extend(kineto_sessions(dirpath, _relrun(path, dirpath), kineto))
         if os.path.basename(dirpath) == "profile" and os.path.basename(os.path.dirname(dirpath)) == "plugins":
             run = _relrun(path, os.path.dirname(os.path.dirname(dirpath)))
             for d in list(dirnames):
@@ -298,6 +308,20 @@ def _system_records_in(root: str, dirpath: str, filenames: List[str],
     return out
 
 
+def kineto_sessions(folder: str, run: str, names: List[str]) -> List[Session]:
+    """The sessions of a folder's Kineto traces (``names``, file names in ``folder``): one
+    session of all of them, named after the folder, when each worker wrote one file (the
+    ranks of a job); one session per file, named after it, when a worker wrote several. A
+    ``.gz`` twin of a plain file is the same trace; the plain one is kept."""
+    present = set(names)
+    files = sorted((n for n in names if not (n.endswith(".gz") and n[:-3] in present)), key=natural_key)
+    workers = [worker_name(n).split(".", 1)[0] for n in files]
+    if len(set(workers)) == len(workers):
+        return [Session(run=run, name=os.path.basename(os.path.normpath(folder)) if len(files) > 1
+                        else worker_name(files[0]), path=folder, files=[os.path.join(folder, n) for n in files])]
+    return [Session(run=run, name=worker_name(n), path=folder, files=[os.path.join(folder, n)]) for n in files]
+
+
 def _file_session(path: str) -> Session:
     """The session of one file given as PATH: a trace (its session folder's, that file only)
     or a system record. Raises DiscoveryError for anything else, or a file that cannot be read."""
@@ -308,9 +332,12 @@ def _file_session(path: str) -> Session:
             raise DiscoveryError(f"{path}: cannot read ({err.strerror or err})") from None
         if head == SYSTEM_RECORD_HEAD:
             return _system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))
+    if path.endswith(KINETO_SUFFIXES):
+        folder = os.path.dirname(os.path.abspath(path))
+        return kineto_sessions(folder, folder_label(folder), [os.path.basename(path)])[0]
     if not path.endswith(XPLANE_SUFFIXES):
-        raise DiscoveryError(f"{path}: neither an .xplane.pb trace file nor a tfbneck system record "
-                             "(tfbneck watch --output)")
+        raise DiscoveryError(f"{path}: neither an .xplane.pb trace file, a PyTorch profiler trace (.pt.trace.json) "
+                             "nor a tfbneck system record (tfbneck watch --output)")
     session_dir = os.path.dirname(os.path.abspath(path))
     run_dir = _run_dir_of(session_dir)
     return Session(run=os.path.basename(run_dir) if run_dir else ".", name=os.path.basename(session_dir),

@@ -12,14 +12,14 @@ from typing import List, Optional
 from ..trace import timeline
 from . import breakdown
 from .devices import Device
-from .host import STEP_MARKER_NAMES, HostView
+from .host import HostView
 from .placement import Placement
 
 
 
 def step_marker_ids(view: HostView):
-    """Metadata ids of the step markers on the host plane."""
-    return view.ids(("markers",), lambda n: n in STEP_MARKER_NAMES)
+    """Metadata ids of the step markers on the host plane (:meth:`.host.HostView.marker_ids`)."""
+    return view.marker_ids()
 
 
 def gather_activity(view: Optional[HostView], devices: List[Device], placement: Placement) -> breakdown.Activity:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional
 
 from .cpu_share import INPUT_DOUBT_GAIN, input_cores_ms, input_load
+from . import torch_advice
 from .findings import Findings
 from .tfdata import Stage
 
@@ -365,5 +366,8 @@ ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
 
 
 def advice_for(cause: str, f: Findings) -> List[Rec]:
-    """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``)."""
+    """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``), in
+    PyTorch's words for a PyTorch run (:mod:`.torch_advice`)."""
+    if f.framework == "pytorch":
+        return torch_advice.advice_for(cause, f)
     return ADVICE[cause](f)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .findings import Findings, GapFact
+from .findings import Findings, GapFact, LoaderFacts
 
 
 class Inferred(str):
@@ -109,3 +109,18 @@ def _host_during(g: GapFact) -> str:
     if g.tfdata_busy_pct is not None:
         parts.append(f"the busiest tf.data thread was active {g.tfdata_busy_pct:.0f}% of it")
     return ", ".join(parts) if parts else "no host activity was recorded"
+
+
+def loader_sentence(loader: LoaderFacts) -> str:
+    """What the trace shows of PyTorch's DataLoader: who loads the batches, the wait per step."""
+    who = ("worker processes load the batches (num_workers > 0): the wait is how late they are" if loader.workers
+           else "it runs in the training process (num_workers=0): the loop loads each batch itself while the step waits")
+    return (f"The DataLoader's iterator is `{loader.iterator}`: {who}; {loader.wait_ms_per_step:.1f} ms of wait per "
+            f"step over {loader.calls} batches.")
+
+
+#: Why a PyTorch input wait is called preprocessing without system metrics: loading runs the
+#: dataset's Python, which the trace cannot split into computing and reading.
+LOADER_INPUT = Inferred("Loading runs the dataset's Python (__getitem__, transforms, collate): the trace cannot tell "
+                        "computing from reading inside it. Record system metrics (tfbneck watch --pid) to separate "
+                        "CPU-bound from I/O-bound.")

@@ -78,6 +78,17 @@ class StepTiming:
 
 
 @dataclass
+class LoaderFacts:
+    """PyTorch's DataLoader as the trace shows it (``enumerate(DataLoader)#<iterator>.__next__``
+    annotations, :mod:`.torch_host`): the iterator class, whether worker processes load the
+    batches (``num_workers`` > 0), the calls seen and the mean wait per steady step (ms)."""
+    iterator: str
+    workers: bool
+    calls: int
+    wait_ms_per_step: float
+
+
+@dataclass
 class KernelFacts:
     """Device kernels over the window."""
     count: int
@@ -123,7 +134,7 @@ class Slowdown:
 @dataclass
 class Findings:
     """Every fact about one host that the verdict rules read (see the module docstring)."""
-    framework: str                    # "tensorflow", "jax" or "unknown"
+    framework: str                    # "tensorflow", "pytorch", "jax" or "unknown"
     device_kind: str                  # device of the breakdown: "GPU"/"TPU", or "CPU" when the host computes
     placement: Placement
     pct: Dict[str, float]             # breakdown_pct (sums to 100)
@@ -140,6 +151,7 @@ class Findings:
     own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
     xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
     slowdown: Optional[Slowdown] = None   # the slowdown trigger opened this window
+    loader: Optional[LoaderFacts] = None  # PyTorch's DataLoader (None for other frameworks)
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

@@ -173,6 +173,11 @@ class HostView:
         """(uint64 values, present mask) of an integer stat, decoded in bulk."""
         return self.plane.stat_ints(self.plane.lines[li], idx, stat)
 
+    def marker_ids(self) -> np.ndarray:
+        """Metadata ids of the step markers (:data:`STEP_MARKER_NAMES`): they span whole
+        steps on the training thread and are not host work."""
+        return self.ids(("markers",), lambda n: n in STEP_MARKER_NAMES)
+
     @property
     def non_data_lines(self) -> List[int]:
         """Indices of the lines that are not tf.data threads."""

@@ -51,6 +51,7 @@ class Placement:
     allocations: Dict[str, int] = field(default_factory=dict)   # allocator name -> allocations
     device_copies: int = 0                # host-side records of copies to/from a GPU
     launch_calls: int = 0                 # cudaLaunchKernel / hipLaunchKernel... on host threads
+    nccl_calls: int = 0                   # NCCL collectives on host threads (PyTorch's ``nccl:`` annotations)
     host_op_ps: int = 0                   # TF ops executed on host threads (union per thread)
     host_op_median_us: Optional[float] = None
 
@@ -67,7 +68,7 @@ class Placement:
     @property
     def gpu_used(self) -> bool:
         """The trace shows the GPU held tensors or received kernels."""
-        return bool(self.device_allocators) or self.launch_calls > 0
+        return bool(self.device_allocators) or self.launch_calls > 0 or self.nccl_calls > 0
 
     @property
     def device_allocations(self) -> int:

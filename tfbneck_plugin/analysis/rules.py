@@ -15,7 +15,8 @@ from . import evidence as ev
 from . import cpu_share, sysmetrics
 from .advice import advice_for
 from .cpu_share import CONTENTION_RUNQ_CORES
-from .evidence import Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, system_sentence
+from .evidence import (LOADER_INPUT, Inferred, Sampled, breakdown_sentence, device_word, launch_sentence, loader_sentence,
+                       system_sentence)
 from .findings import Findings
 from .op_advice import name_ops
 from .placement import PLUGGABLE_HOST_ALLOCATOR
@@ -141,12 +142,15 @@ def device_trace_missing(f: Findings) -> Optional[Verdict]:
         seen.append(f"the host launched {p.launch_calls} kernels")
     if p.device_copies:
         seen.append(f"{p.device_copies} copies to or from the GPU were recorded on the host")
+    if p.nccl_calls:
+        seen.append(f"the host ran {p.nccl_calls} NCCL collectives (NCCL works on GPU memory only)")
     planes = (f"its {p.device_planes} {p.device_kind} plane(s) hold no events" if p.device_planes
               else "the trace has no GPU plane at all")
     used = ("The GPU ran the model: " + "; ".join(seen)) if seen else "A GPU was present and the host ran no model ops"
+    tracer = "Kineto" if f.framework == "pytorch" else "CUPTI"
     return Verdict("unknown", "device_trace_missing", 0.9, [
         used + ".",
-        Inferred(f"But {planes}: the device tracer (CUPTI) recorded nothing, so the device's time and the input "
+        Inferred(f"But {planes}: the device tracer ({tracer}) recorded nothing, so the device's time and the input "
                  "wait cannot be measured and no bottleneck can be named.")] + step_note(f))
 
 
@@ -191,7 +195,8 @@ def input_bound(f: Findings) -> Optional[Verdict]:
         return None
     p = f.pipeline if (f.pipeline and f.pipeline.stages) else None
     st = p.blocking if p else None
-    ev = context(f) + [f"The training step waits for input {inp:.1f}% of the time (IteratorGetNext blocking with "
+    waiting = "the DataLoader's __next__" if f.loader is not None else "IteratorGetNext blocking"
+    ev = context(f) + [f"The training step waits for input {inp:.1f}% of the time ({waiting} with "
                        f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)"
                        + (f"; {f.steps.input_bound_steps} of {f.steps.count} steps waited that long." if f.steps.count
                           else ".")]
@@ -202,7 +207,11 @@ def input_bound(f: Findings) -> Optional[Verdict]:
         ev.append(f"The stage that blocks the consumer is the tf.data stage `{st.kind}` ({st.path}): "
                   f"{st.self_ps / 1e9:.1f} ms of self time{fn}{calls}{par}.")
     model = f.timing.model_cores if f.timing is not None and f.device_kind == "CPU" else None
+    if f.loader is not None:
+        ev.append(loader_sentence(f.loader))
     kind, cause, penalty, why = (_input_from_system(f.system, p, st, model, inp / 100.0) if f.system
+                                 else ("cpu", "input_preprocessing", PYTHON_STAGE_PENALTY, LOADER_INPUT)
+                                 if f.loader is not None
                                  else _input_from_stage(p, st))
     ev.append(why)
     return Verdict(kind, cause, confidence(inp, INPUT_BOUND_PCT, penalty), ev)
@@ -515,7 +524,8 @@ def host_overhead(f: Findings) -> Optional[Verdict]:
     if hostc + gaps < HOST_OVERHEAD_PCT:
         return None
     idle_what = "CPU model math" if f.device_kind == "CPU" else "device"
-    ev = context(f) + [f"{hostc:.1f}% of the step is host-side overhead (Python, Keras, op dispatch) with the "
+    host_words = "Python, op dispatch" if f.framework == "pytorch" else "Python, Keras, op dispatch"
+    ev = context(f) + [f"{hostc:.1f}% of the step is host-side overhead ({host_words}) with the "
                        f"{idle_what} idle (threshold {HOST_OVERHEAD_PCT:.0f}%)."]
     if gaps:
         ev.append(Inferred(f"Another {gaps:.1f}% passes between the eagerly dispatched ops with nothing recorded: "
@@ -530,7 +540,8 @@ def unrecorded(f: Findings) -> Optional[Verdict]:
     if idle < UNRECORDED_PCT:
         return None
     return Verdict("unknown", "unrecorded", 0.2, context(f) + [
-        f"{idle:.1f}% of the step has no recorded activity on the training thread, the tf.data consumer or the "
+        f"{idle:.1f}% of the step has no recorded activity on the training thread, the "
+        f"{'DataLoader' if f.framework == 'pytorch' else 'tf.data consumer'} or the "
         "device: the trace cannot say what limited it."])
 
 

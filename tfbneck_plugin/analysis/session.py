@@ -15,19 +15,23 @@ from .. import records
 from ..errors import error_report
 from ..logdir import Session, open_any
 from ..schema import SessionDict, add_words
+from ..trace.kineto import KinetoSpace, is_kineto_file, read_kineto
 from ..trace.tracefile import host_name_from_file, read_space
 from ..trace.xspace import TraceReadError
 from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job
 from .host_analysis import HostAnalysis
+from .torch_host import TorchHostAnalysis
 
 
 def analyze_space(space, system: Optional[Dict] = None, slowdown: Optional[Dict] = None) -> Dict:
-    """The host-level report fields of one XSpace (``trace.xspace.Space``); ``system``: the
-    sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``: the trigger that
-    opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None."""
-    return HostAnalysis(space, system, slowdown).report()
+    """The host-level report fields of one XSpace (``trace.xspace.Space``) or Kineto trace
+    (``trace.kineto.KinetoSpace``, analysed by :class:`.torch_host.TorchHostAnalysis`);
+    ``system``: the sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``:
+    the trigger that opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None."""
+    analysis = TorchHostAnalysis if isinstance(space, KinetoSpace) else HostAnalysis
+    return analysis(space, system, slowdown).report()
 
 
 def analyze_session(session: Session, opener=None) -> SessionDict:
@@ -127,7 +131,7 @@ def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[Dic
     hosts, failures = [], []
     for f in session.files:
         try:
-            space = read_space(f, opener)
+            space = read_kineto(f, opener) if is_kineto_file(f) else read_space(f, opener)
             h = analyze_space(space, system, slowdown)
             del space
         except TraceReadError as err:

@@ -56,7 +56,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..trace import timeline
-from . import breakdown, cpu_share, python_input
+from . import breakdown, cpu_share, python_input, torch_whatif
 from .findings import Findings, StepTiming
 
 #: Eager kernel runs on the training thread (tensorflow/core/common_runtime/eager/
@@ -485,6 +485,7 @@ WHY_NOT: Dict[str, str] = {
     "profile_training_steps": "This fixes the trace, not the step: there is nothing to predict.",
     "profile_window": "This confirms a first diagnosis from system metrics: there is nothing to predict.",
     "use_xprof": "This trace is not TensorFlow training: there is no step time to predict.",
+    **torch_whatif.WHY_NOT,
 }
 
 
@@ -497,6 +498,7 @@ ACTS_ON: Dict[str, Tuple[str, ...]] = {
     "augment_on_device": ("input",), "parallel_reads": ("input",), "local_copy": ("input",),
     "larger_files": ("input",), "free_cores": ("input",), "more_cores": ("input",),
     "fewer_syncs": ("collective",),
+    **torch_whatif.ACTS_ON,
 }
 #: A change worth less than this share of the time per batch is within the run-to-run
 #: spread of the runs here (two runs of one program differ by up to about this much on the
@@ -517,7 +519,7 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     if f.timing is None or not f.steps.found:
         return None, "No steady step was found: there is no step time to predict from."
     fix = rec.get("fix") or ""
-    model = MODELS.get(fix)
+    model = MODELS.get(fix) or torch_whatif.MODELS.get(fix)
     if model is None:
         return None, WHY_NOT.get(fix, "No model of this change from the trace's numbers.")
     out = model(rec, f)

@@ -130,9 +130,10 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
 
 
 def host_name_from_file(filename: str) -> str:
-    """``worker-0.xplane.pb`` -> ``worker-0``; the profiler names each file after its host."""
+    """``worker-0.xplane.pb`` -> ``worker-0``; the profiler names each file after its host
+    (PyTorch's ``<worker>.<time>.pt.trace.json[.gz]`` after its worker and time)."""
     base = os.path.basename(filename)
-    for suffix in (".xplane.pb.gz", ".xplane.pb"):
+    for suffix in (".xplane.pb.gz", ".xplane.pb", ".pt.trace.json.gz", ".pt.trace.json"):
         if base.endswith(suffix):
             return base[: -len(suffix)]
     return base

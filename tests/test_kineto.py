@@ -1,0 +1,277 @@
+"""PyTorch's profiler traces (Kineto JSON): the reader (trace.kineto) on small files written
+here, the PyTorch host view, steps and advice (analysis.torch_host, torch_advice,
+torch_whatif) through the analyzer, the six real traces of ../shared/realtraces-torch, and
+the CLI's formats carrying the same fields for a PyTorch and a TensorFlow session."""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DEMO_LOGS, SHARED, need_shared
+from tfbneck_plugin.analysis.session import analyze_session, analyze_space
+from tfbneck_plugin.logdir import find_sessions
+from tfbneck_plugin.trace.kineto import KinetoSpace, read_kineto
+from tfbneck_plugin.trace.xspace import TraceReadError
+
+TORCH_TRACES = os.path.join(SHARED, "realtraces-torch")
+PID, TID = 4242, 4242
+
+
+def _x(cat, name, ts, dur, pid=PID, tid=TID, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _loop(steps=4, step_us=10_000.0, wait_us=6_000.0, iterator="_SingleProcessDataLoaderIter", spelling="new",
+          h2d_us=0.0):
+    """A training loop as Kineto writes it: each step waits ``wait_us`` in the DataLoader,
+    then runs ops that launch one kernel each (fractional microseconds on purpose)."""
+    op, rt, kern, cpy = (("cpu_op", "cuda_runtime", "kernel", "gpu_memcpy") if spelling == "new"
+                         else ("Operator", "Runtime", "Kernel", "Memcpy"))
+    stream = 7 if spelling == "new" else "stream 7"
+    base = 4_458_676_522_690.655  # since boot, as many traces have it: a double holds its nanoseconds
+    ev = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "python3"}}]
+    for k in range(steps):
+        t0 = base + k * step_us
+        ev.append(_x("user_annotation", f"ProfilerStep#{k + 10}", t0, step_us))
+        ev.append(_x("user_annotation", f"enumerate(DataLoader)#{iterator}.__next__", t0 + 0.5, wait_us))
+        ev.append(_x(op, "aten::stack", t0 + 1.0, wait_us / 2))  # collate inside the wait: input, not model
+        t = t0 + wait_us + 1.0
+        if h2d_us:
+            ev.append(_x(op, "aten::copy_", t, h2d_us + 5))
+            ev.append(_x(rt, "cudaMemcpyAsync", t + 1, h2d_us + 3))
+            ev.append(_x(cpy, "Memcpy HtoD (Pageable -> Device)", t + 2, h2d_us, pid=0, tid=stream,
+                         device=0, stream=7))
+            t += h2d_us + 6
+        while t + 300 < t0 + step_us:
+            ev.append(_x(op, "aten::mm", t, 100.25))
+            ev.append(_x(rt, "cudaLaunchKernel", t + 10.5, 20.0))
+            ev.append(_x(kern, "volta_sgemm_128x64_nn", t + 40.0, 200.0, pid=0, tid=stream, device=0, stream=7))
+            ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "pid": PID, "tid": TID, "ts": t + 10.5, "id": 1})
+            t += 250.0
+    ev.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
+               "ts": base - 10, "dur": steps * step_us + 20})
+    return ev
+
+
+def _write(path, events, gz=False, **top):
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-40GB"}],
+           "traceEvents": events, **top}
+    data = json.dumps(doc).encode()
+    with open(path, "wb") as f:
+        f.write(gzip.compress(data) if gz else data)
+    return str(path)
+
+
+# ---- the reader ---------------------------------------------------------------------------------
+
+def test_fractional_microseconds_become_exact_ps_and_devices_come_from_args(tmp_path):
+    space = read_kineto(_write(tmp_path / "w.1.pt.trace.json", _loop(steps=1)))
+    assert isinstance(space, KinetoSpace)
+    host = space.plane("/host:CPU")
+    gpu = space.plane("/device:GPU:0")
+    assert host is not None and gpu is not None and [p.name for p in space.planes] == ["/host:CPU", "/device:GPU:0"]
+    line = host.lines[0]
+    assert line.name == "python3"
+    names = [host.event_names[int(i)] for i in line.name_id]
+    step = names.index("ProfilerStep#10")
+    # .655 us: the nanoseconds are kept (to the double's resolution, 1 ns at 4.5e12 us)
+    assert abs(int(line.start_ps[step]) % 1_000_000 - 655_000) <= 1_000 and int(line.dur_ps[step]) == 10_000 * 10 ** 6
+    mm = names.index("aten::mm")
+    assert int(line.dur_ps[mm]) == 100_250_000
+    assert gpu.plane_stats() == {"device_vendor": "Nvidia"}
+    assert [l.name for l in gpu.lines] == ["Stream #7"]
+    # flows, the whole-window "Trace" span and metadata are not events
+    assert "ac2g" not in names and "PyTorch Profiler (0)" not in names
+    assert space.distributed == {}
+
+
+def test_old_spellings_read_as_the_new(tmp_path):
+    new = analyze_space(read_kineto(_write(tmp_path / "a.1.pt.trace.json", _loop())))
+    old = analyze_space(read_kineto(_write(tmp_path / "b.1.pt.trace.json", _loop(spelling="old"))))
+    assert new["breakdown_pct"] == old["breakdown_pct"]
+    assert [d["kernels"] for d in old["devices"]] == [d["kernels"] for d in new["devices"]] and old["devices"][0]["kernels"] > 0
+
+
+def test_distributed_info_present_partial_absent(tmp_path):
+    full = {"backend": "nccl", "rank": 3, "world_size": 8, "pg_count": 1}
+    assert read_kineto(_write(tmp_path / "f.1.pt.trace.json", _loop(1), distributedInfo=full)).distributed == \
+        {"backend": "nccl", "rank": 3, "world_size": 8}
+    assert read_kineto(_write(tmp_path / "p.1.pt.trace.json", _loop(1), distributedInfo={"rank": 0})).distributed == \
+        {"rank": 0}
+    assert read_kineto(_write(tmp_path / "n.1.pt.trace.json", _loop(1))).distributed == {}
+
+
+@pytest.mark.parametrize("content, kind, words", [
+    (None, "corrupt", "not valid JSON"),                     # truncated
+    (b'{"traceEvents": {"a": 1}}', "corrupt", "no traceEvents list"),
+    (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "corrupt", "numeric time"),
+    (b'[]', "corrupt", "no complete (ph X) events"),
+])
+def test_bad_files_are_one_line_naming_the_file(tmp_path, content, kind, words):
+    path = tmp_path / "bad.1.pt.trace.json.gz"
+    full = gzip.decompress(open(_write(tmp_path / "ok.pt.trace.json.gz", _loop(2), gz=True), "rb").read())
+    data = full[: len(full) // 2] if content is None else content
+    path.write_bytes(gzip.compress(data))
+    with pytest.raises(TraceReadError) as err:
+        read_kineto(str(path))
+    assert err.value.kind == kind and words in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)
+    # the session report says the same, never a traceback
+    [session] = [s for s in find_sessions(str(path)).sessions]
+    report = analyze_session(session)
+    assert report["status"] == "error" and report["error_kind"] == kind and str(path) in report["error"]
+
+
+def test_truncated_gzip_is_one_line(tmp_path):
+    path = _write(tmp_path / "t.1.pt.trace.json.gz", _loop(2), gz=True)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    with pytest.raises(TraceReadError) as err:
+        read_kineto(path)
+    assert "not a valid gzip file" in str(err.value) and path in str(err.value)
+
+
+# ---- the analysis of a PyTorch loop -------------------------------------------------------------
+
+def test_single_process_dataloader_is_input_bound_with_pytorch_fixes(tmp_path):
+    r = analyze_space(read_kineto(_write(tmp_path / "w.1.pt.trace.json", _loop(steps=6))))
+    assert r["framework"] == "pytorch" and r["step_source"] == "profiler_step"
+    assert r["steps"]["count"] == 6 and r["steps"]["step_time_ms"]["mean"] == pytest.approx(10.0)
+    # 6 ms of each 10 ms step in the DataLoader's __next__ while the GPU idles
+    assert r["breakdown_pct"]["input"] == pytest.approx(60.0, abs=0.1)
+    assert (r["bottleneck"], r["cause"]) == ("cpu", "input_preprocessing")
+    assert any("_SingleProcessDataLoaderIter" in e and "num_workers=0" in e for e in r["evidence"])
+    first = r["recommendations"][0]
+    assert first["fix"] == "num_workers" and "num_workers=4" in first["code"]
+    # 4 workers beside a 4 ms rest: max(4, 6/4) = 4 ms per batch
+    assert first["predicted"]["time_per_batch_ms"] == pytest.approx(4.0, abs=0.01)
+    assert not any("tf.data" in (rec["code"] or "") + rec["detail"] for rec in r["recommendations"])
+
+
+def test_worker_processes_get_no_num_workers_model_but_a_bound(tmp_path):
+    r = analyze_space(read_kineto(_write(tmp_path / "w.1.pt.trace.json",
+                                         _loop(steps=6, iterator="_MultiProcessingDataLoaderIter"))))
+    assert r["cause"] == "input_preprocessing"
+    fixes = {rec["fix"]: rec for rec in r["recommendations"]}
+    assert "num_workers" not in fixes and fixes["more_workers"]["predicted"] is None
+    assert fixes["more_workers"]["bound_ms"] == pytest.approx(4.0, abs=0.01)
+
+
+def test_host_to_device_copies_get_non_blocking(tmp_path):
+    r = analyze_space(read_kineto(_write(tmp_path / "w.1.pt.trace.json",
+                                         _loop(steps=4, wait_us=100.0, h2d_us=4_000.0))))
+    assert r["breakdown_pct"]["host_to_device"] == pytest.approx(40.0, abs=0.5)
+    assert r["cause"] == "host_device_transfer"
+    rec = r["recommendations"][0]
+    assert rec["fix"] == "non_blocking" and "non_blocking=True" in rec["code"]
+    assert rec["predicted"]["time_per_batch_ms"] == pytest.approx(6.0, abs=0.05)
+
+
+def test_no_profiler_steps_says_why(tmp_path):
+    ev = [e for e in _loop(2) if not str(e.get("name", "")).startswith("ProfilerStep")]
+    r = analyze_space(read_kineto(_write(tmp_path / "w.1.pt.trace.json", ev)))
+    assert r["step_source"] == "none" and "ProfilerStep#N" in r["evidence"][0]
+
+
+# ---- discovery and the six real traces ----------------------------------------------------------
+
+def test_discovery_groups_ranks_and_splits_repeated_workers(tmp_path):
+    run = tmp_path / "logs" / "resnet"
+    run.mkdir(parents=True)
+    _write(run / "host_1.100.pt.trace.json", _loop(1))
+    _write(run / "host_2.101.pt.trace.json.gz", _loop(1), gz=True)
+    again = tmp_path / "logs" / "cycles"
+    again.mkdir()
+    _write(again / "host_1.100.pt.trace.json", _loop(1))
+    _write(again / "host_1.200.pt.trace.json", _loop(1))
+    found = {(s.run, s.name): s.hosts for s in find_sessions(str(tmp_path / "logs")).sessions}
+    assert found == {("resnet", "resnet"): ["host_1.100", "host_2.101"],
+                     ("cycles", "host_1.100"): ["host_1.100"], ("cycles", "host_1.200"): ["host_1.200"]}
+
+
+#: What each real trace shows, read from the file by hand (SOURCES.md describes them).
+REAL = {
+    "amd_mi250_minitoy": dict(steps=2, vendor="AMD", cause=None),
+    "distributed_info_missing": dict(steps=1, vendor=None, cause="device_trace_missing"),
+    "nccl_2gpu": dict(steps=3, vendor="Nvidia", cause=None),
+    "ns_resolution_rank0": dict(steps=5, vendor="Nvidia", cause="model_compute"),
+    "sampled_128gpu": dict(steps=2, vendor="Nvidia", cause="gradient_sync"),
+    "simple_add_no_steps": dict(steps=0, vendor="Nvidia", cause=None),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(REAL))
+def test_real_torch_traces_report(folder):
+    path = os.path.join(need_shared(TORCH_TRACES, "../shared/realtraces-torch (real PyTorch traces)"), folder)
+    [session] = find_sessions(path).sessions
+    r = analyze_session(session)
+    assert r["status"] == "ok", r.get("error")
+    want = REAL[folder]
+    assert r["framework"] == "pytorch"
+    assert r["steps"]["count"] == want["steps"]
+    assert r["step_source"] == ("profiler_step" if want["steps"] else "none")
+    if want["vendor"]:
+        assert {d["vendor"] for d in r["devices"]} == {want["vendor"]}
+    else:
+        assert r["devices"] == []
+    if want["cause"]:
+        assert r["cause"] == want["cause"]
+    assert sum(r["breakdown_pct"].values()) == pytest.approx(100.0, abs=0.1)
+    assert r["recommendations"] and all(rec["fix"] for rec in r["recommendations"])
+
+
+def test_the_128gpu_ranks_are_one_session_of_two_hosts():
+    path = os.path.join(need_shared(TORCH_TRACES, "../shared/realtraces-torch (real PyTorch traces)"), "sampled_128gpu")
+    [session] = find_sessions(path).sessions
+    assert session.hosts == ["rank-0", "rank-1"]
+    r = analyze_session(session)
+    assert r["status"] == "ok" and len(r["per_host"]) == 2
+
+
+# ---- the CLI's formats: the same fields for both frameworks -------------------------------------
+
+def _cli(*args):
+    r = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", "--no-cache", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    return r.stdout
+
+
+def test_cli_formats_carry_the_same_fields_for_pytorch_and_tensorflow(tmp_path):
+    torch_run = tmp_path / "torchrun"
+    torch_run.mkdir()
+    _write(torch_run / "w.1.pt.trace.json", _loop(steps=4))
+    tf_run = os.path.join(DEMO_LOGS, "compute_bound")
+    assert os.path.isdir(tf_run)
+    docs = json.loads(_cli("--format", "json", str(torch_run), tf_run))
+    sessions = docs["sessions"] if isinstance(docs, dict) else docs
+    by_fw = {s["framework"]: s for s in sessions}
+    assert set(by_fw) == {"pytorch", "tensorflow"}
+    common = {"status", "bottleneck", "cause", "confidence", "evidence", "recommendations", "breakdown_pct", "steps",
+              "devices", "step_source", "framework", "top_ops", "op_summary"}
+    for s in by_fw.values():
+        assert common <= set(s), common - set(s)
+    rows = list(csv.DictReader(io.StringIO(_cli("--format", "csv", str(torch_run), tf_run))))
+    assert len(rows) == 2 and all(r["cause"] and r["bottleneck"] for r in rows)
+    assert {r["cause"] for r in rows} == {by_fw["pytorch"]["cause"], by_fw["tensorflow"]["cause"]}
+    md = _cli("--format", "markdown", str(torch_run), tf_run)
+    table = _cli(str(torch_run), tf_run)
+    for text in (md, table):
+        assert by_fw["pytorch"]["cause"] in text and by_fw["tensorflow"]["cause"] in text
+        assert "torchrun" in text and "compute_bound" in text
+
+
+def test_reader_columns_are_sorted_for_nesting(tmp_path):
+    ev = [_x("cpu_op", "inner", 10.0, 1.0), _x("cpu_op", "outer", 10.0, 5.0), _x("cpu_op", "first", 2.0, 1.0)]
+    line = read_kineto(_write(tmp_path / "n.1.pt.trace.json", ev)).planes[0].lines[0]
+    assert np.all(np.diff(line.start_ps) >= 0)
+    names = read_kineto(_write(tmp_path / "n.1.pt.trace.json", ev)).planes[0].event_names
+    assert [names[int(i)] for i in line.name_id] == ["first", "outer", "inner"]
