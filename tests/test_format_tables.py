@@ -1,6 +1,8 @@
-"""The category order, colours and labels and the verdict labels are written twice: for the
-notebook (tfbneck_plugin/notebook.py) and for the TensorBoard tab (frontend/src/format.js).
-This test reads the JavaScript source and holds the two to the same table."""
+"""The category order and colours are written twice: for the notebook
+(tfbneck_plugin/notebook.py) and for the TensorBoard tab (frontend/src/format.js); this test
+reads the JavaScript source and holds the two to the same table. The words (verdict labels,
+category names, a fix's worth) are written once, in tfbneck_plugin/schema.py: the report and
+the session list carry them, and no view's source holds its own copy."""
 import json
 import os
 import re
@@ -22,12 +24,6 @@ def js_object(name: str) -> dict:
     return dict(re.findall(r'(\w+):\s*"([^"]*)"', body))
 
 
-def js_category_labels() -> dict:
-    body = re.search(r"export function categoryLabel\(cat, deviceKind\) \{(.*?)\n\}", js_source(), re.S).group(1)
-    table = re.search(r"return \{(.*?)\}\[cat\]", body, re.S).group(1)
-    return dict(re.findall(r'(\w+):\s*"([^"]*)"', table))
-
-
 def test_category_order_is_the_same():
     order = json.loads("[" + re.search(r"export const CATEGORIES = \[(.*?)\];", js_source(), re.S).group(1)
                        .strip().rstrip(",") + "]")
@@ -39,17 +35,27 @@ def test_category_colours_are_the_same():
     assert js_object("CATEGORY_COLORS") == notebook.CATEGORY_COLORS
 
 
-def test_category_labels_are_the_same():
-    labels = js_category_labels()
-    for cat in BREAKDOWN_ORDER:
-        if cat != "device_compute":  # written with the device kind in both: checked below
-            assert notebook.category_label(cat, "GPU") == labels[cat]
-    js = js_source()
-    assert '"Model compute (on CPU)"' in js and "`Device compute (${deviceKind || \"device\"})`" in js
-    assert notebook.category_label("device_compute", "CPU") == "Model compute (on CPU)"
-    assert notebook.category_label("device_compute", "GPU") == "Device compute (GPU)"
-    assert notebook.category_label("device_compute", None) == "Device compute (device)"
+def test_the_words_have_one_source():
+    from tfbneck_plugin import schema
+    assert notebook.category_label is schema.category_label and notebook.kind_label is schema.bottleneck_label
+    assert notebook.KIND_LABELS is schema.BOTTLENECK_LABELS
+    assert schema.category_label("device_compute", "CPU") == "Model compute on the CPU"
+    assert schema.category_label("device_compute", "GPU") == "GPU compute"
+    assert schema.category_label("device_compute", None) == "Device compute"
+    # No label, no worth wording in the tab's sources: it renders the report's strings.
+    sources = "".join(open(os.path.join(ROOT, "frontend", "src", f), encoding="utf-8").read()
+                      for f in os.listdir(os.path.join(ROOT, "frontend", "src")) if f.endswith(".js"))
+    for words in list(schema.BOTTLENECK_LABELS.values()) + list(schema.CATEGORY_LABELS.values()) + \
+            ["ms per batch (", "; no model"]:
+        assert words not in sources, f"{words!r} is worded in frontend/src"
 
 
-def test_verdict_labels_are_the_same():
-    assert js_object("KIND_LABELS") == notebook.KIND_LABELS
+def test_the_evidence_names_categories_as_the_views_do():
+    """The breakdown sentence of the evidence words each category as the charts name it."""
+    import inspect
+    from tfbneck_plugin import schema
+    from tfbneck_plugin.analysis import evidence
+    sentence = inspect.getsource(evidence.breakdown_sentence).lower()
+    for cat in ("input", "host_compute", "kernel_launch", "collective"):
+        assert schema.category_label(cat).lower() in sentence, cat
+    assert "with nothing recorded" in sentence and schema.category_label("idle").lower() == "nothing recorded"

@@ -6,6 +6,7 @@ trace (device ops with kernels)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,6 +34,32 @@ def as_shown(r):
             f"{r['count_per_step']:g}", js_fixed(r['total_ms_per_step'], 3)]
 
 
+def folded(rows):
+    """The tab's op rows: a tf.data function's numbered instances of one op (``Sin_12``,
+    ``Sin_13``) as one row ``Sin`` with their times summed, in the report's order."""
+    out, by = [], {}
+    for r in rows:
+        m = re.match(r"^(.*?)_\d+$", r["name"]) if r["where"] == "input_pipeline" else None
+        if not m:
+            out.append(dict(r))
+            continue
+        key = (r.get("stage") or "", m.group(1), r["type"])
+        if key not in by:
+            by[key] = dict(r, name=m.group(1), self_ms_per_step=0.0, total_ms_per_step=0.0, pct=0.0,
+                           count_per_step=0.0, instances=0)
+            out.append(by[key])
+        f = by[key]
+        f["instances"] += 1
+        if r["longest"]["duration_ms"] > f["longest"]["duration_ms"]:
+            f["longest"] = r["longest"]
+        for k in ("self_ms_per_step", "total_ms_per_step", "pct", "count_per_step"):
+            f[k] += r[k]
+    for f in by.values():
+        for k, d in (("self_ms_per_step", 3), ("total_ms_per_step", 3), ("pct", 2), ("count_per_step", 1)):
+            f[k] = float(js_fixed(f[k], d))
+    return out
+
+
 def test_top_ops_table_shows_the_json_and_sorts(tmp_path):
     logdir = tmp_path / "logs"
     for run in ("compute_bound", "cpu_bound_input"):
@@ -44,8 +71,20 @@ def test_top_ops_table_shows_the_json_and_sorts(tmp_path):
         for row in api_sessions(tb):
             report = api_report(tb, row["run"], row["session"])
             tab.select(row["run"], row["session"])
-            want = sorted(report["top_ops"], key=lambda r: -r["self_ms_per_step"])
-            assert shown_rows(tab) == [as_shown(r) for r in want]
+            want = sorted(folded(report["top_ops"]), key=lambda r: -r["self_ms_per_step"])
+            # Ten rows first, as profilers' op tables start; "Show all" gives every one.
+            assert shown_rows(tab) == [as_shown(r) for r in want[:10]]
+            more = tab.fl.locator(".tfb-ops-more")
+            if len(want) > 10:
+                more.click()
+                assert shown_rows(tab) == [as_shown(r) for r in want]
+            else:
+                assert not more.is_visible()
+            if row["run"] == "cpu_bound_input":  # its Map function's Sin_12, Sin_13... fold into one Sin row
+                sin = next(r for r in want if r["where"] == "input_pipeline" and r["name"] == "Sin")
+                assert sin["instances"] > 1
+                assert tab.fl.locator('.tfb-ops-table tr[data-op="Sin"]').get_attribute("data-instances") == \
+                    str(sin["instances"])
             if row["run"] == "gpu":
                 kernels = tab.frame.evaluate("() => document.querySelector('.tfb-ops-table tbody tr .tfb-stage-path')"
                                              ".textContent")
@@ -58,13 +97,21 @@ def test_top_ops_table_shows_the_json_and_sorts(tmp_path):
             head.click()
             calls = [float(r[6]) for r in shown_rows(tab)]
             assert calls == sorted(calls) and head.get_attribute("data-sorted") == "asc"
-            # Each op links to the Trace Viewer of its session and says where its longest run is.
+            # Each op opens, in a new tab, the Trace Viewer zoomed on its longest run: its start in the
+            # window moved onto the trace's time axis by the worst step's two positions.
             top_row = tab.fl.locator(".tfb-ops-table tbody tr").first
             link = top_row.locator("a.tfb-op-link")
-            q = parse_qs(urlsplit(link.get_attribute("href")).query)
-            assert q["run"] == [report["trace_viewer"]["run"]] and q["tool"] == ["trace_viewer"]
+            assert link.get_attribute("target") == "_blank"
             key = (top_row.get_attribute("data-where"), top_row.get_attribute("data-op"))
-            first = next(r for r in report["top_ops"] if (r["where"], r["name"]) == key)
+            first = next(r for r in folded(report["top_ops"]) if (r["where"], r["name"]) == key)
+            q = parse_qs(urlsplit(link.get_attribute("href")).query)
+            w = report.get("worst_step") or {}
+            if "trace_start_ms" in w:
+                start = first["longest"]["start_ms"] + w["trace_start_ms"] - w["start_ms"]
+                assert float(q["view_start"][0]) <= start <= float(q["view_end"][0])
+                assert f"run={report['trace_viewer']['run']}" in q["trace_data_url"][0].replace("%2F", "/")
+            else:
+                assert q["run"] == [report["trace_viewer"]["run"]] and q["tool"] == ["trace_viewer"]
             assert link.text_content() == first["name"]
             assert f"at {first['longest']['start_ms']:.3f} ms" in link.get_attribute("title")
             tab.shot(f"ops-{row['run']}")

@@ -130,12 +130,12 @@ def check_recommendations(tab: Tab, report: dict):
     codes = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
                                ".map(r => { const c = r.querySelector('pre code'); return c ? c.textContent : null; })")
     assert codes == [r.get("code") or None for r in recs]
-    # Each card shows the fix's worth (issue 23, point 5), as tfbneck_plugin/schema.py words it.
+    # Each card shows the fix's worth as the report words it (recommendations[i].worth).
     from tfbneck_plugin.schema import worth
     now = (report.get("steps") or {}).get("time_per_batch_ms")
     shown = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
                                ".map(r => { const w = r.querySelector('.tfb-rec-worth'); return w ? w.textContent : ''; })")
-    assert shown == [worth(r, now) for r in recs]
+    assert shown == [r["worth"] for r in recs] == [worth(r, now) for r in recs]
     whys = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-rec'))"
                               ".map(r => { const w = r.querySelector('.tfb-rec-why'); return w ? w.textContent : ''; })")
     assert whys == ["Why here: " + r["why_here"].replace("`", "") if r.get("why_here") else "" for r in recs]
@@ -179,12 +179,20 @@ def check_trace_link(tab: Tab, report: dict, kind: str = "session"):
                 and q.get("tag", [""])[0].startswith("trace_viewer"))
 
     href = link.get_attribute("href")
-    assert link.get_attribute("target") == "_parent"  # navigates the TensorBoard frame
-    with page.expect_response(is_trace_data, timeout=120_000) as data_resp:
-        with page.expect_navigation(timeout=60_000) as nav:
+    # A new tab: the Bottleneck tab's page stays where it is, so nothing needs Back to return.
+    assert link.get_attribute("target") == "_blank"
+    before = page.url
+    with page.context.expect_event("response", is_trace_data, timeout=120_000) as data_resp:
+        with page.context.expect_page(timeout=60_000) as opened:
             link.click()
+    assert tab.page.url == before, "the tab's own page navigated away"
+    page = opened.value
+    page.wait_for_load_state()
     target = urlsplit(href)
-    assert nav.value.url == href.split("#")[0], "the TensorBoard page did not navigate to the link"
+    # The Profile plugin rewrites its query once loaded (tag=..., firstLoad=true): the page and run stay.
+    opened_at = urlsplit(page.url)
+    assert (opened_at.path, parse_qs(opened_at.query).get("run")) == (root.path, [tv["run"]]), \
+        "the new tab did not open the link"
     query = parse_qs(target.query)
     assert (target.scheme, target.netloc, target.path) == (root.scheme, root.netloc, root.path), "the path prefix was lost"
     assert target.fragment == "profile"

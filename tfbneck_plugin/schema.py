@@ -346,7 +346,8 @@ def add_words(report: Dict[str, Any]) -> Dict[str, Any]:
 
 def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
     """A recommendation's worth in words: its predicted time per batch, speedup and range,
-    or (no model) its best case from the share of the step it acts on, or "".
+    or (no model) its best case from the share of the step it acts on, or (neither) why it
+    has no prediction (``predicted_why_not``), or "".
     The report carries it as each recommendation's ``worth`` (:func:`add_words`): views
     render that string and never word it again."""
     p = rec.get("predicted")
@@ -358,7 +359,8 @@ def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
     bound = rec.get("bound_ms")
     if bound and now_ms:
         return f"at best {bound:.2f} ms per batch (up to {now_ms / bound:.1f}x; no model)"
-    return ""
+    why = str(rec.get("predicted_why_not") or "").strip().rstrip(".")
+    return f"no prediction: {why[:1].lower()}{why[1:]}; measure it" if why else ""
 
 
 def top_ops(report: SessionDict, where: Optional[str] = None) -> List[TopOp]:

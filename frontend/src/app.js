@@ -7,7 +7,7 @@ import { compareView } from "./compare.js";
 import { clear, h } from "./dom.js";
 import { explainLogdirError, explainRequestError } from "./errors.js";
 import { fleetView } from "./fleet.js";
-import { fmtTime, kindLabel, runLabel } from "./format.js";
+import { fmtTime, kindLabel, runLabel, setVocabulary } from "./format.js";
 import { jobView } from "./job.js";
 import { sessionView } from "./session.js";
 import { trendView } from "./trend.js";
@@ -16,9 +16,13 @@ const LIST_POLL_MS = 10000;
 /** While sessions still wait for their verdict, the list is asked for this often. */
 const LIST_BUSY_POLL_MS = 1000;
 const keyOf = (s) => JSON.stringify([s.run, s.session]);
-// The compare view's state in the page's URL (TensorBoard's own page, so that it can be
-// shared): ?tfbneck_compare=<JSON [before key, after key]>.
+// The tab's state in the page's URL (TensorBoard's own page, so that a reload keeps it and a
+// link can be shared): ?tfbneck_view=<session|compare|trend|fleet>&tfbneck_session=<JSON
+// [run, session]>&tfbneck_compare=<JSON [before key, after key]>.
 const URL_PARAM = "tfbneck_compare";
+const VIEW_PARAM = "tfbneck_view";
+const SESSION_PARAM = "tfbneck_session";
+const MODES = ["session", "compare", "trend", "fleet"];
 
 function topWindow() {
   try {
@@ -29,20 +33,31 @@ function topWindow() {
 }
 
 function readUrlState() {
+  const out = { mode: null, selected: null, compare: null };
   try {
-    const raw = new URL(topWindow().location.href).searchParams.get(URL_PARAM);
+    const params = new URL(topWindow().location.href).searchParams;
+    const raw = params.get(URL_PARAM);
     const pair = raw ? JSON.parse(raw) : null;
-    return Array.isArray(pair) && pair.length === 2 ? { before: pair[0], after: pair[1] } : null;
-  } catch (_) {
-    return null;
-  }
+    if (Array.isArray(pair) && pair.length === 2) out.compare = { before: pair[0], after: pair[1] };
+    const view = params.get(VIEW_PARAM);
+    if (MODES.includes(view)) out.mode = view;
+    else if (out.compare) out.mode = "compare";
+    const sel = params.get(SESSION_PARAM);
+    const key = sel ? JSON.parse(sel) : null;
+    if (Array.isArray(key) && key.length === 2) out.selected = JSON.stringify(key);
+  } catch (_) { /* a hand-edited URL: start from the defaults */ }
+  return out;
 }
 
-function writeUrlState(compare) {
+function writeUrlState(app) {
   try {
     const w = topWindow();
     const url = new URL(w.location.href);
-    if (compare) url.searchParams.set(URL_PARAM, JSON.stringify([compare.before, compare.after]));
+    url.searchParams.set(VIEW_PARAM, app.mode);
+    if (app.selected) url.searchParams.set(SESSION_PARAM, app.selected);
+    else url.searchParams.delete(SESSION_PARAM);
+    const c = app.compare;
+    if (app.mode === "compare" && c.before && c.after) url.searchParams.set(URL_PARAM, JSON.stringify([c.before, c.after]));
     else url.searchParams.delete(URL_PARAM);
     if (url.href !== w.location.href) w.history.replaceState(w.history.state, "", url.href);
   } catch (_) { /* the URL cannot be written here: the view still works */ }
@@ -62,10 +77,9 @@ export class App {
 
   start() {
     const state = readUrlState();
-    if (state) {
-      this.mode = "compare";
-      this.compare = state;
-    }
+    if (state.mode) this.mode = state.mode;
+    if (state.compare) this.compare = state.compare;
+    if (state.selected) this.selected = state.selected;
     this.build();
     this.refreshList();
     setInterval(() => { if (!document.hidden) this.refreshList(); }, LIST_POLL_MS);
@@ -113,6 +127,7 @@ export class App {
     }
     const before = this.sessions.map(keyOf).join("|");
     this.listInfo = info;
+    setVocabulary(info.vocabulary);
     this.sessions = info.sessions || [];
     const changed = before !== this.sessions.map(keyOf).join("|");
     this.renderList();
@@ -137,7 +152,7 @@ export class App {
       this.selected = keyOf(this.sessions[0]);
       this.renderList();
       this.show();
-    } else if (force || (changed && (this.mode === "compare" || this.mode === "trend" || this.mode === "fleet"))) {
+    } else if (force || !this.shown || (changed && (this.mode === "compare" || this.mode === "trend" || this.mode === "fleet"))) {
       this.show();
     }
   }
@@ -225,7 +240,6 @@ export class App {
 
   setMode(mode) {
     this.mode = mode;
-    if (mode !== "compare") writeUrlState(null);
     this.updateTabs();
     this.renderList();
     this.show();
@@ -251,7 +265,9 @@ export class App {
   }
 
   show() {
+    this.shown = true;
     clear(this.toolbar);
+    writeUrlState(this);
     if (this.mode === "compare") this.showCompare();
     else if (this.mode === "trend") this.showTrend();
     else if (this.mode === "fleet") this.showFleet();
@@ -347,11 +363,31 @@ export class App {
       h("code", { class: "tfb-error-message", text: err.message || String(err) }))));
   }
 
+  /** The pair a user would pick: the selected session after an earlier session of the same run
+   * (the list is newest first), else nothing: two unrelated runs compared say nothing true. */
+  defaultPair() {
+    const sel = this.find(this.selected);
+    if (!sel) return { before: null, after: null };
+    const i = this.sessions.indexOf(sel);
+    const earlier = this.sessions.slice(i + 1).find((s) => s.run === sel.run)
+      || this.sessions.slice(0, i).reverse().find((s) => s.run === sel.run);
+    if (!earlier) return { before: null, after: null };
+    const later = this.sessions.indexOf(earlier) > i;
+    return later ? { before: keyOf(earlier), after: keyOf(sel) } : { before: keyOf(sel), after: keyOf(earlier) };
+  }
+
   compareSelect(which) {
     const sel = h("select", {
       class: "tfb-select", dataset: { side: which }, "aria-label": which === "before" ? "Before" : "After",
-      onchange: (e) => { this.compare[which] = e.target.value; this.show(); },
+      onchange: (e) => { this.compare[which] = e.target.value || null; this.compareChosen = true; this.show(); },
     });
+    if (!this.compare[which]) {
+      const none = document.createElement("option");
+      none.value = "";
+      none.text = which === "before" ? "choose the session before…" : "choose the session after…";
+      none.selected = true;
+      sel.append(none);
+    }
     for (const s of this.sessions) {
       const opt = document.createElement("option");
       opt.value = keyOf(s);
@@ -369,15 +405,22 @@ export class App {
       return;
     }
     const keys = this.sessions.map(keyOf);
-    if (!keys.includes(this.compare.after)) this.compare.after = this.selected && keys.includes(this.selected) ? this.selected : keys[0];
-    if (!keys.includes(this.compare.before) || this.compare.before === this.compare.after) {
-      const i = keys.indexOf(this.compare.after);
-      this.compare.before = keys[i + 1 < keys.length ? i + 1 : i - 1];
-    }
+    for (const side of ["before", "after"]) if (!keys.includes(this.compare[side])) this.compare[side] = null;
+    if (!this.compareChosen && !(this.compare.before && this.compare.after)) this.compare = this.defaultPair();
     this.toolbar.append(this.compareSelect("before"), h("span", { class: "tfb-arrow", text: "→" }), this.compareSelect("after"));
+    writeUrlState(this);
+    if (!this.compare.before || !this.compare.after || this.compare.before === this.compare.after) {
+      destroyAll();
+      clear(this.view).append(h("section", { class: "tfb-card tfb-compare-prompt" },
+        h("h3", { text: "Compare two sessions" }),
+        h("p", { text: "Pick the session before a change and the one after it, above: the same model and data, "
+          + "one change between them. The comparison then says whether the time per batch changed, in ms per batch." }),
+        this.compareChosen ? null
+          : h("p", { class: "tfb-muted", text: "The selected session's run has no other session to compare it with, so nothing is picked." })));
+      return;
+    }
     const a = this.find(this.compare.before);
     const b = this.find(this.compare.after);
-    writeUrlState(this.compare);
     this.message("Loading both sessions…", "busy");
     try {
       const [ra, rb] = await Promise.all([

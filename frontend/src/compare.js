@@ -10,6 +10,14 @@ function stepMean(r) {
   return st ? Number(st.mean) : null;
 }
 
+/** The time per batch, in ms: a step covers batches_per_step batches with steps_per_execution > 1. */
+function perBatch(r) {
+  const steps = r.steps || {};
+  if (typeof steps.time_per_batch_ms === "number") return steps.time_per_batch_ms;
+  const mean = stepMean(r);
+  return mean === null ? null : mean / (steps.batches_per_step || 1);
+}
+
 function column(label, r) {
   return h("div", { class: "tfb-compare-col", dataset: { side: label.toLowerCase() } },
     h("div", { class: "tfb-compare-label", text: label }),
@@ -25,7 +33,7 @@ function change(a, b, { lowerIsBetter = true, unit = "" } = {}) {
   if (a !== 0) rel = ` (${d >= 0 ? "+" : "−"}${Math.abs((100 * d) / a).toFixed(0)}%)`;
   const better = lowerIsBetter ? d < 0 : d > 0;
   const cls = Math.abs(d) < 1e-9 ? "same" : better ? "better" : "worse";
-  const text = unit === "ms" ? `${d >= 0 ? "+" : "−"}${fmtMs(Math.abs(d))}${rel}`
+  const text = unit === "ms" ? `${d >= 0 ? "+" : "−"}${fmtMs(Math.abs(d), 2)}${rel}`
     : `${d >= 0 ? "+" : "−"}${Math.abs(d).toFixed(1)} pts`;
   return h("td", { class: `num tfb-delta ${cls}`, text });
 }
@@ -36,7 +44,7 @@ function compositionChart(a, b) {
   if (ma === null || mb === null) return null;
   const canvas = h("canvas", { class: "tfb-compare-canvas", "aria-label": "Mean step time by category, before and after" });
   const datasets = CATEGORIES.filter((c) => (a.breakdown_pct || {})[c] > 0 || (b.breakdown_pct || {})[c] > 0).map((c) => ({
-    label: categoryLabel(c, b.device_kind),
+    label: categoryLabel(c, b),
     data: [ma * ((a.breakdown_pct || {})[c] || 0) / 100, mb * ((b.breakdown_pct || {})[c] || 0) / 100],
     backgroundColor: CATEGORY_COLORS[c],
     barPercentage: 0.6,
@@ -63,18 +71,26 @@ function table(a, b) {
   const sa = (a.steps && a.steps.step_time_ms) || {};
   const sb = (b.steps && b.steps.step_time_ms) || {};
   const rows = [
-    ["Verdict", kindLabel(a.bottleneck) + (a.cause ? ` (${a.cause})` : ""), kindLabel(b.bottleneck) + (b.cause ? ` (${b.cause})` : ""), null],
+    ["Verdict", kindLabel(a.bottleneck, a) + (a.cause ? ` (${a.cause})` : ""), kindLabel(b.bottleneck, b) + (b.cause ? ` (${b.cause})` : ""), null],
     ["Steps", String((a.steps || {}).count ?? "–"), String((b.steps || {}).count ?? "–"), null],
   ];
-  for (const k of ["mean", "p50", "p90", "max"]) {
-    rows.push([`Step time ${k}`, fmtMs(sa[k]), fmtMs(sb[k]), change(sa[k], sb[k], { unit: "ms" })]);
-  }
+  const ta = perBatch(a);
+  const tb = perBatch(b);
+  rows.push(["Time per batch", fmtMs(ta, 2), fmtMs(tb, 2), change(ta, tb, { unit: "ms" })]);
+  // Each category in ms per batch, as tfbneck compare words it: less time is a faster step,
+  // whatever the category. Its share of the step follows, in grey (a share can rise while
+  // the step gets faster).
   for (const c of CATEGORIES) {
     const pa = (a.breakdown_pct || {})[c];
     const pb = (b.breakdown_pct || {})[c];
     if (!pa && !pb) continue;
-    const lower = c !== "device_compute";
-    rows.push([categoryLabel(c, b.device_kind), fmtPct(pa), fmtPct(pb), change(pa, pb, { lowerIsBetter: lower })]);
+    const ma = ta === null ? null : (ta * (pa || 0)) / 100;
+    const mb = tb === null ? null : (tb * (pb || 0)) / 100;
+    rows.push([`${categoryLabel(c, b)} (ms per batch)`, `${fmtMs(ma, 2)} · ${fmtPct(pa)}`, `${fmtMs(mb, 2)} · ${fmtPct(pb)}`,
+      change(ma, mb, { unit: "ms" })]);
+  }
+  for (const k of ["mean", "p50", "p90", "max"]) {
+    rows.push([`Step time ${k}`, fmtMs(sa[k]), fmtMs(sb[k]), change(sa[k], sb[k], { unit: "ms" })]);
   }
   const stage = (r) => {
     const s = (r.input_pipeline || {}).bottleneck_stage;

@@ -22,7 +22,7 @@ function groupChart(groups) {
   const canvas = h("canvas", { class: "tfb-fleet-groups-canvas", "aria-label": "Time by category per group" });
   const labels = groups.map((g) => g.group);
   const datasets = CATEGORIES.map((c) => ({
-    label: categoryLabel(c, null), backgroundColor: CATEGORY_COLORS[c], stack: "t",
+    label: categoryLabel(c), backgroundColor: CATEGORY_COLORS[c], stack: "t",
     data: groups.map((g) => Number((g.categories_pct || {})[c] || 0)),
   }));
   requestAnimationFrame(() => makeChart(canvas, {
@@ -44,7 +44,7 @@ function trendChart(days) {
   const canvas = h("canvas", { class: "tfb-fleet-trend-canvas", "aria-label": "Category shares per day" });
   const dated = days.filter((d) => d.date !== "unknown");
   const datasets = CATEGORIES.map((c) => ({
-    label: categoryLabel(c, null), backgroundColor: CATEGORY_COLORS[c], borderColor: CATEGORY_COLORS[c], fill: true,
+    label: categoryLabel(c), backgroundColor: CATEGORY_COLORS[c], borderColor: CATEGORY_COLORS[c], fill: true,
     data: dated.map((d) => Number((d.categories_pct || {})[c] || 0)), pointRadius: 2, stack: "t",
   }));
   requestAnimationFrame(() => makeChart(canvas, {
@@ -65,8 +65,8 @@ const COLUMNS = [
   { key: "rank", title: "#", num: true },
   { key: "run", title: "Run" },
   { key: "verdict", title: "Verdict" },
-  { key: "fix", title: "Best fix" },
-  { key: "speedup", title: "Speedup", num: true },
+  { key: "fix", title: "Fix first" },
+  { key: "speedup", title: "Worth" },
   { key: "recoverable_ms", title: "Recoverable", num: true },
   { key: "batches", title: "Batches", num: true },
   { key: "session_time", title: "Latest session", num: true },
@@ -87,8 +87,10 @@ function runRow(r, onOpen) {
       r.sessions > 1 ? h("span", { class: "tfb-muted-small", text: ` ${r.sessions} sessions` }) : null),
     h("td", {}, h("span", { class: `tfb-chip kind-${r.status === "ok" ? r.bottleneck || "unknown" : "error"}`,
       text: r.status === "ok" ? kindLabel(r.bottleneck) : "error" }), r.cause ? h("span", { text: ` ${r.cause}` }) : null),
-    h("td", { text: r.fix_title || r.fix || "–", title: r.fix || "" }),
-    h("td", { class: "num", text: typeof r.speedup === "number" ? `${r.speedup.toFixed(2)}×` : "–" }),
+    h("td", { class: "tfb-fleet-fix", title: r.fix || "" }, h("span", { text: r.fix_title || r.fix || "–" }),
+      r.fix ? h("code", { class: "tfb-fix-code", text: r.fix }) : null),
+    // The session report's own words for the fix's worth (its `worth`), sorted by the speedup that ranks it.
+    h("td", { class: "tfb-fleet-worth", text: r.fix_worth || "–" }),
     h("td", { class: "num", text: fmtDuration(r.recoverable_ms) + (r.length_known ? "" : " (profiled)"),
       title: r.length_known ? "over the whole run (its step-time trend file)" : "over the profiled batches only (no trend file)" }),
     h("td", { class: "num", text: r.batches === null || r.batches === undefined ? "–" : String(r.batches) }),
@@ -145,7 +147,7 @@ export function fleetView(f, onOpen) {
       h("h2", { text: "Where the time goes across runs" }),
       h("p", { class: "tfb-muted tfb-fleet-headline", text: headline(f) }),
       top && top.recoverable_ms > 0 ? h("p", { class: "tfb-fleet-top" }, "Fix first: ", h("strong", { text: runLabel(top.run) }),
-        ` — ${top.fix_title || top.fix}, ${fmtDuration(top.recoverable_ms)} to recover`) : null,
+        ` — ${top.fix_title || top.fix}${top.fix_worth ? ` (${top.fix_worth})` : ""}, ${fmtDuration(top.recoverable_ms)} to recover`) : null,
       h("h3", { text: "Time by category per group" }), groupChart(f.groups || [])),
     h("section", { class: "tfb-card tfb-fleet-runs" },
       h("h2", { text: "Runs ranked by recoverable time" }),

@@ -18,30 +18,25 @@ export const CATEGORY_COLORS = {
   idle: "#c4c7cc",
 };
 
-export function categoryLabel(cat, deviceKind) {
-  const device = deviceKind === "CPU" ? "Model compute (on CPU)" : `Device compute (${deviceKind || "device"})`;
-  return {
-    input: "Waiting for input",
-    host_compute: "Host compute",
-    device_compute: device,
-    host_to_device: "Host → device copies",
-    device_to_host: "Device → host copies",
-    collective: "Collectives",
-    kernel_launch: "Kernel launch",
-    idle: "Idle / unrecorded",
-  }[cat] || cat;
+// The verdicts' and categories' names come from the server, never from this file: a report
+// carries its own (`bottleneck_label`, `category_labels`), the session list the vocabulary
+// for views that show no single report (tfbneck_plugin/schema.py vocabulary()).
+let vocabulary = { bottleneck_labels: {}, category_labels: {} };
+
+/** Keep the names the session list sent (`/sessions` `vocabulary`). */
+export function setVocabulary(v) {
+  if (v && typeof v === "object") vocabulary = { bottleneck_labels: v.bottleneck_labels || {}, category_labels: v.category_labels || {} };
 }
 
-export const KIND_LABELS = {
-  cpu: "CPU-bound",
-  device: "Device-bound",
-  io: "I/O-bound",
-  network: "Network-bound",
-  unknown: "No verdict",
-};
+/** A category's name: the report's (`category_labels`, named for its device), else the vocabulary's. */
+export function categoryLabel(cat, report) {
+  const own = report && report.category_labels;
+  return (own && own[cat]) || vocabulary.category_labels[cat] || cat;
+}
 
-export function kindLabel(kind) {
-  return KIND_LABELS[kind] || String(kind || "unknown");
+/** A verdict's name: the report's `bottleneck_label` when given, else the vocabulary's. */
+export function kindLabel(kind, report) {
+  return (report && report.bottleneck_label) || vocabulary.bottleneck_labels[kind] || String(kind || "unknown");
 }
 
 export function fmtMs(v, digits = 1) {

@@ -44,8 +44,8 @@ function traceLinks(report) {
   const hosts = report.kind === "job" ? (tv.host ? [tv.host] : []) : report.hosts || [];
   const links = [
     h("a", {
-      class: "tfb-button tfb-primary tfb-trace-link", href: traceViewerUrl(tv, hosts), target: "_parent",
-      dataset: { kind: "session" }, title: "Opens the Profile tab's Trace Viewer on this session",
+      class: "tfb-button tfb-primary tfb-trace-link", href: traceViewerUrl(tv, hosts), target: "_blank", rel: "noopener",
+      dataset: { kind: "session" }, title: "Opens the Profile tab's Trace Viewer on this session in a new tab",
     }, "Open in Trace Viewer"),
   ];
   const w = report.worst_step;
@@ -57,10 +57,10 @@ function traceLinks(report) {
       class: "tfb-button tfb-trace-link",
       href: at ? traceViewerAtUrl(tv, Math.max(0, w.trace_start_ms - margin), w.trace_end_ms + margin)
         : traceViewerUrl(tv, tv.host ? [tv.host] : hosts),
-      target: at ? "_blank" : "_parent", rel: "noopener",
+      target: "_blank", rel: "noopener",
       dataset: { kind: "worst", step: String(w.step) },
       title: at ? `Opens XProf's Trace Viewer in a new tab on step ${w.step}${tv.host ? ` of host ${tv.host}` : ""}`
-        : "Opens the Trace Viewer on the host of the worst step; look at the time given beside this button",
+        : "Opens the Trace Viewer in a new tab on the host of the worst step; look at the time given beside this button",
     }, "Open the worst stall in Trace Viewer"));
     const input = w.input_ms ? `, ${fmtMs(w.input_ms)} of it waiting for input` : "";
     links.push(h("span", { class: "tfb-caption tfb-worst" },
@@ -104,16 +104,55 @@ export function verdictCard(report, { links = true } = {}) {
     class: `tfb-card tfb-verdict kind-${kind}`, dataset: { status: "ok", bottleneck: kind, cause: report.cause || "" },
   },
   h("div", { class: "tfb-verdict-top" },
-    h("span", { class: `tfb-kind kind-${kind}`, text: kindLabel(kind) }),
+    h("span", { class: `tfb-kind kind-${kind}`, text: kindLabel(kind, report) }),
     h("span", { class: "tfb-cause-code", text: report.cause || "" }),
     kind !== "unknown" ? h("span", { class: "tfb-confidence", title: "How strongly the evidence supports the verdict" },
       h("span", { text: `Confidence ${conf}%` }),
       h("span", { class: "tfb-meter" }, h("span", { style: { width: `${conf}%` } }))) : null),
   report.cause_text ? h("p", { class: "tfb-cause", text: report.cause_text }) : null,
+  fixFirst(report),
   notes,
   h("h3", { text: "Evidence" }),
   h("ul", { class: "tfb-evidence" }, (report.evidence || []).map((e) => h("li", {}, richText(e)))),
   links ? traceLinks(report) : null);
+}
+
+/** A recommendation's code with a Copy button. */
+function codeBlock(code) {
+  const status = h("span", { class: "tfb-copy-status", role: "status" });
+  const button = h("button", {
+    class: "tfb-button tfb-copy", type: "button", title: "Copy the code",
+    onclick: async () => {
+      const ok = await copyText(code);
+      status.textContent = ok ? "Copied" : "Select the code and copy it";
+      setTimeout(() => { status.textContent = ""; }, 2000);
+    },
+  }, "Copy");
+  return h("div", { class: "tfb-code" }, h("pre", {}, h("code", { text: code })), h("div", { class: "tfb-code-actions" }, status, button));
+}
+
+/** The verdict card's first fix: title, the report's worth string (`worth`, never worded
+ * here), the fix's code name and its code: what to change, before the evidence. */
+function fixFirst(report) {
+  const recs = report.recommendations || [];
+  const r = recs[0];
+  if (!r) return null;
+  const more = recs.length > 1 ? h("a", {
+    href: "#", class: "tfb-fix-more",
+    onclick: (e) => {
+      e.preventDefault();
+      const el = document.querySelector(".tfb-recs");
+      if (el) el.scrollIntoView({ behavior: "smooth", block: "start" });
+    },
+  }, `${recs.length - 1} more change${recs.length > 2 ? "s" : ""} below`) : null;
+  return h("div", { class: "tfb-fix-first", dataset: { fix: r.fix || "" } },
+    h("div", { class: "tfb-fix-head" },
+      h("span", { class: "tfb-fix-label", text: "Fix first" }),
+      h("strong", { class: "tfb-fix-title" }, richText(r.title || "")),
+      h("code", { class: "tfb-fix-code", title: "The fix's name in the report (recommendations[0].fix)", text: r.fix || "" })),
+    r.worth ? h("p", { class: "tfb-fix-worth", title: (r.predicted || {}).basis || r.predicted_why_not || "", text: r.worth }) : null,
+    r.code ? codeBlock(r.code) : null,
+    more);
 }
 
 /** The whole session's breakdown as one 100% bar (the total) with its legend. */
@@ -124,11 +163,11 @@ export function totalBar(report, { compact = false } = {}) {
     cats.map((c) => h("span", {
       class: "tfb-seg", dataset: { category: c },
       style: { width: `${pct[c]}%`, background: CATEGORY_COLORS[c] },
-      title: `${categoryLabel(c, report.device_kind)}: ${fmtPct(pct[c])}`,
+      title: `${categoryLabel(c, report)}: ${fmtPct(pct[c])}`,
     })));
   const legend = h("ul", { class: "tfb-legend" }, cats.map((c) => h("li", { dataset: { category: c } },
     h("span", { class: "tfb-swatch", style: { background: CATEGORY_COLORS[c] } }),
-    h("span", { class: "tfb-legend-label", text: categoryLabel(c, report.device_kind) }),
+    h("span", { class: "tfb-legend-label", text: categoryLabel(c, report) }),
     h("span", { class: "tfb-legend-value", text: fmtPct(pct[c]) }))));
   return h("div", { class: compact ? "tfb-total compact" : "tfb-total" }, bar, legend);
 }
@@ -146,7 +185,7 @@ function stepChart(report) {
   const used = CATEGORIES.filter((c) => items.some((it) => Number((it.breakdown_ms || {})[c] || 0) > 0));
   const labels = items.map((it) => String(it.step));
   const datasets = used.map((c) => ({
-    label: categoryLabel(c, report.device_kind),
+    label: categoryLabel(c, report),
     data: items.map((it) => Number((it.breakdown_ms || {})[c] || 0)),
     backgroundColor: CATEGORY_COLORS[c],
     stack: "parts",
@@ -359,19 +398,6 @@ function systemSection(report) {
   return section;
 }
 
-/** A recommendation's worth in words, as tfbneck_plugin/schema.py's worth(): the predicted
- * time per batch, speedup and range, or (no model) the best case; "" when neither. */
-function worthText(r, nowMs) {
-  const p = r.predicted;
-  if (p) {
-    const [low, high] = p.range_ms;
-    const gain = p.speedup >= 1.005 ? `${p.speedup.toFixed(2)}x` : p.speedup > 0.995 ? "no faster" : `${p.speedup.toFixed(2)}x, slower`;
-    return `predicted ${p.time_per_batch_ms.toFixed(2)} ms per batch (${gain}; range ${low.toFixed(2)}-${high.toFixed(2)} ms)`;
-  }
-  if (r.bound_ms && nowMs) return `at best ${r.bound_ms.toFixed(2)} ms per batch (up to ${(nowMs / r.bound_ms).toFixed(1)}x; no model)`;
-  return "";
-}
-
 function recommendationsSection(report) {
   if (report.status !== "ok") return null;
   const recs = report.recommendations || [];
@@ -380,26 +406,13 @@ function recommendationsSection(report) {
     section.append(h("p", { class: "tfb-muted", text: "No change to recommend from this trace." }));
     return section;
   }
-  const nowMs = (report.steps || {}).time_per_batch_ms;
   section.append(h("ol", { class: "tfb-rec-list" }, recs.map((r, i) => {
     const li = h("li", { class: "tfb-rec" },
       h("div", { class: "tfb-rec-title" }, h("span", { class: "tfb-rec-num", text: String(i + 1) }), h("strong", { text: r.title || "" })));
-    const worth = worthText(r, nowMs);
-    if (worth) li.append(h("p", { class: "tfb-rec-worth", title: (r.predicted || {}).basis || r.predicted_why_not || "", text: worth }));
+    if (r.worth) li.append(h("p", { class: "tfb-rec-worth", title: (r.predicted || {}).basis || r.predicted_why_not || "", text: r.worth }));
     if (r.why_here) li.append(h("p", { class: "tfb-rec-why" }, h("em", { text: "Why here: " }), richText(r.why_here)));
     li.append(h("p", { class: "tfb-rec-detail" }, richText(r.detail || "")));
-    if (r.code) {
-      const status = h("span", { class: "tfb-copy-status", role: "status" });
-      const button = h("button", {
-        class: "tfb-button tfb-copy", type: "button", title: "Copy the code",
-        onclick: async () => {
-          const ok = await copyText(r.code);
-          status.textContent = ok ? "Copied" : "Select the code and copy it";
-          setTimeout(() => { status.textContent = ""; }, 2000);
-        },
-      }, "Copy");
-      li.append(h("div", { class: "tfb-code" }, h("pre", {}, h("code", { text: r.code })), h("div", { class: "tfb-code-actions" }, status, button)));
-    }
+    if (r.code) li.append(codeBlock(r.code));
     return li;
   })));
   return section;
@@ -435,17 +448,17 @@ export function sessionView(report) {
     return h("div", { class: "tfb-session", dataset: { run: report.run, session: report.session } },
       h("header", { class: "tfb-session-head" }, sessionTitle(report)),
       verdictCard(report, { links: false }),
-      systemOnlySection(report),
-      recommendationsSection(report));
+      recommendationsSection(report),
+      systemOnlySection(report));
   }
   return h("div", { class: "tfb-session", dataset: { run: report.run, session: report.session } },
     h("header", { class: "tfb-session-head" }, sessionTitle(report), metaLine(report)),
     verdictCard(report),
+    recommendationsSection(report),
     breakdownSection(report),
-    opsSection(report),
     stagesSection(report),
     systemSection(report),
-    recommendationsSection(report));
+    opsSection(report));
 }
 
 export { fmtBytes };
