@@ -147,6 +147,10 @@ def _sync(_f: Findings) -> List[Rec]:
                  "                                gradient_as_bucket_view=True)")]
 
 
+#: The training loop under the profiler that both profiling snippets end with: one prof.step() per batch.
+_STEP_LOOP = "    for x, y in loader:\n        train_step(x, y)\n        prof.step()"
+
+
 def _capture(_f: Findings) -> List[Rec]:
     return [_rec("fix_device_trace", "Record the GPU's activity too (ProfilerActivity.CUDA)",
                  "The trace holds the host's events only: profile with the CUDA activity on (CUPTI must be "
@@ -154,8 +158,7 @@ def _capture(_f: Findings) -> List[Rec]:
                  "from torch.profiler import profile, ProfilerActivity, schedule, tensorboard_trace_handler\n"
                  "with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n"
                  "             schedule=schedule(wait=1, warmup=1, active=5),\n"
-                 "             on_trace_ready=tensorboard_trace_handler('logs')) as prof:\n"
-                 "    for x, y in loader:\n        train_step(x, y)\n        prof.step()")]
+                 "             on_trace_ready=tensorboard_trace_handler('logs')) as prof:\n" + _STEP_LOOP)]
 
 
 def _placement(_f: Findings) -> List[Rec]:
@@ -174,8 +177,7 @@ def _markers(f: Findings) -> List[Rec]:
                  "Call prof.step() once per training step: each step is then a ProfilerStep#N, and the report's "
                  "breakdown is per step.",
                  "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=5),\n"
-                 "        on_trace_ready=torch.profiler.tensorboard_trace_handler('logs')) as prof:\n"
-                 "    for x, y in loader:\n        train_step(x, y)\n        prof.step()")]
+                 "        on_trace_ready=torch.profiler.tensorboard_trace_handler('logs')) as prof:\n" + _STEP_LOOP)]
 
 
 def _idle(_f: Findings) -> List[Rec]:
