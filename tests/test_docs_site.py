@@ -20,6 +20,8 @@ import pytest
 
 from support.paths import ROOT
 
+pytestmark = pytest.mark.docs
+
 README = os.path.join(ROOT, "README.md")
 #: The front page's length limit: what a visitor reads before choosing a page of the manual.
 README_MAX_LINES = 300

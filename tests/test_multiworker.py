@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tfbneck_plugin.analysis import rules, sysmetrics
+from tfbneck_plugin.analysis import input_rules, sysmetrics
 from tfbneck_plugin.cli import main as cli_main
 from support.paths import TESTS
 
@@ -45,10 +45,10 @@ def test_a_slow_input_pipeline_on_one_worker_is_named(tmp_path):
     system = r["system_metrics"]
     others_pct = 100.0 * system["others_cpu_cores"] / system["cpu_count"]
     runq = system.get("tree_runq_wait_cores")
-    waited, n = rules._runq_samples(system)  # contention needs the wait in most of >= 5 samples
-    contended = (system["tree_cpu_cores"] < sysmetrics.BUSY_PROCESS_CORES and others_pct >= rules.CONTENTION_OTHERS_PCT
-                 and (runq is None or runq >= rules.CONTENTION_RUNQ_CORES)
-                 and not (n and (n < rules.CONTENTION_MIN_SAMPLES or waited < rules.CONTENTION_MIN_SHARE * n)))
+    waited, n = input_rules._runq_samples(system)  # contention needs the wait in most of >= 5 samples
+    contended = (system["tree_cpu_cores"] < sysmetrics.BUSY_PROCESS_CORES and others_pct >= input_rules.CONTENTION_OTHERS_PCT
+                 and (runq is None or runq >= input_rules.CONTENTION_RUNQ_CORES)
+                 and not (n and (n < input_rules.CONTENTION_MIN_SAMPLES or waited < input_rules.CONTENTION_MIN_SHARE * n)))
     cause = "cpu_contention" if contended else "input_preprocessing"
     assert (r["bottleneck"], r["cause"]) == ("cpu", cause), r["evidence"]
     assert r["evidence"][1].startswith(f"cpu / {cause} on worker 1; the other workers wait for it")

@@ -4,7 +4,7 @@ Each rule is checked just below and just above its threshold, and every cause co
 ``tfbneck_plugin.causes`` is produced by at least one case here (``test_every_cause_is_produced``)."""
 import pytest
 
-from tfbneck_plugin.analysis import rules, sysmetrics
+from tfbneck_plugin.analysis import input_rules, rules, sysmetrics
 from tfbneck_plugin.analysis.findings import Findings, KernelFacts, Slowdown, StepFacts, StepTiming
 from tfbneck_plugin.analysis.placement import Placement
 from tfbneck_plugin.analysis.tfdata import Pipeline, Stage
@@ -106,7 +106,7 @@ def test_busy_training_tree_is_input_preprocessing_and_children_count():
 
 
 def test_contention_counts_other_processes_only():
-    edge = rules.CONTENTION_OTHERS_PCT / 100.0 * 2  # cores of a 2-core machine
+    edge = input_rules.CONTENTION_OTHERS_PCT / 100.0 * 2  # cores of a 2-core machine
     p = pipeline(stage("ParallelMapV2", parallelism=8))
     contended = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.3, others=edge + EPS)))
     free = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.3, others=edge - EPS)))
@@ -120,7 +120,7 @@ def test_contention_counts_other_processes_only():
 
 
 def test_contention_needs_the_tree_to_wait_for_cpu():
-    edge = rules.CONTENTION_RUNQ_CORES
+    edge = input_rules.CONTENTION_RUNQ_CORES
     p = pipeline(stage("ParallelMapV2", parallelism=8))
     busy = dict(tree=0.3, others=1.8)
     waiting = verdict(findings(pct=pct(input=60), pipeline=p, system=system(**busy, tree_runq_wait_cores=edge + EPS)))
@@ -133,16 +133,16 @@ def test_a_tf_op_stage_waited_on_without_reads_computes_only_when_starved_of_cor
     """No disk reads, few cores for the input: a stage of TensorFlow ops computed on the cores it
     got when none sat idle and the training threads queued for one; with an idle core, no queue,
     or Python doing most of the stage's work, the wait is elsewhere (file_read, less sure)."""
-    runq = rules.CONTENTION_RUNQ_CORES
+    runq = input_rules.CONTENTION_RUNQ_CORES
     mapped = stage("Map", "Iterator::Root::Prefetch::Map", self_ms=100.0)
     # 2 cores, none idle; the input's cores below "busy", others' below the contention share.
-    full = dict(tree=sysmetrics.BUSY_PROCESS_CORES - EPS, others=rules.CONTENTION_OTHERS_PCT / 100.0 * 2 - EPS)
+    full = dict(tree=sysmetrics.BUSY_PROCESS_CORES - EPS, others=input_rules.CONTENTION_OTHERS_PCT / 100.0 * 2 - EPS)
 
     def judged(p, **sys_kw):
         kw = dict(full, tree_runq_wait_cores=runq + EPS)
         kw.update(sys_kw)
         return verdict(findings(pct=pct(input=60), pipeline=p, system=system(**kw)))
-    assert 100.0 * full["others"] / 2 < rules.CONTENTION_OTHERS_PCT
+    assert 100.0 * full["others"] / 2 < input_rules.CONTENTION_OTHERS_PCT
     starved = judged(pipeline(mapped))
     assert (starved.bottleneck, starved.cause) == ("cpu", "input_preprocessing")
     assert any("TensorFlow ops" in str(e) for e in starved.evidence)
@@ -167,7 +167,7 @@ def test_host_overhead_while_a_heavier_input_takes_the_cores_is_the_input():
     training threads queued for) whose training threads queued for one: the input pipeline's
     stage running beside the step is the cause when it
     worked longer per step than the host overhead lasted; else the overhead stands."""
-    runq = rules.CONTENTION_RUNQ_CORES
+    runq = input_rules.CONTENTION_RUNQ_CORES
     shares = pct(host_compute=66.0, input=12.0, device_compute=10.0)
     timing = StepTiming(step_ms=3.4, batches_per_step=1, breakdown_ms={"host_compute": 2.244, "input": 0.408},
                         durations_ms=[3.4] * 10)
@@ -207,7 +207,7 @@ def test_a_slowdown_window_whose_input_work_took_the_models_cores_is_the_input()
     shares = pct(device_compute=80.0, input=8.0, host_compute=7.0)
     timing = StepTiming(step_ms=21.1, batches_per_step=1, breakdown_ms={"device_compute": 16.9, "input": 1.7},
                         durations_ms=[21.1] * 10)
-    half = rules.SLOWDOWN_EXPLAINED_SHARE * (21.1 - 10.0) * 1.84   # ms of stage work per step at the edge
+    half = input_rules.SLOWDOWN_EXPLAINED_SHARE * (21.1 - 10.0) * 1.84   # ms of stage work per step at the edge
 
     def judged(work_ms, prefetch=True, slowdown=Slowdown(baseline_ms=10.0, observed_ms=21.6, factor=1.5),
                step_ms=21.1, device_kind="CPU", placement=None, **sys_kw):
@@ -266,13 +266,13 @@ def test_waiting_without_disk_reads_says_so_and_is_less_sure():
     """A pipeline that waits (a sleep in its code, page-cached files) with no disk reads and no
     I/O wait is still io (it waits, it does not compute), but not storage for sure."""
     p = pipeline(stage("Generator", "Iterator::Root::FlatMap[0]::Generator"))
-    edge = rules.DISK_READ_SEEN_MBPS
+    edge = input_rules.DISK_READ_SEEN_MBPS
     quiet = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.1, disk=edge - EPS)))
     reading = verdict(findings(pct=pct(input=60), pipeline=p, system=system(tree=0.1, disk=edge + EPS)))
     assert (quiet.bottleneck, quiet.cause) == (reading.bottleneck, reading.cause) == ("io", "file_read")
     assert any("no disk reads were seen" in e for e in quiet.evidence)
     assert not any("no disk reads were seen" in e for e in reading.evidence)
-    assert reading.confidence - quiet.confidence == pytest.approx(rules.NO_READS_PENALTY, abs=0.011)
+    assert reading.confidence - quiet.confidence == pytest.approx(input_rules.NO_READS_PENALTY, abs=0.011)
 
 
 def test_loopback_or_other_traffic_is_not_remote_read():
@@ -293,7 +293,7 @@ def test_machine_wide_metrics_lower_the_confidence_and_say_so():
     old = system(scope=None, tree=None, others=None, proc_cpu_cores=0.1, net_recv_MBps=0.0)
     machine = verdict(findings(pct=pct(input=60), pipeline=p, system=old))
     assert machine.cause == per_process.cause == "file_read"
-    assert machine.confidence == pytest.approx(per_process.confidence - rules.MACHINE_WIDE_PENALTY, abs=0.011)
+    assert machine.confidence == pytest.approx(per_process.confidence - input_rules.MACHINE_WIDE_PENALTY, abs=0.011)
     assert any("machine-wide" in e for e in machine.evidence)
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from . import compare_evidence as evid
 from .analysis.breakdown import CATEGORIES
-from .analysis.rules import INPUT_BOUND_PCT
+from .analysis.thresholds import INPUT_BOUND_PCT
 from .schema import SessionDict
 from .op_compare import op_changes, text_lines as op_text_lines
 from .trace.timeline import time_stats

@@ -44,9 +44,9 @@ IDLE_SLACK_CORES = 0.1
 #: ../shared/tools/under-load: computing pipelines 0.99-1.75, a pipeline sleeping on reads 0.05.
 CONTENTION_RUNQ_CORES = 0.25
 #: Input wait (% of the step) below which an input pipeline that runs beside the step is not
-#: what the step waits for: the rules' input-bound level (rules.INPUT_BOUND_PCT, XProf's
+#: what the step waits for: the rules' input-bound level (thresholds.INPUT_BOUND_PCT, XProf's
 #: "HIGHLY input-bound"; tests/test_fit_to_run.py checks that they agree). Such an input
-#: limits the step only by the cores it takes (rules.input_takes_cores, rules.input_slows_model).
+#: limits the step only by the cores it takes (input_rules.input_takes_cores, input_rules.input_slows_model).
 INPUT_WAITED_PCT = 20.0
 #: Fewest cores a process is assumed to get (guards the divisions; our choice).
 MIN_CORES = 0.1
@@ -149,7 +149,7 @@ def input_cores_ms(f: "Findings") -> Optional[float]:
 
 #: Predicted gain (today's time per batch over the time with the input's work gone) from
 #: which the input's share of the cores limits the step (:func:`input_load`, the rule
-#: ``rules.input_shares_cores``). Between the ablation truths' two levels (the input limits a
+#: ``input_rules.input_shares_cores``). Between the ablation truths' two levels (the input limits a
 #: run that 1.25x faster on cached batches; under 1.1x it does not); chosen on the fit half
 #: of benchmarks/tutorial_corpus.py, whose device-limited runs were predicted at most 1.09x and
 #: input-limited ones at least 1.25x (benchmarks/tutorial_corpus.json, "fit" rows).
@@ -247,9 +247,12 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
     # Stages the consumer runs itself do their work inside its wait for input: only those under
     # an asynchronous stage (a prefetch, a parallel map) work beside the step.
     stages = p.stages if p is not None else []
-    working = [st for st in stages if st.category != "buffer"
+    # Stages under a cache that is being filled stop working once it is full: not the run's load.
+    working = [st for st in stages if st.category != "buffer" and not (p is not None and p.fills_cache(st))
                and any(o.asynchronous and st.path.startswith(o.path) for o in stages)]
-    tfdata = sum(st.work_ps for st in working) / f.steps.count / 1e9
+    # The stages' work is summed over the window; what they did while a left-out step (warm-up,
+    # odd) waited for its batch belongs to that step, not to the steady steps' load.
+    tfdata = max(sum(st.work_ps for st in working) / 1e9 - f.steps.left_out_input_ms, 0.0) / f.steps.count
     children = int(system.get("tree_children") or 0)
     pool = int(system.get("pool_threads") or 0)
     workers_ms = max(tree - proc, 0.0) * step * stretch if children else 0.0

@@ -124,3 +124,22 @@ def loader_sentence(loader: LoaderFacts) -> str:
 LOADER_INPUT = Inferred("Loading runs the dataset's Python (__getitem__, transforms, collate): the trace cannot tell "
                         "computing from reading inside it. Record system metrics (tfbneck watch --pid) to separate "
                         "CPU-bound from I/O-bound.")
+
+
+def step_note(f: Findings) -> List[str]:
+    """A sentence when the steps were inferred from the iterator cadence, else nothing."""
+    if f.steps.inferred:
+        return ["Steps were inferred from the IteratorGetNext cadence (no step markers in the trace)."]
+    return []
+
+
+def context(f: Findings) -> List[str]:
+    """Sentences that precede every verdict drawn from the breakdown."""
+    out = step_note(f)
+    if f.eager:
+        out.append("The model runs eagerly, op by op from Python (no tf.function): every op pays Python and "
+                   "dispatch overhead.")
+    out.append(breakdown_sentence(f))
+    if f.system:
+        out.append(system_sentence(f.system))
+    return out

@@ -30,6 +30,7 @@ class StepFacts:
     custom_loop: bool = False         # marked steps of the user's own loop (no Keras training function)
     fetch_outside: Optional[str] = None   # the batch was fetched between marked steps: what was done about it
     odd: Optional[str] = None         # the odd (outlier) steps left out of the steady steps, named
+    left_out_input_ms: float = 0.0    # input wait summed over the steps left out (warm-up, odd)
     input_bound_steps: int = 0        # steady steps that waited for input >= 20 % of their time
 
     @property

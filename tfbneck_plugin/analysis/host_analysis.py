@@ -40,7 +40,7 @@ JAX_HOST_PREFIXES = ("PjitFunction", "PjRt", "$")
 
 
 #: A step is input-bound when it waited for input this share (%) of its time: the verdict's
-#: input-bound level (rules.INPUT_BOUND_PCT, XProf's "HIGHLY input-bound") applied per step.
+#: input-bound level (thresholds.INPUT_BOUND_PCT, XProf's "HIGHLY input-bound") applied per step.
 INPUT_BOUND_STEP_PCT = 20.0
 
 
@@ -239,6 +239,10 @@ class HostAnalysis:
         facts = StepFacts(source=steps.source, count=steps.count, mean_ms=ms(steps.durations_ps.mean()),
                           custom_loop=stepsmod.is_custom_loop(self.view, steps),
                           fetch_outside=steps.fetch_outside, odd=self.odd)
+        left_out = ~(self._not_warmup(found) & ~self.odd_mask) if found is not None else np.zeros(0, dtype=bool)
+        if left_out.any() and found is not None:
+            waited = breakdown.per_step(self.activity, found.starts[left_out], found.ends[left_out])["input"]
+            facts.left_out_input_ms = ms(waited.sum())
         parts = self.parts
         if steps.count and len(parts["input"]) == steps.count:
             share = parts["input"] / np.maximum(steps.durations_ps, 1)

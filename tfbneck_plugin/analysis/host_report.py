@@ -12,7 +12,7 @@ from ..trace.timeline import ms
 from . import breakdown, tfdata
 from ..schema import WorstStep
 from .findings import StepFacts
-from .rules import INPUT_MODERATE_PCT
+from .thresholds import INPUT_MODERATE_PCT
 
 
 def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:

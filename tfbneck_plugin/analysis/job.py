@@ -38,7 +38,7 @@ import numpy as np
 from .. import schema
 from . import sync as syncmod
 from .evidence import with_basis
-from .rules import COLLECTIVE_BOUND_PCT
+from .thresholds import COLLECTIVE_BOUND_PCT
 from .verdict import Verdict, confidence, evidence_details, first_verdict, verdict_fields
 
 #: Share (%) of the step time that the other workers spend waiting for one worker (summed

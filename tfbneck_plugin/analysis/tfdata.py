@@ -159,6 +159,13 @@ class Pipeline:
         st = self.blocking
         return st is not None and any(o.asynchronous and st.path.startswith(o.path) for o in self.stages)
 
+    def fills_cache(self, st: Stage) -> bool:
+        """``st`` runs under a ``cache()`` stage (:data:`CACHES`): its work is the cache's first
+        pass. tf.data's cache iterator calls its input only while writing; once the cache holds
+        every element, later passes read it and the stages below do nothing (tensorflow:
+        core/kernels/data/cache_dataset_ops.cc, the writer and reader iterators)."""
+        return any(o.kind in CACHES and st.path.startswith(o.path + "::") for o in self.stages)
+
     @property
     def has_cache(self) -> bool:
         """A ``cache()`` stage is in the pipeline."""
