@@ -34,7 +34,7 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tfbneck_plugin import BottleneckProfiler  # noqa: E402
-from tfbneck_plugin.capture.sampler import SystemSampler  # noqa: E402
+from tfbneck_plugin.system.sampler import SystemSampler  # noqa: E402
 
 FAR = (10 ** 9, 10 ** 9 + 4)  # a window no run reaches
 

@@ -22,7 +22,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402
 
-from tfbneck_plugin.capture.sampler import SystemSampler  # noqa: E402
+from tfbneck_plugin.system.sampler import SystemSampler  # noqa: E402
 from tfbneck_plugin.records import write_sidecar  # noqa: E402
 
 OUT = sys.argv[1]

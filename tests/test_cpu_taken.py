@@ -108,7 +108,7 @@ def test_the_profilers_own_analysis_children_are_other_processes_not_the_jobs():
     # A real child process: the job's own (a PyDataset worker would be) turns the check off;
     # once it is known as the profiler's analysis child (background.py registers those), it
     # does not: its CPU is another process's to the check.
-    from tfbneck_plugin.capture.sampler import NOT_TRAINING_PIDS
+    from tfbneck_plugin.system.sampler import NOT_TRAINING_PIDS
     assert cpu_taken.has_children() is False
     child = subprocess.Popen(["sleep", "30"])
     try:

@@ -518,12 +518,12 @@ def test_jax_is_not_tensorflow():
     ("unclear", {"tree_cores": 0.6}),
 ])
 def test_system_only_sessions_take_the_triage_as_their_cause(tmp_path, kind, interval):
-    """A system record's report (tfbneck_plugin.system_session): the flowchart's kind is the
+    """A system record's report (tfbneck_plugin.analysis.system_session): the flowchart's kind is the
     verdict (``unclear``: ``unknown``), its cause ``triage_<kind>``, the next step a profile."""
     import json
     from tfbneck_plugin.logdir import find_sessions
-    from tfbneck_plugin.system_run import make_record
-    from tfbneck_plugin.system_session import system_only_report
+    from tfbneck_plugin.analysis.system_session import system_only_report
+    from tfbneck_plugin.system.run import make_record
     iv = {"t_unix_ns": 2 * 10**9, "dt_s": 10.0, "cores_busy": 0.5, "tree_cores": 0.1, "busiest_thread_demand_pct": 10.0,
           "busiest_thread_pct": 10.0, "runq_wait_pct": 0.0, "net_recv_MBps": 0.0, "net_sent_MBps": 0.0,
           "tree_disk_read_MBps": 0.0, "iowait_pct": 0.0, "gpus": []}

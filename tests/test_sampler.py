@@ -1,4 +1,4 @@
-"""The system sampler (``tfbneck_plugin.capture.sampler``) and the summary the verdict reads
+"""The system sampler (``tfbneck_plugin.system.sampler``) and the summary the verdict reads
 (``tfbneck_plugin.analysis.sysmetrics.summarize``), on real processes, sockets and files.
 
 Each figure is checked against a measurement taken independently of psutil: CPU time that
@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tfbneck_plugin.analysis.sysmetrics import TREE_KEYS, summarize
-from tfbneck_plugin.capture.sampler import NOT_TRAINING_PIDS, SystemSampler
+from tfbneck_plugin.system.sampler import NOT_TRAINING_PIDS, SystemSampler
 from support.paths import ROOT, TESTS
 
 HERE = TESTS

@@ -383,7 +383,7 @@ def test_issue24_an_early_slowdown_of_a_short_fit_is_captured_and_recorded(job):
 def test_display_outside_a_notebook_and_reports_as_session_reports(job):
     r = job("display")
     assert r["display_flag"] is True  # asked for: outside Jupyter it must simply not fail
-    assert r["report_type"] == "tfbneck_plugin.api.SessionReport" and r["report_is_dict"]
+    assert r["report_type"] == "tfbneck_plugin.session_report.SessionReport" and r["report_is_dict"]
     (w,) = r["windows"]
     assert w["status"] == "profiled" and w["bottleneck"] is not None
     html = r["report_html"]

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from tfbneck_plugin import records
 from tfbneck_plugin.logdir import find_sessions
-from tfbneck_plugin.system_run import SystemRun
+from tfbneck_plugin.system.run import SystemRun
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"
 

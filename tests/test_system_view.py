@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from tfbneck_plugin import triage
+from tfbneck_plugin.system import triage
 
 FIT = r"""
 import sys, time, numpy as np, tensorflow as tf

@@ -243,7 +243,7 @@ def test_close_without_an_open_window_is_an_error_and_stop_ends_everything():
 
 
 def test_the_tracker_needs_no_tensorflow():
-    code = ("import sys; from tfbneck_plugin.capture import tracker, schedule, sampler; "
+    code = ("import sys; from tfbneck_plugin.capture import tracker, schedule; from tfbneck_plugin.system import sampler; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -93,7 +93,7 @@ def max_bytes() -> int:
 #: What a report depends on besides its files: the analysis and trace-reading packages and
 #: the top-level modules they read (records, logdir, causes, errors, schema, version).
 ANALYZER_PARTS = ("analysis", "trace", "causes.py", "errors.py", "logdir.py", "records.py", "schema.py",
-                  "version.py", "__init__.py", "system_session.py", "triage.py", "summary.py")
+                  "version.py", "__init__.py", "system/triage.py", "summary.py")
 
 
 def analyzer_version() -> str:

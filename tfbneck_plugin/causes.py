@@ -41,7 +41,7 @@ CAUSES: Dict[str, Cause] = {
                                    "limited it."),
     "not_tensorflow": Cause("unknown", "This is not a TensorFlow trace (JAX/XLA): input-pipeline and step "
                                        "analysis do not apply."),
-    # A system-only session (tfbneck_plugin.system_session): the flowchart's triage, no trace.
+    # A system-only session (tfbneck_plugin.analysis.system_session): the flowchart's triage, no trace.
     "triage_cpu": Cause("cpu", "From the system metrics alone (no trace): the CPU limits the training process (its "
                                "threads fill a core or the machine, or wait for cores other processes hold) while no "
                                "accelerator is busy; a profile says whether input or model."),

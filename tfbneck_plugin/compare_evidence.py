@@ -31,6 +31,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .logdir import open_any
+from .records import SidecarError, read_step_times
+from .runs import list_trend_files
+
 #: Fewest units per side for a test over periods or windows: with 4 a side the smallest
 #: two-sided permutation p is 2/70 = 0.029 < 0.05; with 3 it is 0.1, never significant.
 MIN_UNITS = 4
@@ -73,8 +77,6 @@ def trend_periods(run: str) -> Tuple[np.ndarray, np.ndarray, Optional[str]]:
     """The newest trend file of ``run``: its periods' median step and the process's CPU time
     per step (ms per batch; NaN where the period has none), and its path. Empty when the run
     has none or it cannot be read (never raises)."""
-    from .plugin.trend import list_trend_files
-    from .records import SidecarError, read_step_times
     try:
         files = list_trend_files(run)
     except OSError:
@@ -82,7 +84,6 @@ def trend_periods(run: str) -> Tuple[np.ndarray, np.ndarray, Optional[str]]:
     for path, _size, _mtime in files:
         opener: Any = open
         if "://" in path:
-            from .logdir import open_any
             opener = open_any
         try:
             data = read_step_times(path, opener)

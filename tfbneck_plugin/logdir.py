@@ -26,7 +26,7 @@ name repeats (several profiling cycles of one process): then each file is a sess
 
 A system record (``tfbneck watch --output FILE``, or ``<run>/plugins/bottleneck/system_*.json``
 of a run with no profiled session) is a system-only session: ``Session.system_record``,
-no trace files; its report is the triage of the system metrics (:mod:`.system_session`).
+no trace files; its report is the triage of the system metrics (:mod:`tfbneck_plugin.analysis.system_session`).
 
 Errors: :class:`DiscoveryError` (one line) when the path does not exist or holds no
 session. Unreadable folders below it are reported in ``Discovery.problems`` and skipped.

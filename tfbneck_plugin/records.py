@@ -469,7 +469,7 @@ def read_step_times(path: str, opener=open) -> Dict:
 
 # -- the whole run's system record (issue 28) ----------------------------------------------
 #: ``format`` of a system record: the whole run's system metrics in intervals, with the
-#: flowchart's triage (``tfbneck_plugin.triage``). Written by ``BottleneckProfiler`` (one per
+#: flowchart's triage (``tfbneck_plugin.system.triage``). Written by ``BottleneckProfiler`` (one per
 #: training process, ``system_<stamp>_<host>_<pid>.json`` in ``STEP_TIMES_DIR`` beside the
 #: trend file) and by ``tfbneck watch --output``::
 #:

@@ -243,7 +243,7 @@ class SessionDict(TypedDict, total=False):
     per_host: List[PerHostRow]                # one row per host or worker (straggler flagged)
     kind: str                                 # "job" for a multi-worker job's grouped sessions,
     #                                           "system_only" for a system record (no trace)
-    system_triage: Dict[str, Any]             # system_only: the record's run triage (tfbneck_plugin.triage)
+    system_triage: Dict[str, Any]             # system_only: the record's run triage (tfbneck_plugin.system.triage)
     system_record: Dict[str, Any]             # system_only: source, pid, command, cpu_count, times, captures
     system_intervals: List[Dict[str, Any]]    # system_only: t_s, dt_s, tree_cores, cores_busy, gpu_util_pct,
     #                                           disk_read_MBps, net_MBps, bottleneck (the interval's triage)

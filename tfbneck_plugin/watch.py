@@ -5,7 +5,7 @@
 
 A live panel (rich) refreshed every second shows each core's busy share (as htop's bars),
 the process tree's cores, the accelerators' utilisation and memory (NVML), disk and network
-rates, and the triage line (:mod:`tfbneck_plugin.triage`) with its reason; ``q`` quits, ``c``
+rates, and the triage line (:mod:`tfbneck_plugin.system.triage`) with its reason; ``q`` quits, ``c``
 captures a trace when ``--capture-port`` is given. ``--format json`` prints one JSON object
 at the end instead (``triage``, then the ``intervals`` and the ``series`` of samples).
 ``--output FILE`` writes the system record (:mod:`tfbneck_plugin.records`) that
@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from .system_run import SystemRun
+from .system.run import SystemRun
 from .watch_capture import Capturer
 from .watch_panel import KeyReader, render_panel
 

@@ -33,7 +33,7 @@ from jobs import OUT, SCENARIO, arrays, keras, losses, model, record, seed, slow
 
 import tfbneck_plugin.capture.window as winmod  # noqa: E402 - writes the sidecar
 from tfbneck_plugin import BottleneckProfiler, profile_steps  # noqa: E402
-from tfbneck_plugin.capture import sampler as sysmetrics  # noqa: E402
+from tfbneck_plugin.system import sampler as sysmetrics  # noqa: E402
 from tfbneck_plugin.records import SIDECAR_NAME, STAGING_DIR  # noqa: E402
 
 result = {"out": OUT}

@@ -332,7 +332,7 @@ def disabled():
 
 def robustness():
     """Unwritable log_dir, training ending inside a window, a failing sampler."""
-    from tfbneck_plugin.capture import sampler as sysmetrics
+    from tfbneck_plugin.system import sampler as sysmetrics
     x, y = arrays(8 * 8)
     seed()
     result["losses_without"] = losses(model().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False))

@@ -22,6 +22,7 @@ from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job
 from .host_analysis import HostAnalysis
+from .system_session import system_only_report
 from .torch_host import TorchHostAnalysis
 
 
@@ -46,7 +47,6 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         URLs (``s3://``, ``gs://``...) with fsspec.
     """
     if session.system_record:  # no trace: the triage of its system metrics (step 1 of the method)
-        from ..system_session import system_only_report
         return cast(SessionDict, add_words(cast(Dict[str, Any], system_only_report(session, opener or open_any))))
     opener = opener or open_any
     problem = _record_problem(session, opener)

@@ -1,6 +1,6 @@
 """The summary of a window's system metrics that the verdict reads, and the thresholds
 that turn it into "computing", "waiting" or "contended". The sampler that records them is
-:mod:`tfbneck_plugin.capture.sampler`; the file format is in :mod:`tfbneck_plugin.records`.
+:mod:`tfbneck_plugin.system.sampler`; the file format is in :mod:`tfbneck_plugin.records`.
 
 The trace shows what threads did, not whether a core computed or sat waiting: a
 ``py_function`` that sleeps on a network read looks the same as one that decodes images.

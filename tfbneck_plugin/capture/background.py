@@ -26,9 +26,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, cast
 
-from ..api import SessionReport
+from ..session_report import SessionReport
 from ..schema import SessionDict, bottleneck_label, step_time_ms
-from .sampler import NOT_TRAINING_PIDS
+from ..system.sampler import NOT_TRAINING_PIDS
 
 if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
     from .window import WindowRecord

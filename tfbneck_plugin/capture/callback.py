@@ -31,7 +31,7 @@ The work is split by concern: this module holds the public callback (Keras hooks
 close, :mod:`.steptime` times steps and watches for a slowdown (both without TensorFlow);
 :mod:`.window` captures one window (profiler, staging, sidecar, publishing);
 :mod:`.background` analyses it afterwards; :mod:`.trend` keeps the trend file;
-:mod:`.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments;
+:mod:`tfbneck_plugin.system.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments;
 :mod:`.interrupts` closes a window whose training was left by an exception, :mod:`.loopstep`
 is ``with profiler.step():``. This subpackage imports TensorFlow; the rest of the package does not.
 """
@@ -146,7 +146,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         tree's cores, busiest thread and run-queue wait, accelerators (NVML), disk and
         network. Every 10 s the samples become scalars ``system/*`` in ``log_dir`` (x axis:
         the training step) and a line of ``<log_dir>/plugins/bottleneck/system_*.json``
-        with the flowchart's triage (:mod:`tfbneck_plugin.triage`), which the tab's trend
+        with the flowchart's triage (:mod:`tfbneck_plugin.system.triage`), which the tab's trend
         view draws. Sampling pauses between ``fit`` calls. Cost: docs/accuracy.md.
       profiler_server_port: start TensorFlow's profiler server on this port when training
         begins (``tf.profiler.experimental.server.start``), so that ``tfbneck watch

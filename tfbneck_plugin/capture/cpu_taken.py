@@ -76,7 +76,7 @@ from collections import deque
 from typing import Callable, Deque, Dict, Optional, Tuple
 
 from ..records import MAX_CAPTURES_OUTCOME
-from .sampler import NOT_TRAINING_PIDS, cpu_total
+from ..system.sampler import NOT_TRAINING_PIDS, cpu_total
 
 #: The job's cores during the stretch over those of the span before it, at most (see above:
 #: 0.71-0.83 in the busy machine's holds, 0.88 and more in input slowdowns).
@@ -126,7 +126,7 @@ def read_cpu() -> Optional[Tuple[float, float, float]]:
     """(this process's CPU seconds, all threads; the machine's busy CPU seconds, all cores:
     all time but idle and iowait, as ``psutil.cpu_percent`` counts it, guest time inside
     user; the CPU seconds of the profiler's own analysis children so far,
-    :data:`.sampler.NOT_TRAINING_PIDS`), or None when the platform does not say."""
+    :data:`tfbneck_plugin.system.sampler.NOT_TRAINING_PIDS`), or None when the platform does not say."""
     try:
         import psutil
         t = psutil.cpu_times()
@@ -144,7 +144,7 @@ def read_cpu() -> Optional[Tuple[float, float, float]]:
 
 def has_children() -> bool:
     """Whether this process has child processes other than the profiler's own analysis
-    children (:data:`.sampler.NOT_TRAINING_PIDS`, which are other processes' CPU to the
+    children (:data:`tfbneck_plugin.system.sampler.NOT_TRAINING_PIDS`, which are other processes' CPU to the
     check: a slowdown they cause is not training's). psutil; ~1 ms: called at a confirmation
     only."""
     try:

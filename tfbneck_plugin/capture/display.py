@@ -8,7 +8,7 @@ import html
 import sys
 from typing import Dict
 
-from ..api import SessionReport
+from ..session_report import SessionReport
 
 
 def _e(value) -> str:

@@ -1,6 +1,6 @@
 """The whole run's system view from inside the training process (issue 28, point 1).
 
-While ``fit`` runs (or a custom loop steps), a :class:`tfbneck_plugin.system_run.SystemRun`
+While ``fit`` runs (or a custom loop steps), a :class:`tfbneck_plugin.system.run.SystemRun`
 samples the system every ``system_interval_s`` (default 1 s) and rolls the samples into
 ``aggregate_s`` intervals (10 s). Each interval becomes TensorBoard scalars under
 ``system/`` in ``<log_dir>`` (TensorBoard's Scalars / Time Series dashboards show them like
@@ -21,9 +21,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..triage import KINDS
 from ..records import STEP_TIMES_DIR, system_run_name, write_sidecar
-from ..system_run import SystemRun, make_record, usable_cores
+from ..system.run import SystemRun, make_record, usable_cores
+from ..system.triage import KINDS
 
 #: Seconds per interval (one scalar point per ``system/*`` tag): event files stay small
 #: (a day is 8,640 points per tag) and a 10 s mean hides the sampler's 10 ms tick noise.
@@ -34,7 +34,7 @@ REWRITE_EVERY_S_LATER = 300.0
 
 
 def scalars_of(iv: Dict) -> Dict[str, float]:
-    """The ``system/*`` scalars of one interval (:func:`tfbneck_plugin.triage.aggregate`)."""
+    """The ``system/*`` scalars of one interval (:func:`tfbneck_plugin.system.triage.aggregate`)."""
     out = {"system/cpu_pct": iv["cpu_pct"], "system/busiest_core_pct": iv["busiest_core_pct"],
            "system/process_cores": iv["tree_cores"], "system/other_cores": iv["other_cores"],
            "system/disk_read_MBps": iv["disk_read_MBps"], "system/net_recv_MBps": iv["net_recv_MBps"],

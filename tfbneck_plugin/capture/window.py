@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
+from ..system.sampler import SystemSampler
 from .job import job_info, session_suffix, with_job
-from .sampler import SystemSampler
 from .tracker import ClosedWindow
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ the callback's whole-run record of a run with no profiled window) shown beside t
 sessions, in ``tfbneck analyze``, the Python API and the Bottleneck tab.
 
 Its verdict is step 1 of the method, the flowchart's triage of the system metrics
-(:mod:`tfbneck_plugin.triage`), said as such: ``cause`` is one of :data:`TRIAGE_CAUSES`,
+(:mod:`tfbneck_plugin.system.triage`), said as such: ``cause`` is one of :data:`TRIAGE_CAUSES`,
 ``confidence`` at most :data:`SYSTEM_ONLY_CONFIDENCE`, no steps and no breakdown (there is no
 trace), and one recommendation: profile a window where the triage points (step 2). The
 report is a :class:`tfbneck_plugin.schema.SessionDict` with ``kind: "system_only"`` and
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, cast
 
-from . import records
-from .analysis.advice import profile_window
-from .analysis.whatif import WHY_NOT
-from .causes import cause_text
-from .errors import error_report
-from .logdir import Session
-from .schema import SessionDict
-from .version import __version__
+from .. import records
+from ..causes import cause_text
+from ..errors import error_report
+from ..logdir import Session
+from ..schema import SessionDict
+from ..version import __version__
+from .advice import profile_window
+from .whatif import WHY_NOT
 
-#: The triage's kinds (:data:`tfbneck_plugin.triage.KINDS`) -> the report's cause codes.
+#: The triage's kinds (:data:`tfbneck_plugin.system.triage.KINDS`) -> the report's cause codes.
 TRIAGE_CAUSES = {"cpu": "triage_cpu", "device": "triage_device", "io": "triage_io",
                  "network": "triage_network", "unclear": "triage_unclear"}
 #: The highest confidence of a verdict from system metrics alone, reached when the kind held

@@ -12,7 +12,7 @@ The flowchart (``shared/design/diagnosis.md``, issue 28), read off what ``nvidia
    confirms it; without disk reads the wait is elsewhere: remote storage, a lock, a sleep)
 5. anything in between                                          -> ``unclear``
 
-The input is the system sampler's samples (:class:`tfbneck_plugin.capture.sampler.SystemSampler`,
+The input is the system sampler's samples (:class:`tfbneck_plugin.system.sampler.SystemSampler`,
 one dict per ``dt_s`` seconds); :func:`aggregate` rolls them into intervals (what a 10 s tick
 of TensorBoard's scalars holds), :func:`triage_interval` classifies one interval and
 :func:`triage_run` the whole run. No TensorFlow, no trace: this is what a user sees before

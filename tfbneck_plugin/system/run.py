@@ -14,11 +14,11 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional
 
+from ..records import FORMAT as SIDECAR_FORMAT
+from ..records import SYSTEM_RUN_FORMAT
+from ..records import VERSION as SIDECAR_VERSION
+from .sampler import SystemSampler
 from .triage import aggregate, triage_interval, triage_run
-from .capture.sampler import SystemSampler
-from .records import FORMAT as SIDECAR_FORMAT
-from .records import SYSTEM_RUN_FORMAT
-from .records import VERSION as SIDECAR_VERSION
 
 #: Intervals kept at most (about 5.8 days at 10 s): the record stays a few MB.
 MAX_INTERVALS = 50_000

@@ -27,7 +27,7 @@ _NVML_MISSING = False
 _LOOPBACK_NICS: Optional[frozenset] = None
 #: Child processes of the profiler itself (the background analysis of an earlier window):
 #: not the training's work, so never counted in its tree. Added and removed by
-#: :mod:`.background`.
+#: :mod:`tfbneck_plugin.capture.background`.
 NOT_TRAINING_PIDS: set = set()
 #: Seconds between two scans for the tree's descendants and TCP connections (also done at
 #: the window's first and last readings). A scan reads every ``/proc/<pid>/stat`` of the
