@@ -235,7 +235,7 @@ def test_constructor_rejects_invalid_arguments(tmp_path):
         (dict(analyze="yes"), "'thread'"),
         (dict(analysis_timeout_s=-1), "positive number"),
         (dict(profiler_options={"host_level": 2}), "unknown key"),
-        (dict(verbose=3), "pass 1"),
+        (dict(verbose=3), "pass verbose=1"),
     ]
     for kwargs, phrase in cases:
         kwargs.setdefault("log_dir", str(tmp_path / "logs"))

@@ -2,9 +2,9 @@
 
 Step times of one profiling window are not independent samples of a run: consecutive
 steps share the machine's state (caches, other processes' load, the profiler's own cost),
-and two runs of identical code differ by more than the steps of one window vary (issue 25:
-"44.3 % slower, p = 0.016" between two runs of the same script). So a comparison uses the
-largest units of time it has, each an independent-enough sample of the run:
+and two runs of identical code differ by more than the steps of one window vary (two runs of
+one script read "44.3 % slower, p = 0.016" with each window's steps as the samples). So a
+comparison uses the largest units of time it has, each an independent-enough sample of the run:
 
 ``periods``  the step-time trend file's periods (``<run>/plugins/bottleneck/steptimes_*.json``:
              the median step of every epoch or ``step_time_every`` steps, timed without

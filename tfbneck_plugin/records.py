@@ -75,10 +75,10 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "slow_steps": [int, int],          # first and last batch of the slow stretch
      "slow_step_count": int, "slow_for_s": float,   # steps timed in it (a few fast ones included), seconds
      "observed_p50_ms": float,          # median step time of the slow stretch
-     "observed_mean_ms": float,         # its trimmed mean (issue 24)
+     "observed_mean_ms": float,         # its trimmed mean (capture/steplevel.py)
      "baseline_p50_ms": float, "baseline_p90_ms": float, "baseline_steps": int,
-     "baseline_mean_ms": float,         # the baseline's trimmed mean (issue 24)
-     "threshold_ms": float,             # factor * baseline_mean_ms (issue 24; was max(factor * p50, p90))
+     "baseline_mean_ms": float,         # the baseline's trimmed mean
+     "threshold_ms": float,             # factor * baseline_mean_ms (older files: max(factor * p50, p90))
      "slower_by": float,                # observed_mean_ms / baseline_mean_ms
      "held_by": null | "analysis" | "cooldown",   # what delayed the window after confirmation
      "confirmed_at_step": int | null,
@@ -120,10 +120,10 @@ read by the TensorBoard tab's ``/trend`` route::
      "ended": bool,                     # close() or the end of the last fit was seen
      "steps_per_execution": int,        # step times are per execution when > 1
      "trigger": null | {thresholds as above},
-     "baseline": null | {"p50_ms", "p90_ms", "mean_ms" (trimmed mean, issue 24), "steps", "threshold_ms"},
+     "baseline": null | {"p50_ms", "p90_ms", "mean_ms" (trimmed mean), "steps", "threshold_ms"},
                                         # the trigger's baseline when written (re-learnt after a
                                         # capture or a lasting change of level: the slow one at the end)
-     "trigger_state": null | {           # the slowdown trigger's record (issue 24); absent in older files
+     "trigger_state": null | {           # the slowdown trigger's record (capture/slowwatch.py); absent in older files
          "armed": bool, "captures": int,
          "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)
          "log": [{"event": "armed", "step", "baseline_p50_ms", "baseline_mean_ms", "baseline_steps", "threshold_ms",
@@ -467,7 +467,7 @@ def read_step_times(path: str, opener=open) -> Dict:
     return data
 
 
-# -- the whole run's system record (issue 28) ----------------------------------------------
+# -- the whole run's system record ---------------------------------------------------------
 #: ``format`` of a system record: the whole run's system metrics in intervals, with the
 #: flowchart's triage (``tfbneck_plugin.system.triage``). Written by ``BottleneckProfiler`` (one per
 #: training process, ``system_<stamp>_<host>_<pid>.json`` in ``STEP_TIMES_DIR`` beside the

@@ -172,8 +172,9 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
 
 
 #: A traced step below this share of the job's own step around the window was not the job's
-#: steady state (the profiler only adds time): a newcomer's input-bound run with a prefetch
-#: buffer, profiled at steps 10-14, traced 0.55x its own step. Our choice: 20 % below, beyond
+#: steady state (the profiler only adds time): an input-bound run with a prefetch buffer,
+#: profiled at steps 10-14, traced 0.55x its own step (the buffer, filled while the first
+#: steps compiled, served the window). Our choice: 20 % below, beyond
 #: the periods' spread.
 FASTER_THAN_JOB_X = 0.8
 #: Highest confidence of a verdict whose traced step the job's own clock shows unrepresentative
@@ -193,7 +194,7 @@ def traced_and_job_step_ms(report: SessionDict) -> Optional[Tuple[float, float]]
 
 
 def job_scale_evidence(report: SessionDict) -> Optional[str]:
-    """One sentence stating the window's numbers for the unprofiled job (issue 25 point 5):
+    """One sentence stating the window's numbers for the unprofiled job:
     the job's own step time around the window (the trend's periods), the traced step's ratio
     to it (the profiler's cost), and the first fix's predicted speedup applied to the job's
     step; None without the job's clock or a traced step time."""
@@ -205,7 +206,7 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
             f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")
     if x < FASTER_THAN_JOB_X and (report.get("window") or {}).get("kind") == "triggered":
-        # the trigger chose the steps: advice to choose others does not apply (a newcomer's trial)
+        # the trigger chose the steps inside the slow stretch: advice to profile other steps does not apply
         text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
                  "the slowdown trigger chose inside the slow stretch")
     elif x < FASTER_THAN_JOB_X:
@@ -251,14 +252,14 @@ def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
     """One sentence naming the slow stretches the run's slowdown trigger saw but did not
     profile (:attr:`RunContext.uncaptured`): steps, step times, why, and the file that has
     each one's figures; None when there were none. A user who expected a triggered window
-    learns here why none came (issue 24), without opening the trend file."""
+    learns here why none came, without opening the trend file."""
     if not ctx.uncaptured:
         return None
     parts = []
     for _path, e in ctx.uncaptured[:5]:
         why = str(e.get("outcome", "")).replace("not captured: ", "")
         # The medians, as the callback's console line gives them (the entry's means are the
-        # trigger's levels: a second pair of figures for one stretch confused a newcomer).
+        # trigger's levels: two pairs of figures for one stretch would read as two stretches).
         was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")
         times = (f", median step {was:.3g} -> {now:.3g} ms"
                  if isinstance(was, (int, float)) and isinstance(now, (int, float)) else "")

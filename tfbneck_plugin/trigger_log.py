@@ -2,8 +2,8 @@
 
     tfbneck trigger PATH [PATH ...]
 
-For a user who expected a triggered window and got none (issue 24, point 3; a newcomer had to
-glob ``plugins/bottleneck/steptimes_*.json`` and parse ``trigger_state`` by hand): for each
+For a user who expected a triggered window and got none (who would otherwise glob
+``plugins/bottleneck/steptimes_*.json`` and parse ``trigger_state`` by hand): for each
 trend file under each PATH, when the trigger armed and on which baseline, then every slow
 (or fast) stretch it counted, with its steps, seconds, median step time against the
 baseline's, its level's peak against the threshold, and how it ended (``captured``,

@@ -114,7 +114,7 @@ def input_advice(f: Findings, kind: str) -> List[Rec]:
     gets its own knobs, never "add prefetch", which such a pipeline cannot take; an
     in-memory source never gets file-read advice. The change to the stage that limits
     comes before prefetch (on a 2-core host, parallelising a sequential heavy map gained
-    45 %, prefetch alone 10 %: issue 11's measurement)."""
+    45 %, prefetch alone 10 %, measured)."""
     source = f.pipeline.source if f.pipeline else None
     if source == "generator":
         return _generator_input()

@@ -3,7 +3,7 @@
 A window of a handful of steps is summarised by what most of its steps do. One step that
 took several times the median (a garbage collection, a checkpoint, the profiler's own
 start, a shuffle buffer refill) would otherwise decide a breakdown of means: five steps
-with 0.0-0.07 ms of input wait and one with 5.2 ms read as "31 % input" (issue 25).
+with 0.0-0.07 ms of input wait and one with 5.2 ms read as "31 % input".
 
 A step is odd when its duration's modified z-score (0.6745 (x - median) / MAD) exceeds
 ``ODD_Z`` (Iglewicz & Hoaglin, 1993: "How to Detect and Handle Outliers", the same test as

@@ -1,5 +1,5 @@
 """Advice that names the ops: the measured op types behind a compute-bound or input-bound
-verdict, added to its first recommendation (issue 27), from the report's ``op_summary``
+verdict, added to its first recommendation, from the report's ``op_summary``
 (:mod:`.op_report`).
 
 * Model compute: the costliest op types on the device (share of its busy time) or, when the

@@ -15,7 +15,7 @@ from .ops import WHERE, OpRow, OpTable, scope_of
 #: Rows kept per place (device, host, input pipeline) and per grouped view: what a
 #: ``key_averages().table(row_limit=...)`` shows, with room for ``--row-limit``.
 ROW_LIMIT = 25
-#: How many costliest ops the ``top10_pct`` share covers (issue 27: "the share of the top 10").
+#: How many costliest ops the ``top10_pct`` share covers ("the share of the top 10").
 TOP_N = 10
 #: Kernels that run on Tensor Cores, by name, as XProf's kernel_stats tool decides it
 #: (xprof: convert/kernel_stats_utils IsKernelUsingTensorCore: cuBLAS/cuDNN ``884``/``1688``

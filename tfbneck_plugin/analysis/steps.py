@@ -474,7 +474,7 @@ WARMUP_BUILD_SHARE = 0.5
 #: first call also pays one-time costs the trace does not label (kernel set-up on the first
 #: run, callbacks writing the graph). Measured on a Keras 3 CPU fit profiled from batch 1
 #: (TF 2.21): step 0 took 236 ms, 90 ms of it tracing and instantiation, against 1-3 ms for
-#: steps 1-3; issue 11 reports 1.6 s against 50 ms. Twice the median leaves room for the
+#: steps 1-3; another measured fit, 1.6 s against 50 ms. Twice the median leaves room for the
 #: jitter of steady steps on a busy host.
 WARMUP_SLOWDOWN = 2.0
 #: Graph builds recur (retracing, not warm-up) when they occur in at least this share of the

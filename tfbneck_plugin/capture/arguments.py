@@ -64,7 +64,7 @@ def check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> 
             or analysis_timeout_s <= 0:
         raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
     if verbose not in (0, 1, True, False):
-        raise ValueError(f"verbose={verbose!r}: pass 1 (log each window's verdict) or 0 (problems only)")
+        raise ValueError(f"verbose={verbose!r}: pass verbose=1 (log each window's verdict) or verbose=0 (problems only)")
     backend = getattr(keras.backend, "backend", None)
     if callable(backend) and backend() != "tensorflow":
         raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "

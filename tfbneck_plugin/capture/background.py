@@ -12,7 +12,7 @@ Only the scalars need TensorFlow (imported when the first writer is made). Scala
 written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
 summary API, which imports ``concurrent.futures.thread``, which registers an exit hook):
 done on a thread while the interpreter shuts down, that import fails with "can't register
-atexit after shutdown" and the last window's scalars were lost (issue 12, point 4). So the
+atexit after shutdown" and the last window's scalars would be lost. So the
 file writer is created, and the summary API primed, on the training thread when a window
 closes, before the analysis thread starts; the thread then only writes.
 """

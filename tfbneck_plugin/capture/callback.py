@@ -237,7 +237,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn)
-        self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record (issue 24)
+        self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record
         self._period_first = 1  # first step of the current step-time period
         self._epoch: Optional[int] = None
         self._hold_lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Whether other processes took the job's CPU during a slow stretch (issue 24): the slowdown
+"""Whether other processes took the job's CPU during a slow stretch: the slowdown
 trigger's check before it captures a stretch. Pure Python (psutil), no TensorFlow.
 
 A job slowed by its own work (a heavier map, a bigger batch) keeps the cores it had or takes
@@ -27,7 +27,7 @@ fires on) and its CPU seconds per step (its cores x its step time) rose at least
 :data:`OWN_WORK_RATIO` x is the job's own slowdown, captured. A job run under ``nice``
 beside a busy neighbour, whose tf.data map turned 6-10x heavier, had 0.83x its cores (the
 neighbour took what the niced job freed as it waited for input) and 5-8x the CPU seconds per
-step; it was refused in 4 of 4 fits before this rule (a newcomer's trial of issue 24). In
+step; without this rule its slowdown was refused in 4 of 4 fits. In
 the corpus's steady runs that other processes held slower, the job kept 0.71-0.83x its
 cores and its CPU seconds per step rose 1.2-1.7x (1.7-2.1x the step time: TensorFlow's
 thread pools spin a while before they sleep, and spin longer when their work waits for a
@@ -42,7 +42,8 @@ clean steps (:meth:`CpuTaken.work_ratio`, below): either at :data:`OWN_WORK_RATI
 own work. Against the clean steps, the steady runs' holds reached at most 1.59x (below) and the
 spinners beside a steady job 1.08-1.10x; a 2.2x heavier map under ``under-load -j 2``, 0.2 cores
 taken by the load's swing, 1.55x against the 3 s before (the fast steps just after a speed-up)
-and 2.26x against the clean steps (corpus pass 12's ``speedup-tfk-15ms-x2.3-load``, missed).
+and 2.26x against the clean steps (the corpus's ``speedup-tfk-15ms-x2.3-load``: missed against
+the 3 s before alone, captured with the clean steps).
 
 The same CPU seconds per step also tell the trigger a slowdown of the job's own work that a
 busy machine's stalls hide in its step times (:meth:`CpuTaken.work_ratio`, against the job's
@@ -64,7 +65,7 @@ What it cannot tell (the README's limits): a job that *waits* (storage, network)
 machine whose cores are all busy frees cores the other processes then take; that reads the
 same. The job's child processes (PyDataset or multiprocessing workers) would count as other
 processes, so with children the check is off; the profiler's own analysis children are
-other processes to it (a slowdown they cause is not training's: in a corpus pass a
+other processes to it (a slowdown they cause is not training's: in a run of the slowdown corpus a
 scheduled window's analysis child, starved under load, was still running when a steady
 run's hold was confirmed, and a check turned off by it let the window open).
 """
@@ -88,7 +89,7 @@ OTHERS_RISE_CORES = 0.1
 #: stretch in which it kept more than 1 / factor of its cores to be its own slowdown (see
 #: above: 1.2-1.7x when other processes held a steady job slower and it kept 0.71-0.83x
 #: its cores; 5-8x for a heavier map; 2x is also the smallest slowdown the trigger is
-#: measured on, issue 24).
+#: measured on).
 OWN_WORK_RATIO = 2.0
 #: The span before the stretch it is compared with (the corpus's measure: the 3 s before).
 BEFORE_SECONDS = 3.0

@@ -112,8 +112,8 @@ class LongJobMixin:
         for the GIL and the CPU, and a slowdown it causes is ours. An analysis in a child
         process (the default) holds nothing: the child runs at ``nice`` 10 and yields the CPU
         to training, and on a busy machine it is starved for tens of seconds, which held the
-        trigger through a whole slowdown (issue 24; the steady runs of the corpus, scheduled
-        window and analysis included, show no capture without the hold)."""
+        trigger through a whole slowdown (the slowdown corpus's steady runs, scheduled window
+        and analysis included, show no capture without the hold)."""
         if self.analyze != "thread":
             return
         with self._hold_lock:

@@ -1,9 +1,9 @@
 """The slowdown trigger's state machine: a baseline of the current level of step times, a
 slow stretch found by the median of the last few steps, its confirmation, and the record
-of what it did (issue 24). Pure Python, no TensorFlow; fed one step time at a time by
+of what it did. Pure Python, no TensorFlow; fed one step time at a time by
 :class:`~tfbneck_plugin.capture.steptime.StepTimer`.
 
-How it decides (each part fixes a way issue 24's fit was missed):
+How it decides (each part names the run that needs it):
 
 * **Baseline** = one *level*: the clean steps since the last level change (at most
   ``horizon_steps``). It arms after :data:`MIN_BASELINE_STEPS` of them lasting
@@ -20,24 +20,24 @@ How it decides (each part fixes a way issue 24's fit was missed):
   a steady run (``tests/test_slowdown.py``'s steady run under ``under-load -j 1``: in CI,
   and in 2 of 3 runs here; replayed with this rule, in none). A single fast step does not
   end a stretch (the level below), so a slowdown with a fast step inside it does not teach
-  the baseline its slow level (issue 24's fit).
+  the baseline its slow level.
   A confirmed stretch (captured or held) never joins it. After
   a capture, or when a slow stretch was confirmed but could not be captured
   (``max_captures``), the baseline starts again from the next steps: it learns the new level
   instead of mixing two, so a slowdown that returns is seen again; learnt whole, with no slow
   tail left out (the first steps after a window can draw on batches buffered while it ran: a
-  newcomer's custom loop re-armed on 7 such steps, 52 ms in a 90 ms phase, and the same
+  custom loop re-armed on 7 such steps, 52 ms in a 90 ms phase, and the same
   slowdown opened a second window). When the steps got
   lastingly *faster* (a slowdown that recovered, a slow first epoch), the baseline is the
   faster stretch's steps, armed at once: learnt from the next steps only, it armed 2 s later
   on a busy machine, and a slowdown that began 23 steps after the speed-up became its level
-  (a newcomer's fit under ``under-load -j 2``, 2 of 3 runs missed).
+  (a fit under ``under-load -j 2``: missed in 2 of 3 runs).
 * **Slow stretch**: the level of the last ``k`` steps (their :func:`~.steplevel.trimmed_mean`) is above
   ``factor`` x the baseline's, ``k`` about :data:`LEVEL_SECONDS` of baseline steps, odd, between
   :data:`LEVEL_MIN_STEPS` and :data:`LEVEL_MAX_STEPS`, and fewer (not under
   :data:`LEVEL_MIN_STEPS`) when the last ones are long: only those that ended within
-  :data:`LEVEL_SECONDS`. A level of several steps ignores a minority of fast steps (issue
-  24's single 30 ms step among 100 ms ones ended the old run), the trimming one stall, and
+  :data:`LEVEL_SECONDS`. A level of several steps ignores a minority of fast steps (a single
+  30 ms step among 100 ms ones would end a stretch judged step by step), the trimming one stall, and
   i.i.d. noise averages out, so no separate 90th-percentile guard is needed. A stretch ends
   when the level has stayed back for the span of a level (``k`` steps or
   :data:`LEVEL_SECONDS`), or at once when it crossed to the other side.
@@ -52,7 +52,7 @@ How it decides (each part fixes a way issue 24's fit was missed):
   stretch is within ``factor`` of that level, it is not captured ("not captured: back to
   the usual level") and the baseline is learnt from its steps; not when the job's own CPU per
   step grew (own work, below), nor on an idle machine, where only the job sets its pace (two
-  newcomers' slowdowns after a slow first epoch were refused so). Levels after a capture are
+  measured slowdowns after a slow first epoch were refused so). Levels after a capture are
   never held levels, so a slowdown that recovers and returns is still caught twice.
   Replayed on 37 recorded steady runs of that job under load, windows fell from 2 to 1; on the
   corpus, nothing changed.
@@ -63,7 +63,7 @@ How it decides (each part fixes a way issue 24's fit was missed):
   one line): a profile of the job cannot show another process's work, unless the job kept
   most of its cores and its CPU seconds per step rose with its step time (its own work grew). Under ``under-load
   -j 2`` a job of 1-2 ms steps is held 1.7-2.1x slower for seconds so (two windows in 25
-  steady runs of a corpus pass); replayed with the check, none. The level is learnt as a
+  steady runs of the corpus); replayed with the check, none. The level is learnt as a
   slowdown's (never a usual level), so a later slowdown of the job's own to it is caught.
 * **Own work**: a busy machine's stalls lift the trimmed mean of 1 ms steps, so a 2.2x heavier
   map (by medians) under ``under-load -j 2`` read 1.5-1.7x and hovered about the threshold:
@@ -243,7 +243,7 @@ class SlowdownWatch:
         (:meth:`_open_run` looks back through the recent steps). A fit of 8-batch executions,
         4x slower 2 s in, had 3 clean executions before it (the warm-up and a scheduled
         window took the others): its baseline armed on 3 fast and 5 slow ones, read the
-        slow level as its own, and no window opened (a corpus pass, docs/slowdown_capture.md)."""
+        slow level as its own, and no window opened (the slowdown corpus, docs/slowdown_capture.md)."""
         recent, ring = self._recent, self._ring
         n = len(recent)
         if n < LEVEL_MIN_STEPS or len(ring) <= n or len(ring) >= self.trigger.horizon_steps \
@@ -438,7 +438,7 @@ class SlowdownWatch:
             self._run = None
             # Its steps are the new level: the baseline is armed on them at once. Learnt from the
             # next steps only, a slowdown that came before it armed (2 s on a busy machine) read
-            # as the level itself (a newcomer's fit: 23 steps after a speed-up, missed).
+            # as the level itself (a fit's slowdown 23 steps after a speed-up was missed so).
             self.rebaseline(first, "the steps got faster", run["times"], since=run["start"])
             return False
         if run["confirmed_at"] is None:

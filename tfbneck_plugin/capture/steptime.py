@@ -1,5 +1,5 @@
 """Step timing on every step, and the slowdown trigger's thresholds: pure Python, no
-TensorFlow, no profiler (issues 15 and 24).
+TensorFlow, no profiler.
 
 :class:`StepTimer` is ticked by :class:`~tfbneck_plugin.capture.tracker.StepTracker` at the
 beginning of every step (Keras' ``on_train_batch_begin``, once per execution when
@@ -62,7 +62,7 @@ class SlowdownTrigger:
       factor: how much slower than the baseline's level (its trimmed mean,
         :func:`~tfbneck_plugin.capture.steplevel.trimmed_mean`) a stretch must be (default 1.5:
         between the highest factor at which a busy machine alone held a steady run of the
-        slowdown corpus long enough to open a window, 1.13 in pass 11, and the factor up to which
+        slowdown corpus long enough to open a window, about 1.13, and the factor up to which
         every required phase was still captured, 1.75 on the judge half and 2.0 on the fit half,
         whose choice between them is 1.5: docs/slowdown_capture.md, "Choosing the factor").
       consecutive: the fewest steps a stretch needs, fast ones inside it included (default 5).

@@ -1,4 +1,4 @@
-"""The whole run's system view from inside the training process (issue 28, point 1).
+"""The whole run's system view from inside the training process.
 
 While ``fit`` runs (or a custom loop steps), a :class:`tfbneck_plugin.system.run.SystemRun`
 samples the system every ``system_interval_s`` (default 1 s) and rolls the samples into

@@ -12,7 +12,7 @@ marker) and reports back with :meth:`StepTracker.opened`, :meth:`StepTracker.ste
 
 Every training step, profiled or not, enters through :meth:`StepTracker.fit_batch` (Keras
 hooks) or :meth:`StepTracker.loop_step` (custom loops), which tick the step clock
-(:class:`~tfbneck_plugin.capture.steptime.StepTimer`, issue 15). When the clock sees a
+(:class:`~tfbneck_plugin.capture.steptime.StepTimer`). When the clock sees a
 slowdown, the tracker opens a *triggered* window at the step beginning now (merged with a
 scheduled window that would begin inside it, so windows never overlap). Outside windows
 both cost a clock read and a few comparisons, and return None.

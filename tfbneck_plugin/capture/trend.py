@@ -47,7 +47,7 @@ def _label(v: Dict) -> str:
 
 
 #: A window whose mean step is this many times the other's (or less than its inverse) has
-#: changed even under the same verdict: "the same bottleneck got 3.4x worse" (issue 25). Our
+#: changed even under the same verdict: "the same bottleneck got 3.4x worse". Our
 #: choice, above the spread of two profiled windows of one unchanged phase (within 1.3x in
 #: the slowdown corpus's steady runs, docs/slowdown_capture.md).
 CHANGED_X = 1.5
@@ -119,8 +119,8 @@ def what_grew(before: SessionDict, after: SessionDict) -> List[Dict]:
 
 
 #: Causes whose window names the input: its "grew" list puts the tf.data stage first (the
-#: model's ops, stretched by the cores the input took, grew too: a newcomer read "device
-#: compute 28.7 -> 49.5 ms" first and took it for the model's slowdown).
+#: model's ops, stretched by the cores the input took, grew too, and "device compute
+#: 28.7 -> 49.5 ms" listed first reads as the model's own slowdown).
 INPUT_CAUSES = ("input_preprocessing", "cpu_contention", "file_read", "remote_read")
 
 
@@ -181,8 +181,8 @@ def verdict_change(prev_index: int, prev_steps, prev: SessionDict, cur: SessionD
         grew.sort(key=lambda g: g["what"] != "stage")  # stable: the others keep their order
     where = f"window {prev_index}" + (f" (steps {prev_steps[0]}-{prev_steps[1]})" if prev_steps else "")
     # The headline ratio is the job's own clock where known: a traced step carries the
-    # profiler's cost, which differs between windows (a newcomer read "4.8x slower" in the trace
-    # for a job 2.1x slower by its clock).
+    # profiler's cost, which differs between windows (one measured job was "4.8x slower" in the
+    # trace and 2.1x slower by its clock).
     by_clock = job is not None and times is not None
     head = job[1] / job[0] if by_clock else x  # type: ignore[index]
     if same:
@@ -242,11 +242,11 @@ def periods_around(steps, points: List[Dict], breaks: Sequence[int] = ()) -> Lis
     window's steps out: the callback does not time a step it works in), then, when they hold
     fewer than :data:`AROUND_MIN_STEPS` timed steps, the nearest period before the window and
     the nearest after it. The nearest: a window early in a long epoch and a slowdown in the
-    next epochs once took its figure from those epochs (a newcomer's trial: 7 ms said, 4.65 ms
+    next epochs would take its figure from those epochs (7 ms said in one measured run, 4.65 ms
     in the epoch the window ran in). None of them across a change of the job's level the
     trigger recorded (``breaks``, :func:`level_breaks`): a custom loop's period of 1000 steps
     held a slowdown that began after its window at steps 10-14 and said that window's traced
-    step was 0.79x the job's (a newcomer's trial)."""
+    step was 0.79x the job's."""
     timed = [p for p in points if _period_ms(p) is not None and not _across_a_break(p, steps, breaks)]
     near = [p for p in timed if p.get("first_step", 0) <= steps[1] and p.get("step", 0) >= steps[0]]
     if sum(int(p.get("n") or 0) for p in near) < AROUND_MIN_STEPS:

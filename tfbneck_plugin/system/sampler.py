@@ -2,7 +2,7 @@
 machine, the training process tree and the GPUs did, written as the sidecar described
 in :mod:`tfbneck_plugin.records`. No TensorFlow here.
 
-Machine-wide counters alone mislead on a shared machine (issue 11, kind 4): another
+Machine-wide counters alone mislead on a shared machine: another
 process' traffic, loopback included, looks like remote reads, and the training's own
 worker processes (Keras ``PyDataset(workers=N, use_multiprocessing=True)``,
 ``multiprocessing`` pools) look like someone else's load. So each sample also holds the

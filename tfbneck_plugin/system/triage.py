@@ -1,6 +1,6 @@
 """Step 1 of the method: the first diagnosis that the system metrics alone support.
 
-The flowchart (``shared/design/diagnosis.md``, issue 28), read off what ``nvidia-smi``,
+The flowchart (``shared/design/diagnosis.md``), read off what ``nvidia-smi``,
 ``htop`` and ``iostat`` show while training runs:
 
 1. accelerator utilisation consistently high (> 90 %)         -> ``device``
