@@ -43,3 +43,21 @@ def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
     assert ratio <= SLOWDOWN_LIMIT * saved, (
         f"analysis / parse = {ratio:.2f}, above {SLOWDOWN_LIMIT} x the saved {saved:.2f}: the analysis got "
         "slower per event (if on purpose, re-measure with python benchmarks/bench_analyze.py --quick --save)")
+
+
+def test_analyze_imports_only_what_it_uses():
+    """A ``tfbneck analyze`` process pays for every import before its first event: it builds
+    only the analyze command's parser (no watch, compare or fleet modules), and neither the
+    process pool nor the progress bar of many sessions for one session."""
+    import subprocess
+    code = ("import sys\nfrom tfbneck_plugin import cli\n"
+            f"rc = cli.main(['analyze', {bench_analyze.QUICK_TRACE!r}, '--no-cache', '--output', '/dev/null'])\n"
+            "print(rc, ' '.join(sorted(sys.modules)))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    rc, modules = r.stdout.split(" ", 1)
+    assert rc == "0", r.stderr
+    loaded = set(modules.split())
+    assert "tfbneck_plugin.analysis.host_analysis" in loaded  # it did analyse
+    unused = {"tfbneck_plugin.watch", "tfbneck_plugin.comparison", "tfbneck_plugin.fleet_render",
+              "tfbneck_plugin.trigger_log", "tqdm", "concurrent.futures.process"}
+    assert not unused & loaded, sorted(unused & loaded)

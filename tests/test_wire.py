@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -95,3 +96,80 @@ def test_corrupt_line_is_reported_by_both_paths(tmp_path):
         r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, **env))
         assert r.stdout.startswith("ERR ") and str(p) in r.stdout, (env, r.stdout, r.stderr)
+
+
+def _mapped_rss_kb(path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    real = os.path.realpath(path)
+    with open("/proc/self/smaps") as f:
+        for row in f:
+            head = row.split()
+            if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head[0]):  # a mapping's header; its path, if any, last
+                inside = len(head) >= 6 and head[5] == real
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def _big_trace(tmp_path, events=60_000):
+    b = SpaceBuilder()
+    line = b.plane("/host:CPU").line("t")
+    for k in range(events):
+        line.event("op:MatMul" if k % 3 else "ExecutorState::Process", k * 10, 5, _c=k + 2 ** 63, x="s" * (k % 7))
+    p = tmp_path / "big.xplane.pb"
+    p.write_bytes(b.bytes())
+    return p
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps") or not wire.FAST,
+                    reason="needs Linux's /proc and the C decoder")
+def test_a_local_trace_is_mapped_and_its_pages_given_back(tmp_path):
+    """read_space maps a local file and drops each line's pages once decoded, and again after
+    a stat read: the process keeps the columns, not the file; every column and stat is what
+    decoding the file's bytes gives."""
+    from tfbneck_plugin.trace import tracefile, xspace
+    p = _big_trace(tmp_path)
+    assert p.stat().st_size > 2 ** 21
+    mapped = tracefile.read_space(str(p))
+    line = mapped.planes[0].lines[0]
+    assert line.pages is not None and isinstance(line.pages[0].mapped, __import__("mmap").mmap)
+    assert _mapped_rss_kb(p) < 64, "the file's pages stayed in the process after decoding"
+    read = xspace.decode_space(tracefile.read_bytes(str(p)), str(p))
+    other = read.planes[0].lines[0]
+    assert other.pages is None
+    for col in ("start_ps", "dur_ps", "name_id", "ev_start", "ev_end"):
+        assert np.array_equal(getattr(line, col), getattr(other, col)), col
+    idx = np.arange(0, len(line), 3)
+    got = mapped.planes[0].stat_ints(line, idx, "_c")
+    want = read.planes[0].stat_ints(other, idx, "_c")
+    assert all(np.array_equal(a, b) for a, b in zip(got, want)) and got[1].all()
+    assert _mapped_rss_kb(p) < 64, "a stat read left the line's pages in the process"
+    strings = mapped.planes[0].stat_column(line, idx[:20], "x")  # each from its event's message
+    assert strings == read.planes[0].stat_column(other, idx[:20], "x") == ["s" * (k % 7) for k in range(0, 60, 3)]
+    assert _mapped_rss_kb(p) < 64
+
+
+def test_files_that_cannot_be_mapped_are_read(tmp_path):
+    """A .gz, an opener's file without a descriptor (fsspec's remote files), an empty file: read
+    (or refused) as before, never mapped."""
+    import gzip
+    import io
+    from tfbneck_plugin.trace import tracefile, xspace
+    b = SpaceBuilder()
+    b.plane("/host:CPU").line("t").event("a", 0, 5)
+    raw = b.bytes()
+    gz = tmp_path / "h.xplane.pb.gz"
+    gz.write_bytes(gzip.compress(raw))
+    assert tracefile.map_file(str(gz)) is not None  # a regular file: read_space reads it as gzip instead
+    assert tracefile.read_space(str(gz)).planes[0].lines[0].pages is None
+    plain = tmp_path / "h.xplane.pb"
+    plain.write_bytes(raw)
+    assert tracefile.map_file(str(plain), lambda path, mode: io.BytesIO(raw)) is None
+    sp = tracefile.read_space(str(plain), lambda path, mode: io.BytesIO(raw))
+    assert sp.n_events == 1 and sp.planes[0].lines[0].pages is None
+    empty = tmp_path / "e.xplane.pb"
+    empty.write_bytes(b"")
+    assert tracefile.map_file(str(empty)) is None
+    with pytest.raises(xspace.TraceReadError, match="empty"):
+        tracefile.read_space(str(empty))

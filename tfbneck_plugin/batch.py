@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cache
@@ -129,24 +128,30 @@ def analyze_many(sessions: List[Session], jobs: int = 1, use_cache: bool = True,
 
 
 def _analyze_each(sessions: List[Session], jobs: int, use_cache: bool, progress: bool) -> List[SessionDict]:
-    from tqdm import tqdm
     one = analyze_one if use_cache else analyze_uncached
-    show = progress and len(sessions) >= PROGRESS_FROM
-    bar = tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr, disable=not show)
-    try:
-        results: List[SessionDict] = []
-        if jobs <= 1 or len(sessions) <= 1:
-            for s in sessions:
-                results.append(one(s))
-                bar.update()
-            return results
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for r in pool.map(one, sessions, chunksize=1):
-                results.append(r)
-                bar.update()
-            return results
-    finally:
-        bar.close()
+    if not (progress and len(sessions) >= PROGRESS_FROM):  # no bar: tqdm is not even imported (~20 ms)
+        return _map(one, sessions, jobs, lambda: None)
+    from tqdm import tqdm
+    with tqdm(total=len(sessions), desc="analysing", unit="session", file=sys.stderr) as bar:
+        return _map(one, sessions, jobs, bar.update)
+
+
+def _map(one: Callable[[Session], SessionDict], sessions: List[Session], jobs: int,
+         done: Callable[[], object]) -> List[SessionDict]:
+    """``one`` of each session, in order, in ``jobs`` processes (here when 1 or one session);
+    ``done()`` after each."""
+    results: List[SessionDict] = []
+    if jobs <= 1 or len(sessions) <= 1:
+        for s in sessions:
+            results.append(one(s))
+            done()
+        return results
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for r in pool.map(one, sessions, chunksize=1):
+            results.append(r)
+            done()
+    return results
 
 
 def analyze_paths(paths: Sequence[str], jobs: int = 1, use_cache: bool = True,

@@ -28,10 +28,32 @@ from .schema import SessionDict
 from .version import __version__
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The ``tfbneck`` argument parser. With ``command`` (one of :data:`COMMANDS`) only that
+    subcommand gets its arguments; the others are named with no arguments, so that a run of
+    one command neither imports nor builds what the others need (``watch`` and ``compare``
+    bring their own modules: ~30 ms of a cold ``analyze``). Without it, every subcommand is
+    complete (help, the manual's generated CLI reference)."""
     p = argparse.ArgumentParser(prog="tfbneck", description="Tell why TensorFlow training is slow, from profiler traces.")
     p.add_argument("--version", action="version", version=f"tfbneck {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    for name, add in COMMANDS.items():
+        if command is None or command == name:
+            add(sub)
+        else:
+            sub.add_parser(name)
+    return p
+
+
+def _command(argv: Optional[List[str]]) -> Optional[str]:
+    """The subcommand ``argv`` names (its first argument that is not an option: the
+    top-level options take no value), None when it names none of :data:`COMMANDS`."""
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def _add_analyze_parser(sub) -> None:
     a = sub.add_parser("analyze", help="diagnose the profiling sessions under one or more logdirs",
                        description="Find profiling sessions (<run>/plugins/profile/<session>/*.xplane.pb) under "
                                    "each PATH and diagnose each one.")
@@ -58,13 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--sort", choices=sorted(op_table.SORTS), default="self",
                    help="with --ops: all ops by self time (default), or only the device's or the host's")
     a.add_argument("--row-limit", type=_positive_int, default=10, metavar="N", help="with --ops: rows per session (default 10)")
-    _add_compare_parser(sub)
-    _add_fleet_parser(sub)
-    from .watch import add_parser as add_watch_parser
-    add_watch_parser(sub)
-    from .trigger_log import add_parser as add_trigger_parser
-    add_trigger_parser(sub)
-    return p
+
+
+def _add_watch_parser(sub) -> None:
+    from .watch import add_parser
+    add_parser(sub)
+
+
+def _add_trigger_parser(sub) -> None:
+    from .trigger_log import add_parser
+    add_parser(sub)
 
 
 def _add_fleet_parser(sub) -> None:
@@ -297,8 +322,13 @@ def _emit(args, results: List[SessionDict]) -> int:
     return 1 if failed else 0
 
 
+#: The subcommands, in the order help lists them: name -> the function that adds its parser.
+COMMANDS = {"analyze": _add_analyze_parser, "compare": _add_compare_parser, "fleet": _add_fleet_parser,
+            "watch": _add_watch_parser, "trigger": _add_trigger_parser}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser(_command(argv)).parse_args(argv)
     try:
         return _dispatch(args)
     except OutputError as err:

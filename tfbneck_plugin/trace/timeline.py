@@ -7,6 +7,7 @@ All are vectorised with numpy (sort + cumulative sums), O(n log n).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -49,15 +50,23 @@ def empty() -> Intervals:
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
-    """Merge overlapping or touching intervals. Returns disjoint, sorted (starts, ends)."""
+    """Merge overlapping or touching intervals. Returns disjoint, sorted (starts, ends),
+    with a gap between consecutive intervals; intervals already so are returned as they
+    are (the same arrays: read them, never write them)."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
+    if is_disjoint(starts, ends):  # a union already (the breakdown unions its own unions)
+        return starts, ends
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
     if len(starts) == 0:
         return empty()
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    if bool((starts[1:] >= starts[:-1]).all()):  # sorted by start: the sort would keep them in place
+        s, e = starts, ends
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
     running_end = np.maximum.accumulate(e)
     # A new merged interval begins where the start is beyond every earlier end.
     new = np.ones(len(s), dtype=bool)
@@ -67,6 +76,14 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     last = np.append(idx[1:], len(s)) - 1
     merged_ends = running_end[last]
     return merged_starts, merged_ends
+
+
+def is_disjoint(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether the intervals are what :func:`union` returns: none empty, sorted by start,
+    each starting after the previous one ended (int64 arrays of shape (n,))."""
+    if len(starts) == 0:
+        return True
+    return bool((ends > starts).all()) and bool((starts[1:] > ends[:-1]).all())
 
 
 def concat(parts: Sequence[Intervals]) -> Intervals:
@@ -113,16 +130,51 @@ def partition(categories: Dict[str, Intervals], priority: List[str],
     win_starts = np.asarray(win_starts, dtype=np.int64)
     win_ends = np.asarray(win_ends, dtype=np.int64)
     result: Dict[str, np.ndarray] = {}
-    covered_so_far = empty()
     claimed = np.zeros(len(win_starts), dtype=np.int64)
-    for name in priority:
-        iv = categories.get(name, empty())
-        covered_so_far = union(*concat([covered_so_far, iv]))
+    for name, covered_so_far in zip(priority, _covered_prefixes(categories, priority)):
         now = overlap_per_window(covered_so_far, win_starts, win_ends)
         result[name] = now - claimed
         claimed = now
     result[rest] = (win_ends - win_starts) - claimed
     return result
+
+
+#: The last :func:`_covered_prefixes` result: (key, weak references to its inputs, prefixes).
+_PREFIXES: Dict[str, tuple] = {}
+
+
+def _covered_prefixes(categories: Dict[str, Intervals], priority: List[str]) -> List[Intervals]:
+    """The union of the first k categories of ``priority``, for k = 1..len(priority).
+
+    The analysis partitions the same categories over several sets of windows (the steady
+    steps, the odd ones, those left out): the unions of the last call are kept while its
+    input arrays live (weak references; the memo is dropped when one of them is freed) and
+    reused when the same arrays come again."""
+    ivs = [categories.get(name) for name in priority]
+    arrays = [a for iv in ivs if iv is not None for a in iv]
+    key = (tuple(priority), tuple(iv is None for iv in ivs), tuple(id(a) for a in arrays))
+    hit = _PREFIXES.get("last")
+    if hit is not None and hit[0] == key and all(ref() is a for ref, a in zip(hit[1], arrays)):
+        return hit[2]
+    out, covered = [], empty()
+    for iv in ivs:
+        if iv is not None:
+            covered = union(*concat([covered, union(*iv)]))
+        out.append(covered)
+    try:
+        refs = [weakref.ref(a) for a in arrays]
+    except TypeError:  # not numpy arrays (lists): nothing to key a memo on
+        return out
+    _PREFIXES["last"] = (key, refs, out)
+    for a in arrays:
+        weakref.finalize(a, _forget_prefixes, key)
+    return out
+
+
+def _forget_prefixes(key) -> None:
+    hit = _PREFIXES.get("last")
+    if hit is not None and hit[0] == key:
+        del _PREFIXES["last"]
 
 
 def gaps(iv: Intervals, start: int, end: int) -> Intervals:

@@ -7,6 +7,7 @@ one line and names the file.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import stat as statmod
 import zlib
@@ -125,8 +126,41 @@ def read_space(path: str, opener=open, plane_filter=None) -> Space:
 
     ``opener`` opens a path for binary reading (``fsspec.open`` for remote paths);
     ``plane_filter``: a predicate on plane names (planes it refuses are not decoded).
+
+    A local uncompressed file is mapped into memory rather than read (:func:`map_file`):
+    the decoder drops each part of it from the process's memory once decoded, so the file
+    is never resident as a whole (the kernel's page cache keeps it for the next reader).
     """
+    if not str(path).endswith(".gz"):
+        mapped = map_file(path, opener)
+        if mapped is not None:
+            return decode_space(mapped, path, plane_filter)
     return decode_space(read_bytes(path, opener), path, plane_filter)
+
+
+def map_file(path: str, opener=open) -> Optional[mmap.mmap]:
+    """The file ``path`` mapped read-only, or None where it cannot be: not a local regular
+    file (the opener's file has no descriptor: a URL, an in-memory file), empty, above the
+    size limit, or a system without ``madvise(MADV_DONTNEED)`` to give read pages back.
+    Never raises: :func:`read_bytes` then reads it, or says why it cannot.
+
+    Caveat of any mapping: a file cut shorter while it is mapped (rewritten in place, not
+    replaced) ends the process (SIGBUS) where a read would have reported it as truncated.
+    A profiler writes each trace once, to a new file."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    st = _local_stat(path)
+    if st is None or not statmod.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > MAX_TRACE_BYTES:
+        return None
+    try:
+        with opener(path, "rb") as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            if not 0 < size <= MAX_TRACE_BYTES:
+                return None
+            return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except Exception:  # no descriptor (io.UnsupportedOperation), or any failure to open: read instead
+        return None
 
 
 def host_name_from_file(filename: str) -> str:

@@ -21,6 +21,7 @@ line and names the file. Reading the file (local or remote, size limits, gzip) i
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -171,6 +172,15 @@ class Line:
     ev_start: np.ndarray = field(repr=False)
     ev_end: np.ndarray = field(repr=False)
     _index: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False, default=None, compare=False)
+    #: Where ``buf`` lies in a mapped file (:class:`FilePages`, start, end), None when in memory.
+    pages: Optional[Tuple["FilePages", int, int]] = field(repr=False, default=None, compare=False)
+
+    def release(self) -> None:
+        """Give back the memory the line's bytes take once read, where they are pages of a
+        mapped file (read again from the page cache when next needed); nothing otherwise."""
+        if self.pages is not None:
+            pages, start, end = self.pages
+            pages.drop(start, end)
 
     @property
     def end_ps(self) -> np.ndarray:
@@ -333,6 +343,7 @@ class Plane:
         sid = self.stat_id(name)
         if sid is not None and len(idx):
             values, kinds = wire.stat_ints(line.buf, line.ev_start[idx], line.ev_end[idx], sid)
+            line.release()
             present = (kinds == _ST_UINT64) | (kinds == _ST_INT64) | (kinds == _ST_REF)
             is_ref = kinds == _ST_REF
         out = (values, present, is_ref)
@@ -358,11 +369,14 @@ class Plane:
                 out[k] = self.stat_names.get(int(values[k]), "")
             else:
                 out[k] = int(values[k]) if signed[k] < 0 and name in _UNSIGNED_IDS else int(signed[k])
-        for k in np.flatnonzero(~present):
+        missing = np.flatnonzero(~present)
+        for k in missing:
             if self.stat_id(name) is None:
                 break
             v = self.event_stats(line, int(idx[k])).get(name)
             out[k] = v
+        if len(missing):
+            line.release()
         return out
 
 
@@ -407,6 +421,27 @@ class Space:
     def n_events(self) -> int:
         """Events over all planes."""
         return sum(len(l) for p in self.planes for l in p.lines)
+
+
+class FilePages:
+    """A trace file mapped into memory (``mmap``), whose pages the decoder gives back once
+    read: ``madvise(MADV_DONTNEED)`` drops them from the process (not from the kernel's
+    page cache), so its resident memory holds the event columns, not the file; a later
+    read of the same bytes (stats of some events) faults them in again from the cache."""
+
+    def __init__(self, mapped: mmap.mmap):
+        self.mapped = mapped
+
+    def drop(self, start: int, end: int) -> None:
+        """Drop the pages holding bytes [start, end) of the file (whole pages: the ones it
+        shares with its neighbours too; they are read again where needed)."""
+        lo = start - start % mmap.PAGESIZE
+        hi = min(end, len(self.mapped))
+        if hi > lo:
+            try:
+                self.mapped.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            except (OSError, ValueError):  # advice only: keeping the pages is always correct
+                pass
 
 
 def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
@@ -473,17 +508,21 @@ def _fields(data, start: int, end: int, path: str, what: str):
     return out
 
 
-def decode_space(data: bytes, path: str, plane_filter=None) -> Space:
+def decode_space(data, path: str, plane_filter=None) -> Space:
     """Convert one serialized XSpace (the bytes of the file ``path``, named in errors).
     Raises TraceReadError (one line, names the file).
 
-    The bytes are kept and every line decodes from a slice of them (no copy): peak memory
-    is the file plus the event columns (~32 bytes per event). Plane metadata (names, stats)
+    ``data``: bytes, or the file mapped read-only (``mmap``). The bytes are kept and every
+    line decodes from a slice of them (no copy): peak memory is the file plus the event
+    columns (~32 bytes per event); of a mapped file, each line's pages are given back once
+    decoded (:class:`FilePages`), so that only one line's bytes are resident at a time
+    beside the columns. Plane metadata (names, stats)
     is parsed by protobuf from the plane's non-line fields. ``plane_filter``: a predicate on
     plane names; planes it refuses are not decoded.
     """
     view = memoryview(data)
     padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
+    pages = FilePages(data) if isinstance(data, mmap.mmap) and padded is None else None
     hostnames: List[str] = []
     errors: List[str] = []
     warnings: List[str] = []
@@ -517,9 +556,14 @@ def decode_space(data: bytes, path: str, plane_filter=None) -> Space:
         for j, (ls, le) in enumerate(lines):
             buf = view[ls:le] if padded is None else padded[ls:le + wire.PAD]
             decoded.append(_decode_line(view[ls:le], buf, path, proto.name, j))
+            if pages is not None:
+                decoded[-1].pages = (pages, ls, le)
+                decoded[-1].release()
         planes.append(Plane(id=proto.id, name=proto.name, lines=decoded,
                             event_names={i: v.name or v.display_name for i, v in proto.event_metadata.items()},
                             stat_names={i: v.name for i, v in proto.stat_metadata.items()}, proto=proto))
+    if pages is not None:  # the planes' metadata, and the lines of planes left out
+        pages.drop(0, len(data))
     if not any(p.name for p in planes) and plane_filter is None:
         raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
     return Space(path=str(path), planes=planes, hostnames=hostnames, errors=errors, warnings=warnings)
