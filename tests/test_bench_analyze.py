@@ -48,12 +48,17 @@ def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
 def test_analyze_imports_only_what_it_uses():
     """A ``tfbneck analyze`` process pays for every import before its first event: it builds
     only the analyze command's parser (no watch, compare or fleet modules), and neither the
-    process pool nor the progress bar of many sessions for one session."""
+    process pool nor the progress bar of many sessions for one session; numpy loads after
+    the program (cli.run) has set OpenBLAS to one thread."""
     import subprocess
     code = ("import sys\nfrom tfbneck_plugin import cli\n"
-            f"rc = cli.main(['analyze', {bench_analyze.QUICK_TRACE!r}, '--no-cache', '--output', '/dev/null'])\n"
+            "assert 'numpy' not in sys.modules, 'the CLI module loads numpy before run() can set it up'\n"
+            f"sys.argv = ['tfbneck', 'analyze', {bench_analyze.QUICK_TRACE!r}, '--no-cache', '--output', '/dev/null']\n"
+            "rc = cli.run()\n"
+            "import os\nassert os.environ['OPENBLAS_NUM_THREADS'] == '1'\n"
             "print(rc, ' '.join(sorted(sys.modules)))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     rc, modules = r.stdout.split(" ", 1)
     assert rc == "0", r.stderr
     loaded = set(modules.split())

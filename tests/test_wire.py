@@ -173,3 +173,37 @@ def test_files_that_cannot_be_mapped_are_read(tmp_path):
     assert tracefile.map_file(str(empty)) is None
     with pytest.raises(xspace.TraceReadError, match="empty"):
         tracefile.read_space(str(empty))
+
+
+def _line_of(ids):
+    from tfbneck_plugin.trace import xspace
+    ids = np.asarray(ids, dtype=np.int64)
+    z = np.zeros(len(ids), dtype=np.int64)
+    return xspace.Line(id=0, name="t", display_name="", start_ps=z, dur_ps=z, name_id=ids, buf=b"",
+                       ev_start=z.astype(np.int32), ev_end=z.astype(np.int32))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_postings_and_where_are_a_stable_sort_and_isin(monkeypatch, fast):
+    """The per-line index (a counting sort, in C or numpy; numpy's sort for ids spanning 2**16
+    values or more) lists each id's events in order, and where()/mask()/first_of_each() answer
+    as np.isin / np.unique would."""
+    if fast and not wire.FAST:
+        pytest.skip("the C fast path is not compiled here")
+    monkeypatch.setattr(wire, "FAST", fast)
+    rng = np.random.default_rng(5)
+    for ids in (rng.integers(0, 300, 5000), rng.integers(-7, 3, 100), rng.integers(0, 2 ** 40, 3000),
+                np.full(10, 2 ** 62), rng.integers(1, 65537, 2000), [4]):
+        line = _line_of(ids)
+        ids = line.name_id
+        uniq, bounds, order = line._postings()
+        assert uniq.tolist() == np.unique(ids).tolist()
+        assert np.asarray(order).tolist() == np.argsort(ids, kind="stable").tolist()
+        assert np.diff(bounds).tolist() == [int((ids == u).sum()) for u in uniq]
+        assert line.first_of_each()[1].tolist() == np.unique(ids, return_index=True)[1].tolist()
+        for ask in (uniq[:1], uniq[::3], uniq, np.array([-99, 2 ** 63 - 1]), np.concatenate([uniq[:5], uniq[:5]]),
+                    np.zeros(0, dtype=np.int64)):
+            want = np.flatnonzero(np.isin(ids, ask))
+            assert line.where(ask).tolist() == want.tolist()
+            assert line.where(ask).dtype == np.int64
+            assert np.flatnonzero(line.mask(ask)).tolist() == want.tolist()

@@ -97,9 +97,9 @@ def scope_of(name: str) -> Optional[str]:
 def window_of(t: np.ndarray, win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
     """Index of the sorted, disjoint window [win_s, win_e) holding each time ``t``, -1 if none."""
     k = np.searchsorted(win_s, t, side="right") - 1
-    ok = k >= 0
-    ok[ok] = t[ok] < win_e[k[ok]]
-    return np.where(ok, k, -1)
+    if len(win_s):
+        k[(k < 0) | (t >= win_e[k])] = -1  # before the first window (k = -1 reads the last end: left -1)
+    return k
 
 
 def _in_windows(t: np.ndarray, win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
@@ -115,29 +115,43 @@ def _nested_self(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return dur - np.bincount(parent[child], weights=dur[child], minlength=len(dur)).astype(np.int64)
 
 
-def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps, total_ps, s, e,
-               step: np.ndarray, n_steps: int) -> None:
-    """Add per-event values to the rows of their keys (``make(key) -> OpRow`` for new ones);
-    ``step``: each event's window. The longest event of each key is kept for the Trace Viewer link."""
+def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps: np.ndarray, s: np.ndarray, e: np.ndarray,
+               step: np.ndarray, n_steps: int, drop: Optional[int] = None) -> None:
+    """Add per-event values to the rows of their keys (``make(key) -> OpRow`` for new ones):
+    self time ``self_ps``, total time ``e - s``; ``step``: each event's window. The longest
+    event of each key is kept for the Trace Viewer link. Events of key ``drop`` are left out
+    (grouped apart, then not added)."""
     if not len(keys):
         return
     # Keys are small ints (name id x code): a dense table ranks them in O(n), no sort.
     count = np.bincount(keys)
+    dropped = drop is not None and drop < len(count)
+    if dropped:
+        count[drop] = 0
     uniq = np.flatnonzero(count)
+    n = len(uniq)
     rank = np.zeros(len(count), dtype=np.int64)
-    rank[uniq] = np.arange(len(uniq))
-    inv, count, n = rank[keys], count[uniq], len(uniq)
-    per_step = np.bincount(inv * n_steps + step, weights=self_ps, minlength=n * n_steps).reshape(n, n_steps)
-    self_sum = np.bincount(inv, weights=self_ps, minlength=n)
-    total_sum = np.bincount(inv, weights=total_ps, minlength=n)
+    rank[uniq] = np.arange(n)
+    groups = n
+    if dropped:
+        rank[drop], groups = n, n + 1  # one more group, after the kept ones: cut off below
+    inv, count = rank[keys], count[uniq]
+    # bincount sums its weights as float64, as the totals are kept (int64 ps -> float64, exactly below 2**53)
+    cell = inv * n_steps
+    cell += step
+    per_step = np.bincount(cell, weights=self_ps, minlength=groups * n_steps)[:n * n_steps].reshape(n, n_steps)
+    del cell
+    self_sum = np.bincount(inv, weights=self_ps, minlength=groups)[:n]
     dur = e - s
+    total_sum = np.bincount(inv, weights=dur, minlength=groups)[:n]
     # The longest event of each key, and of equally long ones the last: two scatter-max
     # passes, no sort (and no dependence on how a sort orders ties).
-    longest = np.zeros(n, dtype=dur.dtype)
+    longest = np.zeros(groups, dtype=dur.dtype)
     np.maximum.at(longest, inv, dur)
     tied = np.flatnonzero(dur == longest[inv])
-    last = np.zeros(n, dtype=np.int64)
+    last = np.zeros(groups, dtype=np.int64)
     np.maximum.at(last, inv[tied], tied)
+    last = last[:n]
     columns = zip(uniq.tolist(), self_sum.tolist(), total_sum.tolist(), count.tolist(), dur[last].tolist(),
                   s[last].tolist(), per_step)  # Python scalars: one conversion per column, not per value
     for key, self_k, total_k, count_k, longest, start, steps in columns:
@@ -165,25 +179,40 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
             return OpRow("host", name, kind)
         return OpRow("input_pipeline", name, kind, stage=stages.paths[code - 2] if code >= 2 else None)
 
-    cols = []  # per line: keys, self, start, end, window of the ops inside the windows
-    for li, idx in view.select(view.ids(("op-events",), is_op_name)):
+    # One pass over all threads: one row per op, whatever thread ran it. Each line's ops are
+    # written straight into columns for all of them (no per-line pieces to concatenate).
+    lines = list(view.select(view.ids(("op-events",), is_op_name)))
+    eager_ops = list(eager.events())
+    total = sum(len(idx) for _, idx in lines) + sum(len(ids) for ids, _, _ in eager_ops)
+    keys, selfs, s, e, step = (np.empty(total, dtype=np.int64) for _ in range(5))
+    at = 0
+    for li, idx in lines:
         line = plane.lines[li]
-        s, e = line.start_ps[idx], line.ends(idx)
-        step = window_of(s, win_s, win_e)
-        m = step >= 0
-        if not m.any():
+        n = len(idx)
+        ls, le, lstep = s[at:at + n], e[at:at + n], step[at:at + n]
+        np.take(line.start_ps, idx, out=ls)
+        np.add(ls, line.dur_ps[idx], out=le)
+        lstep[:] = window_of(ls, win_s, win_e)
+        if not (lstep >= 0).any():
             continue
-        selfs = _nested_self(s, e)
-        keys = line.name_id[idx].astype(np.int64) * n_codes + stages.codes(li, s, e)
-        cols.append((keys[m], selfs[m], s[m], e[m], step[m]))
-    for ids, s, e in eager.events():
-        step = window_of(s, win_s, win_e)
-        m = step >= 0
-        cols.append((ids[m] * n_codes, (e - s)[m], s[m], e[m], step[m]))
-    if cols:  # one pass over all threads: one row per op, whatever thread ran it
-        keys, selfs, s, e, step = (np.concatenate(c) for c in zip(*cols))
-        cols.clear()  # the per-line pieces: no longer needed beside their concatenation
-        _aggregate(rows, keys, make, selfs.astype(np.float64), (e - s).astype(np.float64), s, e, step, len(win_s))
+        keys[at:at + n] = line.name_id[idx] * n_codes + stages.codes(li, ls, le)
+        selfs[at:at + n] = _nested_self(ls, le)
+        at += n
+    for ids, es, ee in eager_ops:
+        n = len(ids)
+        keys[at:at + n], s[at:at + n], e[at:at + n] = ids * n_codes, es, ee
+        selfs[at:at + n] = ee - es
+        step[at:at + n] = window_of(es, win_s, win_e)
+        at += n
+    if at:
+        keys, selfs, s, e, step = keys[:at], selfs[:at], s[:at], e[:at], step[:at]
+        outside = step < 0  # only the ops that start inside a window count: the others are keyed apart
+        drop = None
+        if outside.any():
+            drop = int(keys.max()) + 1
+            keys[outside] = drop
+            step[outside] = 0
+        _aggregate(rows, keys, make, selfs, s, e, step, len(win_s), drop)
     return list(rows.values())
 
 

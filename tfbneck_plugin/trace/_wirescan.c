@@ -259,10 +259,48 @@ static PyObject *nest(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* postings(ids: bytes(int64)) -> (lo: int, counts: bytearray(int64), order: bytearray(int32)) or None
+ * A counting sort of a line's metadata ids: counts[c] events have id lo + c (c < span = max - min
+ * + 1), and order lists the event indices by id, ascending, and by index within an id (what a
+ * stable argsort of the ids gives). None when the ids span 65536 values or more, or the line has
+ * 2**31 events or more: xspace.Line._postings sorts those with numpy. */
+static PyObject *postings(PyObject *self, PyObject *args) {
+    Py_buffer iv;
+    if (!PyArg_ParseTuple(args, "y*", &iv)) return NULL;
+    Py_ssize_t n = iv.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *ids = (const int64_t *)iv.buf;
+    if (n == 0 || n >= ((Py_ssize_t)1 << 31)) { PyBuffer_Release(&iv); Py_RETURN_NONE; }
+    int64_t lo = ids[0], hi = ids[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (ids[i] < lo) lo = ids[i];
+        if (ids[i] > hi) hi = ids[i];
+    }
+    if ((uint64_t)hi - (uint64_t)lo >= 65536) { PyBuffer_Release(&iv); Py_RETURN_NONE; }
+    Py_ssize_t span = (Py_ssize_t)(hi - lo) + 1;
+    int64_t *counts = NULL, *next = NULL;
+    int32_t *order = NULL;
+    PyObject *cols[2] = {new_column(span, sizeof(int64_t), (void **)&counts), new_column(n, sizeof(int32_t), (void **)&order)};
+    next = (int64_t *)PyMem_Malloc(span * sizeof(int64_t));
+    if (!cols[0] || !cols[1] || !next) {
+        Py_XDECREF(cols[0]); Py_XDECREF(cols[1]); PyMem_Free(next);
+        PyBuffer_Release(&iv);
+        return PyErr_NoMemory();
+    }
+    memset(counts, 0, span * sizeof(int64_t));
+    for (Py_ssize_t i = 0; i < n; i++) counts[ids[i] - lo]++;
+    int64_t at = 0;
+    for (Py_ssize_t c = 0; c < span; c++) { next[c] = at; at += counts[c]; }
+    for (Py_ssize_t i = 0; i < n; i++) order[next[ids[i] - lo]++] = (int32_t)i;
+    PyMem_Free(next);
+    PyBuffer_Release(&iv);
+    return Py_BuildValue("(LNN)", (long long)lo, cols[0], cols[1]);
+}
+
 static PyMethodDef methods[] = {
     {"scan_line", scan_line, METH_VARARGS, "Split a serialized XLine and decode its events' fields 1-3."},
     {"stat_ints", stat_ints, METH_VARARGS, "Integer value of one stat for many events."},
     {"nest", nest, METH_VARARGS, "Parents of intervals in nesting order."},
+    {"postings", postings, METH_VARARGS, "Counting sort of a line's metadata ids."},
     {NULL, NULL, 0, NULL},
 };
 

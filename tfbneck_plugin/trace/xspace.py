@@ -153,6 +153,26 @@ _EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS = 1, 2, 3, 4
 _ST_METADATA, _ST_DOUBLE, _ST_UINT64, _ST_INT64, _ST_STR, _ST_BYTES, _ST_REF = 1, 2, 3, 4, 5, 6, 7
 
 
+def _counting_sort(ids: np.ndarray) -> Optional[Tuple[int, np.ndarray, np.ndarray]]:
+    """(lo, counts, order) of metadata ids spanning fewer than 65536 values (shape (n,), n >
+    0): ``counts[c]`` events have id ``lo + c``; ``order`` (int32, or int64 from 2**31
+    events) lists the events by id, then by index: a stable argsort of ``ids``. None for a
+    wider span."""
+    if wire.FAST and hasattr(wire._wirescan, "postings"):  # an extension built before it has none
+        got = wire._wirescan.postings(np.ascontiguousarray(ids, dtype=np.int64))
+        if got is None and len(ids) < 2 ** 31:
+            return None
+        if got is not None:
+            lo, counts, order = got
+            return lo, np.frombuffer(counts, dtype=np.int64), np.frombuffer(order, dtype=np.int32)
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo >= 2 ** 16:
+        return None
+    codes = (ids - lo).astype(np.uint16)
+    order = np.argsort(codes, kind="stable").astype(np.int32 if len(ids) < 2 ** 31 else np.int64)
+    return lo, np.bincount(codes, minlength=hi - lo + 1), order
+
+
 @dataclass
 class Line:
     """One XLine as columns. Arrays have shape (n_events,).
@@ -172,6 +192,7 @@ class Line:
     ev_start: np.ndarray = field(repr=False)
     ev_end: np.ndarray = field(repr=False)
     _index: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False, default=None, compare=False)
+    _slots: Optional[Dict[int, int]] = field(repr=False, default=None, compare=False)  # id -> its place in _index
     #: Where ``buf`` lies in a mapped file (:class:`FilePages`, start, end), None when in memory.
     pages: Optional[Tuple["FilePages", int, int]] = field(repr=False, default=None, compare=False)
 
@@ -198,25 +219,24 @@ class Line:
         """(ids, bounds, order): the distinct metadata ids of the line, ascending (int64,
         shape (k,)); ``order[bounds[j]:bounds[j + 1]]`` are the indices of the events
         named ``ids[j]``, ascending (int32 or int64, shape (n_events,)). One stable sort
-        of the ids, made on the first lookup and kept: a radix sort when the ids span
+        of the ids, made on the first lookup and kept: a counting sort when the ids span
         fewer than 65536 values (every trace seen: ids are the plane's metadata keys, a
-        few hundred), else numpy's merge sort."""
+        few hundred), in C where the extension is compiled (``_wirescan.postings``) else
+        numpy's radix sort; else numpy's merge sort."""
         if self._index is None:
             ids = self.name_id
             if len(ids) == 0:
                 z = np.zeros(0, dtype=np.int64)
                 self._index = (z, np.zeros(1, dtype=np.int64), z)
                 return self._index
-            lo, hi = int(ids.min()), int(ids.max())
-            small = np.int32 if len(ids) < 2 ** 31 else np.int64
-            if hi - lo < 2 ** 16:
-                codes = (ids - lo).astype(np.uint16)
-                order = np.argsort(codes, kind="stable").astype(small)
-                counts = np.bincount(codes, minlength=hi - lo + 1)
+            counted = _counting_sort(ids)
+            if counted is not None:
+                lo, counts, order = counted
                 present = np.flatnonzero(counts)
                 uniq = present.astype(np.int64) + lo
                 bounds = np.concatenate([[0], np.cumsum(counts[present])])
             else:
+                small = np.int32 if len(ids) < 2 ** 31 else np.int64
                 order = np.argsort(ids, kind="stable").astype(small)
                 sorted_ids = ids[order]
                 starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
@@ -236,20 +256,21 @@ class Line:
         as ``np.flatnonzero(np.isin(name_id, ids))``, in time proportional to the events
         found rather than to the line."""
         uniq, bounds, order = self._postings()
-        ids = np.asarray(ids, dtype=np.int64).ravel()
-        if len(ids) == 0 or len(uniq) == 0:
-            return np.zeros(0, dtype=np.int64)
-        j = np.unique(np.searchsorted(uniq, ids))
-        j = j[j < len(uniq)]
-        j = j[np.isin(uniq[j], ids)]
-        if len(j) == 0:
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = {v: k for k, v in enumerate(uniq.tolist())}
+        j = sorted({slots[i] for i in np.asarray(ids, dtype=np.int64).ravel().tolist() if i in slots})
+        if not j:
             return np.zeros(0, dtype=np.int64)
         if len(j) == 1:
             return order[bounds[j[0]]:bounds[j[0] + 1]].astype(np.int64)
-        sizes = bounds[j + 1] - bounds[j]
-        if int(sizes.sum()) * 8 > len(order):  # a large share of the line: one pass over it is cheaper
-            return np.flatnonzero(self.mask(ids))
-        return np.sort(np.concatenate([order[bounds[k]:bounds[k + 1]] for k in j.tolist()])).astype(np.int64)
+        parts = [order[bounds[k]:bounds[k + 1]] for k in j]
+        if sum(len(p) for p in parts) * 8 > len(order):  # a large share of the line: mark them, one pass
+            hit = np.zeros(len(order), dtype=bool)
+            for p in parts:
+                hit[p] = True
+            return np.flatnonzero(hit)
+        return np.sort(np.concatenate(parts)).astype(np.int64)
 
     def mask(self, ids) -> np.ndarray:
         """Bool mask (shape (n_events,)) of the events whose metadata id is one of ``ids``;
