@@ -141,7 +141,7 @@ def quick_ratio(path: str = QUICK_TRACE, repeat: int = 7) -> float:
     parse of the same bytes), in this process: the per-event cost of the analysis in units of
     the parse. The first pair warms both up and is dropped."""
     from tfbneck_plugin.analysis.session import analyze_space
-    from tfbneck_plugin.trace import xspace
+    from tfbneck_plugin.trace import decoder, xspace
 
     data = open(path, "rb").read()
     ratios = []
@@ -151,7 +151,7 @@ def quick_ratio(path: str = QUICK_TRACE, repeat: int = 7) -> float:
             xspace.XSpace().ParseFromString(data)
         parse = time.perf_counter() - t
         t = time.perf_counter()
-        analyze_space(xspace.decode_space(data, path))
+        analyze_space(decoder.decode_space(data, path))
         analysis = time.perf_counter() - t
         if k:
             ratios.append(analysis / (parse / 3))

@@ -128,14 +128,14 @@ def test_a_local_trace_is_mapped_and_its_pages_given_back(tmp_path):
     """read_space maps a local file and drops each line's pages once decoded, and again after
     a stat read: the process keeps the columns, not the file; every column and stat is what
     decoding the file's bytes gives."""
-    from tfbneck_plugin.trace import tracefile, xspace
+    from tfbneck_plugin.trace import decoder, tracefile
     p = _big_trace(tmp_path)
     assert p.stat().st_size > 2 ** 21
     mapped = tracefile.read_space(str(p))
     line = mapped.planes[0].lines[0]
     assert line.pages is not None and isinstance(line.pages[0].mapped, __import__("mmap").mmap)
     assert _mapped_rss_kb(p) < 64, "the file's pages stayed in the process after decoding"
-    read = xspace.decode_space(tracefile.read_bytes(str(p)), str(p))
+    read = decoder.decode_space(tracefile.read_bytes(str(p)), str(p))
     other = read.planes[0].lines[0]
     assert other.pages is None
     for col in ("start_ps", "dur_ps", "name_id", "ev_start", "ev_end"):
@@ -207,3 +207,57 @@ def test_postings_and_where_are_a_stable_sort_and_isin(monkeypatch, fast):
             assert line.where(ask).tolist() == want.tolist()
             assert line.where(ask).dtype == np.int64
             assert np.flatnonzero(line.mask(ask)).tolist() == want.tolist()
+
+
+def _two_plane_trace():
+    b = SpaceBuilder()
+    for p in ("/host:CPU", "/device:GPU:0"):
+        plane = b.plane(p)
+        for t in range(3):
+            line = plane.line(f"t{t}")
+            for k in range(200 * (t + 1)):
+                line.event(f"e{k % 7}", k * 3 + t, 2, x=k)
+    return bytearray(b.bytes())
+
+
+def _line_ranges(raw):
+    from tfbneck_plugin.trace import decoder
+    out = []
+    for number, _, ps, pe, _ in decoder._fields(bytes(raw), 0, len(raw), "t", "XSpace"):
+        if number == 1:
+            out.append([(vs, fs) for n, w, vs, ve, fs in decoder._fields(bytes(raw), ps, pe, "t", "plane")
+                        if n == 3 and w == 2])
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_lines_decoded_in_threads_are_the_lines_decoded_in_turn(monkeypatch, threads):
+    """decode_space decodes lines in threads (here from any size): the same columns, and on
+    corrupt bytes the error a plane-by-plane reading meets first, whichever thread met it."""
+    from tfbneck_plugin.trace import decoder, xspace
+    monkeypatch.setattr(decoder, "THREADS_FROM_BYTES", 0)
+    raw = _two_plane_trace()
+    monkeypatch.setattr(decoder, "_threads", lambda: 1)
+    want = decoder.decode_space(bytes(raw), "t.xplane.pb")
+    monkeypatch.setattr(decoder, "_threads", lambda: threads)
+    got = decoder.decode_space(bytes(raw), "t.xplane.pb")
+    assert [[len(l) for l in p.lines] for p in got.planes] == [[200, 400, 600]] * 2
+    for p, q in zip(got.planes, want.planes):
+        for a, b in zip(p.lines, q.lines):
+            assert a.name == b.name and all(np.array_equal(getattr(a, c), getattr(b, c))
+                                            for c in ("start_ps", "dur_ps", "name_id", "ev_start", "ev_end"))
+    ranges = _line_ranges(raw)
+    bad = bytearray(raw)
+    for plane, line in ((1, 0), (0, 2), (0, 1)):  # line 1 of plane 0 comes first
+        bad[ranges[plane][line][0]] = 0x0F  # the line's first field: wire type 7, which does not exist
+    with pytest.raises(xspace.TraceReadError, match=r"line 1 of plane '/host:CPU' is corrupt"):
+        decoder.decode_space(bytes(bad), "t.xplane.pb")
+    bad = bytearray(raw)
+    bad[ranges[0][2][0]] = 0x0F
+    name = bad.index(b"/device:GPU:0")
+    bad[name:name + 2] = b"\xff\xfe"  # plane 1's name is not UTF-8: protobuf refuses the plane
+    with pytest.raises(xspace.TraceReadError, match=r"line 2 of plane '/host:CPU' is corrupt"):
+        decoder.decode_space(bytes(bad), "t.xplane.pb")
+    bad[ranges[0][2][0]] = raw[ranges[0][2][0]]
+    with pytest.raises(xspace.TraceReadError, match=r"plane 1"):
+        decoder.decode_space(bytes(bad), "t.xplane.pb")

@@ -62,43 +62,40 @@ static PyObject *new_column(Py_ssize_t n, size_t width, void **data) {
     return col;
 }
 
-/* scan_line(data: bytes, events_field: int)
- *   -> (fields: dict, ev_start, ev_end, metadata_id, offset_ps, duration_ps)
- * Each column is a bytearray of n values: ev_start/ev_end (int32) delimit each event's
- * payload in data; metadata_id, offset_ps, duration_ps (int64) are fields 1, 2, 3 of the
- * XEvent (0 when absent). One pass counts the events, a second fills the columns, so each
- * column is allocated once at its final size. Raises ValueError when the bytes are
- * malformed or the line is 2 GiB or more (protobuf's limit for one message). */
-static PyObject *scan_line(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    int events_field;
-    if (!PyArg_ParseTuple(args, "y*i", &view, &events_field)) return NULL;
-    const uint8_t *base = (const uint8_t *)view.buf;
-    Reader r = {base, base + view.len, 0};
-    PyObject *fields = NULL, *cols[5] = {NULL, NULL, NULL, NULL, NULL};
-    int32_t *ev_start = NULL, *ev_end = NULL;
-    int64_t *mid = NULL, *off = NULL, *dur = NULL;
-    if (view.len >= ((Py_ssize_t)1 << 31)) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "line of 2 GiB or more");
-        return NULL;
+/* A field of a line's header (not an event), kept for the dict scan_line returns: a varint's
+ * value, or where a length-delimited value lies in the line. */
+typedef struct { uint64_t field, value; Py_ssize_t start, len; int wt; } HeaderField;
+typedef struct { HeaderField *items; Py_ssize_t n, cap; } Headers;
+
+static int add_header(Headers *h, HeaderField f) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 8;
+        HeaderField *items = (HeaderField *)PyMem_RawRealloc(h->items, (size_t)cap * sizeof(HeaderField));
+        if (!items) return -1;
+        h->items = items;
+        h->cap = cap;
     }
-    Py_ssize_t total = count_events(base, view.len, events_field), n = 0;
-    fields = PyDict_New();
-    cols[0] = new_column(total, sizeof(int32_t), (void **)&ev_start);
-    cols[1] = new_column(total, sizeof(int32_t), (void **)&ev_end);
-    cols[2] = new_column(total, sizeof(int64_t), (void **)&mid);
-    cols[3] = new_column(total, sizeof(int64_t), (void **)&off);
-    cols[4] = new_column(total, sizeof(int64_t), (void **)&dur);
-    if (!fields || !cols[0] || !cols[1] || !cols[2] || !cols[3] || !cols[4]) goto fail;
+    h->items[h->n++] = f;
+    return 0;
+}
+
+typedef struct { int32_t *ev_start, *ev_end; int64_t *mid, *off, *dur; } Columns;
+
+/* scan_line's second pass, on memory only (no Python object, so without the GIL): fill the
+ * columns of at most total events and list the header fields. Returns 0, 1 for malformed bytes
+ * (*bad_at: where), -1 out of memory. */
+static int fill_line(const uint8_t *base, Py_ssize_t size, int events_field, Py_ssize_t total, Columns c,
+                     Headers *hdr, Py_ssize_t *bad_at) {
+    Reader r = {base, base + size, 0};
+    Py_ssize_t n = 0;
     while (r.p < r.end) {
         uint64_t key = read_varint(&r);
-        if (r.bad) goto fail_bad;
+        if (r.bad) goto bad;
         uint64_t field = key >> 3;
         int wt = (int)(key & 7);
         if (field == (uint64_t)events_field && wt == 2) {
             uint64_t len = read_varint(&r);
-            if (r.bad || len > (uint64_t)(r.end - r.p) || n >= total) goto fail_bad;
+            if (r.bad || len > (uint64_t)(r.end - r.p) || n >= total) goto bad;
             int64_t rec[4] = {0, 0, 0, 0}; /* rec[1..3]: fields 1..3 */
             Reader e = {r.p, r.p + len, 0};
             while (e.p < e.end) {
@@ -115,41 +112,98 @@ static PyObject *scan_line(PyObject *self, PyObject *args) {
                     break;
                 }
             }
-            ev_start[n] = (int32_t)(r.p - base);
-            ev_end[n] = (int32_t)(r.p - base + (Py_ssize_t)len);
-            mid[n] = rec[1];
-            off[n] = rec[2];
-            dur[n] = rec[3];
+            c.ev_start[n] = (int32_t)(r.p - base);
+            c.ev_end[n] = (int32_t)(r.p - base + (Py_ssize_t)len);
+            c.mid[n] = rec[1];
+            c.off[n] = rec[2];
+            c.dur[n] = rec[3];
             r.p += len;
             n++;
             continue;
         }
         /* a header field of the line: keep varints and length-delimited values */
+        HeaderField h = {field, 0, 0, 0, wt};
         if (wt == 0) {
-            uint64_t v = read_varint(&r);
-            if (r.bad) goto fail_bad;
-            PyObject *k = PyLong_FromUnsignedLongLong(field), *val = PyLong_FromUnsignedLongLong(v);
-            if (!k || !val || PyDict_SetItem(fields, k, val) < 0) { Py_XDECREF(k); Py_XDECREF(val); goto fail; }
-            Py_DECREF(k); Py_DECREF(val);
+            h.value = read_varint(&r);
+            if (r.bad) goto bad;
         } else if (wt == 2) {
             uint64_t len = read_varint(&r);
-            if (r.bad || len > (uint64_t)(r.end - r.p)) goto fail_bad;
-            PyObject *k = PyLong_FromUnsignedLongLong(field);
-            PyObject *val = PyBytes_FromStringAndSize((const char *)r.p, (Py_ssize_t)len);
-            if (!k || !val || PyDict_SetItem(fields, k, val) < 0) { Py_XDECREF(k); Py_XDECREF(val); goto fail; }
-            Py_DECREF(k); Py_DECREF(val);
+            if (r.bad || len > (uint64_t)(r.end - r.p)) goto bad;
+            h.start = r.p - base;
+            h.len = (Py_ssize_t)len;
             r.p += len;
-        } else if (skip_field(&r, wt)) {
-            goto fail_bad;
+        } else {
+            if (skip_field(&r, wt)) goto bad;
+            continue;
         }
+        if (add_header(hdr, h) < 0) return -1;
     }
+    return 0;
+bad:
+    *bad_at = r.p - base;
+    return 1;
+}
+
+/* scan_line(data: bytes, events_field: int)
+ *   -> (fields: dict, ev_start, ev_end, metadata_id, offset_ps, duration_ps)
+ * Each column is a bytearray of n values: ev_start/ev_end (int32) delimit each event's
+ * payload in data; metadata_id, offset_ps, duration_ps (int64) are fields 1, 2, 3 of the
+ * XEvent (0 when absent). One pass counts the events, a second fills the columns, so each
+ * column is allocated once at its final size. Both passes run without the GIL: threads
+ * decode lines side by side (xspace.decode_space). Raises ValueError when the bytes are
+ * malformed or the line is 2 GiB or more (protobuf's limit for one message). */
+static PyObject *scan_line(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int events_field;
+    if (!PyArg_ParseTuple(args, "y*i", &view, &events_field)) return NULL;
+    const uint8_t *base = (const uint8_t *)view.buf;
+    PyObject *fields = NULL, *cols[5] = {NULL, NULL, NULL, NULL, NULL};
+    Columns c = {NULL, NULL, NULL, NULL, NULL};
+    Headers hdr = {NULL, 0, 0};
+    Py_ssize_t total, bad_at = 0;
+    int status;
+    if (view.len >= ((Py_ssize_t)1 << 31)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "line of 2 GiB or more");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    total = count_events(base, view.len, events_field);
+    Py_END_ALLOW_THREADS
+    cols[0] = new_column(total, sizeof(int32_t), (void **)&c.ev_start);
+    cols[1] = new_column(total, sizeof(int32_t), (void **)&c.ev_end);
+    cols[2] = new_column(total, sizeof(int64_t), (void **)&c.mid);
+    cols[3] = new_column(total, sizeof(int64_t), (void **)&c.off);
+    cols[4] = new_column(total, sizeof(int64_t), (void **)&c.dur);
+    if (!cols[0] || !cols[1] || !cols[2] || !cols[3] || !cols[4]) goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    status = fill_line(base, view.len, events_field, total, c, &hdr, &bad_at);
+    Py_END_ALLOW_THREADS
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (status > 0) {
+        PyErr_Format(PyExc_ValueError, "malformed field at byte %zd", bad_at);
+        goto fail;
+    }
+    fields = PyDict_New();
+    if (!fields) goto fail;
+    for (Py_ssize_t i = 0; i < hdr.n; i++) { /* in the order read: a repeated field keeps its last value */
+        HeaderField *h = &hdr.items[i];
+        PyObject *k = PyLong_FromUnsignedLongLong(h->field);
+        PyObject *val = h->wt == 0 ? PyLong_FromUnsignedLongLong(h->value)
+                                   : PyBytes_FromStringAndSize((const char *)base + h->start, h->len);
+        if (!k || !val || PyDict_SetItem(fields, k, val) < 0) { Py_XDECREF(k); Py_XDECREF(val); goto fail; }
+        Py_DECREF(k); Py_DECREF(val);
+    }
+    PyMem_RawFree(hdr.items);
     PyBuffer_Release(&view);
     return Py_BuildValue("(NNNNNN)", fields, cols[0], cols[1], cols[2], cols[3], cols[4]);
-fail_bad:
-    PyErr_Format(PyExc_ValueError, "malformed field at byte %zd", (Py_ssize_t)(r.p - base));
 fail:
+    PyMem_RawFree(hdr.items);
     Py_XDECREF(fields);
-    for (int c = 0; c < 5; c++) Py_XDECREF(cols[c]);
+    for (int i = 0; i < 5; i++) Py_XDECREF(cols[i]);
     PyBuffer_Release(&view);
     return NULL;
 }
@@ -271,10 +325,12 @@ static PyObject *postings(PyObject *self, PyObject *args) {
     const int64_t *ids = (const int64_t *)iv.buf;
     if (n == 0 || n >= ((Py_ssize_t)1 << 31)) { PyBuffer_Release(&iv); Py_RETURN_NONE; }
     int64_t lo = ids[0], hi = ids[0];
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 1; i < n; i++) {
         if (ids[i] < lo) lo = ids[i];
         if (ids[i] > hi) hi = ids[i];
     }
+    Py_END_ALLOW_THREADS
     if ((uint64_t)hi - (uint64_t)lo >= 65536) { PyBuffer_Release(&iv); Py_RETURN_NONE; }
     Py_ssize_t span = (Py_ssize_t)(hi - lo) + 1;
     int64_t *counts = NULL, *next = NULL;
@@ -286,14 +342,79 @@ static PyObject *postings(PyObject *self, PyObject *args) {
         PyBuffer_Release(&iv);
         return PyErr_NoMemory();
     }
+    Py_BEGIN_ALLOW_THREADS
     memset(counts, 0, span * sizeof(int64_t));
     for (Py_ssize_t i = 0; i < n; i++) counts[ids[i] - lo]++;
     int64_t at = 0;
     for (Py_ssize_t c = 0; c < span; c++) { next[c] = at; at += counts[c]; }
     for (Py_ssize_t i = 0; i < n; i++) order[next[ids[i] - lo]++] = (int32_t)i;
+    Py_END_ALLOW_THREADS
     PyMem_Free(next);
     PyBuffer_Release(&iv);
     return Py_BuildValue("(LNN)", (long long)lo, cols[0], cols[1]);
+}
+
+/* interval_order(starts: bytes(int64), ends: bytes(int64)) -> int
+ * 0: the intervals are a union already (none empty, sorted by start, each starting after the
+ * previous one ended); 1: sorted by start (some overlap, touch or are empty); 2: not sorted.
+ * timeline.union decides with it, in one pass that stops at the first unsorted start. */
+static PyObject *interval_order(PyObject *self, PyObject *args) {
+    Py_buffer sv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*", &sv, &ev)) return NULL;
+    Py_ssize_t n = sv.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
+    int order = 0;
+    if (ev.len != sv.len) {
+        PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i && s[i] < s[i - 1]) { order = 2; break; }
+        if (order == 0 && (e[i] <= s[i] || (i && s[i] <= e[i - 1]))) order = 1;
+    }
+    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    return PyLong_FromLong(order);
+}
+
+/* merge_sorted(starts: bytes(int64), ends: bytes(int64)) -> (starts: bytearray(int64), ends: bytearray(int64))
+ * The union of intervals sorted by start: empty ones (end <= start) left out, overlapping or
+ * touching ones merged; what timeline.union computes with numpy (a running maximum of the ends,
+ * a new interval where a start lies beyond it). */
+static PyObject *merge_sorted(PyObject *self, PyObject *args) {
+    Py_buffer sv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*", &sv, &ev)) return NULL;
+    Py_ssize_t n = sv.len / (Py_ssize_t)sizeof(int64_t), k = 0;
+    const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
+    int64_t *ms = NULL, *me = NULL;
+    if (ev.len != sv.len) {
+        PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        return NULL;
+    }
+    PyObject *cols[2] = {new_column(n, sizeof(int64_t), (void **)&ms), new_column(n, sizeof(int64_t), (void **)&me)};
+    if (!cols[0] || !cols[1]) {
+        Py_XDECREF(cols[0]); Py_XDECREF(cols[1]);
+        PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (e[i] <= s[i]) continue;
+        if (k && s[i] <= me[k - 1]) {
+            if (e[i] > me[k - 1]) me[k - 1] = e[i];
+        } else {
+            ms[k] = s[i];
+            me[k] = e[i];
+            k++;
+        }
+    }
+    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    if (PyByteArray_Resize(cols[0], k * (Py_ssize_t)sizeof(int64_t)) < 0 ||
+        PyByteArray_Resize(cols[1], k * (Py_ssize_t)sizeof(int64_t)) < 0) {
+        Py_DECREF(cols[0]); Py_DECREF(cols[1]);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", cols[0], cols[1]);
 }
 
 static PyMethodDef methods[] = {
@@ -301,6 +422,8 @@ static PyMethodDef methods[] = {
     {"stat_ints", stat_ints, METH_VARARGS, "Integer value of one stat for many events."},
     {"nest", nest, METH_VARARGS, "Parents of intervals in nesting order."},
     {"postings", postings, METH_VARARGS, "Counting sort of a line's metadata ids."},
+    {"interval_order", interval_order, METH_VARARGS, "Whether intervals are a union, sorted, or neither."},
+    {"merge_sorted", merge_sorted, METH_VARARGS, "The union of intervals sorted by start."},
     {NULL, NULL, 0, NULL},
 };
 

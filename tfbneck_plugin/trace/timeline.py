@@ -16,6 +16,10 @@ from . import wire
 
 Intervals = Tuple[np.ndarray, np.ndarray]  # (starts, ends), int64 ps, same shape
 
+#: The C helpers (``_wirescan.interval_order``, ``merge_sorted``), None without them (the
+#: numpy path gives the same results; an extension built before them has none).
+_C = wire._wirescan if wire.FAST and hasattr(wire._wirescan, "merge_sorted") else None
+
 #: Picoseconds per millisecond: the trace's unit to the report's.
 PS_PER_MS = 1e9
 
@@ -55,35 +59,60 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     are (the same arrays: read them, never write them)."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    if is_disjoint(starts, ends):  # a union already (the breakdown unions its own unions)
+    order = _order(starts, ends)
+    if order == _UNION:  # a union already (the breakdown unions its own unions)
         return starts, ends
-    keep = ends > starts
-    if not keep.all():
-        starts, ends = starts[keep], ends[keep]
+    if order == _UNSORTED:
+        keep = ends > starts
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
+        by_start = np.argsort(starts, kind="stable")
+        starts, ends = starts[by_start], ends[by_start]
     if len(starts) == 0:
         return empty()
-    if bool((starts[1:] >= starts[:-1]).all()):  # sorted by start: the sort would keep them in place
-        s, e = starts, ends
-    else:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order], ends[order]
+    return _merge_sorted(starts, ends)
+
+
+#: What :func:`_order` says of a set of intervals.
+_UNION, _SORTED, _UNSORTED = 0, 1, 2
+
+
+def _order(starts: np.ndarray, ends: np.ndarray) -> int:
+    """:data:`_UNION` (what :func:`union` returns: none empty, sorted by start, each
+    starting after the previous one ended), :data:`_SORTED` (by start) or :data:`_UNSORTED`.
+    One pass in C (``_wirescan.interval_order``) where the extension is compiled."""
+    if len(starts) == 0:
+        return _UNION
+    if _C is not None:
+        return _C.interval_order(np.ascontiguousarray(starts), np.ascontiguousarray(ends))
+    if not bool((starts[1:] >= starts[:-1]).all()):
+        return _UNSORTED
+    return _UNION if bool((ends > starts).all()) and bool((starts[1:] > ends[:-1]).all()) else _SORTED
+
+
+def _merge_sorted(s: np.ndarray, e: np.ndarray) -> Intervals:
+    """The union of intervals sorted by start (empty ones left out)."""
+    if _C is not None:
+        ms, me = _C.merge_sorted(np.ascontiguousarray(s), np.ascontiguousarray(e))
+        return np.frombuffer(ms, dtype=np.int64), np.frombuffer(me, dtype=np.int64)
+    keep = e > s
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return empty()
     running_end = np.maximum.accumulate(e)
     # A new merged interval begins where the start is beyond every earlier end.
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > running_end[:-1]
     idx = np.flatnonzero(new)
-    merged_starts = s[idx]
     last = np.append(idx[1:], len(s)) - 1
-    merged_ends = running_end[last]
-    return merged_starts, merged_ends
+    return s[idx], running_end[last]
 
 
 def is_disjoint(starts: np.ndarray, ends: np.ndarray) -> bool:
     """Whether the intervals are what :func:`union` returns: none empty, sorted by start,
     each starting after the previous one ended (int64 arrays of shape (n,))."""
-    if len(starts) == 0:
-        return True
-    return bool((ends > starts).all()) and bool((starts[1:] > ends[:-1]).all())
+    return _order(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)) == _UNION
 
 
 def concat(parts: Sequence[Intervals]) -> Intervals:

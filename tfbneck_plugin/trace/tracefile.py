@@ -1,6 +1,7 @@
 """Trace files: reading a ``.xplane.pb`` (or ``.xplane.pb.gz``) from a local or remote path
 with its size limits, and decoding it into a :class:`.xspace.Space` (:func:`read_space`).
-The XSpace schema and decoder are :mod:`.xspace`'s; this module is the file I/O around them.
+The XSpace schema and columns are :mod:`.xspace`'s, the decoder :mod:`.decoder`'s; this module
+is the file I/O around them.
 
 Errors: every failure to read a file raises :class:`.xspace.TraceReadError` whose message is
 one line and names the file.
@@ -13,7 +14,8 @@ import stat as statmod
 import zlib
 from typing import Optional
 
-from .xspace import Space, TraceReadError, decode_space
+from .decoder import decode_space
+from .xspace import Space, TraceReadError
 
 #: Largest uncompressed trace read by default (bytes). Parsing holds the file plus its
 #: parsed form (about 3x the file size, measured on a 65 MB Keras trace); 2 GiB is also
@@ -122,7 +124,7 @@ def _gunzip(data: bytes, limit: int) -> Optional[bytes]:
 
 def read_space(path: str, opener=open, plane_filter=None) -> Space:
     """Read and decode one ``.xplane.pb`` file (:func:`read_bytes`, then
-    :func:`.xspace.decode_space`). Raises TraceReadError (one line, names the file).
+    :func:`.decoder.decode_space`). Raises TraceReadError (one line, names the file).
 
     ``opener`` opens a path for binary reading (``fsspec.open`` for remote paths);
     ``plane_filter``: a predicate on plane names (planes it refuses are not decoded).

@@ -1,4 +1,4 @@
-"""XSpace schema and decoder: the profiler's trace format, read without TensorFlow.
+"""XSpace schema and its columns: the profiler's trace format, read without TensorFlow.
 
 The profiler (TensorFlow >= 2.2, JAX, XProf) writes one ``<host>.xplane.pb`` per host and
 profiling session: a serialized ``XSpace`` protobuf. Its schema is published in
@@ -12,8 +12,9 @@ Times in an XSpace:
     ``XLine.timestamp_ns``  line start, ns since the epoch (or since boot).
     ``XEvent.offset_ps``    event start relative to the line start, ps.
     ``XEvent.duration_ps``  event duration, ps.
-This module converts every event to an absolute start in ps (``timestamp_ns * 1000 +
-offset_ps``) so events of different lines and planes can be compared directly.
+The columns (:class:`Line`, :class:`Plane`, :class:`Space`) hold every event's absolute start
+in ps (``timestamp_ns * 1000 + offset_ps``) so events of different lines and planes can be
+compared directly; :mod:`.decoder` makes them from a file's bytes.
 
 Errors: every failure to decode a file raises :class:`TraceReadError` whose message is one
 line and names the file. Reading the file (local or remote, size limits, gzip) is
@@ -146,10 +147,7 @@ class TraceReadError(Exception):
 # Columnar view: what the analysis works on.
 # --------------------------------------------------------------------------------------
 
-# XLine field numbers (xplane.proto), decoded by wire.split_line.
-_LINE_ID, _LINE_NAME, _LINE_TS, _LINE_EVENTS, _LINE_DUR, _LINE_DISPLAY_ID, _LINE_DISPLAY_NAME = 1, 2, 3, 4, 9, 10, 11
-# XEvent / XStat field numbers.
-_EV_METADATA, _EV_OFFSET, _EV_DURATION, _EV_STATS = 1, 2, 3, 4
+# XStat field numbers (xplane.proto): the kinds wire.stat_ints reports.
 _ST_METADATA, _ST_DOUBLE, _ST_UINT64, _ST_INT64, _ST_STR, _ST_BYTES, _ST_REF = 1, 2, 3, 4, 5, 6, 7
 
 
@@ -463,128 +461,3 @@ class FilePages:
                 self.mapped.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
             except (OSError, ValueError):  # advice only: keeping the pages is always correct
                 pass
-
-
-def _decode_line(raw, buf, path: str, plane_name: str, k: int) -> Line:
-    """Columns of one serialized XLine. ``raw``: its bytes (a memoryview slice of the file);
-    ``buf``: what stats are later decoded from (``raw`` itself for the C path, a slice of a
-    zero-padded copy of the file for the numpy path)."""
-    try:
-        fields, ev_start, ev_end, name_id, offset, duration = wire.decode_events(raw, buf, _LINE_EVENTS)
-    except wire.WireError as err:
-        raise TraceReadError(path, f"line {k} of plane {plane_name!r} is corrupt: {err}") from None
-
-    def number(f):  # a field of the wrong wire type is ignored, as protobuf parsers do
-        v = fields.get(f, 0)
-        return v if isinstance(v, int) else 0
-
-    ts = number(_LINE_TS) % 2**64
-    ts = ts - 2**64 if ts >= 2**63 else ts  # int64, as the schema declares
-    base_ps = max(min(ts * 1000, 2**62), -2**62)  # a corrupt timestamp is clamped, never overflows
-    with np.errstate(over="ignore"):
-        start = np.add(offset, np.int64(base_ps), out=offset)  # in place: the columns are fresh
-    dur = np.maximum(duration, 0, out=duration)  # a negative duration is corrupt: an instant
-
-    def text(f):
-        v = fields.get(f, b"")
-        return v.decode("utf-8", "replace") if isinstance(v, bytes) else ""
-
-    line_id = int(wire.as_int64(np.array([number(_LINE_ID) % 2**64], dtype=np.uint64))[0])
-    # Offsets into one line fit in 32 bits (a trace is < 2 GiB): half the memory of int64.
-    return Line(id=line_id, name=text(_LINE_NAME), display_name=text(_LINE_DISPLAY_NAME), start_ps=start,
-                dur_ps=dur, name_id=name_id, buf=buf, ev_start=ev_start.astype(np.int32, copy=False),
-                ev_end=ev_end.astype(np.int32, copy=False))
-
-
-def _fields(data, start: int, end: int, path: str, what: str):
-    """Top-level fields of the message in ``data[start:end]``: (field, wire type, value
-    start, value end, field start). Used for the few fields of XSpace and XPlane; the
-    millions of events go through ``wire``. Raises TraceReadError when malformed."""
-    out = []
-    pos = start
-    try:
-        while pos < end:
-            fstart = pos
-            key, pos = wire._varint_py(data, pos)
-            field, wt = key >> 3, key & 7
-            if wt == 0:
-                vstart = pos
-                _, pos = wire._varint_py(data, pos)
-            elif wt == 2:
-                length, vstart = wire._varint_py(data, pos)
-                pos = vstart + length
-            elif wt == 1:
-                vstart, pos = pos, pos + 8
-            elif wt == 5:
-                vstart, pos = pos, pos + 4
-            else:
-                raise wire.WireError(f"invalid wire type {wt} at byte {fstart}")
-            if pos > end:
-                raise wire.WireError(f"a field runs {pos - end} bytes past the end")
-            out.append((field, wt, vstart, pos, fstart))
-    except (wire.WireError, IndexError) as err:
-        detail = str(err) if isinstance(err, wire.WireError) else "message ends inside a field"
-        raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt "
-                                   f"({len(data)} bytes; {what}: {detail})") from None
-    return out
-
-
-def decode_space(data, path: str, plane_filter=None) -> Space:
-    """Convert one serialized XSpace (the bytes of the file ``path``, named in errors).
-    Raises TraceReadError (one line, names the file).
-
-    ``data``: bytes, or the file mapped read-only (``mmap``). The bytes are kept and every
-    line decodes from a slice of them (no copy): peak memory is the file plus the event
-    columns (~32 bytes per event); of a mapped file, each line's pages are given back once
-    decoded (:class:`FilePages`), so that only one line's bytes are resident at a time
-    beside the columns. Plane metadata (names, stats)
-    is parsed by protobuf from the plane's non-line fields. ``plane_filter``: a predicate on
-    plane names; planes it refuses are not decoded.
-    """
-    view = memoryview(data)
-    padded = None if wire.FAST else wire.padded(data)  # the numpy path reads past a line's end
-    pages = FilePages(data) if isinstance(data, mmap.mmap) and padded is None else None
-    hostnames: List[str] = []
-    errors: List[str] = []
-    warnings: List[str] = []
-    plane_ranges: List[Tuple[int, int]] = []
-    for number, wt, vs, ve, _ in _fields(data, 0, len(data), path, "XSpace"):
-        if wt != 2:
-            continue
-        if number == 1:
-            plane_ranges.append((vs, ve))
-        elif number in (2, 3, 4):
-            text = bytes(view[vs:ve]).decode("utf-8", "replace")
-            (errors, warnings, hostnames)[number - 2].append(text)
-    if not plane_ranges:
-        raise TraceReadError(path, "not an XSpace trace: it holds no planes", kind="not_xspace")
-    planes = []
-    for k, (ps, pe) in enumerate(plane_ranges):
-        meta, lines = [], []
-        for number, wt, vs, ve, fs in _fields(data, ps, pe, path, f"plane {k}"):
-            if number == 3 and wt == 2:
-                lines.append((vs, ve))
-            else:
-                meta.append(view[fs:ve])
-        try:
-            proto = XPlane.FromString(b"".join(meta))
-        except (DecodeError, RuntimeError, ValueError) as err:
-            raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt (plane {k}: "
-                                       f"{str(err).splitlines()[0] if str(err) else 'decode error'})") from None
-        if plane_filter is not None and not plane_filter(proto.name):
-            continue
-        decoded = []
-        for j, (ls, le) in enumerate(lines):
-            buf = view[ls:le] if padded is None else padded[ls:le + wire.PAD]
-            decoded.append(_decode_line(view[ls:le], buf, path, proto.name, j))
-            if pages is not None:
-                decoded[-1].pages = (pages, ls, le)
-                decoded[-1].release()
-        planes.append(Plane(id=proto.id, name=proto.name, lines=decoded,
-                            event_names={i: v.name or v.display_name for i, v in proto.event_metadata.items()},
-                            stat_names={i: v.name for i, v in proto.stat_metadata.items()}, proto=proto))
-    if pages is not None:  # the planes' metadata, and the lines of planes left out
-        pages.drop(0, len(data))
-    if not any(p.name for p in planes) and plane_filter is None:
-        raise TraceReadError(path, "not an XSpace trace: its planes have no names", kind="not_xspace")
-    return Space(path=str(path), planes=planes, hostnames=hostnames, errors=errors, warnings=warnings)
