@@ -13,9 +13,6 @@ from support.paths import ROOT
 PKG = os.path.join(ROOT, "tfbneck_plugin")
 #: "a newcomer's trial", "issue 24", "issues 15 and 24", "pass 11", "passes 10 and 11".
 HISTORY = re.compile(r"newcomer|\bissues? #?\d+|\bpass(?:es)? \d+", re.I)
-#: Files whose history words are being rewritten in another change (relative to the package);
-#: a file leaves this list as soon as it is clean (the second test says when).
-PENDING = {os.path.join("analysis", "input_rules.py"), os.path.join("analysis", "cpu_share.py")}
 
 
 def history_words(root: str = PKG):
@@ -32,14 +29,9 @@ def history_words(root: str = PKG):
 
 
 def test_package_code_names_no_newcomer_issue_or_pass():
-    found = [f"tfbneck_plugin/{rel}:{n}: {word!r}" for rel, n, word in history_words() if rel not in PENDING]
+    found = [f"tfbneck_plugin/{rel}:{n}: {word!r}" for rel, n, word in history_words()]
     assert not found, ("package code names the project's history (state what the code does and why; "
                        "history goes in the commit message and docs/development.md):\n" + "\n".join(found))
-
-
-def test_no_file_is_left_pending_once_clean():
-    still = {rel for rel, _n, _word in history_words() if rel in PENDING}
-    assert still == PENDING, f"clean now, remove from PENDING: {sorted(PENDING - still)}"
 
 
 @pytest.mark.parametrize("text, words", [

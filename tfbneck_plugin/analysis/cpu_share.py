@@ -135,8 +135,8 @@ def input_cores_ms(f: "Findings") -> Optional[float]:
     host: its blocking stage's work per step over the cores the training tree used, where the
     stage runs beside the step (:func:`takes_cores`) on cores the training threads
     waited for (:func:`starved`); None elsewhere. On cores that are all taken a step
-    grows by the added work over the cores: on the slowdown corpus (benchmarks/slowdown_corpus.py,
-    passes 10 and 11) this figure was 0.47-1.65 times what steps grew when the input got heavier
+    grows by the added work over the cores: on the slowdown corpus (benchmarks/slowdown_corpus.py)
+    this figure was 0.47-1.65 times what steps grew when the input got heavier
     on an idle machine, 1.01-2.83 on a busy one (the waits stretch the stage's wall time: an
     upper figure there, which is why it bounds nothing, :func:`.whatif.bound_ms`)."""
     p, system = f.pipeline, f.system or {}

@@ -41,17 +41,17 @@ CORE_WAIT_PENALTY = 0.15
 #: Share of a slowdown's step growth that the input pipeline's work, spread over the cores the
 #: training tree used, must account for to be named the slowdown's cause on a CPU-only host
 #: (:func:`input_slows_model`). Our choice: the larger part, so that the input is named only
-#: where it is the main cause; not fitted. On the slowdown corpus (benchmarks/slowdown_corpus.py,
-#: passes 10 and 11: 82 windows opened on input slowdowns with steps >= 1.5x the baseline) that
-#: work was 0.47-1.65 of the growth on an idle machine (46 windows), 1.01-2.83 on a busy one (36).
+#: where it is the main cause; not fitted. On the slowdown corpus (benchmarks/slowdown_corpus.py:
+#: 82 windows opened on input slowdowns with steps >= 1.5x the baseline) that work was
+#: 0.47-1.65 of the growth on an idle machine (46 windows), 1.01-2.83 on a busy one (36).
 SLOWDOWN_EXPLAINED_SHARE = 0.5
 #: Confidence lost when the system samples were too few, or too split, to decide.
 FEW_SAMPLES_PENALTY = 0.15
 #: Disk reads (MB/s, the training tree's) and I/O wait (%) from which a waiting pipeline is seen
-#: waiting on this machine's storage (the flowchart's confirmation, tfbneck_plugin.triage's
+#: waiting on this machine's storage (the flowchart's confirmation, tfbneck_plugin.system.triage's
 #: DISK_BUSY_MBPS and IOWAIT_BUSY_PCT); without them the wait is elsewhere and the io verdict
-#: loses NO_READS_PENALTY (our choice: a newcomer's map that slept over in-memory data was
-#: called file_read at 0.91).
+#: loses NO_READS_PENALTY (our choice: a map that sleeps over in-memory data waits without
+#: reading, and must not be called file_read with confidence).
 DISK_READ_SEEN_MBPS = 1.0
 IOWAIT_SEEN_PCT = 5.0
 NO_READS_PENALTY = 0.2
@@ -255,7 +255,8 @@ def input_shares_cores(f: Findings) -> Optional[Verdict]:
     augmentation map, TextVectorization map, numpy generator or PyDataset workers, whose
     ablations on cached batches gained 1.27-4x while their windows read "model compute")."""
     load = cpu_share.input_load(f)
-    if load is None or load.speedup < cpu_share.INPUT_LIMITS_GAIN:
+    # Only where the input's work took a part of the cores: a wait alone is input_bound's to judge.
+    if load is None or load.share <= 0.0 or load.speedup < cpu_share.INPUT_LIMITS_GAIN:
         return None
     freed = 100.0 * (1.0 - 1.0 / load.speedup)
     floor = 100.0 * (1.0 - 1.0 / cpu_share.INPUT_LIMITS_GAIN)
