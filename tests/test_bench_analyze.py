@@ -27,8 +27,9 @@ def test_saved_results_hold_both_traces_and_the_quick_ratio():
         results = json.load(f)
     assert results["quick"]["ratio"] > 0
     assert results["traces"], "no trace measured"
-    for r in results["traces"].values():
-        assert {"a_parse", "b_tfbneck"} <= set(r["median"])
+    for r in results["traces"].values():  # above 2 GiB protobuf parses nothing: tfbneck alone
+        want = {"b_tfbneck"} if r["size_mb"] * 2 ** 20 > bench_analyze.PROTOBUF_LIMIT else {"a_parse", "b_tfbneck"}
+        assert want <= set(r["median"])
 
 
 def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
