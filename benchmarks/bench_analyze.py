@@ -205,6 +205,10 @@ def render_block(results: dict) -> str:
         "conversion (given a fresh copy of the file each time: XProf caches its results beside the trace).",
         "Targets: b/a ≤ 1.6, peak RSS ≤ 3.5 x the file, b/c ≤ 0.2. This table is generated from",
         "`benchmarks/results/bench_analyze.json` by `python benchmarks/bench_analyze.py --readme`.",
+        "It measures the package it imports, so run it in the checkout the tests install (`pip install -e .`",
+        "builds the C decoder in place; a plain `pip install .` leaves the clone's source folder without it,",
+        "and the benchmark then stops with one line rather than time the numpy fallback). Without TRACE it",
+        "records one with TensorFlow (`benchmarks/make_large_trace.py`); `--no-xprof` leaves out (c).",
         "",
         "| trace | (a) read + parse | (b) tfbneck, whole process | b/a | (b) peak RSS | RSS / file | (c) XProf (b/c) |",
         "|---|---|---|---|---|---|---|",
@@ -286,6 +290,10 @@ def main():
             results["quick"] = {"ratio": round(ratio, 3), "machine": machine()}
             save_results(results)
         return
+    from tfbneck_plugin.trace import wire
+    if not wire.FAST:
+        sys.exit(f"bench_analyze: {os.path.dirname(wire.__file__)} has no built C decoder (_wirescan): it would time "
+                 "the numpy fallback; run pip install -e . in this checkout (or python setup.py build_ext --inplace)")
     trace = args.trace
     if trace is None:
         out = tempfile.mkdtemp(prefix="tfbneck-bench-")
