@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from support.paths import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -25,22 +27,40 @@ def test_readme_performance_block_is_the_saved_benchmark_output():
 def test_saved_results_hold_both_traces_and_the_quick_ratio():
     with open(bench_analyze.RESULTS, encoding="utf-8") as f:
         results = json.load(f)
-    assert results["quick"]["ratio"] > 0
+    assert results["quick"] and all(q["ratio"] > 0 for q in results["quick"].values())
     assert results["traces"], "no trace measured"
     for r in results["traces"].values():  # above 2 GiB protobuf parses nothing: tfbneck alone
         want = {"b_tfbneck"} if r["size_mb"] * 2 ** 20 > bench_analyze.PROTOBUF_LIMIT else {"a_parse", "b_tfbneck"}
         assert want <= set(r["median"])
 
 
+def _quick_ratio_in_a_fresh_process() -> float:
+    """``bench_analyze.py --quick`` in its own interpreter: a test worker's own threads (a
+    plugin's analysis workers left running by an earlier test in the same process) take the
+    GIL from the analysis and not from protobuf's parse, which made the ratio 1.6x larger."""
+    import subprocess
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_analyze.py"), "--quick"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return float(r.stdout.strip().rsplit(":", 1)[1])
+
+
 def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
-    """Analysis / protobuf parse of the same small real trace, in this process, interleaved
+    """Analysis / protobuf parse of the same small real trace, in one fresh process, interleaved
     (median of 7 pairs): both run on this machine now, so the ratio moves with the analysis's
     cost per event, not with the machine's speed or load. Fails when it exceeds 1.5 x the
-    ratio saved by ``bench_analyze.py --quick --save``; one retry absorbs a burst of load."""
-    saved = bench_analyze.load_results()["quick"]["ratio"]
-    ratio = bench_analyze.quick_ratio()
+    ratio saved by ``bench_analyze.py --quick --save`` with the same numpy and protobuf releases
+    (the ratio moves with them: the lowest-versions job has its own); one retry absorbs a burst
+    of load."""
+    libs = bench_analyze.libraries()
+    saved_by_libraries = bench_analyze.load_results()["quick"]
+    if libs not in saved_by_libraries:
+        pytest.skip(f"no quick ratio saved with {libs} (saved: {sorted(saved_by_libraries)}): "
+                    "python benchmarks/bench_analyze.py --quick --save in this environment adds one")
+    saved = saved_by_libraries[libs]["ratio"]
+    ratio = _quick_ratio_in_a_fresh_process()
     if ratio > SLOWDOWN_LIMIT * saved:
-        ratio = min(ratio, bench_analyze.quick_ratio())
+        ratio = min(ratio, _quick_ratio_in_a_fresh_process())
     assert ratio <= SLOWDOWN_LIMIT * saved, (
         f"analysis / parse = {ratio:.2f}, above {SLOWDOWN_LIMIT} x the saved {saved:.2f}: the analysis got "
         "slower per event (if on purpose, re-measure with python benchmarks/bench_analyze.py --quick --save)")

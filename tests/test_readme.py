@@ -291,7 +291,7 @@ OTHER_TOOLS_FLAGS = {
     "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
     "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
     "--no-system": "benchmarks/bench_steptime.py", "--out": "benchmarks/bench_fleet.py",
-    "--windows": "benchmarks/bench_many_windows.py",
+    "--windows": "benchmarks/bench_many_windows.py", "--no-xprof": "benchmarks/bench_analyze.py",
     # The manual's development pages (TensorFlow's profiler abort, its reproduction and harness).
     "--steps": "benchmarks/profiler_abort_repro.py", "--passes": "benchmarks/profiler_abort_repro.py",
     "--driver": "benchmarks/profiler_abort_repro.py", "--host-tracer-level": "benchmarks/profiler_abort_repro.py",
@@ -302,6 +302,20 @@ OTHER_TOOLS_FLAGS = {
     "--args": "gdb", "--start-address": "objdump", "--stop-address": "objdump",
     "--quick": "tests/run.sh (the quick tier)", "--strict": "mkdocs build",
 }
+
+
+def test_flags_credited_to_a_file_of_ours_are_in_it():
+    """Each :data:`OTHER_TOOLS_FLAGS` entry that names one of the project's files is a flag that
+    file defines (its text holds the flag), so the table cannot excuse a flag that was removed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    missing = []
+    for flag, owner in OTHER_TOOLS_FLAGS.items():
+        path = os.path.join(root, owner.split()[0])
+        if owner.split()[0].endswith((".py", ".sh")) and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                if flag.split("=")[0] not in f.read():
+                    missing.append(f"{flag} ({owner})")
+    assert not missing, f"flags credited to files that do not define them: {missing}"
 
 
 def _readme_flags():
