@@ -46,8 +46,11 @@ status=0
 # fresh venv): two workers, a file each, so the README's run overlaps the rest.
 "$VENV/bin/python" -m pytest tests -m "not tf or readme" -n 2 --dist loadfile "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-# The TensorFlow jobs, one at a time: each uses the machine's cores, and some time steps.
-"$VENV/bin/python" -m pytest tests -m "tf and not readme" "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+# The TensorFlow jobs: two at a time (a file each), then those marked serial one at a time (they
+# time steps or measure CPU shares and need the machine to themselves).
+"$VENV/bin/python" -m pytest tests -m "tf and not readme and not serial" -n 2 --dist loadfile "$@" \
+  || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+"$VENV/bin/python" -m pytest tests -m "tf and not readme and serial" "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 # The lowest-versions job: the floors setup.py declares, in their own venvs.
 bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 exit "$status"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, tfbneck_cmd
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.serial]  # timing assertions: run alone (tests/run.sh)
 JOB = os.path.join(ROOT, "benchmarks", "noise_job.py")
 
 

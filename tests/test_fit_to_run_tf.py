@@ -13,6 +13,9 @@ import pytest
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 
+#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOBS = ("pyds_saturated", "pyds_waiting", "pyds_threads", "vectorised", "per_element", "jit", "nojit")

@@ -12,6 +12,9 @@ from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from support.paths import ROOT, TESTS
 
+#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
 HERE = TESTS
 
 

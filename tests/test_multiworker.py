@@ -19,6 +19,9 @@ HERE = TESTS
 sys.path.insert(0, os.path.join(HERE, "tf_jobs"))
 from multiworker_fit import run_job  # noqa: E402
 
+#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
 # ---- real 2-worker jobs -------------------------------------------------------------------------
 
 def analyze_json(path):

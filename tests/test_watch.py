@@ -12,6 +12,9 @@ import pytest
 
 from conftest import ROOT
 
+#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
 TARGETS = os.path.join(ROOT, "tests", "tf_jobs", "watch_targets.py")
 NETNS_LINK = os.path.join(os.path.dirname(ROOT), "shared", "tools", "netns-link")
 
