@@ -6,8 +6,7 @@
 What comes from the code: every object of the report and its keys, their types and the
 comment beside each key in ``tfbneck_plugin/schema.py`` (the ``TypedDict`` classes, in the
 order they are declared), the error kinds (``tfbneck_plugin/errors.py``), the cause codes
-(``tfbneck_plugin/causes.py``) and the ``bottleneck/*`` scalars' numbers
-(``tfbneck_plugin/capture/background.py``). What is written here: the longer meaning of the
+(``tfbneck_plugin/causes.py``). What is written here: the longer meaning of the
 session report's keys (:data:`MEANING`); ``tests/test_report_doc.py`` fails when a key of the
 schema has neither a meaning here nor a comment there, when this file's output differs from
 docs/report.md, or when a meaning names a key the schema lacks.
@@ -124,17 +123,15 @@ def _object_sections(classes) -> List[str]:
 
 def _tables() -> List[str]:
     sys.path.insert(0, ROOT)
-    from tfbneck_plugin.capture.background import CAUSE_INDEX, VERDICT_INDEX
     from tfbneck_plugin.causes import CAUSES
     from tfbneck_plugin.errors import ERROR_KINDS
     out = ["## Error kinds", "", "`error_kind` of a session (or PATH) that could not be analysed "
            "(`tfbneck_plugin/errors.py`):", "", "| error_kind | meaning |", "|---|---|"]
     out += [f"| `{k}` | {_cell(v)} |" for k, v in ERROR_KINDS.items()]
-    out += ["", "## Causes", "", "`cause` codes (`tfbneck_plugin/causes.py`), with the number the "
-            "`bottleneck/cause` scalar gives each one (BottleneckProfiler writes it after each window, beside "
-            "`bottleneck/verdict`: " + ", ".join(f"{k} {v}" for k, v in VERDICT_INDEX.items()) + "):", "",
-            "| cause | bottleneck | `bottleneck/cause` | meaning |", "|---|---|---|---|"]
-    out += [f"| `{code}` | {c.bottleneck} | {CAUSE_INDEX[code]} | {_cell(c.text)} |" for code, c in CAUSES.items()]
+    out += ["", "## Causes", "", "`cause` codes (`tfbneck_plugin/causes.py`); BottleneckProfiler writes each "
+            "window's in its `bottleneck/verdict` text (TensorBoard's Text dashboard):", "",
+            "| cause | bottleneck | meaning |", "|---|---|---|"]
+    out += [f"| `{code}` | {c.bottleneck} | {_cell(c.text)} |" for code, c in CAUSES.items()]
     return out
 
 

@@ -316,28 +316,17 @@ def test_fit_profiles_exactly_steps_3_to_5(job, flavour):
     assert r["xprof"]["rows"] == ["train 3", "train 4", "train 5"]
     assert "No step time measured" not in r["xprof"]["input_conclusion"]
 
-    # Background analysis: one verdict line, and scalars at the window's last step.
+    # Background analysis: one verdict line; the input share and the verdict text at the window's last step.
     verdicts = [line for line in r["_tfbneck_lines"] if line.startswith("tfbneck: steps 3-5: ")]
     assert len(verdicts) == 1 and w["session_dir"] in verdicts[0]
     assert w["step_source"] == MARKERS and w["bottleneck"] == sess["bottleneck"]
     sc = r["scalars"]
     assert sc["bottleneck/input_pct"][0][0] == 5
     assert sc["bottleneck/input_pct"][0][1] == pytest.approx(sess["breakdown_pct"]["input"], abs=0.01)
-    assert sc["bottleneck/step_time_ms"][0][1] == pytest.approx(sess["steps"]["step_time_ms"]["mean"], rel=1e-4)
-    assert sc[f"bottleneck/is_{sess['bottleneck']}"][0][1] == 1.0
-    from tfbneck_plugin.capture.background import CAUSE_INDEX
-    assert sc["bottleneck/cause"] == [[5, float(CAUSE_INDEX[sess["cause"]])]]  # the cause too, not only the kind
+    ((step, text),) = sc["bottleneck/verdict"]
+    assert step == 5 and f"kind `{sess['bottleneck']}`, cause `{sess['cause']}`" in text, text
+    assert f"{sess['steps']['step_time_ms']['mean']:.1f} ms/step" in text
     assert len(r["_tfbneck_lines"]) == 1, r["_tfbneck_lines"]
-
-
-def test_every_cause_has_its_own_scalar_number():
-    from tfbneck_plugin.capture.background import CAUSE_INDEX, scalars_from_report
-    from tfbneck_plugin.causes import CAUSES
-    assert set(CAUSE_INDEX) == set(CAUSES) and len(set(CAUSE_INDEX.values())) == len(CAUSE_INDEX)
-    a = scalars_from_report({"bottleneck": "cpu", "cause": "cpu_contention"})
-    b = scalars_from_report({"bottleneck": "cpu", "cause": "input_preprocessing"})
-    assert a["bottleneck/verdict"] == b["bottleneck/verdict"] and a["bottleneck/cause"] != b["bottleneck/cause"]
-    assert "bottleneck/cause" not in scalars_from_report({"status": "error", "bottleneck": "unknown"})
 
 
 # ----------------------------------------------------------------------------------------
@@ -661,7 +650,8 @@ def test_a_window_of_milliseconds_gets_a_sample_covering_it(job, which):
 
 def read_event_scalars(log_dir):
     """tag -> [(step, value)] from the event files in ``log_dir``, read as TFRecords of
-    ``Event`` protos without TensorFlow (length, masked CRC, data, masked CRC)."""
+    ``Event`` protos without TensorFlow (length, masked CRC, data, masked CRC): a float for a
+    scalar, the string for a text summary."""
     import numpy as np
     from tensorboard.compat.proto import event_pb2
     out = {}
@@ -677,7 +667,11 @@ def read_event_scalars(log_dir):
             ev = event_pb2.Event.FromString(record)
             for v in ev.summary.value:
                 t = v.tensor
-                value = float(t.float_val[0]) if t.float_val else float(np.frombuffer(t.tensor_content, np.float32)[0])
+                if t.string_val:
+                    value = t.string_val[0].decode("utf-8")
+                else:
+                    value = float(t.float_val[0]) if t.float_val else float(np.frombuffer(t.tensor_content,
+                                                                                          np.float32)[0])
                 out.setdefault(v.tag, []).append((int(ev.step), value))
     return out
 
@@ -695,9 +689,11 @@ def test_the_last_windows_scalars_are_written_when_its_analysis_ends_at_exit(tmp
         verdicts = [line for line in r["_tfbneck_lines"] if line.startswith("tfbneck: steps 3-5: ")]
         assert len(verdicts) == 1, r["_stderr"][-3000:]
         scalars = read_event_scalars(r["log_dir"])
-        assert [s for s, _ in scalars.get("bottleneck/step_time_ms", [])] == [5], (i, hide, sorted(scalars))
-        assert sum(v for tag, vals in scalars.items() if tag.startswith("bottleneck/is_") for _, v in vals) == 1.0
-        assert "bottleneck/system_tree_cpu_cores" in scalars
+        assert [s for s, _ in scalars.get("bottleneck/input_pct", [])] == [5], (i, hide, sorted(scalars))
+        ((step, text),) = scalars["bottleneck/verdict"]  # the logged verdict, as text
+        head = verdicts[0][len("tfbneck: "):].split("; ")[0]
+        assert step == 5 and text.splitlines()[0].replace("\\", "") == f"**{head}**", (text, verdicts[0])
+        assert "system/process_cores" in scalars  # the system view's interval at the fit's end
 
 
 @pytest.mark.tf

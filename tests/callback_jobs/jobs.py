@@ -87,7 +87,8 @@ def losses(history):
 
 
 def read_scalars(log_dir):
-    """tag -> [(step, value)] from the event files directly in log_dir."""
+    """tag -> [(step, value)] from the event files directly in log_dir: a float for a scalar,
+    the string for a text summary."""
     out = {}
     for name in sorted(os.listdir(log_dir)):
         if not name.startswith("events.out.tfevents"):
@@ -95,7 +96,12 @@ def read_scalars(log_dir):
         for raw in tf.data.TFRecordDataset(os.path.join(log_dir, name)):
             ev = tf.compat.v1.Event.FromString(raw.numpy())
             for v in ev.summary.value:
-                value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+                if not v.HasField("tensor"):
+                    value = v.simple_value
+                elif v.tensor.dtype == tf.string.as_datatype_enum:
+                    value = tf.make_ndarray(v.tensor).item().decode("utf-8")
+                else:
+                    value = float(tf.make_ndarray(v.tensor))
                 out.setdefault(v.tag, []).append([int(ev.step), value])
     return out
 

@@ -1,5 +1,6 @@
 """The background analysis of a profiled window: the analyzer's report, one log line with
-the verdict, and the ``bottleneck/*`` scalars in ``<log_dir>`` for TensorBoard.
+the verdict, and the window's summaries in ``<log_dir>`` for TensorBoard (the input share
+scalar and the verdict text: :mod:`.summaries`).
 
 The analysis runs on a thread of the training process that either waits for a child
 process (default) or analyses in the thread itself. The child runs the package's own
@@ -8,13 +9,13 @@ command line, ``python -m tfbneck_plugin.cli analyze <session_dir> --format json
 priority (``nice`` 10, set right after it starts), so the training process neither
 competes for the GIL nor grows in memory.
 
-Only the scalars need TensorFlow (imported when the first writer is made). Scalars are
+Only the summaries need TensorFlow (imported when the first writer is made). They are
 written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
 summary API, which imports ``concurrent.futures.thread``, which registers an exit hook):
 done on a thread while the interpreter shuts down, that import fails with "can't register
-atexit after shutdown" and the last window's scalars would be lost. So the
-file writer is created, and the summary API primed, on the training thread when a window
-closes, before the analysis thread starts; the thread then only writes.
+atexit after shutdown" and the last window's summaries would be lost. So the
+file writer is created, and the summary API (scalar and text) primed, on the training thread
+when a window closes, before the analysis thread starts; the thread then only writes.
 """
 from __future__ import annotations
 
@@ -27,24 +28,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, cast
 
 from ..session_report import SessionReport
-from ..schema import SessionDict, bottleneck_label, step_time_ms
+from ..schema import SessionDict
 from ..system.sampler import NOT_TRAINING_PIDS
+from .summaries import INPUT_PCT, VERDICT_TAG, verdict_parts, verdict_text, window_scalars
 
-if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the scalars do (imported there)
+if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the summaries do (imported there)
     from .window import WindowRecord
 
-#: ``bottleneck/verdict`` scalar: the verdict as a category index (the scalar chart shows a
-#: change of bottleneck as a step).
-VERDICT_INDEX = {"cpu": 0, "device": 1, "io": 2, "network": 3, "unknown": 4}
-#: ``bottleneck/cause`` scalar: the cause code (:data:`tfbneck_plugin.causes.CAUSES`) as a
-#: fixed number, so that two causes of one verdict (``cpu_contention`` and
-#: ``input_preprocessing`` are both ``cpu``) read apart on the chart. Numbers are never
-#: reused: a new cause takes the next one (a test checks that every cause has one).
-CAUSE_INDEX = {"input_preprocessing": 0, "cpu_contention": 1, "python_overhead": 2, "eager_execution": 3,
-               "retracing": 4, "kernel_launch": 5, "model_on_cpu": 6, "model_compute": 7, "host_device_transfer": 8,
-               "file_read": 9, "remote_read": 10, "gradient_sync": 11, "device_trace_missing": 12, "no_activity": 13,
-               "unrecorded": 14, "not_tensorflow": 15, "triage_cpu": 16, "triage_device": 17, "triage_io": 18,
-               "triage_network": 19, "triage_unclear": 20}
 #: Analyses that run at once, and windows that may wait for one: a long job of short windows
 #: on a busy machine made them faster than nice-10 children finished (ten children at once,
 #: benchmarks/bench_many_windows.py), each taking memory and CPU from training. A window
@@ -120,13 +110,14 @@ def analyze_here(session_dir: str) -> SessionDict:
 
 class BackgroundAnalysis:
     """Analyses windows after they close, on non-daemon threads (the interpreter waits for
-    them at exit), logs the verdict and writes scalars.
+    them at exit), logs the verdict and writes the window's summaries.
 
     Args:
-      log_dir: where the scalars' event file goes.
+      log_dir: where the summaries' event file goes.
       mode: ``"process"`` (a child process) or ``"thread"`` (this process).
       timeout_s: per-window limit of the child.
-      write_scalars: write ``bottleneck/*`` scalars.
+      write_scalars: write each analysed window's summaries (:func:`.summaries.window_scalars`
+        and :func:`.summaries.verdict_text`).
       verbose: log one INFO line per window.
       warn: the callback's ``warn(key, message)``.
       info: logs an INFO line.
@@ -147,7 +138,7 @@ class BackgroundAnalysis:
         self._threads: List[threading.Thread] = []
         self._slots = threading.BoundedSemaphore(MAX_RUNNING_ANALYSES)
         self._waiting = 0
-        self._writer: Any = None     # a tf.summary writer (TensorFlow is imported only to write scalars)
+        self._writer: Any = None     # a tf.summary writer (TensorFlow is imported only to write summaries)
         self._writer_lock = threading.Lock()
         self._failed: set = set()
 
@@ -196,8 +187,9 @@ class BackgroundAnalysis:
                     pass
 
     def write_values(self, values: Dict[str, float], step: int) -> None:
-        """Write scalars ``tag -> value`` at ``step`` now (on the training thread: the
-        step-time statistics at a period's end), creating the writer if need be."""
+        """Write scalars ``tag -> value`` at ``step`` now (the step-time statistics at a period's
+        end, on the training thread; a system interval's, on the sampler's thread), creating the
+        writer if need be."""
         self._prepare_writer()
         if self._writer is None:
             return
@@ -221,7 +213,8 @@ class BackgroundAnalysis:
                 import tensorflow as tf
                 writer = tf.summary.create_file_writer(self.log_dir)
                 with writer.as_default(), tf.summary.record_if(False):
-                    tf.summary.scalar("bottleneck/step_time_ms", 0.0, step=0)
+                    tf.summary.scalar(INPUT_PCT, 0.0, step=0)
+                    tf.summary.text(VERDICT_TAG, "", step=0)
                 self._writer = writer
             except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
                 self._failed.add("scalars")  # not retried at every epoch
@@ -264,87 +257,22 @@ class BackgroundAnalysis:
             self._info(verdict_line(rec, report))
         if self.write_scalars and self._writer is not None:
             try:
-                self._write_scalars(rec, report)
+                self._write_summaries(rec, report)
             except Exception as err:  # noqa: BLE001 - never let the analysis thread die noisily
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
 
-    def _write_scalars(self, rec: WindowRecord, report: SessionDict) -> None:
+    def _write_summaries(self, rec: WindowRecord, report: SessionDict) -> None:
         import tensorflow as tf  # imported by _prepare_writer already: no import happens here
-        values = scalars_from_report(report)
-        values["bottleneck/triggered"] = 1.0 if rec.kind == "triggered" else 0.0
+        step = (rec.steps or (0, 0))[1]
         with self._writer_lock:
             with self._writer.as_default():
-                for tag, value in values.items():
-                    tf.summary.scalar(tag, value, step=(rec.steps or (0, 0))[1])
+                for tag, value in window_scalars(report).items():
+                    tf.summary.scalar(tag, value, step=step)
+                tf.summary.text(VERDICT_TAG, verdict_text(rec, report), step=step)
             self._writer.flush()
 
 
-def scalars_from_report(report: SessionDict) -> Dict[str, float]:
-    """The ``bottleneck/*`` scalars written for one analysed session.
-
-    Args:
-      report: a session report (``analyze_session``).
-
-    Returns:
-      tag -> value: ``bottleneck/step_time_ms`` (mean step, ms); ``bottleneck/<category>_pct``
-      for input, device_compute, host_compute, kernel_launch, collective, idle and
-      ``transfer_pct`` (H2D + D2H), in % of the step; ``bottleneck/confidence`` (0-1);
-      ``bottleneck/is_<kind>`` (1 for the verdict's kind, else 0); ``bottleneck/verdict``
-      (the verdict as a category index: :data:`VERDICT_INDEX`); ``bottleneck/cause`` (the
-      cause as a number: :data:`CAUSE_INDEX`; absent for a failed session); and from the sidecar
-      ``system_cpu_pct``, ``system_busiest_core_pct`` (%), ``system_proc_cpu_cores``,
-      ``system_tree_cpu_cores``, ``system_others_cpu_cores`` (cores) and
-      ``system_gpu_util_pct`` (%), when known.
-    """
-    out: Dict[str, float] = {}
-    mean = step_time_ms(report)
-    if mean is not None:
-        out["bottleneck/step_time_ms"] = float(mean)
-    pct = report.get("breakdown_pct") or {}
-    for key in ("input", "device_compute", "host_compute", "kernel_launch", "collective", "idle"):
-        if key in pct:
-            out[f"bottleneck/{key}_pct"] = float(pct[key])
-    if "host_to_device" in pct or "device_to_host" in pct:
-        out["bottleneck/transfer_pct"] = float(pct.get("host_to_device", 0.0)) + float(pct.get("device_to_host", 0.0))
-    if report.get("confidence") is not None:
-        out["bottleneck/confidence"] = float(report["confidence"])
-    verdict = report.get("bottleneck", "unknown")
-    for kind in VERDICT_INDEX:
-        out[f"bottleneck/is_{kind}"] = 1.0 if verdict == kind else 0.0
-    out["bottleneck/verdict"] = float(VERDICT_INDEX.get(verdict, VERDICT_INDEX["unknown"]))
-    if report.get("cause") in CAUSE_INDEX:
-        out["bottleneck/cause"] = float(CAUSE_INDEX[report["cause"]])
-    system = report.get("system_metrics") or {}
-    for src, tag in (("cpu_mean_pct", "system_cpu_pct"), ("busiest_core_mean_pct", "system_busiest_core_pct"),
-                     ("proc_cpu_cores", "system_proc_cpu_cores"), ("tree_cpu_cores", "system_tree_cpu_cores"),
-                     ("others_cpu_cores", "system_others_cpu_cores"), ("gpu_util_pct", "system_gpu_util_pct")):
-        if system.get(src) is not None:
-            out[f"bottleneck/{tag}"] = float(system[src])
-    return out
-
-
 def verdict_line(rec: WindowRecord, report: SessionDict) -> str:
-    """The one-line verdict logged after a window, e.g. ``steps 3-5: CPU-bound (...); ...``.
-    With ``steps_per_execution`` k > 1 a traced step and the trigger's step times are one
-    execution of k batches (the markers say k), and the line says so."""
-    st = step_time_ms(report)
-    per = rec.markers[0][1] - rec.markers[0][0] + 1 if rec.markers else 1
-    unit = "ms/step" if per <= 1 else f"ms per execution of {per} steps"
-    pct = report.get("breakdown_pct") or {}
-    recs = report.get("recommendations") or []
-    head = report.get("bottleneck_label") or bottleneck_label(report.get("bottleneck"))
-    first, last = rec.steps or (0, 0)
-    parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
-             f"confidence {float(report.get('confidence') or 0):.2f})"]
-    if st is not None:
-        parts.append(f"{st:.1f} {unit}, {float(pct.get('input', 0.0)):.0f}% waiting for input")
-    if recs:  # the title, the report's worth string and the fix's code name, as the CLI's table
-        worth = recs[0].get("worth")
-        parts.append(f"fix first: {recs[0].get('title')}" + (f" — {worth}" if worth else "") + f" [{recs[0].get('fix')}]")
-    if rec.kind == "triggered" and rec.trigger:
-        t = rec.trigger
-        parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} {unit} against a baseline of "
-                     f"{t['baseline_p50_ms']:.3g} ms from step {t['slow_steps'][0]}")
-    if rec.change:
-        parts.append(f"changed: {rec.change['text']}")
-    return "; ".join(parts) + f" [{rec.session_dir}]"
+    """The one-line verdict logged after a window, e.g. ``steps 3-5: CPU-bound (...); ...
+    [<session folder>]`` (:func:`.summaries.verdict_parts`)."""
+    return "; ".join(verdict_parts(rec, report)) + f" [{rec.session_dir}]"

@@ -12,8 +12,9 @@ One line in ``model.fit(callbacks=[...])`` gives, per window of steps:
   children, memory, disk, network and GPUs sampled every ~100 ms during the window (format
   in :mod:`tfbneck_plugin.records`), which the analyzer uses to tell a CPU-bound input
   pipeline from one that waits on storage;
-* after the window, in the background: one log line with the verdict and scalars
-  ``bottleneck/*`` in ``<log_dir>`` (TensorBoard's Scalars tab shows the trend over a long job).
+* after the window, in the background: one log line with the verdict, the input share as the
+  scalar ``bottleneck/input_pct`` and the verdict as the text ``bottleneck/verdict`` in
+  ``<log_dir>`` (TensorBoard's Scalars and Text dashboards; :mod:`.summaries` lists every tag).
 
 A window that could not be captured leaves ``tfbneck_skipped.json`` (``{"reason": ...}``)
 in its session folder instead, which ``tfbneck analyze`` reports with the reason. A process
@@ -47,7 +48,7 @@ import tensorflow as tf
 from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step_time_every,
                         check_system_interval, ensure_handler, is_tf_keras_model, logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
-from .background import BackgroundAnalysis, scalars_from_report
+from .background import BackgroundAnalysis
 from .display import WindowDisplay, in_notebook
 from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
 from .job import repeated_profiling_risk
@@ -62,8 +63,7 @@ from .trend import JobTrend
 from .window import (WindowCapture, WindowRecord, current_job, precheck, record_skip, release_cut_close,
                      writable_problem)
 
-__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger",
-           "scalars_from_report"]
+__all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 _Callback: Any = _keras.callbacks.Callback
@@ -83,7 +83,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
     ``Trace('train', step_num=<step>, _r=1)`` so that steps are found exactly by this
     analyzer and by TensorBoard's Profile plugin, plus ``tfbneck_system_metrics.json``.
     After a window the session is analysed in the background (training never waits): one
-    log line with the verdict, and scalars ``bottleneck/*`` in ``log_dir``.
+    log line with the verdict, the input share scalar and the verdict text in ``log_dir``.
 
     Steps are counted in batches from 1, across ``fit`` calls made with the same callback
     (a second ``fit`` continues the count). Keras calls batch hooks once per execution when
@@ -109,16 +109,12 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
       analyze: after each window, analyse the session in the background: ``True`` or
         ``"process"`` (default; a child process at low priority: no GIL contention and no
         memory growth in the training process), ``"thread"`` (in this process), or
-        ``False`` (no analysis, no verdict line, no scalars).
-      write_scalars: write the verdict's numbers as TensorBoard scalars (default True).
-        Tags: ``bottleneck/step_time_ms``, ``bottleneck/input_pct`` and the other
-        breakdown shares (``device_compute_pct``, ``host_compute_pct``,
-        ``kernel_launch_pct``, ``collective_pct``, ``transfer_pct``, ``idle_pct``, in % of
-        the step), ``bottleneck/confidence`` (0-1), ``bottleneck/is_cpu``, ``is_device``,
-        ``is_io``, ``is_network``, ``is_unknown`` (1 for the verdict, else 0), and from the
-        sidecar ``bottleneck/system_cpu_pct``, ``system_busiest_core_pct``,
-        ``system_proc_cpu_cores`` and ``system_gpu_util_pct``. The x axis is the last
-        step of the window.
+        ``False`` (no analysis: no verdict line, text or input share).
+      write_scalars: write TensorBoard summaries to ``log_dir`` (default True), at most 8
+        tags per run (:mod:`.summaries`): per analysed window, at its last step, the scalar
+        ``bottleneck/input_pct`` (% of the step waiting for input) and the text
+        ``bottleneck/verdict`` (the verdict, cause, confidence, step time and first fix);
+        the step-time scalars (``step_time_every``) and system scalars (``system_interval_s``).
       analysis_timeout_s: give up on one window's analysis after this many seconds
         (default 600).
       profiler_options: ``tf.profiler.experimental.ProfilerOptions`` or a dict with any of
@@ -144,10 +140,13 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
       system_interval_s: sample the system all run long every this many seconds (default
         1.0; ``None`` or 0: off): machine CPU and the busiest core, the training process
         tree's cores, busiest thread and run-queue wait, accelerators (NVML), disk and
-        network. Every 10 s the samples become scalars ``system/*`` in ``log_dir`` (x axis:
-        the training step) and a line of ``<log_dir>/plugins/bottleneck/system_*.json``
-        with the flowchart's triage (:mod:`tfbneck_plugin.system.triage`), which the tab's trend
-        view draws. Sampling pauses between ``fit`` calls. Cost: docs/accuracy.md.
+        network. Every 10 s the samples become scalars in ``log_dir`` (x axis: the step):
+        ``system/cpu_pct`` (%), ``system/process_cores`` and ``system/other_cores`` (cores of
+        the training process tree and of every other process) and, with accelerators,
+        ``system/gpu_util_pct`` (the busiest one's, %); and a line of
+        ``<log_dir>/plugins/bottleneck/system_*.json`` with every figure and the flowchart's
+        triage (:mod:`tfbneck_plugin.system.triage`), which the tab's trend view draws.
+        Sampling pauses between ``fit`` calls. Cost: docs/accuracy.md.
       profiler_server_port: start TensorFlow's profiler server on this port when training
         begins (``tf.profiler.experimental.server.start``), so that ``tfbneck watch
         --capture-port`` or the Profile tab's capture button can take a trace on demand.

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..records import CPU_TAKEN_OUTCOME
 from .arguments import logger
 from .background import BackgroundAnalysis
+from .summaries import period_scalars
 from .tracker import StepTracker
 from .trend import JobTrend
 from .window import WindowRecord
@@ -58,8 +59,7 @@ class LongJobMixin:
         self.trend.spe, self.trend.baseline = tr.spe, tr.timer.baseline()
         self.trend.add_point(point)
         if self.write_step_times:
-            self._analysis.write_values({"bottleneck/step_time_ms/p50": stats["p50_ms"],
-                                         "bottleneck/step_time_ms/p90": stats["p90_ms"]}, step=upto)
+            self._analysis.write_values(period_scalars(stats), step=upto)
 
     def _slowdowns_at_end(self, why: str) -> None:
         """Training ended (``why``): what the slowdown trigger saw and did not capture is told

@@ -2,11 +2,13 @@
 
 While ``fit`` runs (or a custom loop steps), a :class:`tfbneck_plugin.system.run.SystemRun`
 samples the system every ``system_interval_s`` (default 1 s) and rolls the samples into
-``aggregate_s`` intervals (10 s). Each interval becomes TensorBoard scalars under
-``system/`` in ``<log_dir>`` (TensorBoard's Scalars / Time Series dashboards show them like
-any other metric, x = the training step) and a line of the system record
-``<log_dir>/plugins/bottleneck/system_<stamp>_<host>_<pid>.json`` that the tab's trend view
-draws beside the step time, with the flowchart's triage per interval.
+``aggregate_s`` intervals (10 s). Each interval becomes a few TensorBoard scalars in
+``<log_dir>`` (the machine's CPU, this process's and other processes' cores, the busiest
+accelerator: :func:`.summaries.system_scalars`; TensorBoard's Scalars / Time Series
+dashboards show them like any other metric, x = the training step) and a line of the system
+record ``<log_dir>/plugins/bottleneck/system_<stamp>_<host>_<pid>.json``, with every figure
+of the interval (busiest core and thread, run-queue wait, iowait, disk, network, each
+accelerator) and the flowchart's triage, which the tab's trend view draws beside the step time.
 
 Between ``fit`` calls sampling pauses (an idle notebook is not a bottleneck). The sampler
 runs on its own daemon thread; scalars are written through the callback's existing event
@@ -23,32 +25,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..records import STEP_TIMES_DIR, system_run_name, write_sidecar
 from ..system.run import SystemRun, make_record, usable_cores
-from ..system.triage import KINDS
+from .summaries import system_scalars
 
-#: Seconds per interval (one scalar point per ``system/*`` tag): event files stay small
+#: Seconds per interval (one point per system scalar): event files stay small
 #: (a day is 8,640 points per tag) and a 10 s mean hides the sampler's 10 ms tick noise.
 AGGREGATE_S = 10.0
 #: The record is rewritten at every interval during the first hour, then every this many
 #: seconds (rewriting a multi-MB JSON every 10 s would cost more than the sampling).
 REWRITE_EVERY_S_LATER = 300.0
-
-
-def scalars_of(iv: Dict) -> Dict[str, float]:
-    """The ``system/*`` scalars of one interval (:func:`tfbneck_plugin.system.triage.aggregate`)."""
-    out = {"system/cpu_pct": iv["cpu_pct"], "system/busiest_core_pct": iv["busiest_core_pct"],
-           "system/process_cores": iv["tree_cores"], "system/other_cores": iv["other_cores"],
-           "system/disk_read_MBps": iv["disk_read_MBps"], "system/net_recv_MBps": iv["net_recv_MBps"],
-           "system/net_sent_MBps": iv["net_sent_MBps"]}
-    for key, tag in (("busiest_thread_pct", "system/busiest_thread_pct"), ("runq_wait_pct", "system/runq_wait_pct"),
-                     ("iowait_pct", "system/iowait_pct")):
-        if iv.get(key) is not None:
-            out[tag] = iv[key]
-    for g in iv.get("gpus") or []:
-        out[f"system/gpu{g['index']}/util_pct"] = g["util_pct"]
-        out[f"system/gpu{g['index']}/mem_used_GB"] = g["mem_used_gb"]
-    if "triage" in iv:
-        out["system/triage"] = float(KINDS.index(iv["triage"]["bottleneck"]))
-    return out
 
 
 class RunSystemView:
@@ -103,7 +87,7 @@ class RunSystemView:
                 self.intervals.extend(last)
             if self._write_values is not None:  # the partial interval at the end gets its scalars too
                 for iv in last:
-                    self._write_values(scalars_of(iv), int(self._current_step()))
+                    self._write_values(system_scalars(iv), int(self._current_step()))
             if run.error:
                 self._warn("system_view", f"the whole-run system sampler stopped: {run.error}")
             self.write_record(force=True)
@@ -115,7 +99,7 @@ class RunSystemView:
         with self._lock:
             self.intervals.append(iv)
         if self._write_values is not None:
-            self._write_values(scalars_of(iv), int(self._current_step()))
+            self._write_values(system_scalars(iv), int(self._current_step()))
         self.write_record()
 
     def write_record(self, force: bool = False) -> Optional[str]:

@@ -1,0 +1,129 @@
+"""What ``BottleneckProfiler`` writes to TensorBoard's own dashboards in ``<log_dir>``: seven
+scalar tags and one text tag, so that they sit beside the user's loss curves without
+crowding them (:data:`MAX_TAGS`).
+
+Scalars (TensorBoard's Scalars / Time Series dashboards; x axis: the training step):
+
+* ``bottleneck/step_time_ms/p50`` and ``bottleneck/step_time_ms/p90``: the median and 90th
+  percentile step time (ms) of each step-time period (an epoch by default);
+* ``bottleneck/input_pct``: the share of the step spent waiting for input (%), per analysed
+  window, at its last step;
+* ``system/cpu_pct`` (the machine's CPU, %), ``system/process_cores`` (cores the training
+  process and its children used), ``system/other_cores`` (cores other processes used) and,
+  on a host with accelerators, ``system/gpu_util_pct`` (the busiest accelerator's
+  utilisation, %, the figure the tab's trend view and the triage use): one point per
+  system interval (10 s).
+
+Text (TensorBoard's Text dashboard): ``bottleneck/verdict``, one entry per analysed window at
+its last step: the verdict, its cause, confidence, step time, input share and the first fix
+(:func:`verdict_text`).
+
+Everything else stays in the files the Bottleneck tab and ``tfbneck`` read: the whole report
+per window (the session's trace and sidecar), the step-time trend
+(``plugins/bottleneck/steptimes_*.json``) and every system figure per interval, per
+accelerator and the triage (``plugins/bottleneck/system_*.json``). No TensorFlow here: the
+writers in :mod:`.background` turn these values into summaries.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Dict, List, Mapping
+
+from ..schema import SessionDict, bottleneck_label, step_time_ms
+
+if TYPE_CHECKING:
+    from .window import WindowRecord
+
+STEP_TIME_P50 = "bottleneck/step_time_ms/p50"
+STEP_TIME_P90 = "bottleneck/step_time_ms/p90"
+INPUT_PCT = "bottleneck/input_pct"
+CPU_PCT = "system/cpu_pct"
+PROCESS_CORES = "system/process_cores"
+OTHER_CORES = "system/other_cores"
+GPU_UTIL_PCT = "system/gpu_util_pct"
+#: Every scalar tag the callback writes.
+SCALAR_TAGS = (STEP_TIME_P50, STEP_TIME_P90, INPUT_PCT, CPU_PCT, PROCESS_CORES, OTHER_CORES, GPU_UTIL_PCT)
+#: The text tag: the verdict of each analysed window.
+VERDICT_TAG = "bottleneck/verdict"
+#: Tags per run the callback keeps to, scalars and text together (a test counts them in a real
+#: fit): few enough that its charts do not crowd the user's own metrics in the dashboards.
+MAX_TAGS = 8
+
+
+def period_scalars(stats: Mapping[str, float]) -> Dict[str, float]:
+    """The step-time scalars of one period: ``{STEP_TIME_P50: ms, STEP_TIME_P90: ms}`` from the
+    step timer's period statistics (keys ``p50_ms``, ``p90_ms``)."""
+    return {STEP_TIME_P50: float(stats["p50_ms"]), STEP_TIME_P90: float(stats["p90_ms"])}
+
+
+def window_scalars(report: SessionDict) -> Dict[str, float]:
+    """The scalars of one analysed window: ``{INPUT_PCT: % of the step}`` from the report's
+    ``breakdown_pct["input"]``; empty when the report has no breakdown (a failed analysis)."""
+    pct = report.get("breakdown_pct") or {}
+    return {INPUT_PCT: float(pct["input"])} if pct.get("input") is not None else {}
+
+
+def system_scalars(iv: Mapping) -> Dict[str, float]:
+    """The scalars of one system interval (:func:`tfbneck_plugin.system.triage.aggregate`):
+    ``cpu_pct`` (%), ``tree_cores`` and ``other_cores`` (cores), and the highest ``util_pct``
+    of its ``gpus`` (%) when it has any."""
+    out = {CPU_PCT: float(iv["cpu_pct"]), PROCESS_CORES: float(iv["tree_cores"]),
+           OTHER_CORES: float(iv["other_cores"])}
+    utils = [float(g["util_pct"]) for g in iv.get("gpus") or [] if g.get("util_pct") is not None]
+    if utils:
+        out[GPU_UTIL_PCT] = max(utils)
+    return out
+
+
+def verdict_parts(rec: WindowRecord, report: SessionDict) -> List[str]:
+    """The verdict of one analysed window in short clauses, the first one the verdict itself,
+    e.g. ``["steps 3-5: CPU-bound (input_preprocessing, confidence 0.85)",
+    "12.3 ms/step, 40% waiting for input", "fix first: ..."]``; then, when they apply, why a
+    triggered window opened and what changed since the previous window. With
+    ``steps_per_execution`` k > 1 a traced step and the trigger's step times are one execution
+    of k batches (the markers say k), and the clauses say so."""
+    st = step_time_ms(report)
+    per = rec.markers[0][1] - rec.markers[0][0] + 1 if rec.markers else 1
+    unit = "ms/step" if per <= 1 else f"ms per execution of {per} steps"
+    pct = report.get("breakdown_pct") or {}
+    recs = report.get("recommendations") or []
+    head = report.get("bottleneck_label") or bottleneck_label(report.get("bottleneck"))
+    first, last = rec.steps or (0, 0)
+    parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
+             f"confidence {float(report.get('confidence') or 0):.2f})"]
+    if st is not None:
+        parts.append(f"{st:.1f} {unit}, {float(pct.get('input', 0.0)):.0f}% waiting for input")
+    if recs:  # the title, the report's worth string and the fix's code name, as the CLI's table
+        worth = recs[0].get("worth")
+        parts.append(f"fix first: {recs[0].get('title')}" + (f" — {worth}" if worth else "") + f" [{recs[0].get('fix')}]")
+    if rec.kind == "triggered" and rec.trigger:
+        t = rec.trigger
+        parts.append(f"opened on a slowdown: {t['observed_p50_ms']:.3g} {unit} against a baseline of "
+                     f"{t['baseline_p50_ms']:.3g} ms from step {t['slow_steps'][0]}")
+    if rec.change:
+        parts.append(f"changed: {rec.change['text']}")
+    return parts
+
+
+def verdict_text(rec: WindowRecord, report: SessionDict) -> str:
+    """The ``bottleneck/verdict`` text of one analysed window, Markdown as TensorBoard's Text
+    dashboard renders it: the verdict clause in bold (label, ``cause`` and confidence), the
+    other clauses of :func:`verdict_parts` as a list, the verdict's kind, the cause's meaning,
+    and the session folder the whole report reads from."""
+    head, *rest = verdict_parts(rec, report)
+    lines = [f"**{_plain(head)}**", ""]
+    lines += [f"- {_plain(p)}" for p in rest]
+    lines.append(f"- kind `{report.get('bottleneck', 'unknown')}`, cause `{report.get('cause', '')}`"
+                 + (f": {_plain(str(report['cause_text']))}" if report.get("cause_text") else ""))
+    if rec.session_dir:
+        lines.append(f"- session `{os.path.basename(rec.session_dir)}` (the whole report: the Bottleneck tab, "
+                     f"or `tfbneck analyze`)")
+    return "\n".join(lines)
+
+
+def _plain(text: str) -> str:
+    """``text`` with the characters Markdown would read as emphasis or code escaped, so that
+    a cause code such as ``input_preprocessing`` shows as written."""
+    for ch in ("\\", "`", "*", "_"):
+        text = text.replace(ch, "\\" + ch)
+    return text
