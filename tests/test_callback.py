@@ -420,7 +420,9 @@ def test_distributed_and_custom_loops_make_analysable_sessions(job, which):
         # trace began) is dropped, and the evidence says so (issue 25 point 1).
         assert [i["step"] for i in rep["steps"]["items"]] == [4, 5]
         assert any("fetched outside the marked step" in e for e in rep["evidence"]), rep["evidence"]
-    assert rep["bottleneck"] in ("cpu", "device", "io", "network")
+    # A verdict, or the honest "unrecorded": these steps last about 1 ms, and on a loaded
+    # machine the thread can spend most of one descheduled, which the trace records as nothing.
+    assert rep["bottleneck"] in ("cpu", "device", "io", "network") or rep["cause"] == "unrecorded", rep["evidence"]
     assert w["step_source"] == MARKERS  # the background analysis agrees
 
 

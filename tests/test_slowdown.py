@@ -40,6 +40,9 @@ from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, read_step_times
 from support.paths import ROOT, TESTS
 
+#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
 
 HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "slowdown_jobs.py")
@@ -224,9 +227,10 @@ def test_the_trend_file_and_the_scalars(job):
 # ----------------------------------------------------------------------------------------
 
 @pytest.mark.tf
-@pytest.mark.parametrize("load", ["as_is", "under_load"])
-def test_a_steady_run_captures_nothing_extra(job, load):
-    r = job("steady", under_load=load == "under_load")
+def test_a_steady_run_on_a_busy_machine_captures_nothing_extra(job):
+    # Beside other work, the harder case for a false trigger (an idle machine's run is
+    # steadier); the per-epoch statistics below hold either way.
+    r = job("steady", under_load=True)
     assert [(w["kind"], w["steps"]) for w in r["windows"]] == [("scheduled", [30, 34])], trigger_seen(r)
     assert not [x for x in r["_tfbneck_lines"] if "slow" in x]
     # The per-epoch statistics are the job's own clock's, less the steps not timed: the
