@@ -23,6 +23,10 @@ from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME
 from tfbneck_plugin.trace import tracefile, xspace
 from support.paths import ROOT, TESTS
 
+#: Verdicts and system shares of real fits: run alone (tests/run.sh), never beside another TensorFlow job.
+pytestmark = pytest.mark.serial
+
+
 HERE = TESTS
 JOBS = os.path.join(HERE, "callback_jobs", "jobs.py")
 TFBNECK = [sys.executable, "-m", "tfbneck_plugin.cli"]

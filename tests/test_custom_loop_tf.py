@@ -19,7 +19,7 @@ from conftest import HERE, ROOT
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.serial]  # verdicts from measured shares: run alone (tests/run.sh)
 JOB = os.path.join(HERE, "tf_jobs", "custom_loop.py")
 INPUT_CAUSES = ("input_preprocessing", "cpu_contention", "file_read", "remote_read")
 

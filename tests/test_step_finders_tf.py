@@ -19,6 +19,7 @@ import pytest
 from conftest import HERE, ROOT, tfbneck_cmd
 
 from tfbneck_plugin.analysis import host as hostmod
+from tfbneck_plugin.analysis.odd_steps import MAX_ODD_SHARE
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.analysis.steps import find_steps
 from tfbneck_plugin.logdir import find_sessions
@@ -122,10 +123,11 @@ def test_user_annotations_without_r_around_gradient_accumulation(runs):
     r = subprocess.run(tfbneck_cmd() + ["analyze", str(folder), "--format", "json"], capture_output=True,
                        text=True, timeout=300)
     s = json.loads(r.stdout)["sessions"][0]
-    # An odd step (issue 25) is left out of the report's steps and named: 12 in all.
+    # Odd steps are left out of the report's steps and named: 12 in all. Beside other work more
+    # than one can be odd (two of twelve in a whole-suite run), never more than the rule allows.
     outliers = ((s["steps"].get("outliers") or {}).get("steps")) or []
     assert s["step_source"] == "user_step_annotations ('batch_step')"
-    assert s["steps"]["count"] + len(outliers) == 12 and len(outliers) <= 1
+    assert s["steps"]["count"] + len(outliers) == 12 and len(outliers) <= int(MAX_ODD_SHARE * 12), outliers
 
 
 @pytest.mark.parametrize("sub", ["fit", "session"])

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import HERE, tfbneck_cmd, xprof_input_pipeline
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.serial]  # verdicts from measured shares: run alone (tests/run.sh)
 JOB = os.path.join(HERE, "tf_jobs", "heavy_map_fit.py")
 
 
