@@ -30,6 +30,7 @@ import os
 from typing import TYPE_CHECKING, Dict, List, Mapping
 
 from ..schema import SessionDict, bottleneck_label, step_time_ms
+from ..system.triage import busiest_gpu_util_pct
 
 if TYPE_CHECKING:
     from .window import WindowRecord
@@ -65,13 +66,13 @@ def window_scalars(report: SessionDict) -> Dict[str, float]:
 
 def system_scalars(iv: Mapping) -> Dict[str, float]:
     """The scalars of one system interval (:func:`tfbneck_plugin.system.triage.aggregate`):
-    ``cpu_pct`` (%), ``tree_cores`` and ``other_cores`` (cores), and the highest ``util_pct``
-    of its ``gpus`` (%) when it has any."""
+    ``cpu_pct`` (%), ``tree_cores`` and ``other_cores`` (cores), and the busiest accelerator's ``util_pct``
+    (:func:`tfbneck_plugin.system.triage.busiest_gpu_util_pct`, %) when it has any."""
     out = {CPU_PCT: float(iv["cpu_pct"]), PROCESS_CORES: float(iv["tree_cores"]),
            OTHER_CORES: float(iv["other_cores"])}
-    utils = [float(g["util_pct"]) for g in iv.get("gpus") or [] if g.get("util_pct") is not None]
-    if utils:
-        out[GPU_UTIL_PCT] = max(utils)
+    util = busiest_gpu_util_pct(iv)
+    if util is not None:
+        out[GPU_UTIL_PCT] = util
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..logdir import Session, open_any
 from ..records import SidecarError, read_step_times, read_system_run
 from ..runs import list_trend_files, run_dir_of
+from ..system.triage import busiest_gpu_util_pct
 
 #: Parsed trend files kept in memory (the least recently read dropped first).
 CACHE_ENTRIES = 64
@@ -128,8 +129,7 @@ def system_view(record: Dict) -> Dict:
     intervals = []
     for iv in record.get("intervals") or []:
         item = {k: iv.get(k) for k in _INTERVAL_KEYS}
-        gpus = iv.get("gpus") or []
-        item["gpu_util_pct"] = max((g.get("util_pct") or 0.0 for g in gpus), default=None)
+        item["gpu_util_pct"] = busiest_gpu_util_pct(iv)
         t = iv.get("triage") or {}
         item["bottleneck"], item["reason"] = t.get("bottleneck"), t.get("reason")
         intervals.append(item)

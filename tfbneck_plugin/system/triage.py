@@ -21,7 +21,7 @@ the input preparation are both CPU work: the system view cannot separate them).
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 #: Accelerator utilisation above which the run is device-bound: the method's flowchart
 #: ("consistently high (> 90 %)"; NVML's utilisation.gpu, the figure nvidia-smi shows).
@@ -121,6 +121,13 @@ def aggregate(samples: List[Dict]) -> Optional[Dict]:
     }
 
 
+
+def busiest_gpu_util_pct(iv: Mapping) -> Optional[float]:
+    """The highest utilisation (%) among an interval's accelerators (its ``gpus``, as
+    :func:`aggregate` writes them; a missing figure counts as 0), None without accelerators:
+    the figure the flowchart, the tab's trend view and the callback's scalar read."""
+    return max((float(g.get("util_pct") or 0.0) for g in iv.get("gpus") or []), default=None)
+
 def triage_interval(iv: Dict, cpu_count: int) -> Dict:
     """The flowchart applied to one :func:`aggregate` interval.
 
@@ -130,8 +137,7 @@ def triage_interval(iv: Dict, cpu_count: int) -> Dict:
     ``tree_cores``, ``network``, ``waiting``, ``unclear``). ``cpu_count``: the cores the
     machine has.
     """
-    gpus = iv.get("gpus") or []
-    util = max((g["util_pct"] for g in gpus), default=None)
+    util = busiest_gpu_util_pct(iv)
     tree = iv["tree_cores"]
     net = iv["net_recv_MBps"] + iv["net_sent_MBps"]
     if util is not None and util > DEVICE_UTIL_HIGH_PCT:
