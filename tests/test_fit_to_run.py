@@ -103,6 +103,22 @@ def test_python_input_that_waits_gets_threads_and_thread_workers_already_running
     assert python_input.input_workers(f.system) == (8, "8 worker thread(s)")
 
 
+def test_run_queue_waits_beside_an_idle_core_do_not_make_waiting_input_compute():
+    """A sleeping PyDataset on a machine where another process spins on one of the 2 cores
+    (measured under ``under-load -j 1``: the tree at 0.25 cores, others 1.13, its threads
+    0.45 cores runnable): its threads' waits are wake-up latency beside an idle core, so the
+    input still waits and gets threads; the same waits with no core idle are starvation, and
+    input starved that way computes (processes)."""
+    f = _generator_findings(tree=0.25, others=1.13, children=0)
+    f.system["tree_runq_wait_cores"] = 0.45
+    assert cpu_share.cores_of(f.system).starved == 0.0 and python_input.input_computes(f) is False
+    code = fit_to_run.fit(advice_for("input_preprocessing", f), f)[0]["code"]
+    assert "use_multiprocessing=False" in code, code
+    f = _generator_findings(tree=0.25, others=1.75, children=0)
+    f.system["tree_runq_wait_cores"] = 0.45
+    assert cpu_share.cores_of(f.system).starved == pytest.approx(0.45) and python_input.input_computes(f) is True
+
+
 def test_python_input_that_computes_gets_one_worker_process_per_core():
     f = _generator_findings(tree=0.95, others=0.05, children=0)
     code = fit_to_run.fit(advice_for("input_preprocessing", f), f)[0]["code"]

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import SHARED, need_shared
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 
@@ -21,19 +22,31 @@ ROOT = os.path.dirname(HERE)
 JOBS = ("pyds_saturated", "pyds_waiting", "pyds_threads", "vectorised", "per_element", "jit", "nojit")
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("fit_to_run")
+def _run_jobs(logs, jobs, prefix=()):
+    """Runs ``jobs`` (names from :data:`JOBS`) in one interpreter, after ``prefix`` (a command
+    that runs the rest, e.g. under-load); returns {job: report}."""
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_USE_LEGACY_KERAS", None)
-    r = subprocess.run([sys.executable, os.path.join(HERE, "tf_jobs", "fit_to_run_jobs.py"), str(logs),
-                        ",".join(JOBS)], env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(list(prefix) + [sys.executable, os.path.join(HERE, "tf_jobs", "fit_to_run_jobs.py"),
+                                       str(logs), ",".join(jobs)], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and "DONE" in r.stdout, r.stderr[-3000:]
     out = {}
-    for job in JOBS:
+    for job in jobs:
         (session,) = find_sessions(str(logs / job)).sessions
         out[job] = analyze_session(session)
     return out
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return _run_jobs(tmp_path_factory.mktemp("fit_to_run"), JOBS)
+
+
+def _seen(report):
+    """What a failure message needs: the verdict, the sampled cores and the advice."""
+    keys = ("usable_cores", "tree_cpu_cores", "others_cpu_cores", "tree_runq_wait_cores", "tree_children", "pool_threads")
+    return {"verdict": (report["bottleneck"], report["cause"]), "input_pct": report["breakdown_pct"]["input"],
+            "system": {k: report["system_metrics"].get(k) for k in keys}, "fixes": _fixes(report)}
 
 
 def _fixes(report):
@@ -74,11 +87,22 @@ def test_waiting_pydataset_advice_is_threads_and_eight_threads_already_running_a
     workers."""
     waiting = next((r for r in reports["pyds_waiting"]["recommendations"] if r["fix"] == "pydataset_workers"), None)
     if waiting is not None:
-        assert "use_multiprocessing=False" in waiting["code"], waiting["code"]
+        assert "use_multiprocessing=False" in waiting["code"], (waiting["code"], _seen(reports["pyds_waiting"]))
     s = reports["pyds_threads"]
     assert s["system_metrics"]["pool_threads"] == 8, s["system_metrics"]
     assert s["system_metrics"]["tree_children"] == 0
     assert "pydataset_workers" not in _fixes(s), (s["recommendations"], s["evidence"])
+
+
+@pytest.mark.tf
+def test_waiting_pydataset_on_a_busy_machine_still_gets_threads(tmp_path):
+    """The same waiting PyDataset with a process spinning on one of the cores
+    (``under-load -j 1``): its threads wait for the scheduler beside an idle core, which is
+    not computing; where more workers are advised, they are threads."""
+    prefix = (need_shared(os.path.join(SHARED, "tools", "under-load"), "tools/under-load"), "-j", "1")
+    report = _run_jobs(tmp_path, ("pyds_waiting",), prefix)["pyds_waiting"]
+    waiting = next((r for r in report["recommendations"] if r["fix"] == "pydataset_workers"), None)
+    assert waiting is not None and "use_multiprocessing=False" in waiting["code"], _seen(report)
 
 
 @pytest.mark.tf

@@ -25,6 +25,7 @@ The browser test of the trend view (the tab's "Step-time trend") is here too: it
 ``slowdown`` job's logdir.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, need_shared, tfbneck_cmd
+from tfbneck_plugin import SlowdownTrigger
 from tfbneck_plugin.capture.slowwatch import LEVEL_MIN_STEPS
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
@@ -129,7 +131,12 @@ def test_a_slowdown_opens_a_window_by_itself_with_the_input_verdict(job):
     sched, trig = r["windows"]  # exactly one window beyond the scheduled one
     assert (sched["kind"], sched["steps"], sched["status"]) == ("scheduled", [30, 34], "profiled")
     assert trig["kind"] == "triggered" and trig["status"] == "profiled" and trig["closed_by"] == "completed"
-    assert trig["requested"] == [trig["steps"]] and trig["steps"][1] - trig["steps"][0] == 4
+    # Its length: the default trigger's window_steps, or the steps that last its
+    # window_seconds at the slow stretch's median step time when those are more (a CI run's
+    # slow steps took 7 ms: 15 steps).
+    d = SlowdownTrigger()
+    length = max(d.window_steps, math.ceil(1e3 * d.window_seconds / trig["trigger"]["observed_p50_ms"]))
+    assert trig["requested"] == [trig["steps"]] and trig["steps"][1] - trig["steps"][0] + 1 == length, trig
     assert trig["session_dir"].endswith("_slowdown")
 
     # When: the job's own clock says where the slow steps begin, i.e. where ten steps in a

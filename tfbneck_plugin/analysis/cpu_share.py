@@ -66,6 +66,15 @@ class Cores:
         return max(self.n - self.tree - self.others, 0.0)
 
     @property
+    def starved(self) -> float:
+        """The tree's runnable threads that waited for a core the machine did not have:
+        :attr:`waiting` beyond the :attr:`idle` cores (>= 0). While a core sits idle, a
+        thread's run-queue wait is the scheduler's wake-up latency (each wake-up of a thread
+        that sleeps, reads or blocks can wait a slice for a busy core before it moves), which
+        grows with other processes' load and with wake-ups, not with the work it wants done."""
+        return max(self.waiting - self.idle, 0.0)
+
+    @property
     def free(self) -> float:
         """Cores the tree can count on: what it used plus the idle ones (at most n)."""
         return min(float(self.n), max(self.tree + self.idle, MIN_CORES))

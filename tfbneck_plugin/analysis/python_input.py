@@ -29,11 +29,11 @@ def input_computes(f: Findings) -> Optional[bool]:
     without system metrics. Threads that ran or waited for a core want the CPU, so a starved
     input still computes: its own cores while the step waited
     (:meth:`~.cpu_share.Cores.input_while_waiting`: on a CPU-only host the tree's cores less
-    the model's executor work) plus the tree's runnable threads reach
-    :data:`~.sysmetrics.BUSY_PROCESS_CORES`."""
+    the model's executor work) plus the tree's runnable threads that found no idle core
+    (:attr:`~.cpu_share.Cores.starved`) reach :data:`~.sysmetrics.BUSY_PROCESS_CORES`."""
     from .sysmetrics import BUSY_PROCESS_CORES
     cores = cpu_share.cores_of(f.system)
     if cores is None:
         return None
     model = f.timing.model_cores if f.timing is not None and f.device_kind == "CPU" else None
-    return cores.input_while_waiting(model, f.share("input") / 100.0) + cores.waiting >= BUSY_PROCESS_CORES
+    return cores.input_while_waiting(model, f.share("input") / 100.0) + cores.starved >= BUSY_PROCESS_CORES
