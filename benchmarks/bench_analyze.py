@@ -30,7 +30,7 @@ tfbneck's own size limit (TFBNECK_MAX_TRACE_BYTES) raised to its size.
 between the ``bench_analyze`` marker lines (tests/test_bench_analyze.py keeps them equal).
 
 ``--quick`` measures the ratio the quick test tier guards: in one process, interleaved,
-the analysis of a small real trace (demo_logs' cpu_bound_input_fixed, read from its bytes)
+the analysis of a small real trace (tests/data/cache_filling_window, read from its bytes)
 against protobuf's parse of the same bytes, median of per-pair ratios; a ratio, so it moves
 with the analysis per event and not with the machine's speed. It does move with the numpy and
 protobuf releases (the floors' numpy 1.23 and protobuf 4.21: ~17.4 where numpy 2 and protobuf 6
@@ -53,7 +53,7 @@ RESULTS = os.path.join(HERE, "results", "bench_analyze.json")
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- bench_analyze:begin -->", "<!-- bench_analyze:end -->"
 #: The small real trace of --quick (committed with the project).
-QUICK_TRACE = os.path.join(ROOT, "demo_logs", "cpu_bound_input_fixed", "plugins", "profile",
+QUICK_TRACE = os.path.join(ROOT, "tests", "data", "cache_filling_window", "plugins", "profile",
                            "2026_11_30_12_21_08_steps6-10", "vm.xplane.pb")
 
 PRELUDE = r"""

@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 
-from conftest import DEMO_LOGS, tfbneck_cmd
+from conftest import DATA, DEMO_LOGS, tfbneck_cmd
 
 
 def test_demo_verdicts_match_how_each_run_was_made():
@@ -22,25 +22,40 @@ def test_demo_verdicts_match_how_each_run_was_made():
     assert got["slow_file_reads"]["input_pipeline"]["bottleneck_stage"].endswith("::Generator")
 
 
+
+def test_the_demo_pair_with_its_input_fixed_compares_faster():
+    """`cpu_bound_input_fixed` is `cpu_bound_input` (the same model and batch) with the input
+    fixed (parallel map, cache, prefetch), profiled once the cache is full: the comparison
+    says faster, the wait for input all but gone, the verdict no longer the input."""
+    r = subprocess.run(tfbneck_cmd() + ["compare", os.path.join(DEMO_LOGS, "cpu_bound_input"),
+                                        os.path.join(DEMO_LOGS, "cpu_bound_input_fixed"), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (c,) = json.loads(r.stdout)["comparisons"]
+    assert c["verdict"] == "faster" and c["change_pct"] == -69.51
+    assert (c["breakdown_ms"]["input"]["baseline"], c["breakdown_ms"]["input"]["candidate"]) == (8.804, 0.065)
+    assert (c["baseline"]["cause"], c["candidate"]["cause"]) == ("input_preprocessing", "model_compute")
+
 def test_demo_logs_stay_small():
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(DEMO_LOGS) for f in fs)
     assert total < 5 * 2 ** 20
 
 
 def test_a_window_opened_on_a_slowdown_names_the_input_whose_work_took_the_models_cores(tmp_path):
-    """The demo's `cpu_bound_input_fixed` (CPU-only, a parallel map beside the step on a
-    2-core machine whose threads queued for cores; in its window the cache is still being
-    filled, so the 200-pass map runs). As the scheduled window it is, the map's work is the
-    cache's first pass, which later passes do not repeat: the verdict is the model's math
-    (the same model fed its cached batches ran 1.08x faster) and the evidence says the cache
-    is filling. Recorded as a window the slowdown trigger opened, against a baseline its steps
-    are 1.5x or more over, the map's work over the cores the training used explains more than
-    half of the growth: the slowdown rule names the input, the cause of that window's slowdown.
-    Against a baseline its steps are under 1.5x of, the window missed the slowdown and reads as
-    the scheduled one. The shipped files are not touched."""
+    """tests/data/cache_filling_window (CPU-only, a 3 x 1024-unit model beside a parallel map
+    on a 2-core machine whose threads queued for cores; in its window, steps 6-10 of the first
+    pass, the cache is still being filled, so the 200-pass map runs). As the scheduled window
+    it is, the map's work is the cache's first pass, which later passes do not repeat: the
+    verdict is the model's math (the same model fed its cached batches ran 1.08x faster) and
+    the evidence says the cache is filling. Recorded as a window the slowdown trigger opened,
+    against a baseline its steps are 1.5x or more over, the map's work over the cores the
+    training used explains more than half of the growth: the slowdown rule names the input,
+    the cause of that window's slowdown. Against a baseline its steps are under 1.5x of, the
+    window missed the slowdown and reads as the scheduled one. The committed files are not
+    touched."""
     import glob
     import shutil
-    src = os.path.join(DEMO_LOGS, "cpu_bound_input_fixed")
+    src = os.path.join(DATA, "cache_filling_window")
     sidecar_rel = os.path.relpath(glob.glob(os.path.join(src, "plugins/profile/*/tfbneck_system_metrics.json"))[0], src)
     before = open(os.path.join(src, sidecar_rel), "rb").read()
 

@@ -26,6 +26,11 @@ device_steps_gpu_tf24       ``xprof-demo/GPU-multi-worker`` (openxla/xprof ``dem
                             ``/device:GPU:4`` (the other replica's GPU and threads left out)
 ==========================  ===================================================================
 
+``cache_filling_window`` is not made here: it is the first ``demo_logs/cpu_bound_input_fixed``
+run of ``demo_logs/make_demo_logs.py`` (a parallel map, ``cache()`` and ``prefetch`` feeding a
+3 x 1024-unit model, batch 32, steps 6-10 profiled while the first pass still fills the cache),
+kept for the tests that need a window with the map's work beside the step.
+
 A cut keeps every XEvent that overlaps the time window (host and kept device planes), its
 stats, and the metadata that kept events and stats refer to; offsets, durations, names and
 stats are the recorded ones. Nothing else is changed.
