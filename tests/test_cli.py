@@ -211,3 +211,38 @@ def test_step_source_reads_the_same_in_every_format(logdir):
     assert c["step_source"] == j
     assert j in run_cli("analyze", str(logdir)).stdout.splitlines()[2]
     assert f"| {j} |" in run_cli("analyze", str(logdir), "--format", "markdown").stdout
+
+
+def _in_a_terminal(args, cwd):
+    """Runs ``tfbneck ARGS`` with stdout and stderr on one pseudo-terminal, as a user's shell
+    does; returns (exit status, what the terminal showed)."""
+    import pty
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(tfbneck_cmd() + list(args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=secondary,
+                            stderr=secondary, close_fds=True)
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    return proc.wait(timeout=60), shown.decode("utf-8", "replace")
+
+
+def test_a_corrupt_trace_is_said_once_in_a_terminal(tmp_path):
+    """In a terminal the table's ERROR line is the one place the failure is said (the stderr
+    copy is for output that goes elsewhere: a pipe, --output, JSON)."""
+    session = tmp_path / "run" / "plugins" / "profile" / "2024_01_01_00_00_00"
+    session.mkdir(parents=True)
+    bad = session / "host.xplane.pb"
+    bad.write_bytes(b"\x0b" * 3000)
+    rc, shown = _in_a_terminal(["analyze", "run"], str(tmp_path))
+    assert rc == 1
+    assert shown.count("not a valid XSpace protobuf") == 1 and "Traceback" not in shown, shown
+    r = run_cli("analyze", str(tmp_path / "run"))  # piped: the report and the error line on stderr
+    assert r.returncode == 1 and r.stderr.count("not a valid XSpace protobuf") == 1, r.stderr

@@ -327,7 +327,9 @@ def _emit(args, results: List[SessionDict]) -> int:
     else:
         write_stdout(text if text.endswith("\n") else text + "\n")
     failed = [r for r in results if r.get("status") != "ok"]
-    for r in failed:
+    # The table on a terminal already ends with each failure's ERROR line: said once there.
+    shown = args.format == "table" and not args.output and sys.stdout.isatty()
+    for r in failed if not shown else ():
         print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
     return 1 if failed else 0
 

@@ -116,11 +116,19 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
+def _batch_ms(s: schema.Report) -> str:
+    """The time per batch (ms, 3 significant digits), the figure rows of runs with different
+    ``steps_per_execution`` share: a traced step of k batches is k times one batch's time."""
+    v = (s.get("steps") or {}).get("time_per_batch_ms")
+    return "" if not isinstance(v, (int, float)) else f"{v:.3g}"
+
+
 def to_table(report: Mapping[str, Any]) -> str:
     """A fixed-width table for terminals, then the evidence of each session."""
-    cols = ["run", "session", "status", "device_kind", "steps", "step_ms", "step_source", "bottleneck", "cause",
+    cols = ["run", "session", "status", "device_kind", "steps", "batch_ms", "step_source", "bottleneck", "cause",
             "confidence", "fix_first", "input_pct", "blocking_stage", "path"]
-    rows = [dict(row(s), fix_first=(schema.first_fix(s) or {}).get("fix") or "") for s in report["sessions"]]
+    rows = [dict(row(s), fix_first=(schema.first_fix(s) or {}).get("fix") or "", batch_ms=_batch_ms(s))
+            for s in report["sessions"]]
     # The path goes last and whole: it is what tells two rows of the same run name apart.
     widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40 if c != "path" else 10**6)
               for c in cols}
@@ -208,11 +216,11 @@ def worker_lines(s: schema.Report) -> List[str]:
 
 def to_markdown(report: Mapping[str, Any]) -> str:
     """A Markdown table of the sessions, then each session's verdict, evidence and recommendations."""
-    cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "step_ms", "input_pct",
+    cols = ["run", "session", "status", "bottleneck", "cause", "confidence", "steps", "batch_ms", "input_pct",
             "blocking_stage", "step_source", "path"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for s in report["sessions"]:
-        r = row(s)
+        r = dict(row(s), batch_ms=_batch_ms(s))
         out.append("| " + " | ".join(_cell(r[c]).replace("|", "\\|") for c in cols) + " |")
     out.append("")
     for s in report["sessions"]:
