@@ -30,7 +30,8 @@ CAUSES: Dict[str, Cause] = {
     "model_compute": Cause("device", "The model's own math keeps the device busy: the healthy state."),
     "host_device_transfer": Cause("io", "Copies between host and device take a large share of the step: "
                                         "delivering the data to the device, the input side's work."),
-    "file_read": Cause("io", "Reading the input from storage is too slow."),
+    "file_read": Cause("io", "The input pipeline waits for its data rather than computing: reading it from "
+                             "storage (or another slow source its code waits on) is too slow."),
     "remote_read": Cause("network", "Reading input over the network is too slow."),
     "gradient_sync": Cause("network", "Devices wait on gradient synchronisation (collectives) that no "
                                       "worker's lateness explains."),

@@ -160,9 +160,9 @@ def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Option
         # Waiting, but not on this machine's disks: a sleep, a lock, a page-cache hit, remote storage.
         return ("io", "file_read", penalty + NO_READS_PENALTY, Sampled(
             f"The {who} used only {own:.2f} cores while the step waited: the input pipeline waits rather than "
-            f"computes, but no disk reads were seen ({reads:.1f} MB/s, I/O wait {iowait:.0f} %): the wait is "
-            f"elsewhere (a sleep or a lock in the pipeline's code, files already in the page cache, remote "
-            f"storage){machine}."))
+            f"computes, but no disk reads were seen ({reads:.1f} MB/s, I/O wait {iowait:.0f} %): it waits on a source other "
+            f"than this machine's disks (remote storage, files already in the page cache, a sleep or a lock in "
+            f"the pipeline's code){machine}."))
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))

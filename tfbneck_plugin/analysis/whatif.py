@@ -74,8 +74,8 @@ EAGER_FLOOR_PERCENTILE = 10
 GRAPH_OP_US = 5.8
 COMPILED_CALL_MS = 0.61
 #: How many ops of one training graph TensorFlow's executor runs at once on average, where
-#: the cores allow: the compiled dense models here (demo_logs/compute_bound and
-#: cpu_bound_input_fixed, 2 cores) ran 1.6-1.8 core-ms of ops per ms of their span.
+#: the cores allow: the compiled dense models here (demo_logs/compute_bound and the 1024x3
+#: model of tests/data/cache_filling_window, 2 cores) ran 1.6-1.8 core-ms of ops per ms of their span.
 GRAPH_CONCURRENCY = 1.7
 #: Fraction of the gaps between a step's ops (executor hand-offs between threads) that
 #: recur for every batch inside Keras' multi-step loop; the rest is start-up that a running
