@@ -40,17 +40,26 @@ if [ "$TIER" = quick ]; then
   TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest tests -n 2 --dist loadfile "$@"
 fi
 status=0
+# Each phase's wall time on stderr, so a slow suite says where its time went.
+phase_t0=$SECONDS
+phase_done() { echo "tests/run.sh: $1 took $((SECONDS - phase_t0)) s" >&2; phase_t0=$SECONDS; }
+phase_done "installs"
 # The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
 "$VENV/bin/python" -m mypy || status=$?
+phase_done "mypy"
 # Every test that starts no TensorFlow job, and the README's blocks (mostly a pip install in a
 # fresh venv): two workers, a file each, so the README's run overlaps the rest.
 "$VENV/bin/python" -m pytest tests -m "not tf or readme" -n 2 --dist loadfile "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+phase_done "tests without TensorFlow"
 # The TensorFlow jobs: two at a time (a file each), then those marked serial one at a time (they
 # time steps or measure CPU shares and need the machine to themselves).
 "$VENV/bin/python" -m pytest tests -m "tf and not readme and not serial" -n 2 --dist loadfile "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+phase_done "TensorFlow tests two at a time"
 "$VENV/bin/python" -m pytest tests -m "tf and not readme and serial" "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+phase_done "TensorFlow tests alone"
 # The lowest-versions job: the floors setup.py declares, in their own venvs.
 bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+phase_done "lowest-versions job"
 exit "$status"

@@ -232,6 +232,8 @@ def test_live_panel_in_a_real_terminal(tmp_path):
         assert done.read_text().strip() == "0"
         after = _tmux("capture-pane", "-p", "-t", name).stdout
         assert "tfbneck watch: cpu" in after  # the summary line once the panel closed
+        # The spinning command printed nothing: no empty log file is left behind.
+        assert "the command printed nothing" in after and "the command's output" not in after, after
     finally:
         _tmux("kill-session", "-t", name)
 
@@ -255,8 +257,13 @@ def test_closing_the_terminal_ends_the_watched_command_and_keeps_the_record(tmp_
         assert psutil.pid_exists(child_pid)
     finally:
         _tmux("kill-session", "-t", name)  # the terminal closes: SIGHUP to the watcher
+    def ended():
+        try:
+            return psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # gone, possibly between two looks
+            return True
     for _ in range(30):
-        if not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE:
+        if ended():
             break
         time.sleep(0.5)
     else:

@@ -279,6 +279,18 @@ def _group_gone(pgid: int, wait_s: float) -> bool:
         time.sleep(0.05)
     return False
 
+def _drop_if_empty(path: str) -> bool:
+    """Removes the command's log file when the command wrote nothing to it (a temporary file
+    of the watcher's own, not the user's); True when it did."""
+    try:
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+            return True
+    except OSError:
+        pass
+    return False
+
+
 def _emit(record: Dict, args, log_path: Optional[str]) -> None:
     if args.output:
         from .records import write_sidecar
@@ -302,7 +314,9 @@ def _emit(record: Dict, args, log_path: Optional[str]) -> None:
     for c in record.get("captures", []):
         print(f"  captured {c.get('session')}: {c.get('bottleneck')} / {c.get('cause')}" if not c.get("error")
               else f"  capture failed: {c['error']}")
-    if log_path:
+    if log_path and _drop_if_empty(log_path):
+        print("  the command printed nothing")
+    elif log_path:
         print(f"  the command's output: {log_path}")
     if args.output:
         print(f"  system record: {args.output}")
