@@ -177,7 +177,7 @@ def _stages(*stages):
 def test_fused_map_and_batch_made_parallel_is_parallel_map():
     """Issue 25: a fused MapAndBatch whose parallelism went from 1 to AUTOTUNE (as tf.data's
     stats record it: parallelism, autotune) is the change parallel_map."""
-    from tfbneck_plugin.comparison import detect_changes
+    from tfbneck_plugin.compare_changes import detect_changes
     before = _stages(("MapAndBatch", 1, None), ("Prefetch", None, None))
     assert detect_changes(before, _stages(("MapAndBatch", 2, "true"), ("Prefetch", None, None))) == ["parallel_map"]
     assert detect_changes(before, _stages(("ParallelMapV2", 4, None), ("BatchV2", None, None))) == ["parallel_map"]
@@ -189,23 +189,23 @@ def test_a_prediction_is_checked_on_the_jobs_own_clock_when_both_sides_have_one(
     """The prediction is in the baseline trace's units (the profiler's cost included): with
     both sides' trend files it is taken to the job's clock (x job/traced of the baseline) and
     checked against the candidate's job time, else against the candidate's traced window."""
-    from tfbneck_plugin.comparison import _prediction_check
+    from tfbneck_plugin.compare_changes import prediction_check
     rec = {"fix": "prefetch", "predicted": {"time_per_batch_ms": 5.0, "range_ms": [4.0, 6.0], "basis": "b"}}
     base = {"recommendations": [rec], "steps": {"time_per_batch_ms": 10.0, "batches_per_step": 1},
             "window": {"job_step_ms": 8.0}}
     cand = {"steps": {"batches_per_step": 1}, "window": {"job_step_ms": 4.5}}
-    p = _prediction_check(base, cand, "prefetch", 5.5)
+    p = prediction_check(base, cand, "prefetch", 5.5)
     assert p["measured_on"] == "job clock" and p["measured_ms"] == 4.5 and p["traced_ms"] == 5.5
     assert p["predicted_ms"] == 4.0 and p["range_ms"] == [3.2, 4.8] and p["within_range"]
     assert p["error_pct"] == pytest.approx(100 * (4.0 - 4.5) / 4.5, abs=0.1)
-    p = _prediction_check(base, {"steps": {}}, "prefetch", 5.5)
+    p = prediction_check(base, {"steps": {}}, "prefetch", 5.5)
     assert p["measured_on"] == "trace" and p["measured_ms"] == 5.5 and p["predicted_ms"] == 5.0
 
 
 def test_more_python_input_workers_is_pydataset_workers_when_it_was_advised():
     """A PyDataset advised to run several workers, whose candidate runs 8 threads (seen as pool
     threads: threads are not processes) or 2 processes, made the change pydataset_workers."""
-    from tfbneck_plugin.comparison import detect_changes
+    from tfbneck_plugin.compare_changes import detect_changes
 
     def side(children, threads, advised):
         r = _stages(("Generator", None, None))
@@ -216,6 +216,24 @@ def test_more_python_input_workers_is_pydataset_workers_when_it_was_advised():
     assert detect_changes(side(0, 0, True), side(2, 0, False)) == ["pydataset_workers"]
     assert detect_changes(side(0, 0, False), side(0, 8, False)) == []  # not advised: not credited
     assert detect_changes(side(0, 8, True), side(0, 8, False)) == []   # as many as before
+
+
+def test_the_shipped_cache_fix_is_detected_and_checked_against_its_best_case():
+    """The demo pair cpu_bound_input -> cpu_bound_input_fixed: the baseline was advised to
+    cache its map's output (no model, a bound: the step without its input wait) and the
+    candidate's pipeline has a cache() stage: the change is cache, and the check gives its
+    best case beside the measured time, which cannot beat it."""
+    from tfbneck_plugin.compare_changes import detect_changes
+    from tfbneck_plugin.comparison import compare
+    c = compare(os.path.join(DEMO_LOGS, "cpu_bound_input"), os.path.join(DEMO_LOGS, "cpu_bound_input_fixed"))
+    (p,) = c["comparisons"][0]["predictions"]
+    assert p["fix"] == "cache" and p["predicted_ms"] is None and p["bound_ms"] == pytest.approx(2.619, abs=0.01)
+    assert p["measured_ms"] >= p["bound_ms"]
+    from tfbneck_plugin.comparison import to_table
+    assert "cache: best case 2.62 ms (no model: " in to_table(c) and f"measured {p['measured_ms']:.2f} ms" in to_table(c)
+    advised = dict(_stages(("Map", None, None)), recommendations=[{"fix": "cache"}])
+    assert detect_changes(advised, _stages(("MemoryCacheImpl", None, None), ("Prefetch", None, None))) == ["cache"]
+    assert detect_changes(_stages(("Map", None, None)), _stages(("MemoryCacheImpl", None, None))) == []  # not advised
 
 
 def test_the_decision_needs_significance_size_and_no_load_to_explain_it():

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 import numpy as np
 
 from . import compare_evidence as evid
+from .compare_changes import credited, detect_changes, prediction_check
 from .analysis.breakdown import CATEGORIES
 from .analysis.thresholds import INPUT_BOUND_PCT
 from .schema import SessionDict
@@ -253,114 +254,10 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "load": load,
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
-        "predictions": _credited([_prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
+        "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
         "op_changes": op_changes(baseline, candidate, significance),
     }
 
-
-def _credited(predictions: List[Dict]) -> List[Dict]:
-    """Marks ``credited`` the change whose prediction explains the measured time best (the
-    smallest error; a measured time inside a prediction's range wins), when several were made."""
-    scored = [p for p in predictions if p.get("predicted_ms") is not None]
-    best = min(scored, key=lambda p: (not p["within_range"], abs(p["error_pct"])), default=None)
-    for p in predictions:
-        p["credited"] = p is best
-    return predictions
-
-
-def _job_per_batch(report: Dict) -> Optional[float]:
-    """The job's own unprofiled time per batch around the report's window (ms), None unknown."""
-    job = (report.get("window") or {}).get("job_step_ms")
-    per_step = max(int((report.get("steps") or {}).get("batches_per_step") or 1), 1)
-    return float(job) / per_step if isinstance(job, (int, float)) and job > 0 else None
-
-
-def _prediction_check(baseline: Dict, candidate: Dict, fix: str, measured: float) -> Dict:
-    """The baseline's prediction for ``fix`` against the candidate's time per batch. The
-    prediction is made in the baseline trace's units (the profiler's cost included); when
-    both sides carry the job's own clock (their trend files), both are taken to it: the
-    prediction scaled by the baseline's job / traced ratio, against the candidate's job time
-    (``measured_on: "job clock"``), else the candidate's traced window (``"trace"``)."""
-    rec = next((r for r in baseline.get("recommendations") or [] if r.get("fix") == fix), None)
-    job_b, job_c = _job_per_batch(baseline), _job_per_batch(candidate)
-    traced_b = float((baseline.get("steps") or {}).get("time_per_batch_ms") or 0.0)
-    scale = job_b / traced_b if job_b and job_c and traced_b > 0 else None
-    got = job_c if scale and job_c else measured
-    out: Dict[str, Any] = {"fix": fix, "measured_ms": round(got, 3),
-                           "measured_on": "job clock" if scale else "trace", "traced_ms": round(measured, 3)}
-    if rec is None:
-        return dict(out, predicted_ms=None, why_not="the baseline's report did not recommend this change")
-    pred = rec.get("predicted")
-    if not pred:
-        return dict(out, predicted_ms=None, why_not=rec.get("predicted_why_not") or "no prediction")
-    k = scale or 1.0
-    low, high = (round(float(v) * k, 3) for v in pred["range_ms"])
-    predicted = round(float(pred["time_per_batch_ms"]) * k, 3)
-    return dict(out, predicted_ms=predicted, range_ms=[low, high],
-                error_pct=round(100.0 * (predicted - got) / got, 1),
-                within_range=bool(low <= got <= high), basis=pred.get("basis"))
-
-
-def _fixes(report: Dict) -> List[str]:
-    return [r.get("fix") for r in report.get("recommendations") or []]
-
-
-def _parallelism(stage: Dict) -> Optional[int]:
-    value: Any = stage.get("parallelism")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _map_stages(report: Dict) -> List[Dict]:
-    return [s for s in (report.get("input_pipeline") or {}).get("stages") or []
-            if s.get("kind") in ("Map", "MapAndBatch") or str(s.get("kind", "")).startswith("ParallelMap")]
-
-
-def _sequential_maps(report: Dict) -> List[Dict]:
-    """Map stages that run one element at a time: ``Map``, or a (fused ``MapAndBatch`` /
-    ``ParallelMap``) stage whose recorded parallelism is 1."""
-    return [s for s in _map_stages(report) if s.get("kind") == "Map" or _parallelism(s) == 1]
-
-
-def _parallel_maps(report: Dict) -> List[Dict]:
-    """Map stages running several elements at once (parallelism > 1, or AUTOTUNE: -1)."""
-    def parallel(s: Dict) -> bool:
-        return _parallelism(s) not in (1, None, 0) or s.get("autotune") not in (None, False, 0, "0", "false")
-    return [s for s in _map_stages(report) if s.get("kind") != "Map" and parallel(s)]
-
-
-def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
-    """Fix ids of the changes visible between two reports, as far as the reports show them:
-    more batches per step (``steps_per_execution``); a sequential map (``Map``, or a fused
-    ``MapAndBatch`` / ``ParallelMap`` at parallelism 1) that became a parallel one
-    (``parallel_map``: parallelism above 1 or AUTOTUNE; a parallel map is asynchronous and overlaps the step, so
-    a prefetch added with it is part of the same change); a prefetch added
-    (``prefetch``); a baseline advised to compile its eager step that the candidate no longer
-    is (``tf_function``: offered to eager programs only); a baseline advised to run its Python
-    input in several workers whose candidate runs more of them, processes or pool threads, as
-    the sampler saw them (``pydataset_workers``)."""
-    out = []
-    b_steps, c_steps = baseline.get("steps") or {}, candidate.get("steps") or {}
-    if (c_steps.get("batches_per_step") or 1) > (b_steps.get("batches_per_step") or 1):
-        out.append("steps_per_execution")
-    if _sequential_maps(baseline) and not _sequential_maps(candidate) and _parallel_maps(candidate):
-        out.append("parallel_map")
-    elif not (baseline.get("input_pipeline") or {}).get("has_prefetch") and \
-            (candidate.get("input_pipeline") or {}).get("has_prefetch"):
-        out.append("prefetch")
-    if "tf_function" in _fixes(baseline) and "tf_function" not in _fixes(candidate):
-        out.append("tf_function")
-    if "pydataset_workers" in _fixes(baseline) and _input_workers(candidate) > max(_input_workers(baseline), 1):
-        out.append("pydataset_workers")
-    return out
-
-
-def _input_workers(report: Dict) -> int:
-    """Workers of the Python input the sampler saw: processes or pool threads."""
-    from .analysis.python_input import input_workers
-    return input_workers(report.get("system_metrics"))[0]
 
 
 # ---- two paths -----------------------------------------------------------------------------
@@ -513,7 +410,11 @@ def _verdict_text(side: Dict) -> str:
 
 def _prediction_text(p: Dict) -> str:
     if p.get("predicted_ms") is None:
-        return f"{p['fix']}: no prediction ({p['why_not']}); measured {p['measured_ms']:.2f} ms"
+        why = str(p["why_not"]).rstrip(".")
+        if p.get("bound_ms") is not None:  # no model, but its best case
+            return (f"{p['fix']}: best case {p['bound_ms']:.2f} ms (no model: {why}), measured "
+                    f"{p['measured_ms']:.2f} ms")
+        return f"{p['fix']}: no prediction ({why}); measured {p['measured_ms']:.2f} ms"
     low, high = p["range_ms"]
     on = (f" by the job's own clock (the traced window: {p['traced_ms']:.2f} ms; the prediction taken to the job's "
           "clock too)" if p.get("measured_on") == "job clock" else "")

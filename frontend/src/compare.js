@@ -131,7 +131,11 @@ export function comparisonTitle(c) {
 
 function predictionLine(p) {
   if (p.predicted_ms === null || p.predicted_ms === undefined) {
-    return `${p.fix}: no prediction (${p.why_not}); measured ${Number(p.measured_ms).toFixed(2)} ms`;
+    const why = String(p.why_not).replace(/\.$/, "");
+    if (p.bound_ms !== null && p.bound_ms !== undefined) {
+      return `${p.fix}: best case ${Number(p.bound_ms).toFixed(2)} ms (no model: ${why}), measured ${Number(p.measured_ms).toFixed(2)} ms`;
+    }
+    return `${p.fix}: no prediction (${why}); measured ${Number(p.measured_ms).toFixed(2)} ms`;
   }
   const [low, high] = p.range_ms;
   return `${p.fix}: predicted ${Number(p.predicted_ms).toFixed(2)} ms (range ${Number(low).toFixed(2)}-${Number(high).toFixed(2)}), ` +
