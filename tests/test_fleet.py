@@ -263,3 +263,31 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
     assert ("the slowdown trigger chose" in text) == (kind == "triggered")
     report["window"]["job_step_ms"] = 21.0  # 0.95x: the profiler's cost, in either kind
     assert "the profiler's own cost included" in job_scale_evidence(report)
+
+
+def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch):
+    """The shipped cpu_bound_input run (confidence 0.8 from its trace) whose trend file says the
+    job's own steps around the window took 1/0.7 of the traced step: the report holds the
+    confidence at 0.6 and its evidence says why and what it was, so a user who read 0.8 in the
+    callback's line at the window's end can tell the two apart."""
+    import glob
+    import shutil
+    import tfbneck_plugin as tfb
+    from tfbneck_plugin.runs import UNREPRESENTATIVE_CONFIDENCE
+    run = tmp_path / "cpu_bound_input"
+    shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), run)
+    monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path / "cache"))
+    before = tfb.analyze(str(run))["cpu_bound_input"]
+    (trend,) = glob.glob(str(run / "plugins" / "bottleneck" / "steptimes_*.json"))
+    with open(trend) as f:
+        t = json.load(f)
+    traced = before["steps"]["step_time_ms"]["mean"]
+    t["windows"][0]["overhead"] = {"job_step_ms": round(traced / 0.7, 3), "x": 0.7}
+    with open(trend, "w") as f:
+        json.dump(t, f)
+    after = tfb.analyze(str(run))["cpu_bound_input"]
+    assert before["confidence"] == 0.8 and after["confidence"] == UNREPRESENTATIVE_CONFIDENCE == 0.6
+    said = [e for e in after["evidence"] if e.startswith("By the job's own clock")]
+    assert len(said) == 1 and "is 0.70x that" in said[0], after["evidence"]
+    assert said[0].endswith("so the confidence is held at 0.6 (0.8 from the trace alone: what the callback reports "
+                            "at the window's end, before the job's later steps are timed)."), said[0]

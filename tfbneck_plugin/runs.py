@@ -300,12 +300,15 @@ def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> Non
         if w is not None:
             report["window"] = w
             said = job_scale_evidence(report) if report.get("status") == "ok" else None
-            if said:
-                _add_evidence(report, said)
             conf = report.get("confidence")
             if (said and unrepresentative(report) and isinstance(conf, (int, float))
                     and conf > UNREPRESENTATIVE_CONFIDENCE):
                 report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
+                said = said[:-1] + (f"; so the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({conf} from the trace "
+                                    "alone: what the callback reports at the window's end, before the job's later "
+                                    "steps are timed).")
+            if said:
+                _add_evidence(report, said)
         if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
             newest[d] = (report["session_time"] or 0, report)
     for d, (_t, report) in newest.items():  # once per run: on its newest session
