@@ -322,3 +322,23 @@ def test_compare_route_is_the_cli_and_refuses_bad_parameters():
     with pytest.raises(RouteError) as err:
         plugin.compare_impl(dict(params, after_session="2000_01_01_00_00_00"))
     assert err.value.status == 404
+
+
+def test_op_changes_the_test_supports_come_before_the_noise():
+    """In each op-level list, the changes with p < alpha (or an op only one side's top ops
+    hold) come first, then the rest, each group by size; the text marks the rest."""
+    from tfbneck_plugin.comparison import ALPHA, compare, to_table
+    c = compare(SEQUENTIAL, PARALLEL)
+    changes = c["comparisons"][0]["op_changes"]
+    seen_noise = False
+    for key in ("ops", "scopes", "types"):
+        shown = [r.get("only_in") is not None or r["p_value"] < ALPHA for r in changes[key]]
+        assert shown == sorted(shown, reverse=True), (key, changes[key])
+        seen_noise = seen_noise or not all(shown)
+        for group in (True, False):
+            sizes = [abs(r["change_ms"]) for r, s in zip(changes[key], shown) if s == group]
+            assert sizes == sorted(sizes, reverse=True)
+    assert seen_noise  # the pair has both kinds: the ordering is exercised
+    text = to_table(c)
+    noisy = next(r for k in ("ops", "scopes", "types") for r in changes[k] if r.get("p_value") and r["p_value"] >= ALPHA)
+    assert f"p = {noisy['p_value']:.4g}, not significant)" in text

@@ -255,7 +255,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
         "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
-        "op_changes": op_changes(baseline, candidate, significance),
+        "op_changes": op_changes(baseline, candidate, significance, ALPHA),
     }
 
 
@@ -451,7 +451,8 @@ def _evidence_lines(c: Dict) -> List[str]:
     if load.get("baseline_contention") is not None and load.get("candidate_contention") is not None:
         out.append(f"waiting for a core (run queue): {100 * (load['baseline_contention'] - 1):.0f} % -> "
                    f"{100 * (load['candidate_contention'] - 1):.0f} % of the training's running time"
-                   + (" (differs)" if load.get("differs") else ""))
+                   " (its threads' waits summed over its time on the cores: over 100 % when they waited longer than"
+                   " they ran)" + (" (differs)" if load.get("differs") else ""))
     if ev.get("missing"):
         out.append(f"inconclusive: {ev['missing']}")
     return out
@@ -466,7 +467,7 @@ def to_table(result: Dict) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         out += [f"  predicted vs measured: {_prediction_text(p)}" for p in c["predictions"]]
-        out += op_text_lines(c.get("op_changes"))
+        out += op_text_lines(c.get("op_changes"), c.get("alpha", ALPHA))
         out += [f"  {line}" for line in _evidence_lines(c)]
     out += [f"note: {n}" for n in result.get("notes") or []]
     return "\n".join(out) + "\n"
@@ -484,7 +485,7 @@ def to_markdown(result: Dict) -> str:
         out += [f"| {' | '.join(_md(x) for x in r)} |" for r in _rows(c)]
         if c["predictions"]:
             out += ["", "Predicted vs measured:", ""] + [f"- {_md(_prediction_text(p))}" for p in c["predictions"]]
-        ops = op_text_lines(c.get("op_changes"))
+        ops = op_text_lines(c.get("op_changes"), c.get("alpha", ALPHA))
         if ops:
             out += [""] + [f"- {_md(line.strip())}" if line.startswith("    ") else f"\n{_md(line.strip())}\n"
                            for line in ops]

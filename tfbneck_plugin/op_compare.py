@@ -34,7 +34,15 @@ def _series(report: Dict, key) -> Dict[Tuple[str, str], np.ndarray]:
     return out
 
 
-def _changes(before: Dict, after: Dict, label: str, significance) -> List[Dict]:
+def _order(r: Dict, alpha: float) -> Tuple[bool, float]:
+    """Changes the test supports (p < ``alpha``) or an op that left or entered a side's top ops
+    first, then the rest; each group largest absolute change first. A large change of an op
+    whose per-step times overlap is noise until shown otherwise."""
+    shown = r.get("only_in") is not None or (r.get("p_value") is not None and r["p_value"] < alpha)
+    return (not shown, -abs(r["change_ms"]))
+
+
+def _changes(before: Dict, after: Dict, label: str, significance, alpha: float) -> List[Dict]:
     rows = []
     for k in set(before) | set(after):
         b, a = before.get(k), after.get(k)
@@ -46,14 +54,16 @@ def _changes(before: Dict, after: Dict, label: str, significance) -> List[Dict]:
         if b is None or a is None:
             row["only_in"] = "candidate" if b is None else "baseline"
         rows.append(row)
-    rows.sort(key=lambda r: -abs(r["change_ms"]))
+    rows.sort(key=lambda r: _order(r, alpha))
     return rows[:LIMIT]
 
 
-def op_changes(baseline: Dict, candidate: Dict, significance) -> Dict[str, List[Dict]]:
+def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> Dict[str, List[Dict]]:
     """``{"ops": [...], "scopes": [...], "types": [...]}``: the ops, layer scopes and op types
     whose self time per batch changed most (``baseline_ms``, ``candidate_ms``, ``change_ms``, ``change_pct``,
-    ``p_value``), largest absolute change first. ``significance(a, b) -> p``."""
+    ``p_value``): those with ``p_value`` below ``alpha`` (the comparison's significance level)
+    or ``only_in`` one side first, then the others, each group largest absolute change first.
+    ``significance(a, b) -> p``."""
     def op(r):
         return (r["where"], r["name"])
 
@@ -63,28 +73,31 @@ def op_changes(baseline: Dict, candidate: Dict, significance) -> Dict[str, List[
     def kind(r):
         return (r["where"], r["type"])
 
-    return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance),
-            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance),
+    return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance, alpha),
+            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance, alpha),
             # Op types match where names do not (Keras 3 and tf-keras name the same layers differently).
-            "types": _changes(_series(baseline, kind), _series(candidate, kind), "type", significance)}
+            "types": _changes(_series(baseline, kind), _series(candidate, kind), "type", significance, alpha)}
 
 
-def _line(r: Dict, label: str) -> str:
+def _line(r: Dict, label: str, alpha: float) -> str:
     pct = f", {r['change_pct']:+.1f} %" if r.get("change_pct") is not None else ""
     p = f", p = {r['p_value']:.4g}" if r.get("p_value") is not None else ""
+    if r.get("p_value") is not None and r["p_value"] >= alpha:
+        p += ", not significant"
     only = f" (in the {r['only_in']}'s top ops only)" if r.get("only_in") else ""
     return (f"{r['where']} {r[label]}: {r['baseline_ms']:.3f} -> {r['candidate_ms']:.3f} ms per batch "
             f"({r['change_ms']:+.3f} ms{pct}{p}){only}")
 
 
-def text_lines(changes: Optional[Dict], limit: int = 5) -> List[str]:
-    """The op-level part of the comparison, as lines of text."""
+def text_lines(changes: Optional[Dict], alpha: float, limit: int = 5) -> List[str]:
+    """The op-level part of the comparison, as lines of text; a change whose p-value is not
+    below ``alpha`` says so."""
     if not changes or not (changes.get("ops") or changes.get("scopes")):
         return []
     out = ["  ops that changed most (self time per batch):"]
-    out += [f"    {_line(r, 'name')}" for r in changes["ops"][:limit]]
+    out += [f"    {_line(r, 'name', alpha)}" for r in changes["ops"][:limit]]
     for key, title in (("scopes", "layer scopes"), ("types", "op types")):
         if changes.get(key):
             out.append(f"  {title} that changed most:")
-            out += [f"    {_line(r, key[:-1])}" for r in changes[key][:limit]]
+            out += [f"    {_line(r, key[:-1], alpha)}" for r in changes[key][:limit]]
     return out

@@ -159,6 +159,7 @@ function testCard(body) {
       load.candidate_contention !== null && load.candidate_contention !== undefined) {
     lines.push(`Waiting for a core (run queue): ${(100 * (load.baseline_contention - 1)).toFixed(0)} % -> ` +
       `${(100 * (load.candidate_contention - 1)).toFixed(0)} % of the training's running time` +
+      " (its threads' waits summed over its time on the cores: over 100 % when they waited longer than they ran)" +
       `${load.differs ? " (differs)" : ""}.`);
   }
   return h("section", {

@@ -77,7 +77,8 @@ def input_bound(f: Findings) -> Optional[Verdict]:
                           else ".")]
     if st is not None:
         par = f", parallelism {st.parallelism}" if st.parallelism not in (None, "") else ""
-        fn = f" plus {st.function_ps / 1e9:.1f} ms of CPU time in its function" if st.function_ps else ""
+        fn = (f" and {st.function_ps / 1e9:.1f} ms of CPU time in its function on the threads that ran it (the "
+              "same work seen from there, not added to it)" if st.function_ps else "")
         calls = f" over {st.calls} calls" if st.calls else ""
         ev.append(f"The stage that blocks the consumer is the tf.data stage `{st.kind}` ({st.path}): "
                   f"{st.self_ps / 1e9:.1f} ms of self time{fn}{calls}{par}.")
