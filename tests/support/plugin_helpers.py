@@ -90,6 +90,22 @@ class TensorBoard:
         self.log_path = Path(tempfile.mkdtemp(prefix="tfb-tb-log-")) / "tensorboard.log"
 
     def __enter__(self) -> "TensorBoard":
+        # A free port can be taken by another test's server between free_port() and
+        # TensorBoard's bind: TensorBoard then exits, and the test starts it on another port.
+        for attempt in range(3):
+            if self._start():
+                return self
+            log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+            if "already in use" not in log or attempt == 2:
+                self._fail(f"tensorboard exited with status {self.proc.returncode if self.proc else None}")
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}{self.path_prefix}/"
+        return self
+
+    def _start(self) -> bool:
+        """Starts TensorBoard; True once it answers on its port, False when it exited first.
+        Raises (via :meth:`_fail`) when it did not answer within the timeout."""
+        import http.client
         cmd = (self.launcher or tensorboard_command()) + ["--logdir", self.logdir, "--port", str(self.port),
                                                          "--host", "127.0.0.1"]
         if self.path_prefix:
@@ -100,15 +116,17 @@ class TensorBoard:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                self._fail(f"tensorboard exited with status {self.proc.returncode}")
+                self._log.close()
+                return False
             try:
                 with urllib.request.urlopen(self.url + "data/plugins_listing", timeout=5) as r:
                     if r.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, socket.timeout):
-                pass
+                        return True
+            except (urllib.error.URLError, ConnectionError, socket.timeout, http.client.HTTPException):
+                pass  # not up yet, or another process answered on the port before it bound
             time.sleep(0.25)
         self._fail(f"tensorboard did not answer within {self.timeout_s:.0f} s")
+        return False
 
     def _fail(self, why: str):
         log = self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
