@@ -169,15 +169,19 @@ def test_already_done_changes_are_left_out():
     assert fit_to_run.fit([_rec("steps_per_execution", "steps_per_execution=32")], spe) == []
 
 
-def test_a_fix_predicted_to_slow_the_run_is_never_first_and_unmodelled_ones_rank_by_their_bound():
+def test_a_fix_predicted_to_slow_the_run_is_never_first_and_unmodelled_ones_follow_the_predicted():
+    """A prediction with a gain ranks above any bound (a best case, not a worth), however
+    large: the unmodelled change with a bound comes next, placed by the middle of [bound, now]
+    among its kind; then unknown worth; then no gain; a predicted slowdown last."""
     now = 10.0
     slower = {"fix": "a", "predicted": {"time_per_batch_ms": 12.0}}
     small = {"fix": "b", "predicted": {"time_per_batch_ms": 9.0}}
     bounded = {"fix": "c", "predicted": None, "bound_ms": 4.0}  # placed at 7.0: halfway to now
     unknown = {"fix": "d", "predicted": None}
     flat = {"fix": "e", "predicted": {"time_per_batch_ms": 9.9}}
-    ranked = sorted([slower, unknown, flat, small, bounded], key=lambda r: whatif._order(r, now))
-    assert [r["fix"] for r in ranked] == ["c", "b", "d", "e", "a"]
+    tighter = {"fix": "f", "predicted": None, "bound_ms": 2.0}  # placed at 6.0
+    ranked = sorted([slower, unknown, flat, small, bounded, tighter], key=lambda r: whatif._order(r, now))
+    assert [r["fix"] for r in ranked] == ["b", "f", "c", "d", "e", "a"]
 
 
 def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():

@@ -549,21 +549,23 @@ def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
 
 
 def _order(rec: Dict, now: float) -> Tuple[int, float]:
-    """Sort key: changes with a gain first, by their predicted time per batch or, without a
-    model, the middle of [bound, now] (the expected time were its gain anywhere between
-    none and all of the share it acts on, equally likely); then changes of unknown worth;
-    then those predicted to gain nothing; those predicted to slow the run last."""
+    """Sort key: changes with a predicted gain first, by their predicted time per batch; then
+    changes with no model whose bound leaves room for a gain, by the middle of [bound, now]
+    (the expected time were its gain anywhere between none and all of the share it acts on,
+    equally likely): a bound is a best case, not a worth, so it never ranks above a
+    prediction; then changes of unknown worth; then those predicted to gain nothing; those
+    predicted to slow the run last."""
     p = rec.get("predicted")
     t = p["time_per_batch_ms"] if p else rec.get("bound_ms")
     if t is None:
-        return 1, 0.0
+        return 2, 0.0
     if not p:
         t = (t + now) / 2.0
     if t > now * (1 + NO_GAIN) and p:
-        return 3, t
+        return 4, t
     if t >= now * (1 - NO_GAIN):
-        return 2, t
-    return 0, t
+        return 3, t
+    return (0 if p else 1), t
 
 
 def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, str]]]:
