@@ -342,3 +342,37 @@ def test_op_changes_the_test_supports_come_before_the_noise():
     text = to_table(c)
     noisy = next(r for k in ("ops", "scopes", "types") for r in changes[k] if r.get("p_value") and r["p_value"] >= ALPHA)
     assert f"p = {noisy['p_value']:.4g}, not significant)" in text
+
+
+def test_runs_of_different_models_are_said_to_be_two_programs(tmp_path):
+    """Sidecars that record different models (the callback's ``model``: class, parameters)
+    give the comparison a caveat in every format; the same model, or a side that records
+    none (older callbacks), gives none."""
+    import glob
+    import shutil
+    from tfbneck_plugin.comparison import compare, to_markdown, to_table
+    sides = []
+    for run in ("cpu_bound_input", "cpu_bound_input_fixed"):
+        shutil.copytree(os.path.join(DEMO_LOGS, run), tmp_path / run)
+        (sidecar,) = glob.glob(str(tmp_path / run / "plugins" / "profile" / "*" / "tfbneck_system_metrics.json"))
+        sides.append(sidecar)
+
+    def record(path, params):
+        with open(path) as f:
+            d = json.load(f)
+        d["model"] = {"class": "Sequential", "name": "sequential", "layers": 3, "params": params}
+        with open(path, "w") as f:
+            json.dump(d, f)
+    record(sides[0], 82_186)
+    record(sides[1], 82_186)
+    same = compare(str(tmp_path / "cpu_bound_input"), str(tmp_path / "cpu_bound_input_fixed"))
+    assert same["comparisons"][0]["caveat"] is None and "caution:" not in to_table(same)
+    record(sides[1], 2_163_722)
+    other = compare(str(tmp_path / "cpu_bound_input"), str(tmp_path / "cpu_bound_input_fixed"))
+    caveat = other["comparisons"][0]["caveat"]
+    assert caveat == ("The two runs train different models (Sequential sequential, 82,186 parameters against "
+                      "Sequential sequential, 2,163,722 parameters): the change measured is between two programs, "
+                      "not the effect of one change.")
+    assert f"  caution: {caveat}" in to_table(other) and f"> caution: {caveat}" in to_markdown(other)
+    untold = compare(os.path.join(DEMO_LOGS, "cpu_bound_input"), str(tmp_path / "cpu_bound_input_fixed"))
+    assert untold["comparisons"][0]["caveat"] is None  # the shipped baseline records no model

@@ -84,7 +84,9 @@ cb = BottleneckProfiler(sys.argv[1], profile_steps=(10, 12), verbose=0)  # syste
 m.fit(ds, epochs=2, callbacks=[cb], verbose=0)
 cb.close(wait=True, timeout=300)
 (w,) = cb.windows
-print(json.dumps({"steps": list(w.steps), "report": dict(w.report or {})}))
+print(json.dumps({"steps": list(w.steps), "report": dict(w.report or {}),
+                  "model": {"class": type(m).__name__, "name": m.name, "layers": len(m.layers),
+                            "params": m.count_params()}}))
 """
 
 
@@ -99,6 +101,8 @@ def test_a_fit_writes_at_most_eight_tags_and_the_verdict_as_text(tmp_path):
     window = json.loads(out.stdout.splitlines()[-1])
     report, last = window["report"], window["steps"][1]
     assert report["status"] == "ok", report.get("error")
+    # What trained, recorded in the window's sidecar and carried by its report (compare reads it).
+    assert report["model"] == window["model"] and window["model"]["params"] == 32 * 64 + 64 + 64 + 1
 
     ea = EventAccumulator(logdir, size_guidance={"tensors": 0})
     ea.Reload()

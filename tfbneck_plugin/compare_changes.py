@@ -125,3 +125,21 @@ def _input_workers(report: Dict) -> int:
     """Workers of the Python input the sampler saw: processes or pool threads."""
     from .analysis.python_input import input_workers
     return input_workers(report.get("system_metrics"))[0]
+
+
+def different_models(baseline: Dict, candidate: Dict) -> Optional[str]:
+    """One sentence when the two sides' recorded models (the report's ``model``: the
+    callback's sidecar) differ in class or parameter count, None when they agree or either
+    side has none: the change measured is then between two programs, not one change's effect."""
+    a, b = baseline.get("model") or {}, candidate.get("model") or {}
+    if not a or not b:
+        return None
+
+    def said(m: Dict) -> str:
+        params = f"{m['params']:,} parameters" if isinstance(m.get("params"), int) else "parameters unknown"
+        return f"{m.get('class', '?')} {m.get('name', '')}".rstrip() + f", {params}"
+    same_params = a.get("params") == b.get("params") or None in (a.get("params"), b.get("params"))
+    if a.get("class") == b.get("class") and same_params:
+        return None
+    return (f"The two runs train different models ({said(a)} against {said(b)}): the change measured is between "
+            "two programs, not the effect of one change.")

@@ -28,6 +28,8 @@ The comparison of two session reports (:func:`compare_reports`):
 ``predictions``        for each change detected between the sides (or named with
                        ``change=``), the baseline's recommendation of that fix: its
                        predicted time per batch against the candidate's measured one
+``caveat``             one sentence when the sides' recorded models differ (class or
+                       parameter count: two programs, not one change), else None
 ``op_changes``         the ops and layer scopes whose self time per batch changed most,
                        with the same test over their per-step times (:mod:`.op_compare`)
 """
@@ -39,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 import numpy as np
 
 from . import compare_evidence as evid
-from .compare_changes import credited, detect_changes, prediction_check
+from .compare_changes import credited, detect_changes, different_models, prediction_check
 from .analysis.breakdown import CATEGORIES
 from .analysis.thresholds import INPUT_BOUND_PCT
 from .schema import SessionDict
@@ -255,6 +257,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
         "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
+        "caveat": different_models(baseline, candidate),
         "op_changes": op_changes(baseline, candidate, significance, ALPHA),
     }
 
@@ -462,7 +465,7 @@ def to_table(result: Dict) -> str:
     out = [f"tfbneck compare: {result['baseline']} -> {result['candidate']}: {result['verdict']} "
            f"({result['change_pct']:+.1f} %, p = {result['p_value']:.4g})"]
     for c in result["comparisons"]:
-        out += ["", _title(c)]
+        out += ["", _title(c)] + ([f"  caution: {c['caveat']}"] if c.get("caveat") else [])
         rows = [("", "baseline", "candidate", "change")] + _rows(c)
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
@@ -481,7 +484,8 @@ def to_markdown(result: Dict) -> str:
     out = [f"# tfbneck compare: **{result['verdict']}** ({result['change_pct']:+.1f} %, p = {result['p_value']:.4g})",
            "", f"Baseline `{_md(result['baseline'])}`, candidate `{_md(result['candidate'])}`."]
     for c in result["comparisons"]:
-        out += ["", f"## {_md(_title(c))}", "", "| | baseline | candidate | change |", "|---|---|---|---|"]
+        out += ["", f"## {_md(_title(c))}", ""] + ([f"> caution: {_md(c['caveat'])}", ""] if c.get("caveat") else [])
+        out += ["| | baseline | candidate | change |", "|---|---|---|---|"]
         out += [f"| {' | '.join(_md(x) for x in r)} |" for r in _rows(c)]
         if c["predictions"]:
             out += ["", "Predicted vs measured:", ""] + [f"- {_md(_prediction_text(p))}" for p in c["predictions"]]

@@ -111,6 +111,13 @@ written even without system metrics, with ``"samples": []``; read back by
             "workers": int,               # chief + workers
             "source": "TF_CONFIG" | "cluster_resolver"}
 
+The callback adds what trained (``capture/model_info.py``; read back by :func:`recorded_model`;
+older sidecars lack it)::
+
+    "model": {"class": str,               # the Keras model's class, e.g. "Sequential"
+              "name": str, "layers": int, # its name and top-level layer count
+              "params": int}              # model.count_params(): every weight's elements
+
 The step-time trend file ``<log_dir>/plugins/bottleneck/steptimes_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``
 (``STEP_TIMES_DIR``; one per ``BottleneckProfiler``, rewritten atomically as training goes),
 read by the TensorBoard tab's ``/trend`` route::
@@ -305,6 +312,18 @@ def slowdown_trigger(sidecar: Dict) -> Optional[Dict]:
     if None in out.values():
         return None
     return {**out, "baseline_p50_ms": positive("baseline_p50_ms"), "observed_p50_ms": positive("observed_p50_ms")}
+
+
+def recorded_model(sidecar: Dict) -> Optional[Dict]:
+    """The sidecar's ``model`` record (format above) with only its well-formed keys, or None:
+    absent (an older callback, a watch capture) or with nothing well-formed."""
+    rec = sidecar.get("model")
+    if not isinstance(rec, dict):
+        return None
+    out: Dict = {k: rec[k] for k in ("class", "name") if isinstance(rec.get(k), str)}
+    out.update({k: rec[k] for k in ("layers", "params")
+                if isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0})
+    return out or None
 
 
 def interrupted_window(sidecar: Dict) -> Optional[Dict]:

@@ -248,6 +248,8 @@ class SessionDict(TypedDict, total=False):
     system_intervals: List[Dict[str, Any]]    # system_only: t_s, dt_s, tree_cores, cores_busy, gpu_util_pct,
     #                                           disk_read_MBps, net_MBps, bottleneck (the interval's triage)
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
+    model: Dict[str, object]                  # what trained, from the callback's sidecar: class, name,
+    #                                           layers, params (records.recorded_model); absent otherwise
     sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
     worst_step: Optional[WorstStep]

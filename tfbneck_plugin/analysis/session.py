@@ -52,7 +52,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     problem = _record_problem(session, opener)
     if problem is not None:
         return problem
-    system, sidecar_problem, job_info, interrupted, slowdown = _system_metrics(session, opener)
+    system, sidecar_problem, job_info, interrupted, slowdown, model = _system_metrics(session, opener)
     hosts, failures = _analyze_hosts(session, system, slowdown, opener)
     if not hosts:
         kind, message = failures[0]
@@ -73,6 +73,8 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         report.setdefault("warnings", []).append(interrupted_warning(interrupted))
     if job_info:
         report["job"] = job_info  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
+    if model:
+        report["model"] = model  # what trained, as the callback recorded it: compare reads it
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
                               "host": primary.get("host")}
     if len(hosts) > 1:
@@ -101,22 +103,22 @@ def _record_problem(session: Session, opener) -> Optional[SessionDict]:
 
 
 def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict], Optional[Dict],
-                                                      Optional[Dict]]:
+                                                      Optional[Dict], Optional[Dict]]:
     """(sidecar summary or None, a warning about the sidecar or None, the job it records or
     None, the window's ``interrupted`` record or None, the slowdown trigger that opened it or
-    None)."""
+    None, the model it records or None)."""
     if not session.sidecar:
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     try:
         raw = records.read_sidecar(session.sidecar, opener)
     except records.SidecarError as err:
-        return None, str(err), None, None, None
+        return None, str(err), None, None, None, None
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({str(raw['sampler_error']).splitlines()[0]})")
     return (sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
-            records.slowdown_trigger(raw))
+            records.slowdown_trigger(raw), records.recorded_model(raw))
 
 
 def interrupted_warning(interrupted: Dict) -> str:

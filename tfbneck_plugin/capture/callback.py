@@ -56,6 +56,7 @@ from .loopstep import StepContext
 from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, long_window_warnings,
                        profile_steps, warnings_for)
 from .longjob import LongJobMixin, trigger_outcome
+from .model_info import with_model
 from .steptime import SlowdownTrigger, as_trigger
 from .system_view import RunServicesMixin, RunSystemView
 from .tracker import NEVER, StepTracker
@@ -577,7 +578,7 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         if problem is not None:
             cap.discard()
         else:
-            problem = cap.publish(closed, self.tracker.spe, closed_by, sysdata)
+            problem = cap.publish(closed, self.tracker.spe, closed_by, with_model(sysdata, self.model))
         if problem is not None:
             self._skip(rec, closed.window, "save_failed", problem)
             return
