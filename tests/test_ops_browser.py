@@ -1,8 +1,9 @@
 """The tab's top-ops table (issue 27, acceptance 4) in headless Chromium against a real
 TensorBoard: the rows and numbers are the plugin's JSON ``top_ops``, a click on a column
 head sorts by it, and each op links into the Profile plugin's Trace Viewer for its session.
-Logdir: copies of two committed demo runs and, where ``../shared`` is present, a real GPU
-trace (device ops with kernels)."""
+At 1024 x 768 the whole table (every row shown) fits its card and no op type is broken
+mid-word. Logdir: copies of two committed demo runs and, where ``../shared`` is present, a
+real GPU trace (device ops with kernels)."""
 from __future__ import annotations
 
 import os
@@ -60,6 +61,32 @@ def folded(rows):
     return out
 
 
+#: At the page's size: what of the op table is wider than the viewport or its card, and each
+#: Type cell whose text is broken inside a word (its lines, where it has more than one line and a
+#: line ends within a word), with the cell's computed overflow-wrap and word-break.
+OPS_FIT = r"""() => { const t = document.querySelector('.tfb-ops-table'); const wrap = t.closest('.tfb-table-wrap');
+    const over = [];
+    if (t.getBoundingClientRect().right > window.innerWidth + 1) over.push('table past the viewport');
+    if (wrap.scrollWidth > wrap.clientWidth + 1) over.push('table scrolls sideways in its card');
+    const broken = [], styles = new Set();
+    for (const td of t.querySelectorAll('tbody tr td:nth-child(2)')) {
+      const cs = getComputedStyle(td);
+      styles.add(JSON.stringify([cs.overflowWrap, cs.wordBreak]));
+      const text = td.firstChild; if (!text) continue;
+      const lines = []; let top = null;
+      for (let i = 0; i < text.length; i++) {
+        const r = document.createRange(); r.setStart(text, i); r.setEnd(text, i + 1);
+        const y = Math.round(r.getBoundingClientRect().top);
+        if (top === null || y > top + 2) { lines.push(''); top = y; }
+        lines[lines.length - 1] += text.data[i];
+      }
+      for (let i = 0; i + 1 < lines.length; i++) {
+        if (!/\s$/.test(lines[i]) && !/^\s/.test(lines[i + 1])) { broken.push(lines); break; }
+      }
+    }
+    return { over, broken, styles: [...styles].map((x) => JSON.parse(x)) }; }"""
+
+
 def test_top_ops_table_shows_the_json_and_sorts(tmp_path):
     logdir = tmp_path / "logs"
     for run in ("compute_bound", "cpu_bound_input"):
@@ -114,5 +141,12 @@ def test_top_ops_table_shows_the_json_and_sorts(tmp_path):
                 assert q["run"] == [report["trace_viewer"]["run"]] and q["tool"] == ["trace_viewer"]
             assert link.text_content() == first["name"]
             assert f"at {first['longest']['start_ms']:.3f} ms" in link.get_attribute("title")
+            # Every row shown, at 1024 x 768: the table fits, and a type (_MklNativeFusedMatMul) stays whole.
+            tab.page.set_viewport_size({"width": 1024, "height": 768})
+            fit = tab.frame.evaluate(OPS_FIT)
+            assert fit["over"] == [] and fit["broken"] == [], (row["run"], fit)
+            assert all(wrap != "anywhere" and brk not in ("break-all", "break-word") for wrap, brk in fit["styles"]), \
+                fit["styles"]
+            tab.page.set_viewport_size({"width": 1440, "height": 1000})
             tab.shot(f"ops-{row['run']}")
         tab.close()

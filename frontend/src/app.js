@@ -16,6 +16,8 @@ const LIST_POLL_MS = 10000;
 /** While sessions still wait for their verdict, the list is asked for this often. */
 const LIST_BUSY_POLL_MS = 1000;
 const keyOf = (s) => JSON.stringify([s.run, s.session]);
+/** A <select>'s chosen option's whole label: its title, as a narrow select cuts the label short. */
+const optionLabel = (sel) => (sel.selectedIndex >= 0 ? sel.options[sel.selectedIndex].text : "");
 // The tab's state in the page's URL (TensorBoard's own page, so that a reload keeps it and a
 // link can be shared): ?tfbneck_view=<session|compare|trend|fleet>&tfbneck_session=<JSON
 // [run, session]>&tfbneck_compare=<JSON [before key, after key]>.
@@ -379,7 +381,12 @@ export class App {
   compareSelect(which) {
     const sel = h("select", {
       class: "tfb-select", dataset: { side: which }, "aria-label": which === "before" ? "Before" : "After",
-      onchange: (e) => { this.compare[which] = e.target.value || null; this.compareChosen = true; this.show(); },
+      onchange: (e) => {
+        e.target.title = optionLabel(e.target);
+        this.compare[which] = e.target.value || null;
+        this.compareChosen = true;
+        this.show();
+      },
     });
     if (!this.compare[which]) {
       const none = document.createElement("option");
@@ -395,6 +402,7 @@ export class App {
       opt.selected = keyOf(s) === this.compare[which];
       sel.append(opt);
     }
+    sel.title = optionLabel(sel);
     return h("label", { class: "tfb-picker" }, h("span", { text: which === "before" ? "Before" : "After" }), sel);
   }
 
@@ -407,7 +415,8 @@ export class App {
     const keys = this.sessions.map(keyOf);
     for (const side of ["before", "after"]) if (!keys.includes(this.compare[side])) this.compare[side] = null;
     if (!this.compareChosen && !(this.compare.before && this.compare.after)) this.compare = this.defaultPair();
-    this.toolbar.append(this.compareSelect("before"), h("span", { class: "tfb-arrow", text: "→" }), this.compareSelect("after"));
+    this.toolbar.append(h("div", { class: "tfb-pickers" },
+      this.compareSelect("before"), h("span", { class: "tfb-arrow", text: "→" }), this.compareSelect("after")));
     writeUrlState(this);
     if (!this.compare.before || !this.compare.after || this.compare.before === this.compare.after) {
       destroyAll();

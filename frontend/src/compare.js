@@ -144,7 +144,8 @@ function predictionLine(p) {
     `, error ${signed(p.error_pct)} %` + (p.credited ? " (explains the change)" : "");
 }
 
-/** The test of `tfbneck compare` for the two sessions: verdict, change, p-value or what is missing, predictions. */
+/** The test of `tfbneck compare` for the two sessions: verdict, change, p-value or what is missing, the
+ * comparison's `caveat` (why the two sides may not be one change apart) under its title, predictions. */
 function testCard(body) {
   if (!body || !body.comparison) {
     return h("section", { class: "tfb-card tfb-compare-test", dataset: { verdict: "" } },
@@ -168,6 +169,7 @@ function testCard(body) {
   },
   h("h3", { text: "Did it change?" }),
   h("p", { class: `tfb-compare-headline tfb-delta ${TONE[c.verdict] || ""}`, text: comparisonTitle(c) }),
+  c.caveat ? h("p", { class: "tfb-note tfb-compare-caveat", role: "note" }, h("strong", { text: "Caution: " }), c.caveat) : null,
   ev.missing ? h("p", { class: "tfb-compare-missing", text: `Inconclusive: ${ev.missing}` }) : null,
   h("ul", { class: "tfb-compare-lines" }, lines.map((t) => h("li", { text: t }))),
   (c.predictions || []).length ? h("div", { class: "tfb-compare-predictions" },

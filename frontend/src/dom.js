@@ -28,6 +28,20 @@ export function append(el, children) {
   return el;
 }
 
+/**
+ * `text` as strings and <wbr> elements: a line may break after each match of `separators` (a
+ * regular expression with one capturing group), so a long path wraps at its parts instead of
+ * overflowing or being split mid-name. The text content is `text`, unchanged.
+ */
+export function breakable(text, separators = /(::)/) {
+  const out = [];
+  String(text).split(separators).forEach((part, i) => {
+    if (part) out.push(part);
+    if (i % 2 === 1) out.push(document.createElement("wbr"));
+  });
+  return out;
+}
+
 export function clear(el) {
   while (el.firstChild) el.removeChild(el.firstChild);
   return el;

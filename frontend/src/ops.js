@@ -2,7 +2,7 @@
 // step), sortable by clicking a column head, each op a link into the Trace Viewer on the
 // session's host with the time of its longest occurrence beside it (XProf's Trace Viewer URL
 // takes a run, a tool and hosts, not a time: the row says where to look).
-import { h } from "./dom.js";
+import { breakable, h } from "./dom.js";
 import { traceViewerAtUrl, traceViewerUrl } from "./api.js";
 
 const WHERE_LABEL = { device: "device", host: "host", input_pipeline: "tf.data" };
@@ -25,6 +25,9 @@ export function opCell(row, key) {
   if (key === "where") return WHERE_LABEL[v] || String(v || "");
   return String(v ?? "");
 }
+
+/** Where a long op name may wrap: after each scope (`/`) and each `_` of its parts. */
+const OP_NAME_BREAKS = /([/_])/;
 
 /** Rows shown before "Show all", as profilers' op tables start. */
 const ROWS_SHOWN = 10;
@@ -81,9 +84,9 @@ function opRow(row, report) {
       class: "tfb-op-link", href: link.href, target: "_blank", rel: "noopener", dataset: { zoomed: String(link.zoomed) },
       title: link.zoomed ? `Opens the Trace Viewer in a new tab on this op's longest run (${when} after the start of the window)`
         : `Opens the Trace Viewer in a new tab on this session; this op's ${when} after the start of the trace`,
-    }, row.name || "");
+    }, breakable(row.name || "", OP_NAME_BREAKS));
   } else {
-    name = h("span", { text: row.name || "" });
+    name = h("span", {}, breakable(row.name || "", OP_NAME_BREAKS));
   }
   const kernels = (row.kernels || []).join(", ");
   const cells = COLUMNS.map((c) => (c.key === "name"

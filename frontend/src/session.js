@@ -1,7 +1,7 @@
 // The view of one session's report: verdict card, breakdown, tf.data stages, system
 // metrics and recommendations. Every string from the report is inserted as text.
 import { makeChart } from "./charts.js";
-import { h, copyText } from "./dom.js";
+import { breakable, h, copyText } from "./dom.js";
 import { traceViewerAtUrl, traceViewerUrl } from "./api.js";
 import { opsSection } from "./ops.js";
 import { explainReportError } from "./errors.js";
@@ -12,7 +12,7 @@ import {
 /** Text with `backticked` parts shown as code, as the analyzer writes stage names. */
 export function richText(text) {
   const parts = String(text).split("`");
-  return parts.map((p, i) => (i % 2 === 1 ? h("code", { text: p }) : p));
+  return parts.map((p, i) => (i % 2 === 1 ? h("code", {}, breakable(p)) : breakable(p)));
 }
 
 export function sessionTitle(report) {
