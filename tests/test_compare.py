@@ -374,5 +374,11 @@ def test_runs_of_different_models_are_said_to_be_two_programs(tmp_path):
                       "Sequential sequential, 2,163,722 parameters): the change measured is between two programs, "
                       "not the effect of one change.")
     assert f"  caution: {caveat}" in to_table(other) and f"> caution: {caveat}" in to_markdown(other)
+    assert not any(p["credited"] for p in other["comparisons"][0]["predictions"])  # no change explains two models
+    from tfbneck_plugin.compare_changes import credited
+    two = [{"predicted_ms": 5.0, "within_range": True, "error_pct": 3.0},
+           {"predicted_ms": 4.0, "within_range": False, "error_pct": 20.0}]
+    assert [p["credited"] for p in credited([dict(p) for p in two])] == [True, False]
+    assert [p["credited"] for p in credited([dict(p) for p in two], allowed=False)] == [False, False]
     untold = compare(os.path.join(DEMO_LOGS, "cpu_bound_input"), str(tmp_path / "cpu_bound_input_fixed"))
     assert untold["comparisons"][0]["caveat"] is None  # the shipped baseline records no model

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 
-def credited(predictions: List[Dict]) -> List[Dict]:
+def credited(predictions: List[Dict], allowed: bool = True) -> List[Dict]:
     """Marks ``credited`` the change whose prediction explains the measured time best (the
-    smallest error; a measured time inside a prediction's range wins), when several were made."""
-    scored = [p for p in predictions if p.get("predicted_ms") is not None]
+    smallest error; a measured time inside a prediction's range wins), when several were made;
+    none when not ``allowed`` (two different models: no one change explains the difference)."""
+    scored = [p for p in predictions if p.get("predicted_ms") is not None] if allowed else []
     best = min(scored, key=lambda p: (not p["within_range"], abs(p["error_pct"])), default=None)
     for p in predictions:
         p["credited"] = p is best

@@ -245,6 +245,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why, test["ratio_ci"])
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
+    caveat = different_models(baseline, candidate)
     return {
         "baseline": _side(baseline, b), "candidate": _side(candidate, c),
         "change_pct": round(change_pct, 2), "p_value": round(test["p_value"], 6), "verdict": verdict,
@@ -256,8 +257,10 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "load": load,
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
-        "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes]),
-        "caveat": different_models(baseline, candidate),
+        # Between two models no change explains the difference: nothing is credited.
+        "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes],
+                                allowed=caveat is None),
+        "caveat": caveat,
         "op_changes": op_changes(baseline, candidate, significance, ALPHA),
     }
 
