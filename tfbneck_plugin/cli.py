@@ -328,9 +328,9 @@ def _emit(args, results: List[SessionDict]) -> int:
         write_stdout(text if text.endswith("\n") else text + "\n")
     failed = [r for r in results if r.get("status") != "ok"]
     # The table on a terminal already ends with each failure's ERROR line: said once there.
-    shown = args.format == "table" and not args.output and sys.stdout.isatty()
-    for r in failed if not shown else ():
-        print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
+    if not (args.format == "table" and not args.output and sys.stdout.isatty()):
+        for r in failed:
+            print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -279,6 +279,7 @@ def _group_gone(pgid: int, wait_s: float) -> bool:
         time.sleep(0.05)
     return False
 
+
 def _drop_if_empty(path: str) -> bool:
     """Removes the command's log file when the command wrote nothing to it (a temporary file
     of the watcher's own, not the user's); True when it did."""

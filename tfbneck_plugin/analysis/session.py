@@ -9,7 +9,7 @@ metrics), then one :class:`.host_analysis.HostAnalysis` per host trace, merged b
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, cast
 
 from .. import records
 from ..errors import error_report
@@ -52,8 +52,8 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     problem = _record_problem(session, opener)
     if problem is not None:
         return problem
-    system, sidecar_problem, job_info, interrupted, slowdown, model = _system_metrics(session, opener)
-    hosts, failures = _analyze_hosts(session, system, slowdown, opener)
+    side = _sidecar_facts(session, opener)
+    hosts, failures = _analyze_hosts(session, side.system, side.slowdown, opener)
     if not hosts:
         kind, message = failures[0]
         return error_report(session, kind, message)
@@ -64,17 +64,17 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         report["warnings"] = warnings
     primary = multihost.slowest(hosts)
     report.update({k: v for k, v in primary.items() if k != "host"})
-    if system is not None:
-        report["system_metrics"] = system
-    if sidecar_problem:
-        report.setdefault("warnings", []).append(sidecar_problem)
-    if interrupted is not None:  # training left the window early: the steps before it are analysed
-        report["interrupted"] = interrupted
-        report.setdefault("warnings", []).append(interrupted_warning(interrupted))
-    if job_info:
-        report["job"] = job_info  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
-    if model:
-        report["model"] = model  # what trained, as the callback recorded it: compare reads it
+    if side.system is not None:
+        report["system_metrics"] = side.system
+    if side.problem:
+        report.setdefault("warnings", []).append(side.problem)
+    if side.interrupted is not None:  # training left the window early: the steps before it are analysed
+        report["interrupted"] = side.interrupted
+        report.setdefault("warnings", []).append(interrupted_warning(side.interrupted))
+    if side.job:
+        report["job"] = side.job  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
+    if side.model:
+        report["model"] = side.model  # what trained, as the callback recorded it: compare reads it
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
                               "host": primary.get("host")}
     if len(hosts) > 1:
@@ -102,23 +102,31 @@ def _record_problem(session: Session, opener) -> Optional[SessionDict]:
     return None
 
 
-def _system_metrics(session: Session, opener) -> Tuple[Optional[Dict], Optional[str], Optional[Dict], Optional[Dict],
-                                                      Optional[Dict], Optional[Dict]]:
-    """(sidecar summary or None, a warning about the sidecar or None, the job it records or
-    None, the window's ``interrupted`` record or None, the slowdown trigger that opened it or
-    None, the model it records or None)."""
+class SidecarFacts(NamedTuple):
+    """What a session's sidecar gives its report; each None when the sidecar is absent or
+    does not record it."""
+    system: Optional[Dict] = None        # the metrics' summary (sysmetrics.summarize)
+    problem: Optional[str] = None        # a warning about the sidecar (unreadable, sampling cut short)
+    job: Optional[Dict] = None           # the multi-worker job it records (grouping.recorded_job)
+    interrupted: Optional[Dict] = None   # the window's interrupted record (records.interrupted_window)
+    slowdown: Optional[Dict] = None      # the trigger that opened the window (records.slowdown_trigger)
+    model: Optional[Dict] = None         # what trained (records.recorded_model)
+
+
+def _sidecar_facts(session: Session, opener) -> SidecarFacts:
+    """The session's :class:`SidecarFacts`; an unreadable sidecar is its ``problem`` only."""
     if not session.sidecar:
-        return None, None, None, None, None, None
+        return SidecarFacts()
     try:
         raw = records.read_sidecar(session.sidecar, opener)
     except records.SidecarError as err:
-        return None, str(err), None, None, None, None
+        return SidecarFacts(problem=str(err))
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({str(raw['sampler_error']).splitlines()[0]})")
-    return (sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
-            records.slowdown_trigger(raw), records.recorded_model(raw))
+    return SidecarFacts(sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
+                        records.slowdown_trigger(raw), records.recorded_model(raw))
 
 
 def interrupted_warning(interrupted: Dict) -> str:

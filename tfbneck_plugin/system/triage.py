@@ -121,12 +121,12 @@ def aggregate(samples: List[Dict]) -> Optional[Dict]:
     }
 
 
-
 def busiest_gpu_util_pct(iv: Mapping) -> Optional[float]:
     """The highest utilisation (%) among an interval's accelerators (its ``gpus``, as
     :func:`aggregate` writes them; a missing figure counts as 0), None without accelerators:
     the figure the flowchart, the tab's trend view and the callback's scalar read."""
     return max((float(g.get("util_pct") or 0.0) for g in iv.get("gpus") or []), default=None)
+
 
 def triage_interval(iv: Dict, cpu_count: int) -> Dict:
     """The flowchart applied to one :func:`aggregate` interval.
