@@ -125,14 +125,15 @@ def _spin_until(deadline):
 @linux
 def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
     """More spinning children than cores: at least (children - cores) of them wait for a
-    CPU at any time; sleeping children wait for nothing."""
+    CPU at any time; sleeping children add nothing to the wait of the process tree without
+    them (this test's own process, whose threads wait for a core on a busy machine)."""
     ctx = multiprocessing.get_context("fork")
     n = (os.cpu_count() or 1) + 2
     results = {}
-    for kind in ("sleep", "spin"):
+    for kind in ("none", "sleep", "spin"):
         deadline = time.monotonic() + 1.7
         target = _spin_until if kind == "spin" else (lambda d: time.sleep(max(d - time.monotonic(), 0)))
-        kids = [ctx.Process(target=target, args=(deadline,)) for _ in range(n)]
+        kids = [ctx.Process(target=target, args=(deadline,)) for _ in range(n if kind != "none" else 0)]
         for k in kids:
             k.start()
         # Sample once the children run: forking them is CPU work that waits in the run queue
@@ -145,7 +146,7 @@ def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
             k.join(30)
         results[kind] = summarize(side)["tree_runq_wait_cores"]
     assert results["spin"] >= 0.8 * (n - (os.cpu_count() or 1)), results
-    assert results["sleep"] < 0.2, results
+    assert results["sleep"] < results["none"] + 0.2, results
     print("run-queue wait (cores):", results)
 
 
