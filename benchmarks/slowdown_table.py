@@ -343,13 +343,13 @@ def cpu_rule_report(rows: List[Dict]) -> str:
 def held_at(ratio: float):
     """The replays inside use ``ratio`` as the trigger's
     :data:`~tfbneck_plugin.capture.cpu_taken.WORK_HOLD_RATIO` (``inf``: the rule off)."""
-    from tfbneck_plugin.capture import slowwatch
-    before = slowwatch.WORK_HOLD_RATIO
-    slowwatch.WORK_HOLD_RATIO = ratio
+    from tfbneck_plugin.capture.slowdown import cpu_reads  # where the trigger reads it
+    before = cpu_reads.WORK_HOLD_RATIO
+    cpu_reads.WORK_HOLD_RATIO = ratio
     try:
         yield
     finally:
-        slowwatch.WORK_HOLD_RATIO = before
+        cpu_reads.WORK_HOLD_RATIO = before
 
 
 #: The hold ratios the search below spans: 1 is a job's CPU per step unchanged (no evidence
@@ -510,16 +510,16 @@ def factor_between(sep: Dict) -> Optional[float]:
 
 
 def usual_level_report(rows: List[Dict]) -> str:
-    """The default thresholds replayed on all runs with the usual-level rule (slowwatch's
+    """The default thresholds replayed on all runs with the usual-level rule (the gate
     "back to the usual level") and without it (no memory of held levels), side by side."""
-    from tfbneck_plugin.capture import slowwatch
+    from tfbneck_plugin.capture.slowdown import baseline
     kw = _defaults()
-    keep = slowwatch.USUAL_SECONDS
+    keep = baseline.USUAL_SECONDS
     try:
-        slowwatch.USUAL_SECONDS = -1.0  # no level is recent enough: the rule never applies
+        baseline.USUAL_SECONDS = -1.0  # no level is recent enough: the rule never applies
         off = _score(rows, kw)
     finally:
-        slowwatch.USUAL_SECONDS = keep
+        baseline.USUAL_SECONDS = keep
     on = _score(rows, kw)
     steady = len([r for r in rows if not r["spec"]["phases"]])
     return ("\n| the usual-level rule | required phases captured | windows in the " + str(steady)

@@ -235,7 +235,7 @@ def test_on_a_busy_machine_the_baseline_outlasts_its_swings(others, ours, busy):
     cores it waits for 2 s of steps (BUSY_BASELINE_SECONDS), learns the usual level, and no
     window opens. The profiler's own analysis child on a core is not a busy machine: a
     slowdown soon after a scheduled window is compared with the steps before it."""
-    from tfbneck_plugin.capture.slowwatch import BUSY_BASELINE_SECONDS, MIN_BASELINE_SECONDS
+    from tfbneck_plugin.capture.slowdown.baseline import BUSY_BASELINE_SECONDS, MIN_BASELINE_SECONDS
     m = Machine(own=0.7, others=others, ours=ours)
     timer = _timer_on(m)
     ticks = _steps(timer, m, 500, 0.001, 1) + _steps(timer, m, 4000, 0.0025, 501)

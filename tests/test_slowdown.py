@@ -36,7 +36,7 @@ import pytest
 
 from conftest import SHARED, need_shared, tfbneck_cmd
 from tfbneck_plugin import SlowdownTrigger
-from tfbneck_plugin.capture.slowwatch import LEVEL_MIN_STEPS
+from tfbneck_plugin.capture.slowdown.levels import LEVEL_MIN_STEPS
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.logdir import find_sessions
 from tfbneck_plugin.records import SIDECAR_NAME, read_step_times

@@ -506,3 +506,79 @@ def test_a_slowdown_begun_before_the_baseline_armed_is_left_out_of_it_and_caught
     run_steps(t, clock, [0.5] * 3 + [0.33] * 4 + [1.2] * 4 + [0.33] * 10)
     armed = t.trigger_state()["log"][0]
     assert armed["slow_tail_steps"] == 0 and armed["baseline_steps"] == 8
+
+
+# ----------------------------------------------------------------------------------------
+# The gates, one by one (capture/slowdown/gates.py), without a step clock
+# ----------------------------------------------------------------------------------------
+
+def _gate_state(**kw):
+    """A trigger state armed on 100 steps of 10 ms (threshold 15 ms), no CPU check."""
+    from types import SimpleNamespace
+
+    from tfbneck_plugin.capture.slowdown.baseline import Baseline
+    from tfbneck_plugin.capture.slowdown.cpu_reads import CpuReads
+    from tfbneck_plugin.capture.slowdown.levels import RecentSteps
+    trigger = SlowdownTrigger(min_seconds=1.0)
+    baseline = Baseline(trigger, RecentSteps(), busy=lambda: False, log=lambda entry: None)
+    for step in range(100):
+        baseline.push(0.010, step)
+    assert baseline.armed and baseline.slow_at == pytest.approx(0.015)
+    state = dict(trigger=trigger, baseline=baseline, reads=CpuReads(None), at=500, now=100.0, held=False,
+                 captures=0, next_allowed=0)
+    state.update(kw)
+    return SimpleNamespace(**state)
+
+
+def _stretch(times, slow=True, start=98.0):
+    from tfbneck_plugin.capture.slowdown.stretch import Stretch
+    beyond = sorted(t for t in times if (t > 0.015 if slow else t < 0.010 / 1.5))
+    return Stretch(slow=slow, first=1, last=len(times), start=start, times=list(times), pushed=0, beyond=beyond,
+                   ascending=sorted(times), peak=max(times) if slow else min(times))
+
+
+def test_each_gate_decides_in_its_order():
+    from tfbneck_plugin.capture.slowdown.gates import GATES, Hold, decide
+    from tfbneck_plugin.records import Outcome
+    assert [g.__name__ for g in GATES] == ["unconfirmed", "faster_level", "usual_level", "cpu_taken", "fast_step",
+                                           "max_captures", "analysis", "cooldown"]
+    slow = [0.020] * 60  # 1.2 s of 20 ms steps: beyond the threshold, longer than min_seconds
+    assert decide(_stretch([0.020] * 40), _gate_state()) is Hold.UNCONFIRMED  # 0.8 s
+    assert decide(_stretch(slow), _gate_state()) is Outcome.CAPTURED
+    assert decide(_stretch(slow[:-1] + [0.011]), _gate_state()) is Hold.FAST_STEP
+    assert decide(_stretch(slow), _gate_state(held=True)) is Hold.ANALYSIS
+    assert decide(_stretch(slow), _gate_state(next_allowed=501)) is Hold.COOLDOWN
+    # max_captures comes before the waits: the user is told at once, not after the cooldown.
+    assert decide(_stretch(slow), _gate_state(captures=3, held=True, next_allowed=501)) is Outcome.MAX_CAPTURES
+    assert decide(_stretch([0.005] * 60, slow=False), _gate_state()) is Outcome.FASTER
+
+
+def test_the_usual_level_gate_decides_at_the_confirmation_only():
+    from collections import deque
+
+    from tfbneck_plugin.capture.slowdown.gates import decide
+    from tfbneck_plugin.records import Outcome
+    state = _gate_state(now=5.0)
+    # The baseline held 20 ms for 4 s (more than min_seconds) before it followed a faster level.
+    state.baseline.levels = deque([(0.0, 0.020), (2.0, 0.020), (4.0, 0.020)])
+    state.baseline.now = 5.0
+    s = _stretch([0.020] * 60)
+    assert decide(s, state) is Outcome.BACK_TO_USUAL and s.usual == pytest.approx(0.020)
+    s = _stretch([0.020] * 60)
+    s.confirmed_at = 400  # confirmed at an earlier step, waiting since: the gate let it through then
+    assert decide(s, state) is Outcome.CAPTURED
+    # 40 ms is beyond factor x the usual level: a slowdown.
+    assert decide(_stretch([0.040] * 30), state) is Outcome.CAPTURED
+
+
+def test_the_records_outcomes_are_the_enum_that_readers_share():
+    from tfbneck_plugin.records import Outcome
+    clock = Clock()
+    t = StepTimer(trig(min_seconds=1.0, max_captures=1, cooldown_steps=0), clock=clock)
+    run_steps(t, clock, [0.5] * 5 + [0.010] * 100 + [0.040] * 20 + [0.010] * 100 + [0.050] * 60 + [0.010] * 200
+              + [0.050] * 60)
+    outcomes = [Outcome.of(e["outcome"]) for e in t.trigger_state()["log"] if e["event"] == "run"]
+    assert None not in outcomes and Outcome.MAX_CAPTURES in outcomes
+    assert [o.uncaptured for o in outcomes if o is not Outcome.FASTER] == [False, False, True]
+    assert Outcome.MAX_CAPTURES.why == "max_captures reached" and Outcome.of("ended: who knows") is None
+    assert all(type(e["outcome"]) is str for e in t.trigger_state()["log"] if e["event"] == "run")  # plain JSON

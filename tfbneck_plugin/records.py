@@ -75,7 +75,7 @@ ms per step, per execution when ``steps_per_execution`` > 1)::
      "slow_steps": [int, int],          # first and last batch of the slow stretch
      "slow_step_count": int, "slow_for_s": float,   # steps timed in it (a few fast ones included), seconds
      "observed_p50_ms": float,          # median step time of the slow stretch
-     "observed_mean_ms": float,         # its trimmed mean (capture/steplevel.py)
+     "observed_mean_ms": float,         # its trimmed mean (capture/slowdown/levels.py)
      "baseline_p50_ms": float, "baseline_p90_ms": float, "baseline_steps": int,
      "baseline_mean_ms": float,         # the baseline's trimmed mean
      "threshold_ms": float,             # factor * baseline_mean_ms (older files: max(factor * p50, p90))
@@ -130,7 +130,7 @@ read by the TensorBoard tab's ``/trend`` route::
      "baseline": null | {"p50_ms", "p90_ms", "mean_ms" (trimmed mean), "steps", "threshold_ms"},
                                         # the trigger's baseline when written (re-learnt after a
                                         # capture or a lasting change of level: the slow one at the end)
-     "trigger_state": null | {           # the slowdown trigger's record (capture/slowwatch.py); absent in older files
+     "trigger_state": null | {           # the slowdown trigger's record (capture/slowdown/); absent in older files
          "armed": bool, "captures": int,
          "short_runs": int,              # slow stretches shorter than `consecutive` steps (not listed)
          "log": [{"event": "armed", "step", "baseline_p50_ms", "baseline_mean_ms", "baseline_steps", "threshold_ms",
@@ -190,6 +190,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Dict, List, Optional, Tuple
 
 #: Name of the system-metrics sidecar in a session folder.
@@ -213,10 +214,57 @@ STEP_TIMES_FORMAT = "tfbneck.step_times"
 MAX_STEP_TIMES_BYTES = 8 * 1024 * 1024
 #: Entries a trend file's ``trigger_state.log`` keeps: the first (arming) and the latest.
 MAX_TRIGGER_LOG = 40
-#: ``outcome`` of a ``trigger_state.log`` stretch confirmed but left uncaptured because other
-#: processes took the job's CPU, and of one confirmed after ``max_captures`` windows.
-CPU_TAKEN_OUTCOME = "not captured: CPU taken by other processes"
-MAX_CAPTURES_OUTCOME = "not captured: max_captures reached"
+
+
+class Outcome(StrEnum):
+    """What the slowdown trigger did with a slow stretch: a ``trigger_state.log`` entry's
+    ``outcome`` (written by :mod:`tfbneck_plugin.capture.slowdown`), and what a triggered window
+    captured: its ``trigger.outcome`` (``CAPTURED``, ``PARTIAL``, ``TOO_LATE``, ``SKIPPED``).
+    The trend file, ``tfbneck trigger``, the run context and the console read these values.
+    docs/slowdown_trigger.md says when each is given."""
+    #: A window was opened for it (the log); the window recorded all its steps (a window's trigger).
+    CAPTURED = "captured"
+    #: The level came back before the stretch was confirmed, or within its first ``consecutive`` steps.
+    TOO_SHORT = "ended: fast_steps: too short"
+    #: The level came back while a confirmed stretch waited for an analysis or the cooldown.
+    ENDED_IN_ANALYSIS = "ended: fast_steps (held by analysis)"
+    ENDED_IN_COOLDOWN = "ended: fast_steps (held by cooldown)"
+    #: Confirmed, not captured: within ``factor`` of a level the baseline held lately.
+    BACK_TO_USUAL = "not captured: back to the usual level"
+    #: Confirmed, not captured: other processes took the job's cores (the entry's ``cpu``).
+    CPU_TAKEN = "not captured: CPU taken by other processes"
+    #: Confirmed, not captured: ``max_captures`` windows were opened already.
+    MAX_CAPTURES = "not captured: max_captures reached"
+    #: Training ended while an unconfirmed stretch was slow (logged, and a skipped window).
+    TRAINING_ENDED = "training ended: too late"
+    #: A lastingly faster stretch: the baseline is learnt again from its steps.
+    FASTER = "faster: new baseline"
+    #: A triggered window that training ended inside of (some steps recorded) ...
+    PARTIAL = "partial"
+    #: ... or before a step of it was recorded.
+    TOO_LATE = "too_late"
+    #: A triggered window that could not be opened (a profiler already running).
+    SKIPPED = "skipped"
+
+    @classmethod
+    def of(cls, value: object) -> Optional["Outcome"]:
+        """The outcome a record's field holds, or None for anything else (an older or damaged file)."""
+        if not isinstance(value, str):
+            return None
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+    @property
+    def uncaptured(self) -> bool:
+        """Confirmed as a slowdown, yet no window opened for it (the user is told why)."""
+        return self in (Outcome.BACK_TO_USUAL, Outcome.CPU_TAKEN, Outcome.MAX_CAPTURES)
+
+    @property
+    def why(self) -> str:
+        """The reason of an uncaptured outcome, as a sentence ends with it ("CPU taken by other processes")."""
+        return self.value.split(": ", 1)[1] if self.uncaptured else self.value
 
 
 def _reject_constant(name: str):

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .logdir import Session, is_remote, open_any, session_folder_time
-from .records import STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, SidecarError, read_step_times
+from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError,
+                      read_step_times)
 from .schema import SessionDict, first_fix, step_time_ms
 
 
@@ -144,7 +145,8 @@ def read_run(run_dir: str) -> RunContext:
             ctx.time_ms = (ctx.time_ms or 0.0) + length[1]
         state = data.get("trigger_state")
         for e in (state.get("log") if isinstance(state, dict) else None) or []:
-            if isinstance(e, dict) and str(e.get("outcome", "")).startswith("not captured"):
+            outcome = Outcome.of(e.get("outcome")) if isinstance(e, dict) else None
+            if outcome is not None and outcome.uncaptured:
                 ctx.uncaptured.append((path, e))
         for w in data.get("windows") or []:
             if w.get("status") == "skipped":
@@ -257,7 +259,7 @@ def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
         return None
     parts = []
     for _path, e in ctx.uncaptured[:5]:
-        why = str(e.get("outcome", "")).replace("not captured: ", "")
+        why = Outcome(e["outcome"]).why  # uncaptured holds uncaptured outcomes only
         # The medians, as the callback's console line gives them (the entry's means are the
         # trigger's levels: two pairs of figures for one stretch would read as two stretches).
         was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")

@@ -1,73 +1,26 @@
 """Whether other processes took the job's CPU during a slow stretch: the slowdown
 trigger's check before it captures a stretch. Pure Python (psutil), no TensorFlow.
 
-A job slowed by its own work (a heavier map, a bigger batch) keeps the cores it had or takes
-more; a job slowed because other processes took its cores gets fewer while they get more. In
-the scenario corpus (``docs/slowdown_capture.md``, "The job's own CPU in slow stretches";
-the job's CPU seconds at every step and the machine's ``/proc/stat`` every 16 steps):
+:class:`CpuTaken` samples the process's CPU clock and the machine's busy time every
+:data:`SAMPLE_SECONDS`. A job slowed by its own work keeps the cores it had or takes more; a
+job slowed because other processes took its cores gets fewer while they get more. So a stretch
+in which the job had at most :data:`OWN_CORES_RATIO` of its cores of the :data:`BEFORE_SECONDS`
+before while other processes took at least :data:`OTHERS_RISE_CORES` more is CPU taken by
+other processes, not captured (a profile of the job cannot show the other processes' work):
+unless the job kept more than ``1 / factor`` of its cores and its CPU seconds per step rose
+:data:`OWN_WORK_RATIO` x (against the span before, or against its clean steps:
+:meth:`CpuTaken.work_ratio`): then it is the job's own slowdown. Each stretch is also compared
+with the seconds before other processes first took the cores while they hold them, and with
+the quietest span of the samples kept (contention in short bursts joins the baseline unnamed).
+The same CPU per step against the clean steps holds a stretch of the job's own work open
+(:data:`WORK_HOLD_RATIO`).
 
-* every input slowdown, idle machine or busy, kept at least 0.88x the job's cores of the 3 s
-  before it (most 0.98x or more), and there other processes' cores did not rise by more than
-  0.01 (under load they fell: the heavier input took cores from them);
-* the steady runs under ``under-load -j 2`` whose level rose (two of them opened a window,
-  1.7x and 2.1x) had 0.71-0.83x the job's cores while other processes took 0.12-0.28 cores
-  more; so did a steady job when two spinners started beside it (0.74x, +0.43 cores).
-
-So a stretch in which the job had at most :data:`OWN_CORES_RATIO` of its cores while other
-processes took at least :data:`OTHERS_RISE_CORES` more is CPU taken by other processes, not a
-slowdown of the job's own: a profile of the job cannot show the other processes' work, and
-the trigger's log says so with these figures instead.
-
-Unless the job's own work per step grew while the cores it lost cannot explain its slowdown.
-Other processes taking its cores leave the job's CPU seconds per step about as they were
-(the same work, done later), and a job that lost cores is at most ``own before / own
-during`` slower for want of them when its work is CPU. So a stretch in which the job kept
-more than ``1 / factor`` of its cores (losing them could not make a slowdown the trigger
-fires on) and its CPU seconds per step (its cores x its step time) rose at least
-:data:`OWN_WORK_RATIO` x is the job's own slowdown, captured. A job run under ``nice``
-beside a busy neighbour, whose tf.data map turned 6-10x heavier, had 0.83x its cores (the
-neighbour took what the niced job freed as it waited for input) and 5-8x the CPU seconds per
-step; without this rule its slowdown was refused in 4 of 4 fits. In
-the corpus's steady runs that other processes held slower, the job kept 0.71-0.83x its
-cores and its CPU seconds per step rose 1.2-1.7x (1.7-2.1x the step time: TensorFlow's
-thread pools spin a while before they sleep, and spin longer when their work waits for a
-core); four spinners at ``nice -10`` beside a job of 1 ms steps left it 0.13x its cores,
-its steps 23x slower on the trigger's measure and its CPU seconds per step 2.9x
-(``tests/test_slowdown.py``'s contended run): heavy contention spins more, which is why the
-cores kept must be the first test.
-
-The span just before a stretch can itself be unlike the job's usual steps (a faster interlude,
-contention that came and went), so the CPU seconds per step are also taken against the job's
-clean steps (:meth:`CpuTaken.work_ratio`, below): either at :data:`OWN_WORK_RATIO` is the job's
-own work. Against the clean steps, the steady runs' holds reached at most 1.59x (below) and the
-spinners beside a steady job 1.08-1.10x; a 2.2x heavier map under ``under-load -j 2``, 0.2 cores
-taken by the load's swing, 1.55x against the 3 s before (the fast steps just after a speed-up)
-and 2.26x against the clean steps (the corpus's ``speedup-tfk-15ms-x2.3-load``: missed against
-the 3 s before alone, captured with the clean steps).
-
-The same CPU seconds per step also tell the trigger a slowdown of the job's own work that a
-busy machine's stalls hide in its step times (:meth:`CpuTaken.work_ratio`, against the job's
-clean steps: those taken while no slow stretch was open): in 58 runs repeated under
-``under-load``, a 2.2x heavier map of 1 ms steps raised it 2.2-2.8x while the steady runs'
-holds raised it at most 1.59x (:mod:`.slowwatch`, "Own work").
-
-The figures before the first such stretch are kept while other processes hold the cores they
-took (the 3 s before each later stretch still show them at least :data:`OTHERS_RISE_CORES`
-above): the job's level swings under lasting contention, and a swing compared only with
-the contended seconds before it showed a smaller change (a real run, two spinners for 12 s:
-0.58x the job's cores against the calm seconds, 0.90x against the contended ones), so
-each later stretch is compared with both. Every stretch is also compared with the quietest
-span of the samples kept (:meth:`CpuTaken._quietest`): contention in bursts shorter than a
-confirmation joins the baseline unnamed, so the first stretch confirmed can find the seconds
-before it contended already.
-
-What it cannot tell (the README's limits): a job that *waits* (storage, network) on a
-machine whose cores are all busy frees cores the other processes then take; that reads the
-same. The job's child processes (PyDataset or multiprocessing workers) would count as other
-processes, so with children the check is off; the profiler's own analysis children are
-other processes to it (a slowdown they cause is not training's: in a run of the slowdown corpus a
-scheduled window's analysis child, starved under load, was still running when a steady
-run's hold was confirmed, and a check turned off by it let the window open).
+What it cannot tell: a job that *waits* (storage, network) on a machine whose cores are all
+busy frees cores the others then take, which reads the same. The job's child processes
+(PyDataset or multiprocessing workers) would count as other processes, so with children the
+check is off; the profiler's own analysis children are other processes to it (a slowdown
+they cause is not training's). The measurements behind each threshold: docs/slowdown_trigger.md
+("CPU taken by other processes", "Own work") and docs/slowdown_capture.md.
 """
 from __future__ import annotations
 
@@ -76,18 +29,18 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Optional, Tuple
 
-from ..records import MAX_CAPTURES_OUTCOME
+from ..records import Outcome
 from ..system.sampler import NOT_TRAINING_PIDS, cpu_total
 
-#: The job's cores during the stretch over those of the span before it, at most (see above:
+#: The job's cores during the stretch over those of the span before it, at most (the corpus:
 #: 0.71-0.83 in the busy machine's holds, 0.88 and more in input slowdowns).
 OWN_CORES_RATIO = 0.85
-#: Other processes' cores during the stretch less those before it, at least (see above:
+#: Other processes' cores during the stretch less those before it, at least (the corpus:
 #: 0.12-0.43 when they took the job's cores; at most 0.01 in input slowdowns).
 OTHERS_RISE_CORES = 0.1
 #: The job's CPU seconds per step in the stretch over those before it, at least, for a
-#: stretch in which it kept more than 1 / factor of its cores to be its own slowdown (see
-#: above: 1.2-1.7x when other processes held a steady job slower and it kept 0.71-0.83x
+#: stretch in which it kept more than 1 / factor of its cores to be its own slowdown (the
+#: corpus: 1.2-1.7x when other processes held a steady job slower and it kept 0.71-0.83x
 #: its cores; 5-8x for a heavier map; 2x is also the smallest slowdown the trigger is
 #: measured on).
 OWN_WORK_RATIO = 2.0
@@ -103,7 +56,7 @@ KEEP_SECONDS = 60.0
 #: The job's CPU seconds per step over those of its clean steps before (:meth:`CpuTaken.work_ratio`),
 #: at least, for a level above the middle line (the geometric middle of the baseline and the
 #: threshold) to open a slow stretch or hold one open: its own work per step grew
-#: (:mod:`.slowwatch`, "Own work"). Chosen on 58 runs repeated under under-load (fit:
+#: (docs/slowdown_trigger.md, "Own work"). Chosen on 58 runs repeated under under-load (fit:
 #: ``benchmarks/slowdown_table.py`` hold_choice): no steady run opened a window even at 1.0,
 #: every required phase was captured up to 2.02; the geometric middle of 1.0 and 2.02. The
 #: corpus's report judges it (docs/slowdown_capture.md, "Own work").
@@ -159,7 +112,7 @@ def notice_lines(entry: Optional[Dict]) -> Tuple[str, str, Optional[str]]:
     """(the warning's kind, the user's line, the line for repeats) for the trigger's log entry
     of a stretch it confirmed but did not capture: other processes took the CPU (``entry["cpu"]``
     from :meth:`CpuTaken.taken_by_others`), or ``max_captures`` windows were taken already."""
-    if entry and entry.get("outcome") == MAX_CAPTURES_OUTCOME:
+    if entry and entry.get("outcome") == Outcome.MAX_CAPTURES:
         return ("slowdown:max_captures",
                 f"median step time rose again from {entry['baseline_p50_ms']:.3g} to {entry['observed_p50_ms']:.3g} ms "
                 f"over {entry['steps']} steps ({entry['seconds']:.1f} s) from step {entry['first_step']}: not profiled, "

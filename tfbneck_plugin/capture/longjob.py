@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..records import CPU_TAKEN_OUTCOME
+from ..records import Outcome
 from .arguments import logger
 from .background import BackgroundAnalysis
 from .summaries import period_scalars
@@ -80,7 +80,7 @@ class LongJobMixin:
                 f"from step {span[0]}) before the slowdown trigger's thresholds were met: too late to profile it")
         rec = WindowRecord(index=len(self.windows), requested=[span], status="skipped", reason=note,
                            closed_by="too_late", steps=span, kind="triggered",
-                           trigger=dict(run, outcome="too_late", note=note))
+                           trigger=dict(run, outcome=Outcome.TOO_LATE.value, note=note))
         self.windows.append(rec)
         self._warn("too_late", note)
         self._write_trend()
@@ -92,7 +92,7 @@ class LongJobMixin:
         trend file to learn that more were refused."""
         state = self.tracker.timer.trigger_state()
         refused = [e for e in (state or {}).get("log", [])
-                   if e.get("outcome") == CPU_TAKEN_OUTCOME]
+                   if e.get("outcome") == Outcome.CPU_TAKEN]
         if len(refused) < 2:
             return
         spans = ", ".join(f"{e['first_step']}-{e['last_step']}" for e in refused[:8])
@@ -140,10 +140,10 @@ def trigger_outcome(trigger: Dict, closed_by: str, window: Tuple[int, int], mark
     want = window[1] - window[0] + 1
     got = sum(b - a + 1 for a, b in markers)
     if closed_by == "completed":
-        trigger["outcome"] = "captured"
+        trigger["outcome"] = Outcome.CAPTURED.value
     elif markers:
-        trigger["outcome"] = "partial"
+        trigger["outcome"] = Outcome.PARTIAL.value
         trigger["note"] = f"{closed_by.replace('_', ' ')} after {got} of the {want} steps of the window"
     else:
-        trigger["outcome"] = "too_late"
+        trigger["outcome"] = Outcome.TOO_LATE.value
         trigger["note"] = f"{closed_by.replace('_', ' ')} before a step of the window was recorded: too late"

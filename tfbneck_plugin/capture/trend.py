@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, step_times_name, write_sidecar
+from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, Outcome, step_times_name, write_sidecar
 from ..schema import SessionDict, step_time_ms
-from .slowwatch import MIN_BASELINE_STEPS
+from .slowdown.thresholds import MIN_BASELINE_STEPS
 
 #: Points kept in the file; beyond, every other older point is dropped (the trend keeps
 #: its shape over a job of any length).
@@ -223,7 +223,7 @@ def level_breaks(trigger_state: Optional[Dict]) -> List[int]:
         if not isinstance(e, dict) or e.get("event") != "run" or not isinstance(e.get("first_step"), int):
             continue
         slower = e.get("direction") == "slower" and e.get("confirmed_at_step") is not None
-        if slower or str(e.get("outcome", "")).startswith("faster"):
+        if slower or Outcome.of(e.get("outcome")) is Outcome.FASTER:
             out.append(e["first_step"])
     return out
 
