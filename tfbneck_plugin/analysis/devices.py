@@ -90,7 +90,7 @@ def read_devices(space: Space) -> List[Device]:
                 continue
             n += len(line)
             names = plane.event_names
-            uniq = np.unique(line.name_id)
+            uniq = timeline.distinct(line.name_id)
             cls = {}
             for mid in uniq:
                 nm = names.get(int(mid), "")

@@ -211,7 +211,7 @@ class HostView:
         for li, idx in proc_sel:
             if len(producers):
                 consumers, present = self.stat_ints(li, idx, "_c")
-                idx = idx[present & np.isin(consumers, producers)]
+                idx = idx[present & timeline.member(consumers, producers)]
             if len(idx):
                 keep.append((li, idx))
         # An executor thread blocked inside an IteratorGetNext op is waiting, not computing:

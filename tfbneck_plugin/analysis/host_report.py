@@ -8,7 +8,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..trace import timeline
-from ..trace.timeline import ms
+from ..trace.timeline import ms, ms_list
 from . import breakdown, tfdata
 from ..schema import WorstStep
 from .findings import StepFacts
@@ -35,9 +35,12 @@ def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, fact
     if steps is None:
         return {"count": 0, "step_time_ms": None, "items": [], "dropped_partial": 0, "batches_per_step": 1,
                 "tried": tried, "why_none": facts.why_none}
-    items = [{"step": int(steps.numbers[i]), "start_ms": ms(steps.starts[i] - origin),
-              "duration_ms": ms(steps.ends[i] - steps.starts[i]),
-              "breakdown_ms": {c: ms(parts[c][i]) for c in breakdown.CATEGORIES}} for i in range(steps.count)]
+    n = steps.count
+    # One conversion per column (timeline.ms_list), not one ms() per value: the same numbers.
+    columns = zip(steps.numbers[:n].tolist(), ms_list(steps.starts - origin), ms_list(steps.ends - steps.starts),
+                  *(ms_list(parts[c][:n]) for c in breakdown.CATEGORIES))
+    items = [{"step": number, "start_ms": start, "duration_ms": duration,
+              "breakdown_ms": dict(zip(breakdown.CATEGORIES, cells))} for number, start, duration, *cells in columns]
     stats = step_stats(steps.durations_ps)
     out = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
            "batches_per_step": steps.batches_per_step,

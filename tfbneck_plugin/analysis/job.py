@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, Optional, cast
 import numpy as np
 
 from .. import schema
+from ..trace import timeline
 from . import sync as syncmod
 from .evidence import with_basis
 from .thresholds import COLLECTIVE_BOUND_PCT
@@ -139,7 +140,7 @@ def _excess(lat: Lateness, i: int, steps: List[int]):
     over the step indices ``steps``."""
     mine = syncmod.own_means([lat.own[i][k] for k in steps])
     others = [syncmod.own_means([lat.own[j][k] for k in steps]) for j in range(len(lat.own)) if j != i]
-    theirs = {c: float(np.median([o[c] for o in others])) for c in syncmod.OWN_CATEGORIES}
+    theirs = {c: timeline.median([o[c] for o in others]) for c in syncmod.OWN_CATEGORIES}
     return sorted(((mine[c] - theirs[c], c) for c in syncmod.OWN_CATEGORIES), reverse=True), mine, theirs
 
 

@@ -7,6 +7,7 @@ from typing import Dict, List, cast
 import numpy as np
 
 from .. import schema
+from ..trace import timeline
 
 #: Modified z-score above which a host's step time is an outlier (Iglewicz & Hoaglin,
 #: "How to Detect and Handle Outliers", 1993: 0.6745 (x - median) / MAD > 3.5).
@@ -51,8 +52,8 @@ def stragglers(times_ms: List[float]) -> List[int]:
         return []
     if len(t) == 2:
         return [int(np.argmax(t))] if t.max() > STRAGGLER_RATIO_OF_TWO * t.min() else []
-    med = float(np.median(t))
-    mad = max(float(np.median(np.abs(t - med))), MIN_SPREAD_FRACTION * med)
+    med = timeline.median(t)
+    mad = max(timeline.median(np.abs(t - med)), MIN_SPREAD_FRACTION * med)
     z = 0.6745 * (t - med) / mad
     return [int(i) for i in np.flatnonzero((z > STRAGGLER_Z) & (t >= MIN_LATENESS_RATIO * med))]
 
@@ -60,7 +61,7 @@ def stragglers(times_ms: List[float]) -> List[int]:
 def straggler_evidence(hosts: List[Dict]) -> List[str]:
     """A sentence per straggler host (see :func:`stragglers`)."""
     times = [mean_step_ms(h) for h in hosts]
-    med = float(np.median(times)) if times else 0.0
+    med = timeline.median(times) if times else 0.0
     return [f"Host {hosts[i]['host']} is a straggler: {times[i]:.1f} ms per step against a median of {med:.1f} ms."
             for i in stragglers(times)]
 

@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..trace import timeline
 from .steps import WARMUP_SLOWDOWN
 
 #: Modified z-score above which a step is an outlier (Iglewicz & Hoaglin 1993).
@@ -52,8 +53,8 @@ def odd_steps(durations_ps: np.ndarray) -> np.ndarray:
     odd = np.zeros(len(d), dtype=bool)
     if len(d) < MIN_STEPS:
         return odd
-    median = float(np.median(d))
-    mad = max(float(np.median(np.abs(d - median))), MAD_FLOOR * median)
+    median = timeline.median(d)
+    mad = max(timeline.median(np.abs(d - median)), MAD_FLOOR * median)
     if median <= 0 or mad <= 0:
         return odd
     odd = (0.6745 * (d - median) / mad > ODD_Z) & (d >= ODD_SLOWDOWN * median)

@@ -298,7 +298,7 @@ class _FunctionStages:
             c = _innermost_container(line.start_ps[own], line.ends(own), line.start_ps[calls], line.ends(calls))
             owner = np.where(c >= 0, line.name_id[own[np.maximum(c, 0)]], -1)
             code = np.ones(len(calls), dtype=np.int64)
-            for mid in np.unique(owner[owner >= 0]).tolist():  # one lookup per owning stage, not per call
+            for mid in timeline.distinct(owner[owner >= 0]).tolist():  # one lookup per owning stage, not per call
                 n = view.plane.event_names.get(mid, "")
                 key = n if n.startswith("Iterator::") else "Produce:" + n[:-len(PRODUCE_SUFFIX)]
                 code[owner == mid] = self._code(owner_stage(stages, key))
@@ -349,7 +349,7 @@ def _fair_share(s: np.ndarray, e: np.ndarray, win_s: np.ndarray, win_e: np.ndarr
     busy time inside the windows. Shape (n,), float64."""
     if not len(s):
         return np.zeros(0)
-    bounds = np.unique(np.concatenate([s, e, win_s, win_e]))
+    bounds = timeline.distinct(np.concatenate([s, e, win_s, win_e]))
     seg_s, seg_len = bounds[:-1], np.diff(bounds)
     active = np.searchsorted(np.sort(s), seg_s, side="right") - np.searchsorted(np.sort(e), seg_s, side="right")
     weight = np.where((active > 0) & _in_windows(seg_s, win_s, win_e), seg_len / np.maximum(active, 1), 0.0)

@@ -293,10 +293,10 @@ def host_window(view: Optional[HostView]) -> Optional[Tuple[int, int]]:
     """[first event start, last event end] over the host plane, ps; None if empty."""
     if view is None:
         return None
-    lines = [l for l in view.plane.lines if len(l)]
-    if not lines:
+    spans = [b for b in (l.bounds() for l in view.plane.lines) if b is not None]  # None: an empty line
+    if not spans:
         return None
-    return (int(min(l.start_ps.min() for l in lines)), int(max((l.start_ps + l.dur_ps).max() for l in lines)))
+    return min(s for s, _ in spans), max(e for _, e in spans)
 
 
 def _candidates(space: Space, view: Optional[HostView]):

@@ -205,7 +205,7 @@ def _eager_kernels(view, steps, timing: StepTiming) -> None:
         return
     timing.eager_ops = len(durations) / steps.count
     timing.eager_kernel_ms = float(durations.sum()) / 1e3 / steps.count
-    timing.eager_op_floor_us = float(np.percentile(durations, EAGER_FLOOR_PERCENTILE))
+    timing.eager_op_floor_us = timeline.percentile(durations, EAGER_FLOOR_PERCENTILE)
 
 
 # ---- the numbers the models share -----------------------------------------------------------
@@ -386,7 +386,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
         return CannotHelp(f"The steps already run {b} batches per call.")
     ops = min(t.breakdown_ms["device_compute"], t.op_span_ms)  # the ops' own time, gaps between them left out
     # The typical step: a step preempted or slowed by the profiler's start is not per-call cost.
-    step = float(np.median(t.durations_ms))
+    step = timeline.median(t.durations_ms)
 
     def per_batch(recurring: float) -> float:
         return recurring / b + max(step - recurring, 0.0) / k

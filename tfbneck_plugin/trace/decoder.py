@@ -60,7 +60,8 @@ THREADS_FROM_BYTES = 4 << 20
 
 
 #: Planes whose lines are indexed by event name as they are decoded (:meth:`Line._postings`,
-#: in the decoding threads): the host plane's, which the host view looks up by name, all of them.
+#: in the decoding threads), and their bounds found (:meth:`Line.bounds`): the host plane's,
+#: which the host view looks up by name, all of them, and whose time span it reads.
 INDEXED_PLANES = ("/host:CPU",)
 
 
@@ -81,6 +82,7 @@ def _decode_lines(view, padded, pages: Optional[FilePages], ranges: List[Tuple[i
                 line.pages = (pages, ls, le)
             if index:
                 line._postings()
+                line.bounds()
         except BaseException as err:  # raised by the caller, in the lines' order
             out[k] = err
         if pages is not None:

@@ -7,6 +7,7 @@ All are vectorised with numpy (sort + cumulative sums), O(n log n).
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -29,11 +30,103 @@ def ms(ps) -> float:
     return round(float(ps) / PS_PER_MS, 3)
 
 
+def ms_list(ps) -> List[float]:
+    """:func:`ms` of each value of an array, as a list of the same floats, without a
+    ``round`` per value (~0.5 us each: most of a 3,000-step report's step table).
+
+    ``round(x, 3)`` is the double nearest to the decimal ``k / 1000``, ``k`` the integer
+    nearest to the exact ``1000 x`` (ties to even); ``k / 1000.0`` in floating point is that
+    same double (one correctly rounded division of exact integers). ``k`` is ``rint`` of the
+    computed ``1000 x``, off the exact product by under 2**-52 of it: the same integer
+    unless the product lies that close to a half (a tie, or nearly), or beyond 2**52; those
+    few values are rounded by ``round`` itself."""
+    x = np.asarray(ps, dtype=np.float64) / PS_PER_MS
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf are left to round
+        scaled = x * 1000.0
+        out = (np.rint(scaled) / 1000.0).tolist()
+        size = np.abs(scaled)
+        from_half = np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5)
+        unsure = ~((from_half > size * 2.0 ** -50) & (size < 2.0 ** 52))
+    if unsure.any():
+        values = x.tolist()
+        for i in np.flatnonzero(unsure).tolist():
+            out[i] = round(values[i], 3)
+    return out
+
+
 def time_stats(values_ms: np.ndarray) -> Dict[str, float]:
     """``mean``, ``p50`` and ``p90`` of times (ms), each rounded to 3 decimals."""
     v = np.asarray(values_ms, dtype=np.float64)
-    return {"mean": round(float(v.mean()), 3), "p50": round(float(np.percentile(v, 50)), 3),
-            "p90": round(float(np.percentile(v, 90)), 3)}
+    return {"mean": round(float(v.mean()), 3), "p50": round(percentile(v, 50), 3),
+            "p90": round(percentile(v, 90), 3)}
+
+
+# numpy's median of floats, percentile, plain unique and isin read ``np.ma`` (a NaN check, a
+# masked-array check), whose first use imports numpy.ma: ~16 ms of a cold ``tfbneck analyze``
+# of a 64 MB trace (2-core VM), more than the analysis of many a step. The four below give
+# numpy's own values of one-dimensional arrays without it.
+
+def median(values) -> float:
+    """``float(np.median(values))`` of a one-dimensional array (NaN if it holds one): the
+    middle order statistic, or ``np.mean`` of the two middle ones, as numpy takes them."""
+    v = np.asarray(values).ravel()
+    n = len(v)
+    if not n or v.dtype.kind not in "fc":  # empty, or no NaN to look for: numpy's median reads no np.ma
+        return float(np.median(v))
+    h = n // 2
+    part = np.partition(v, [h - 1, h, n - 1] if n % 2 == 0 else [h, n - 1])
+    if np.isnan(part[n - 1]):  # NaN sorts last
+        return float("nan")
+    return float(np.mean(part[h - 1:h + 1] if n % 2 == 0 else part[h:h + 1]))
+
+
+def percentile(values, q: float) -> float:
+    """``float(np.percentile(values, q))`` of a one-dimensional array, numpy's default
+    ("linear") method step by step: virtual index ``(n - 1) * q / 100`` between order
+    statistics ``a`` (below, or the last one at or past the end) and ``b`` (above), weight
+    ``g`` (the index less ``a``'s), ``b - (b - a) * (1 - g)`` from ``g = 0.5`` up, else
+    ``a + (b - a) * g``; NaN if the array holds one."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    n = len(v)
+    if not n:
+        return float(np.percentile(v, q))  # numpy's error for an empty array
+    at = (n - 1) * (q / 100)
+    lo = math.floor(at)
+    if at >= n - 1:
+        lo = hi = -1
+    elif at < 0:
+        lo = hi = 0
+    else:
+        hi = lo + 1
+    g = at - lo
+    part = np.partition(v, sorted({lo % n, hi % n, n - 1}))
+    if math.isnan(part[n - 1]):
+        return float("nan")
+    a, b = float(part[lo]), float(part[hi])
+    diff = b - a
+    return b - diff * (1 - g) if g >= 0.5 else a + diff * g
+
+
+def member(values, table) -> np.ndarray:
+    """``np.isin(values, table)`` of integers of one dtype: a bool mask, shape of ``values``,
+    of the values found in ``table`` (a sort of ``table`` and a binary search of each value)."""
+    values = np.asarray(values)
+    t = np.sort(np.asarray(table).ravel())
+    if not len(t):
+        return np.zeros(values.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(t, values), len(t) - 1)
+    return t[pos] == values
+
+
+def distinct(values) -> np.ndarray:
+    """``np.unique(values)`` of integers: the distinct values, ascending."""
+    v = np.sort(np.asarray(values).ravel())
+    if len(v) < 2:
+        return v
+    keep = np.empty(len(v), dtype=bool)
+    keep[0] = True
+    np.not_equal(v[1:], v[:-1], out=keep[1:])
+    return v[keep]
 
 
 def outermost(starts: np.ndarray, ends: np.ndarray, *cols: np.ndarray) -> Tuple[np.ndarray, ...]:
@@ -226,7 +319,7 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
     if len(a_s) == 0 or len(b_s) == 0:
         return a_s, a_e
     # Boundaries of both sets; keep elementary segments inside a and outside b.
-    points = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    points = distinct(np.concatenate([a_s, a_e, b_s, b_e]))
     seg_s, seg_e = points[:-1], points[1:]
     in_a = np.searchsorted(a_s, seg_s, side="right") - np.searchsorted(a_e, seg_s, side="right") > 0
     in_b = np.searchsorted(b_s, seg_s, side="right") - np.searchsorted(b_e, seg_s, side="right") > 0
