@@ -68,7 +68,7 @@ setup(
                  "nbconvert>=7.16.5"],
     },
     entry_points={
-        "console_scripts": ["tfbneck = tfbneck_plugin.cli:run"],
+        "console_scripts": ["tfbneck = tfbneck_plugin.cli.main:run"],
         "tensorboard_plugins": ["bottleneck = tfbneck_plugin.plugin:BottleneckPluginLoader"],
     },
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],

@@ -235,7 +235,7 @@ def render_block(results: dict) -> str:
         "counting sort), nesting is one linear scan, stats are decoded only for the events that need",
         "them, once; everything after that is numpy over columns. The `tfbneck` program itself runs",
         "numpy's OpenBLAS on one thread and keeps the memory it frees for its next arrays",
-        "(`tfbneck_plugin/cli.py`, `run`).",
+        "(`tfbneck_plugin/cli/main.py`, `run`).",
         "",
         "At 2 GB and beyond: files above `TFBNECK_MAX_TRACE_BYTES` (default 2 GiB - 1 byte, protobuf's",
         "own limit for one message, which XProf shares: it cannot open a larger trace at all, and its",

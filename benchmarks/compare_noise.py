@@ -16,7 +16,7 @@ window's steps only (what a run without the trend file has). The table gives, pe
 pair and evidence, how many pairs the 5 % gate (``--fail-if-slower 5``) failed, and the
 verdicts; ``--markdown`` also writes it to a file.
 
-The floors of :data:`tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT` (and the CPU floors)
+The floors of :data:`tfbneck_plugin.comparison.compare.RUN_TO_RUN_FLOOR_PCT` (and the CPU floors)
 are fitted on the even-numbered identical pairs (same load; for the CPU floor across loads,
 pairs at different loads) and judged on the others: the table leaves the fit half out.
 """
@@ -74,7 +74,7 @@ def load_sides(root, index):
 
     import numpy as np
     sys.path.insert(0, ROOT)
-    from tfbneck_plugin import comparison
+    from tfbneck_plugin.comparison import compare as comparison
     from tfbneck_plugin.analysis.session import analyze_session
     out = {}
     for name in sorted(index):
@@ -101,7 +101,7 @@ def pairs(index):
 
 def evaluate(sides, index, floors=None):
     """Rows of (pair kind, evidence, baseline, candidate, verdict, change %, gate failed)."""
-    from tfbneck_plugin import comparison
+    from tfbneck_plugin.comparison import compare as comparison
     saved, saved_cpu = dict(comparison.RUN_TO_RUN_FLOOR_PCT), comparison.CPU_FLOOR_PCT
     saved_loaded = comparison.LOADED_CPU_FLOOR_PCT
     if floors:
@@ -183,7 +183,7 @@ def main():
         with open(os.path.join(args.runs_dir, "runs.json")) as f:
             index = json.load(f)
     sides = load_sides(args.runs_dir, index)
-    from tfbneck_plugin import comparison
+    from tfbneck_plugin.comparison import compare as comparison
     floors, _ = fit_floors(evaluate(sides, index, floors={k: 0.0 for k in comparison.RUN_TO_RUN_FLOOR_PCT}))
     floors.setdefault("cpu", comparison.CPU_FLOOR_PCT)
     rows = evaluate(sides, index)
@@ -196,7 +196,7 @@ def main():
         "",
         f"Floors fitted on the fit half (largest |change| of identical pairs, same load or, for cpu_across_loads, "
         f"different loads; rounded up to 5 %): {floors}; "
-        f"in use (tfbneck_plugin.comparison.RUN_TO_RUN_FLOOR_PCT, CPU_FLOOR_PCT, LOADED_CPU_FLOOR_PCT): "
+        f"in use (tfbneck_plugin.comparison.compare.RUN_TO_RUN_FLOOR_PCT, CPU_FLOOR_PCT, LOADED_CPU_FLOOR_PCT): "
         f"{comparison.RUN_TO_RUN_FLOOR_PCT}, cpu {comparison.CPU_FLOOR_PCT}, cpu across loads "
         f"{comparison.LOADED_CPU_FLOOR_PCT}.",
         "", "Judged pairs (the fit half left out):", "", table(rows, fit_ids)])

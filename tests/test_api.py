@@ -281,7 +281,7 @@ def test_a_run_with_several_windows_is_a_report_of_them(tmp_path):
 def test_many_sessions_are_summarised_compactly_and_never_clipped(demo, tmp_path):
     """209 sessions: one table (evidence and first fix folded under each cause), no per-session
     charts, well under the 2.4 MB the full view took; in a narrow cell no column is cut off."""
-    from tfbneck_plugin.notebook import FULL_SESSIONS
+    from tfbneck_plugin.notebook.session import FULL_SESSIONS
     many = tfb.Report([dict(s) for s in demo] * 19)
     page = many._repr_html_()
     assert len(many) > FULL_SESSIONS and len(page) < 500_000, len(page)

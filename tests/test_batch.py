@@ -7,7 +7,7 @@ import pytest
 from tfbneck_plugin import batch
 from tfbneck_plugin.analysis.grouping import group_jobs
 from tfbneck_plugin.analysis.session import analyze_session
-from tfbneck_plugin.cli import main as cli_main
+from tfbneck_plugin.cli.main import main as cli_main
 from tfbneck_plugin.logdir import DiscoveryError
 from support.paths import DATA, DEMO_LOGS
 

@@ -84,7 +84,7 @@ def test_beam_unreachable_store_fails_fast(tmp_path):
     cause = f"{url}: host unreachable (127.0.0.1:{port}: connection refused)"
     assert local.stderr.strip() == f"tfbneck: {cause}"
     assert r.stdout == "" and r.stderr.strip().endswith(f"tfbneck: {cause}") and "Traceback" not in r.stderr
-    from tfbneck_plugin.beam_pipeline import read_results
+    from tfbneck_plugin.fleet_view.beam import read_results
     from tfbneck_plugin.errors import path_error_report
     from tfbneck_plugin.logdir import DiscoveryError
     (row,) = read_results(str(tmp_path / "out"))

@@ -72,7 +72,7 @@ def test_analyze_imports_only_what_it_uses():
     process pool nor the progress bar of many sessions for one session; numpy loads after
     the program (cli.run) has set OpenBLAS to one thread."""
     import subprocess
-    code = ("import sys\nfrom tfbneck_plugin import cli\n"
+    code = ("import sys\nfrom tfbneck_plugin.cli import main as cli\n"
             "assert 'numpy' not in sys.modules, 'the CLI module loads numpy before run() can set it up'\n"
             f"sys.argv = ['tfbneck', 'analyze', {bench_analyze.QUICK_TRACE!r}, '--no-cache', '--output', '/dev/null']\n"
             "rc = cli.run()\n"
@@ -84,6 +84,6 @@ def test_analyze_imports_only_what_it_uses():
     assert rc == "0", r.stderr
     loaded = set(modules.split())
     assert "tfbneck_plugin.analysis.host_analysis" in loaded  # it did analyse
-    unused = {"tfbneck_plugin.watch", "tfbneck_plugin.comparison", "tfbneck_plugin.fleet_render",
-              "tfbneck_plugin.trigger_log", "tqdm", "concurrent.futures.process"}
+    unused = {"tfbneck_plugin.watch.monitor", "tfbneck_plugin.comparison.compare", "tfbneck_plugin.fleet_view.render",
+              "tfbneck_plugin.cli.trigger", "tqdm", "concurrent.futures.process"}
     assert not unused & loaded, sorted(unused & loaded)

@@ -118,7 +118,8 @@ def test_session_folder_and_single_file_paths(logdir):
 
 def test_analyzer_and_cli_do_not_import_tensorflow(logdir):
     code = ("import sys\n"
-            "from tfbneck_plugin import cli, report, logdir\n"
+            "from tfbneck_plugin import logdir\nfrom tfbneck_plugin.cli import main as cli\n"
+            "from tfbneck_plugin.render import report\n"
             "from tfbneck_plugin.analysis import session\nfrom tfbneck_plugin.trace import xspace\n"
             f"rc = cli.main(['analyze', {str(logdir)!r}, '--format', 'json', '--output', '/dev/null'])\n"
             "bad = [m for m in sys.modules if m == 'tensorflow' or m.startswith(('tensorflow.', 'keras', 'tf_keras'))]\n"
@@ -191,7 +192,7 @@ def test_a_bad_path_among_several_is_an_error_row_and_the_rest_is_analysed(tmp_p
 
 
 def test_beam_discovery_gives_the_local_runners_error_row(tmp_path):
-    from tfbneck_plugin import beam_pipeline
+    from tfbneck_plugin.fleet_view import beam as beam_pipeline
     from tfbneck_plugin.errors import path_error_report
     from tfbneck_plugin.logdir import DiscoveryError, find_sessions
     missing = str(tmp_path / "nope")

@@ -177,7 +177,7 @@ def _stages(*stages):
 def test_fused_map_and_batch_made_parallel_is_parallel_map():
     """Issue 25: a fused MapAndBatch whose parallelism went from 1 to AUTOTUNE (as tf.data's
     stats record it: parallelism, autotune) is the change parallel_map."""
-    from tfbneck_plugin.compare_changes import detect_changes
+    from tfbneck_plugin.comparison.changes import detect_changes
     before = _stages(("MapAndBatch", 1, None), ("Prefetch", None, None))
     assert detect_changes(before, _stages(("MapAndBatch", 2, "true"), ("Prefetch", None, None))) == ["parallel_map"]
     assert detect_changes(before, _stages(("ParallelMapV2", 4, None), ("BatchV2", None, None))) == ["parallel_map"]
@@ -189,7 +189,7 @@ def test_a_prediction_is_checked_on_the_jobs_own_clock_when_both_sides_have_one(
     """The prediction is in the baseline trace's units (the profiler's cost included): with
     both sides' trend files it is taken to the job's clock (x job/traced of the baseline) and
     checked against the candidate's job time, else against the candidate's traced window."""
-    from tfbneck_plugin.compare_changes import prediction_check
+    from tfbneck_plugin.comparison.changes import prediction_check
     rec = {"fix": "prefetch", "predicted": {"time_per_batch_ms": 5.0, "range_ms": [4.0, 6.0], "basis": "b"}}
     base = {"recommendations": [rec], "steps": {"time_per_batch_ms": 10.0, "batches_per_step": 1},
             "window": {"job_step_ms": 8.0}}
@@ -205,7 +205,7 @@ def test_a_prediction_is_checked_on_the_jobs_own_clock_when_both_sides_have_one(
 def test_more_python_input_workers_is_pydataset_workers_when_it_was_advised():
     """A PyDataset advised to run several workers, whose candidate runs 8 threads (seen as pool
     threads: threads are not processes) or 2 processes, made the change pydataset_workers."""
-    from tfbneck_plugin.compare_changes import detect_changes
+    from tfbneck_plugin.comparison.changes import detect_changes
 
     def side(children, threads, advised):
         r = _stages(("Generator", None, None))
@@ -223,13 +223,13 @@ def test_the_shipped_cache_fix_is_detected_and_checked_against_its_best_case():
     cache its map's output (no model, a bound: the step without its input wait) and the
     candidate's pipeline has a cache() stage: the change is cache, and the check gives its
     best case beside the measured time, which cannot beat it."""
-    from tfbneck_plugin.compare_changes import detect_changes
-    from tfbneck_plugin.comparison import compare
+    from tfbneck_plugin.comparison.changes import detect_changes
+    from tfbneck_plugin.comparison.compare import compare
     c = compare(os.path.join(DEMO_LOGS, "cpu_bound_input"), os.path.join(DEMO_LOGS, "cpu_bound_input_fixed"))
     (p,) = c["comparisons"][0]["predictions"]
     assert p["fix"] == "cache" and p["predicted_ms"] is None and p["bound_ms"] == pytest.approx(2.619, abs=0.01)
     assert p["measured_ms"] >= p["bound_ms"]
-    from tfbneck_plugin.comparison import to_table
+    from tfbneck_plugin.comparison.compare import to_table
     assert "cache: best case 2.62 ms (no model: " in to_table(c) and f"measured {p['measured_ms']:.2f} ms" in to_table(c)
     advised = dict(_stages(("Map", None, None)), recommendations=[{"fix": "cache"}])
     assert detect_changes(advised, _stages(("MemoryCacheImpl", None, None), ("Prefetch", None, None))) == ["cache"]
@@ -237,7 +237,7 @@ def test_the_shipped_cache_fix_is_detected_and_checked_against_its_best_case():
 
 
 def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
-    from tfbneck_plugin.comparison import CPU_FLOOR_PCT, RUN_TO_RUN_FLOOR_PCT, _decide
+    from tfbneck_plugin.comparison.compare import CPU_FLOOR_PCT, RUN_TO_RUN_FLOOR_PCT, _decide
     quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": None}
     floor = RUN_TO_RUN_FLOOR_PCT["steps"]
     # Not significant: "no change" only within the floor; a larger change is not shown either way.
@@ -258,7 +258,7 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     assert verdict == "inconclusive" and "load differed" in why and "3.00x" in why
     assert _decide(-60.0, 0.01, "steps", loaded, "m")[0] == "faster"  # faster despite more load: the code
     # The less loaded side slower: identical code ran up to 1.35x faster beside a busy machine.
-    from tfbneck_plugin.comparison import LOADED_FASTER_X
+    from tfbneck_plugin.comparison.compare import LOADED_FASTER_X
     calm = dict(loaded, more_loaded="baseline")  # the baseline was the busy one
     limit = 100 * ((1 + RUN_TO_RUN_FLOOR_PCT["periods"] / 100) * LOADED_FASTER_X - 1)
     verdict, why = _decide(limit - 1, 0.001, "periods", calm, "m")
@@ -270,7 +270,7 @@ def test_the_decision_needs_significance_size_and_no_load_to_explain_it():
     assert _decide(100.0, 0.001, "periods", dict(quiet, cpu_change_pct=90.0), "m")[0] == "slower"
     # Across loads neighbours also make each step cost more CPU: only a change of CPU time per
     # step beyond the across-load floor speaks for the code (identical code: +20-47 % on a busy day).
-    from tfbneck_plugin.comparison import LOADED_CPU_FLOOR_PCT
+    from tfbneck_plugin.comparison.compare import LOADED_CPU_FLOOR_PCT
     busier = dict(loaded, explains_x=1.8)
     verdict, why = _decide(170.0, 0.001, "periods", dict(busier, cpu_change_pct=LOADED_CPU_FLOOR_PCT - 5), "m")
     assert verdict == "inconclusive" and f"within the {LOADED_CPU_FLOOR_PCT:.0f} % spread of identical code across loads" in why
@@ -284,7 +284,7 @@ def test_a_change_whose_interval_reaches_into_the_spread_of_identical_code_is_no
     by their medians, p = 0.0004, its CPU per step +40.7 % too (thread pools spin longer on a
     busy machine), 95 % interval 1.03-1.71x: the point estimate is beyond the 1.2x floor, the
     interval is not. The doubled work of the same test, 1.75-2.65x, is slower."""
-    from tfbneck_plugin.comparison import RUN_TO_RUN_FLOOR_PCT, _decide
+    from tfbneck_plugin.comparison.compare import RUN_TO_RUN_FLOOR_PCT, _decide
     quiet = {"differs": False, "explains_x": 1.0, "more_loaded": None, "cpu_change_pct": 40.66}
     verdict, why = _decide(46.53, 0.0004, "periods", quiet, "23 vs 23 periods", [1.0281, 1.7056])
     assert verdict == "inconclusive" and "95 % interval of 1.03-1.71x" in why and "1.20x spread" in why, why
@@ -327,7 +327,7 @@ def test_compare_route_is_the_cli_and_refuses_bad_parameters():
 def test_op_changes_the_test_supports_come_before_the_noise():
     """In each op-level list, the changes with p < alpha (or an op only one side's top ops
     hold) come first, then the rest, each group by size; the text marks the rest."""
-    from tfbneck_plugin.comparison import ALPHA, compare, to_table
+    from tfbneck_plugin.comparison.compare import ALPHA, compare, to_table
     c = compare(SEQUENTIAL, PARALLEL)
     changes = c["comparisons"][0]["op_changes"]
     seen_noise = False
@@ -350,7 +350,7 @@ def test_runs_of_different_models_are_said_to_be_two_programs(tmp_path):
     none (older callbacks), gives none."""
     import glob
     import shutil
-    from tfbneck_plugin.comparison import compare, to_markdown, to_table
+    from tfbneck_plugin.comparison.compare import compare, to_markdown, to_table
     sides = []
     for run in ("cpu_bound_input", "cpu_bound_input_fixed"):
         shutil.copytree(os.path.join(DEMO_LOGS, run), tmp_path / run)
@@ -375,7 +375,7 @@ def test_runs_of_different_models_are_said_to_be_two_programs(tmp_path):
                       "not the effect of one change.")
     assert f"  caution: {caveat}" in to_table(other) and f"> caution: {caveat}" in to_markdown(other)
     assert not any(p["credited"] for p in other["comparisons"][0]["predictions"])  # no change explains two models
-    from tfbneck_plugin.compare_changes import credited
+    from tfbneck_plugin.comparison.changes import credited
     two = [{"predicted_ms": 5.0, "within_range": True, "error_pct": 3.0},
            {"predicted_ms": 4.0, "within_range": False, "error_pct": 20.0}]
     assert [p["credited"] for p in credited([dict(p) for p in two])] == [True, False]

@@ -68,7 +68,7 @@ def test_the_manual_builds_strictly_and_states_no_history(site):
 def test_each_command_page_lists_every_option_of_its_parser(site):
     """The command pages are generated from ``tfbneck``'s own parsers (docs/_hooks/generated.py):
     every option and positional argument ``tfbneck COMMAND --help`` lists is on its page."""
-    from tfbneck_plugin.cli import _parser
+    from tfbneck_plugin.cli.main import _parser
     sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"analyze", "compare", "fleet", "watch", "trigger"}
     for name, parser in sub.choices.items():
@@ -89,7 +89,7 @@ def test_the_api_page_is_generated_from_the_docstrings(site):
     with open(os.path.join(site, "api", "index.html"), encoding="utf-8") as f:
         page = f.read()
     from tfbneck_plugin import api
-    for name in ("api.analyze", "api.Report", "api.SessionReport", "comparison.compare", "api.fleet",
+    for name in ("api.analyze", "api.Report", "api.SessionReport", "comparison.compare.compare", "api.fleet",
                  "capture.callback.BottleneckProfiler", "capture.schedule.profile_steps",
                  "capture.steptime.SlowdownTrigger"):
         assert f'id="tfbneck_plugin.{name}"' in page, name

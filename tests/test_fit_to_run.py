@@ -190,8 +190,9 @@ def test_the_worth_of_each_fix_is_shown_wherever_the_fix_is():
     import os
 
     from conftest import DEMO_LOGS
-    from tfbneck_plugin import api, notebook, schema
-    from tfbneck_plugin.report import build_report, to_markdown, to_table
+    from tfbneck_plugin import api, schema
+    from tfbneck_plugin.notebook import session as notebook
+    from tfbneck_plugin.render.report import build_report, to_markdown, to_table
     report = api.analyze(os.path.join(DEMO_LOGS, "pair_map_sequential"))
     (s,) = report.sessions
     first = schema.first_fix(s)

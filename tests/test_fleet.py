@@ -4,7 +4,7 @@ shared real traces hard-linked under many run names, each run with a step-time t
 (``tests/support/fleet_logs.py``).
 
 Every expected figure is computed here from the per-session JSON of ``tfbneck analyze`` and
-from the trend files the fixture wrote, independently of ``tfbneck_plugin.fleet_report``.
+from the trend files the fixture wrote, independently of ``tfbneck_plugin.fleet_view.report``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The category order and colours are written twice: for the notebook
-(tfbneck_plugin/notebook.py) and for the TensorBoard tab (frontend/src/format.js); this test
+(tfbneck_plugin/notebook/session.py) and for the TensorBoard tab (frontend/src/format.js); this test
 reads the JavaScript source and holds the two to the same table. The words (verdict labels,
 category names, a fix's worth) are written once, in tfbneck_plugin/schema.py: the report and
 the session list carry them, and no view's source holds its own copy."""
@@ -7,7 +7,7 @@ import json
 import os
 import re
 
-from tfbneck_plugin import notebook
+from tfbneck_plugin.notebook import session as notebook
 from tfbneck_plugin.analysis.breakdown import CATEGORIES as BREAKDOWN_ORDER
 from support.paths import ROOT
 

@@ -19,7 +19,7 @@ import pytest
 from tfbneck_plugin.analysis import grouping
 from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.capture import job as capture_job
-from tfbneck_plugin.cli import main as cli_main
+from tfbneck_plugin.cli.main import main as cli_main
 from tfbneck_plugin.logdir import find_sessions
 from support.paths import TESTS
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tfbneck_plugin.analysis import input_rules, sysmetrics
-from tfbneck_plugin.cli import main as cli_main
+from tfbneck_plugin.cli.main import main as cli_main
 from support.paths import TESTS
 
 HERE = TESTS

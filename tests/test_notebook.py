@@ -174,7 +174,7 @@ def test_notebook_display_shows_the_top_ops_of_the_json(executed):
     """Issue 27, acceptance 4: the session display in the executed notebook holds the top-ops
     table with the numbers of the JSON report (the same committed trace, analysed here)."""
     from test_ops import _OpsTable, analyze as analyze_json
-    from tfbneck_plugin.notebook_ops import MAX_OPS
+    from tfbneck_plugin.notebook.ops import MAX_OPS
     nb, _ = executed
     page = _result(_cell(nb, 's = r["cpu_bound_input"]'), "text/html")
     (report,) = analyze_json(os.path.join(ROOT, "demo_logs", "cpu_bound_input"))

@@ -262,8 +262,8 @@ class _OpsTable(HTMLParser):
 def test_notebook_display_shows_the_json_numbers(demo):
     """Acceptance 4: the notebook display (notebook.session_html, what ``display(report)``
     renders) shows the first ``top_ops`` rows with the JSON's numbers."""
-    from tfbneck_plugin.notebook import session_html
-    from tfbneck_plugin.notebook_ops import MAX_OPS
+    from tfbneck_plugin.notebook.session import session_html
+    from tfbneck_plugin.notebook.ops import MAX_OPS
     (s,) = analyze(os.path.join(DEMO_LOGS, demo))
     parser = _OpsTable()
     parser.feed(session_html(s))

@@ -287,6 +287,7 @@ OTHER_TOOLS_FLAGS = {
     "--cap-add": "docker run", "--resolution": "uv pip install (the lowest-versions job)",
     "--with-tests": "benchmarks/calibration.py", "--pairs-table": "demo_logs/make_demo_logs.py",
     "--epochs": "the reader's own train.py, in a tfbneck watch example",
+    "--corpus": "benchmarks/trigger_replay.py",
     "--md": "benchmarks/slowdown_corpus.py report", "--readme": "benchmarks/slowdown_corpus.py report",
     "--make": "benchmarks/compare_noise.py", "--markdown": "benchmarks/compare_noise.py",
     "--pairs": "benchmarks/bench_system_view.py", "--seconds": "benchmarks/bench_system_view.py",
@@ -328,7 +329,7 @@ def test_every_flag_the_readme_names_exists():
     one of TensorBoard's with the tab loaded (``tensorboard --helpfull``), or another tool's
     (:data:`OTHER_TOOLS_FLAGS`, which says whose): no flag that does not exist, as the tab's
     remote error once named (``--remote-timeout`` is the CLI's, not TensorBoard's)."""
-    from tfbneck_plugin.cli import _parser
+    from tfbneck_plugin.cli.main import _parser
     ours = set()
     for sub in _parser()._subparsers._group_actions[0].choices.values():  # analyze, compare, watch...
         ours |= set(re.findall(r"--[a-z][a-z0-9-]*", sub.format_help()))

@@ -1,10 +1,11 @@
-"""Rendering of the report (tfbneck_plugin/report.py) and the schema's accessors, on
+"""Rendering of the report (tfbneck_plugin/render/report.py) and the schema's accessors, on
 hand-made session reports: what each format shows, and what it does with error sessions."""
 import csv
 import io
 import json
 
-from tfbneck_plugin import report, schema
+from tfbneck_plugin import schema
+from tfbneck_plugin.render import report
 
 OK = {"run": "r1", "session": "s1", "hosts": ["h0"], "status": "ok", "device_kind": "CPU",
       "step_source": "step_markers ('train')", "bottleneck": "cpu", "cause": "input_preprocessing",

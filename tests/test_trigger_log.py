@@ -1,4 +1,4 @@
-"""``tfbneck trigger`` (``tfbneck_plugin/trigger_log.py``): the slowdown trigger's record of a
+"""``tfbneck trigger`` (``tfbneck_plugin/cli/trigger.py``): the slowdown trigger's record of a
 run, read from its trend file, as a user who expected a window reads it (issue 24 point 3).
 
 The trend files are written by the capture side's own classes (``StepTimer`` fed exact step
@@ -14,7 +14,7 @@ from conftest import tfbneck_cmd
 from tfbneck_plugin.capture.steptime import StepTimer
 from tfbneck_plugin.capture.trend import JobTrend
 from tfbneck_plugin.records import MAX_TRIGGER_LOG
-from tfbneck_plugin.trigger_log import describe
+from tfbneck_plugin.cli.trigger import describe
 from test_steptime import Clock, run_steps, trig
 
 

@@ -32,7 +32,7 @@ def __getattr__(name):
         from .capture.steptime import SlowdownTrigger
         return SlowdownTrigger
     if name == "compare":  # tfbneck compare, as a function: the comparison's JSON dict
-        from .comparison import compare
+        from .comparison.compare import compare
         return compare
     if name in ("analyze", "Report", "SessionReport", "fleet", "Fleet"):  # no TensorFlow either
         from . import api

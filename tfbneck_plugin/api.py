@@ -15,9 +15,10 @@ import os
 from collections.abc import Iterable as _Iterable
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
-from . import batch, notebook
+from . import batch
+from .notebook import session as notebook
 from .logdir import DiscoveryError
-from .report import CSV_COLUMNS, build_report, csv_row, to_table
+from .render.report import CSV_COLUMNS, build_report, csv_row, to_table
 from .schema import first_fix
 from .session_report import SessionReport
 from .version import __version__
@@ -96,7 +97,7 @@ class Report:
           ``status``, ``device_kind``, ``step_source``, ``steps``, ``step_ms`` (mean step
           time, ms), ``bottleneck``, ``cause``, ``confidence`` (0-1), ``input_pct``,
           ``blocking_stage``, ``error``, then ``<category>_pct`` for the other breakdown
-          categories (% of step time), then :data:`tfbneck_plugin.report.EXTRA_COLUMNS`:
+          categories (% of step time), then :data:`tfbneck_plugin.render.report.EXTRA_COLUMNS`:
           ``fix_first``, ``fix_speedup`` (its predicted speedup), ``time_per_batch_ms``,
           ``window_kind``, ``window_trigger`` (from the run's trend file), ``path`` and
           ``session_time`` (local ISO time), then the rest of the first fix's worth:
@@ -177,7 +178,7 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
 
 
 class Fleet(dict):
-    """The fleet report of ``tfbneck fleet`` (:func:`tfbneck_plugin.fleet_report.build`): a dict
+    """The fleet report of ``tfbneck fleet`` (:func:`tfbneck_plugin.fleet_view.report.build`): a dict
     (``f["categories_pct"]``, ``f["runs"][0]["fix"]``, ``json.dumps(f)``) that displays in
     a notebook as the time per category, the groups and the runs to fix first."""
 
@@ -187,7 +188,7 @@ class Fleet(dict):
 
     def to_dataframe(self):
         """One row per run, ranked by recoverable time: the columns of ``tfbneck fleet
-        --format csv`` (:data:`tfbneck_plugin.fleet_render.CSV_COLUMNS`): the best fix
+        --format csv`` (:data:`tfbneck_plugin.fleet_view.render.CSV_COLUMNS`): the best fix
         first (``fix``, ``fix_title``, ``speedup``), ``time_per_batch_ms`` and its predicted
         value (ms per batch, not per execution), ``batches``, ``recoverable_ms``, the window
         (``window_kind``, ``window_trigger``), ``path`` and ``session_time``.
@@ -200,19 +201,19 @@ class Fleet(dict):
         except ImportError:
             raise ImportError("Fleet.to_dataframe() needs pandas: pip install 'tfbneck-plugin[notebook]' "
                               "(or pip install pandas)") from None
-        from .fleet_render import CSV_COLUMNS as FLEET_COLUMNS, run_row
+        from .fleet_view.render import CSV_COLUMNS as FLEET_COLUMNS, run_row
         rows = [{k: (None if v == "" else v) for k, v in run_row(i, r).items()} for i, r in enumerate(self["runs"], 1)]
         return pd.DataFrame(rows, columns=FLEET_COLUMNS)
 
     def __repr__(self) -> str:
-        from .fleet_render import to_table
+        from .fleet_view.render import to_table
         return to_table(self).rstrip("\n")
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))
 
     def _repr_html_(self) -> str:
-        from .notebook_fleet import fleet_html
+        from .notebook.fleet import fleet_html
         return fleet_html(self)
 
 
@@ -220,7 +221,7 @@ def fleet(path_or_paths: Union[PathLike, Iterable[PathLike]], group_by: Optional
           since: Optional[str] = None, jobs: int = 1, use_cache: bool = True) -> Fleet:
     """Across every session under the paths, as ``tfbneck fleet``: time per category,
     sessions and runs per verdict, runs ranked by recoverable time with the fix, groups,
-    trend (fields in :func:`tfbneck_plugin.fleet_report.build`).
+    trend (fields in :func:`tfbneck_plugin.fleet_view.report.build`).
 
     Args:
       path_or_paths: as :func:`analyze`.
@@ -235,7 +236,7 @@ def fleet(path_or_paths: Union[PathLike, Iterable[PathLike]], group_by: Optional
       tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched, or no session found.
       ValueError: ``group_by`` or ``since`` cannot be read; TypeError: arguments of the wrong kind.
     """
-    from . import fleet_report as fleetmod
+    from .fleet_view import report as fleetmod
     paths = _paths(path_or_paths)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs={jobs!r}: pass a number of processes >= 0 (0 = one per CPU core)")

@@ -4,7 +4,7 @@ report", ``shared/design/diagnosis.md``), and accessors for the values that fron
 
 The one home of the report's types: the analysis produces these values (``SessionDict``
 for one session) and every consumer reads them through these types (renderers in
-:mod:`tfbneck_plugin.report`, the plugin routes, the API, the notebook, the Beam pipeline,
+:mod:`tfbneck_plugin.render.report`, the plugin routes, the API, the notebook, the Beam pipeline,
 the callback's trend); mypy checks both sides (``mypy.ini``, run by ``tests/run.sh``).
 ``SessionDict`` is the JSON object itself; :class:`tfbneck_plugin.api.SessionReport` is the
 same dict with a notebook display. Only the keys of the public contract and the ones front

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional
 
-from . import notebook
-from .report import breakdown_line, fix_first_lines, verdict_line
+from .notebook import session as notebook
+from .render.report import breakdown_line, fix_first_lines, verdict_line
 from .schema import step_time_ms
 
 

@@ -2,7 +2,7 @@
 
 * ``<!-- cli: COMMAND -->`` (``analyze``, ``compare``, ``fleet``, ``watch``, ``trigger``, or
   ``tfbneck`` for the top level) becomes that command's reference, written from the
-  argparse parser ``tfbneck`` itself runs (``tfbneck_plugin.cli._parser``, which adds the
+  argparse parser ``tfbneck`` itself runs (``tfbneck_plugin.cli.main._parser``, which adds the
   parsers of ``watch.py`` and ``trigger_log.py``): its usage line, description, and one row
   per argument with its help, choices and default.
 * ``<!-- include: FILE NAME -->`` becomes the text of FILE (relative to the repository root)
@@ -27,7 +27,7 @@ def _parsers() -> dict:
     """``{"tfbneck": the top-level parser, "analyze": its analyze parser, ...}``."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from tfbneck_plugin.cli import _parser
+    from tfbneck_plugin.cli.main import _parser
     top = _parser()
     found = {"tfbneck": top}
     for action in top._actions:

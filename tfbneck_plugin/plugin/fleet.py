@@ -1,4 +1,4 @@
-"""The Bottleneck tab's Fleet view: the fleet report (:func:`tfbneck_plugin.fleet_report.build`)
+"""The Bottleneck tab's Fleet view: the fleet report (:func:`tfbneck_plugin.fleet_view.report.build`)
 of every session the logdir's index knows, answered from summaries so that 10,000 sessions
 cost one request of well under two seconds once their reports are cached.
 
@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .. import cache
-from ..fleet_report import attach_context, build
+from ..fleet_view.report import attach_context, build
 from ..logdir import Session
 from ..runs import RunContext, list_trend_files, read_run, run_dir_of, session_time
 from ..summary import summarize

@@ -22,7 +22,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from .. import report as report_mod
+from ..render import report as report_mod
 from ..batch import analyze_one
 from ..runs import annotate
 from ..logdir import Session, find_sessions, is_remote
@@ -284,7 +284,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     def compare_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
         """``/compare?before_run=&before_session=&after_run=&after_session=``: the comparison
-        of two sessions, the one ``tfbneck compare`` makes (:func:`tfbneck_plugin.comparison.
+        of two sessions, the one ``tfbneck compare`` makes (:func:`tfbneck_plugin.comparison.compare.
         compare_reports`, with each run's trend and windows as evidence).
 
         Returns:
@@ -297,7 +297,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
           RouteError: 400 for a bad parameter; 404 for a session not in the logdir; 503
             while the first scan has not finished.
         """
-        from .. import comparison
+        from ..comparison import compare as comparison
         keys = []
         for side in ("before", "after"):
             run, name = required(params, f"{side}_run"), required(params, f"{side}_session")
@@ -336,14 +336,14 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
     def fleet_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
         """``/fleet[?group_by=REGEX][&group_level=N][&since=DATE]``: the fleet report of every
-        session in the logdir (:func:`tfbneck_plugin.fleet_report.build`; runs reduced to
+        session in the logdir (:func:`tfbneck_plugin.fleet_view.report.build`; runs reduced to
         :data:`.fleet.RUN_FIELDS`), plus ``pending``: sessions still being analysed.
 
         Raises:
           RouteError: 400 for a pattern, level or date that cannot be read; 503 while the
             first scan has not finished.
         """
-        from ..fleet_report import parse_since
+        from ..fleet_view.report import parse_since
         level = params.get("group_level", "1")
         if not level.isdigit() or not 1 <= int(level) <= 64:
             raise RouteError(400, f"group_level={level!r}: pass a whole number from 1 to 64")

@@ -40,13 +40,13 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
-from . import compare_evidence as evid
-from .compare_changes import credited, detect_changes, different_models, prediction_check
-from .analysis.breakdown import CATEGORIES
-from .analysis.thresholds import INPUT_BOUND_PCT
-from .schema import SessionDict
-from .op_compare import op_changes, text_lines as op_text_lines
-from .trace.timeline import time_stats
+from . import evidence as evid
+from .changes import credited, detect_changes, different_models, prediction_check
+from ..analysis.breakdown import CATEGORIES
+from ..analysis.thresholds import INPUT_BOUND_PCT
+from ..schema import SessionDict
+from .ops import op_changes, text_lines as op_text_lines
+from ..trace.timeline import time_stats
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -270,8 +270,8 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
 
 def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
     """run name -> its sessions, oldest first (session folders are named by time), and notes."""
-    from .batch import no_session_message
-    from .logdir import DiscoveryError, find_sessions
+    from ..batch import no_session_message
+    from ..logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
     except DiscoveryError as err:
@@ -322,7 +322,7 @@ def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = T
         ``batch.analyze_one``; the plugin passes its cache); a report without steps is skipped.
     """
     if analyze is None:
-        from .batch import analyze_one as analyze
+        from ..batch import analyze_one as analyze
     t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report),
                          contention=evid.contention_of(report), device_kind=report.get("device_kind"))
     if use_trend:
@@ -360,8 +360,8 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from .batch import analyze_one
-    from .runs import annotate
+    from ..batch import analyze_one
+    from ..runs import annotate
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:

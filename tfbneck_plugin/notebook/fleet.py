@@ -1,4 +1,4 @@
-"""The fleet report (:func:`tfbneck_plugin.fleet_report.build`) as self-contained HTML for
+"""The fleet report (:func:`tfbneck_plugin.fleet_view.report.build`) as self-contained HTML for
 notebooks: the time per category over all sessions and per group (the notebook's stacked
 bars, inline SVG), the runs ranked by recoverable time with the fix that recovers it, and
 the errors. No script, nothing loaded; every string from a report goes through
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .fleet_render import fmt_duration
-from .notebook import STYLE, _e, fmt_pct, kind_label, legend_html, mini_bar_svg, total_bar_svg
+from ..fleet_view.render import fmt_duration
+from .session import STYLE, _e, fmt_pct, kind_label, legend_html, mini_bar_svg, total_bar_svg
 
 #: Runs the HTML lists (the DataFrame holds them all).
 TOP_RUNS = 25

@@ -11,9 +11,9 @@ import io
 import json
 from typing import Any, Dict, List, Mapping, Sequence
 
-from . import schema
-from .analysis.breakdown import CATEGORIES
-from .version import __version__
+from .. import schema
+from ..analysis.breakdown import CATEGORIES
+from ..version import __version__
 
 #: Columns of the CSV and table renderings (one row per session). :func:`row` also gives
 #: ``path``, the session folder (or, for a PATH that could not be searched, the PATH): the

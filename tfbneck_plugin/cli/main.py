@@ -20,11 +20,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
-from .console_output import OutputError, write_stdout
-from .version import __version__
+from ..render.console import OutputError, write_stdout
+from ..version import __version__
 
 if TYPE_CHECKING:
-    from .schema import SessionDict
+    from ..schema import SessionDict
 
 # The analysis (batch, report and what they import: numpy first) is imported by the commands
 # that use it, when they run: run() sets up the process before numpy loads.
@@ -56,8 +56,8 @@ def _command(argv: Optional[List[str]]) -> Optional[str]:
 
 
 def _add_analyze_parser(sub) -> None:
-    from . import op_table
-    from .report import RENDERERS
+    from ..render import op_table
+    from ..render.report import RENDERERS
     a = sub.add_parser("analyze", help="diagnose the profiling sessions under one or more logdirs",
                        description="Find profiling sessions (<run>/plugins/profile/<session>/*.xplane.pb) under "
                                    "each PATH and diagnose each one.")
@@ -87,17 +87,17 @@ def _add_analyze_parser(sub) -> None:
 
 
 def _add_watch_parser(sub) -> None:
-    from .watch import add_parser
+    from ..watch.monitor import add_parser
     add_parser(sub)
 
 
 def _add_trigger_parser(sub) -> None:
-    from .trigger_log import add_parser
+    from .trigger import add_parser
     add_parser(sub)
 
 
 def _add_fleet_parser(sub) -> None:
-    from .fleet_render import RENDERERS as FLEET_RENDERERS
+    from ..fleet_view.render import RENDERERS as FLEET_RENDERERS
     f = sub.add_parser("fleet", help="across many runs: where the time goes, which runs waste most, which fix first",
                        description="Over every session under the PATHs: time per breakdown category (share, and "
                                    "accelerator-hours where a step-time trend file gives the run's length), sessions "
@@ -122,9 +122,9 @@ def _add_fleet_parser(sub) -> None:
 def cmd_fleet(args) -> int:
     """``tfbneck fleet``: 0, or 1 when some sessions have no report (they are counted in
     the output); 2 for a usage error or no session."""
-    from . import fleet_report as fleetmod
-    from .logdir import DiscoveryError
-    from .fleet_render import RENDERERS as FLEET_RENDERERS
+    from ..fleet_view import report as fleetmod
+    from ..logdir import DiscoveryError
+    from ..fleet_view.render import RENDERERS as FLEET_RENDERERS
     try:
         since = fleetmod.parse_since(args.since)
         fleetmod.grouper(args.group_by, args.group_level)
@@ -168,7 +168,7 @@ def _write_text(output: Optional[str], text: str, what: str) -> bool:
 
 
 def _add_compare_parser(sub) -> None:
-    from .comparison import RENDERERS as COMPARE_RENDERERS
+    from ..comparison.compare import RENDERERS as COMPARE_RENDERERS
     c = sub.add_parser("compare", help="compare two sessions: faster, slower or no change, and why",
                        description="Compare the step times of BASELINE and CANDIDATE (one session each, or the runs "
                                    "of the same name): mean, p50 and p90 time per batch, the change tested on the runs' "
@@ -189,7 +189,7 @@ def _add_compare_parser(sub) -> None:
 def cmd_compare(args) -> int:
     """``tfbneck compare``: 0, or 1 with ``--fail-if-slower`` when a candidate is slower
     beyond it; 2 when the sides cannot be compared."""
-    from . import comparison as comparemod
+    from ..comparison import compare as comparemod
     try:
         result = comparemod.compare(args.baseline, args.candidate, change=args.change)
     except comparemod.CompareError as err:
@@ -252,10 +252,10 @@ def _seconds(text: str) -> float:
 def _prepare_remote(args) -> None:
     """Remote PATHs: the time limit, and storage libraries kept from printing their retry
     tracebacks (the error that matters is printed as one line)."""
-    from .logdir import is_remote
+    from ..logdir import is_remote
     if not any(is_remote(p) for p in args.paths):
         return
-    from . import remote
+    from .. import remote
     if args.remote_timeout is not None:
         remote.set_timeout(args.remote_timeout)
         os.environ[remote.TIMEOUT_ENV] = repr(args.remote_timeout)  # for --jobs and Beam workers
@@ -264,7 +264,7 @@ def _prepare_remote(args) -> None:
 
 def _analyze_beam(args) -> Optional[List[SessionDict]]:
     import tempfile
-    from . import beam_pipeline
+    from ..fleet_view import beam as beam_pipeline
     prefix = args.beam_output or os.path.join(tempfile.mkdtemp(prefix="tfbneck-beam-"), "sessions")
     try:
         beam_pipeline.run(args.paths, prefix, args.beam_options)
@@ -276,8 +276,8 @@ def _analyze_beam(args) -> Optional[List[SessionDict]]:
 
 
 def cmd_analyze(args) -> int:
-    from . import batch
-    from .logdir import DiscoveryError
+    from .. import batch
+    from ..logdir import DiscoveryError
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     _prepare_remote(args)
     if args.runner == "beam":
@@ -307,9 +307,9 @@ def cmd_analyze(args) -> int:
 
 def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
-    from . import op_table
-    from .analysis.grouping import group_jobs
-    from .report import RENDERERS, build_report
+    from ..render import op_table
+    from ..analysis.grouping import group_jobs
+    from ..render.report import RENDERERS, build_report
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
     text = RENDERERS[args.format](build_report(results))
     if getattr(args, "ops", False) and args.format == "table":
@@ -359,10 +359,10 @@ def _dispatch(args) -> int:
     if args.command == "fleet":
         return cmd_fleet(args)
     if args.command == "watch":
-        from .watch import cmd_watch
+        from ..watch.monitor import cmd_watch
         return cmd_watch(args)
     if args.command == "trigger":
-        from .trigger_log import cmd_trigger
+        from .trigger import cmd_trigger
         return cmd_trigger(args)
     return 2
 
@@ -396,7 +396,7 @@ def run() -> int:
 
 
 #: The module that brings in the analysis a command runs (see run()).
-_MODULES = {"analyze": ".batch", "compare": ".comparison", "fleet": ".fleet_report"}
+_MODULES = {"analyze": "..batch", "compare": "..comparison.compare", "fleet": "..fleet_view.report"}
 
 
 #: glibc's mallopt parameters (malloc.h).

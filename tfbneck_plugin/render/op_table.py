@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List
 
-from .schema import SessionDict, TopOp
+from ..schema import SessionDict, TopOp
 
 #: ``--sort`` choices: which place's ops come first (each sorted by self time).
 SORTS = {"self": (), "device": ("device",), "host": ("host", "input_pipeline")}
@@ -49,7 +49,7 @@ def to_text(report: SessionDict, sort: str = "self", row_limit: int = 10, name_w
     blocking = (report.get("input_pipeline") or {}).get("bottleneck_stage")
     if blocking and "Generator" not in blocking.split("::")[-1] and \
             not any(g["where"] == "input_pipeline" for g in summary.get("by_type") or []):
-        from .analysis.op_advice import NO_TFDATA_OPS
+        from ..analysis.op_advice import NO_TFDATA_OPS
         out.append(NO_TFDATA_OPS.format(stage=blocking.split("::")[-1]))
     for where, ms in (summary.get("self_ms_per_step") or {}).items():
         top = (summary.get("top10_pct") or {}).get(where)

@@ -1,4 +1,4 @@
-"""Renderings of the fleet report (:func:`tfbneck_plugin.fleet_report.build`): JSON (the whole
+"""Renderings of the fleet report (:func:`tfbneck_plugin.fleet_view.report.build`): JSON (the whole
 dict), a terminal table, Markdown, and CSV (one row per run, ranked). No TensorFlow here."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import io
 import json
 from typing import Dict, List
 
-from .analysis.breakdown import CATEGORIES
-from .schema import bottleneck_label, category_label
+from ..analysis.breakdown import CATEGORIES
+from ..schema import bottleneck_label, category_label
 
 #: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
 TOP_RUNS = 20

@@ -21,10 +21,10 @@ import html
 import math
 from typing import Dict, Iterable, List, Optional
 
-from . import schema
-from .report import session_title as report_title
-from .notebook_ops import ops_section
-from .schema import step_time_ms
+from .. import schema
+from ..render.report import session_title as report_title
+from .ops import ops_section
+from ..schema import step_time_ms
 
 #: Breakdown categories in drawing order (bottom of a stacked bar first), as the tab.
 CATEGORIES = ["device_compute", "host_compute", "input", "host_to_device", "device_to_host",

@@ -21,12 +21,12 @@ import json
 import shlex
 from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
-from . import batch
-from .errors import path_error_report
-from .logdir import DiscoveryError, label_runs, natural_key
-from .report import CSV_COLUMNS, csv_row
-from .runs import annotate
-from .schema import SessionDict
+from .. import batch
+from ..errors import path_error_report
+from ..logdir import DiscoveryError, label_runs, natural_key
+from ..render.report import CSV_COLUMNS, csv_row
+from ..runs import annotate
+from ..schema import SessionDict
 
 
 
@@ -42,7 +42,7 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
     not share its environment (Dataflow), for s3:// and gs:// paths."""
     index, path = indexed_path
     if remote_timeout_s is not None:
-        from . import remote
+        from .. import remote
         remote.set_timeout(remote_timeout_s)
     try:
         sessions, _problems = batch.discover([path])
@@ -78,7 +78,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:
         raise ImportError("--runner beam needs Apache Beam: pip install '.[beam]' in the tfbneck clone") from None
-    from . import remote
+    from .. import remote
     header = ",".join(CSV_COLUMNS)
     options = PipelineOptions(shlex.split(beam_options or "--runner=DirectRunner"))
     with beam.Pipeline(options=options) as p:
@@ -98,7 +98,7 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
 
 def read_results(output_prefix: str) -> List[SessionDict]:
     """The reports written by :func:`run`, in the local run's order (path, run, session)."""
-    from .logdir import is_remote
+    from ..logdir import is_remote
     if is_remote(output_prefix):
         import fsspec
         opened = fsspec.open_files(output_prefix + "-*.jsonl", "rt")

@@ -32,9 +32,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from .system.run import SystemRun
-from .watch_capture import Capturer
-from .watch_panel import KeyReader, render_panel
+from ..system.run import SystemRun
+from .capture import Capturer
+from .panel import KeyReader, render_panel
 
 #: Seconds of samples behind the panel's figures and its triage line.
 PANEL_WINDOW_S = 5.0
@@ -294,7 +294,7 @@ def _drop_if_empty(path: str) -> bool:
 
 def _emit(record: Dict, args, log_path: Optional[str]) -> None:
     if args.output:
-        from .records import write_sidecar
+        from ..records import write_sidecar
         folder = os.path.dirname(os.path.abspath(args.output))
         mode = os.stat(args.output).st_mode & 0o777 if os.path.isfile(args.output) else None
         written = write_sidecar(folder, record, name=os.path.basename(args.output))

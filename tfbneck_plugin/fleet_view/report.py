@@ -31,10 +31,10 @@ import re
 from collections import Counter, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional
 
-from .version import __version__
-from .analysis.breakdown import CATEGORIES
-from .logdir import natural_key
-from .runs import RunContext, window_of
+from ..version import __version__
+from ..analysis.breakdown import CATEGORIES
+from ..logdir import natural_key
+from ..runs import RunContext, window_of
 
 #: Group of a run that ``group_by`` does not match.
 NO_MATCH = "(no match)"
@@ -293,8 +293,8 @@ def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Opti
     Raises:
       tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched.
     """
-    from . import batch, cache
-    from .runs import read_run, run_dir_of, session_time
+    from .. import batch, cache
+    from ..runs import read_run, run_dir_of, session_time
     sessions, problems = batch.discover(paths)  # as `tfbneck analyze` finds them
     times = [session_time(s) for s in sessions]
     if since is not None:
@@ -325,7 +325,7 @@ def _summaries(sessions, jobs: int, use_cache: bool, progress: bool) -> List[Dic
 
     from tqdm import tqdm
 
-    from .cache import cached_summary, get_summary
+    from ..cache import cached_summary, get_summary
     out: List[Optional[Dict]] = [get_summary(s) if use_cache else None for s in sessions]
     todo = [i for i, summ in enumerate(out) if summ is None]
     work = functools.partial(cached_summary, use_cache=use_cache)

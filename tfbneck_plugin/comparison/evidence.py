@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .logdir import open_any
-from .records import SidecarError, read_step_times
-from .runs import list_trend_files
+from ..logdir import open_any
+from ..records import SidecarError, read_step_times
+from ..runs import list_trend_files
 
 #: Fewest units per side for a test over periods or windows: with 4 a side the smallest
 #: two-sided permutation p is 2/70 = 0.029 < 0.05; with 3 it is 0.1, never significant.

@@ -124,7 +124,7 @@ def _caches(report: Dict) -> bool:
 
 def _input_workers(report: Dict) -> int:
     """Workers of the Python input the sampler saw: processes or pool threads."""
-    from .analysis.python_input import input_workers
+    from ..analysis.python_input import input_workers
     return input_workers(report.get("system_metrics"))[0]
 
 

@@ -23,9 +23,9 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from .console_output import write_stdout
-from .logdir import is_remote, open_any
-from .records import (MAX_TRIGGER_LOG, STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, SidecarError,
+from ..render.console import write_stdout
+from ..logdir import is_remote, open_any
+from ..records import (MAX_TRIGGER_LOG, STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, SidecarError,
                       read_step_times)
 
 

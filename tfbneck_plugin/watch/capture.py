@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional
 
-from .records import write_sidecar
+from ..records import write_sidecar
 
 #: The options XProf's capture button sends by default (xprof 2.24 ``profile_plugin.py``,
 #: ``capture_route``): host tracer level 2, device tracer on, Python tracer off, no delay.
@@ -92,8 +92,8 @@ class Capturer:
             if self.sidecar_for is not None:
                 time.sleep(1.1)  # the sample covering the capture's end is taken within a second
                 write_sidecar(new[-1].path, self.sidecar_for(t0, t1))
-            from .analysis.session import analyze_session
-            report = analyze_session(new[-1])
+            from ..batch import analyze_one  # the driver every front door uses, cache included
+            report = analyze_one(new[-1])
             result.update(session=new[-1].path, bottleneck=report.get("bottleneck"), cause=report.get("cause"),
                           status=report.get("status"))
         except Exception as err:  # noqa: BLE001 - a failed capture is a line in the panel, not a crash
@@ -132,7 +132,7 @@ def _trace(service_addr: str, logdir: str, capture_ms: int) -> None:
 
 
 def _sessions(logdir: str) -> list:
-    from .logdir import DiscoveryError, find_sessions
+    from ..logdir import DiscoveryError, find_sessions
     try:
         return sorted(find_sessions(logdir).sessions, key=lambda s: s.path) if os.path.isdir(logdir) else []
     except DiscoveryError:
