@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh Debian machine, then runs them. Safe to re-run.
 #
-#   bash tests/run.sh [PYTEST ARGS...]          the whole suite: the type checker, every test in
-#                                               $VENV, then the lowest-versions job
-#                                               (tests/run_min_versions.sh). README and CI (.ci/run).
+#   bash tests/run.sh [PYTEST ARGS...]          the whole suite: the type checker and every test in
+#                                               $VENV, with the lowest-versions job
+#                                               (tests/run_min_versions.sh) beside the first phases.
+#                                               README and CI (.ci/run).
 #   bash tests/run.sh --quick [PYTEST ARGS...]  the quick tier: the same installs, then every test
 #                                               that starts no TensorFlow and is not marked slow,
 #                                               with one real browser (tests/conftest.py, QUICK_MARKERS)
@@ -44,6 +45,16 @@ status=0
 phase_t0=$SECONDS
 phase_done() { echo "tests/run.sh: $1 took $((SECONDS - phase_t0)) s" >&2; phase_t0=$SECONDS; }
 phase_done "installs"
+# The lowest-versions job (tests/run_min_versions.sh: the floors setup.py declares, in their own
+# venvs) runs beside the phases that tolerate a busy machine (its installs, then its tests on one
+# worker), and ends before the TensorFlow tests that need the machine to themselves. Its output
+# is printed when it ends.
+mkdir -p build
+min_log=build/min-versions.log
+min_t0=$SECONDS
+TFBNECK_MIN_WORKERS=1 bash tests/run_min_versions.sh "$@" >"$min_log" 2>&1 &
+min_pid=$!
+trap 'pkill -P "$min_pid" 2>/dev/null; kill "$min_pid" 2>/dev/null; exit 130' INT TERM
 # The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
 "$VENV/bin/python" -m mypy || status=$?
 phase_done "mypy"
@@ -57,9 +68,12 @@ phase_done "tests without TensorFlow"
 "$VENV/bin/python" -m pytest tests -m "tf and not readme and not serial" -n 2 --dist loadfile "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 phase_done "TensorFlow tests two at a time"
+min_status=0
+wait "$min_pid" || min_status=$?
+cat "$min_log"
+echo "tests/run.sh: lowest-versions job took $((SECONDS - min_t0)) s (beside the phases above)" >&2
+[ "$min_status" -eq 0 ] || [ "$status" -ne 0 ] || status=$min_status
+phase_done "waiting for the lowest-versions job"
 "$VENV/bin/python" -m pytest tests -m "tf and not readme and serial" "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 phase_done "TensorFlow tests alone"
-# The lowest-versions job: the floors setup.py declares, in their own venvs.
-bash tests/run_min_versions.sh "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-phase_done "lowest-versions job"
 exit "$status"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lowest-versions job (issue 12.1). Called by tests/run.sh after the main suite; safe to re-run.
+# The lowest-versions job. Called by tests/run.sh beside its first phases; safe to re-run.
 #
 #   bash tests/run_min_versions.sh [PYTEST ARGS...]
 #
@@ -12,7 +12,9 @@
 #    (TensorFlow's own pins rule out some of our floors, e.g. numpy 1.23.2), then the Keras
 #    callback test that runs on any TensorFlow (tests/test_tf_floor.py).
 #
-# TFBNECK_MIN_VENV: where the venvs go (default build/venv-min; stage 2 adds -tf); PYTHON:
+# TFBNECK_MIN_VENV: where the venvs go (default build/venv-min; stage 2 adds -tf);
+# TFBNECK_MIN_WORKERS: pytest workers of stage 1 (default 2; tests/run.sh runs this job with 1
+# beside its own phases); PYTHON:
 # the interpreter (default python3: the floors are those that exist for it, so use the
 # oldest Python that setup.py's python_requires admits).
 set -euo pipefail
@@ -60,7 +62,7 @@ echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm
 status=0
 # test_storage_packages_are_current checks the main environment's s3fs: here it is the floor on purpose.
 # The manual's build (marker docs) needs the docs extra, which declares no floor of the package's own.
-"$VENV/bin/python" -m pytest tests -m "not tf and not browser and not docs" -p no:cacheprovider -n 2 --dist loadfile \
+"$VENV/bin/python" -m pytest tests -m "not tf and not browser and not docs" -p no:cacheprovider -n "${TFBNECK_MIN_WORKERS:-2}" --dist loadfile \
   --deselect tests/test_min_versions.py::test_storage_packages_are_current "$@" || status=$?
 
 # --- 2. The [tensorflow] extra's floors -----------------------------------------------------

@@ -156,6 +156,18 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         tab.frame.wait_for_function(
             "([run, session]) => { const s = document.querySelector('.tfb-session'); "
             "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
+        # A Trace Viewer link opens in a new tab; followed in the same tab (a browser set to
+        # open links there), Back returns to the Bottleneck tab on the same session.
+        href = tab.frame.evaluate("() => document.querySelector('a.tfb-trace-link').href")
+        assert "tool=trace_viewer" in href and href.endswith("#profile"), href
+        tab.page.goto(href)
+        assert tab.page.url == href, tab.page.url  # the Profile tab, in the same browser tab
+        tab.page.go_back()
+        tab.page.wait_for_selector('iframe[src*="plugin_entry.html?name=bottleneck"]', timeout=60_000)
+        tab.frame = next(f for f in tab.page.frames if "plugin_entry.html?name=bottleneck" in f.url)
+        tab.frame.wait_for_function(
+            "([run, session]) => { const s = document.querySelector('.tfb-session'); "
+            "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
         # Compare with no choice: the demo's runs have one session each, so nothing is picked and no verdict drawn.
         tab.fl.locator(".tfb-tab[data-mode=compare]").click()
         tab.fl.locator(".tfb-compare-prompt").wait_for(timeout=30_000)
