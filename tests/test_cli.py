@@ -2,6 +2,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -114,6 +115,12 @@ def test_session_folder_and_single_file_paths(logdir):
         data = json.loads(run_cli("analyze", path, "--format", "json").stdout)
         assert len(data["sessions"]) == 1
         assert data["sessions"][0]["run"] == "a" and data["sessions"][0]["status"] == "ok"
+    # A trace file outside the profile layout: the run is named after the file, less its suffix.
+    loose = logdir.parent / "loose"
+    loose.mkdir()
+    shutil.copy(os.path.join(sess, "testhost.xplane.pb"), loose / "mytrace.xplane.pb")
+    data = json.loads(run_cli("analyze", str(loose / "mytrace.xplane.pb"), "--format", "json").stdout)
+    assert [(s["run"], s["session"], s["status"]) for s in data["sessions"]] == [("mytrace", "loose", "ok")]
 
 
 def test_analyzer_and_cli_do_not_import_tensorflow(logdir):

@@ -134,6 +134,11 @@ def test_bad_input_is_one_line(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("tfbneck: ") and len(r.stderr.strip().splitlines()) == 1
     assert str(tmp_path / "missing") in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"tfbneck: the baseline: {tmp_path / 'missing'}: no such file or directory"
+    (tmp_path / "empty").mkdir()
+    r = compare(demo, str(tmp_path / "empty"))  # the message says which side holds nothing
+    assert r.returncode == 2 and r.stderr.startswith(f"tfbneck: the candidate: no profiling session found under "
+                                                     f"{tmp_path / 'empty'} (looked for "), r.stderr
     for side in ("a", "b"):
         for name in ("x", "y"):
             shutil.copytree(demo, tmp_path / side / f"{side}{name}")

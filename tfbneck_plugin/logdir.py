@@ -356,10 +356,17 @@ def session_order(s: Session) -> Tuple:
 
 def folder_label(path: str) -> str:
     """The name a PATH's own folder gives its runs: its last component (``logs/exp1`` ->
-    ``exp1``; ``.`` -> the current folder's name; ``gs://b/logs/`` -> ``logs``)."""
+    ``exp1``; ``.`` -> the current folder's name; ``gs://b/logs/`` -> ``logs``); a trace file
+    outside the profile layout is named without its suffix (``mytrace.xplane.pb`` ->
+    ``mytrace``, the host name its file name gives)."""
     if is_remote(path):
-        return path.split("://", 1)[1].rstrip("/").rsplit("/", 1)[-1] or path
-    return os.path.basename(os.path.abspath(path)) or os.path.abspath(path)
+        label = path.split("://", 1)[1].rstrip("/").rsplit("/", 1)[-1] or path
+    else:
+        label = os.path.basename(os.path.abspath(path)) or os.path.abspath(path)
+    for suffix in XPLANE_SUFFIXES + KINETO_SUFFIXES:
+        if label.endswith(suffix) and len(label) > len(suffix):
+            return label[:-len(suffix)]
+    return label
 
 
 def label_runs(path: str, sessions: List[Session], several: bool) -> List[Session]:

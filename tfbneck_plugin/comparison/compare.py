@@ -268,14 +268,18 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
 
 # ---- two paths -----------------------------------------------------------------------------
 
-def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
-    """run name -> its sessions, oldest first (session folders are named by time), and notes."""
+def _sessions_per_run(path: str, side: str) -> Tuple[Dict[str, list], List[str]]:
+    """run name -> its sessions, oldest first (session folders are named by time), and notes.
+    ``side`` ("the baseline" or "the candidate") starts the error when ``path`` holds none.
+
+    Raises:
+      CompareError: ``path`` cannot be read or holds no session."""
     from ..batch import no_session_message
     from ..logdir import DiscoveryError, find_sessions
     try:
         found = find_sessions(path)
     except DiscoveryError as err:
-        raise CompareError(str(err)) from None
+        raise CompareError(f"{side}: {err}") from None
     by_run: Dict[str, list] = {}
     for s in found.sessions:
         by_run.setdefault(s.run, []).append(s)
@@ -286,15 +290,15 @@ def _sessions_per_run(path: str) -> Tuple[Dict[str, list], List[str]]:
             notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, "
                          f"{sessions[-1].name} (the others' step times are evidence)")
     if not by_run:
-        raise CompareError(no_session_message([path]))
+        raise CompareError(f"{side}: {no_session_message([path])}")
     return by_run, notes
 
 
 def _matched(baseline: str, candidate: str):
     """[(baseline sessions, candidate sessions)] and notes: one run each, else the runs of
     the same name; each side's sessions oldest first (the latest is compared)."""
-    base, notes_b = _sessions_per_run(baseline)
-    cand, notes_c = _sessions_per_run(candidate)
+    base, notes_b = _sessions_per_run(baseline, "the baseline")
+    cand, notes_c = _sessions_per_run(candidate, "the candidate")
     if len(base) == 1 and len(cand) == 1:
         return [(next(iter(base.values())), next(iter(cand.values())))], notes_b + notes_c
     common = sorted(set(base) & set(cand))
