@@ -309,3 +309,28 @@ def test_many_sessions_are_summarised_compactly_and_never_clipped(demo, tmp_path
                 assert bar["x"] + bar["width"] <= box["x"] + box["width"] + 0.5, (bar, box)
         finally:
             browser.close()
+
+
+def test_every_input_error_is_a_tfbneck_error(tmp_path):
+    """``except tfb.TfbneckError`` catches what the front doors raise for input tfbneck cannot
+    use, each with a one-line message naming the path."""
+    from tfbneck_plugin.comparison.compare import CompareError
+    from tfbneck_plugin.errors import TfbneckError, first_line
+    from tfbneck_plugin.plugin.query import RouteError
+    from tfbneck_plugin.records import SidecarError
+    from tfbneck_plugin.remote import RemoteError
+    from tfbneck_plugin.render.console import OutputError
+    from tfbneck_plugin.trace.xspace import TraceReadError
+    assert tfb.TfbneckError is TfbneckError
+    for cls in (DiscoveryError, CompareError, RouteError, SidecarError, RemoteError, OutputError, TraceReadError):
+        assert issubclass(cls, TfbneckError), cls
+    missing = str(tmp_path / "missing")
+    with pytest.raises(tfb.TfbneckError) as raised:
+        tfb.analyze(missing)
+    assert str(raised.value) == f"{missing}: no such file or directory"
+    with pytest.raises(tfb.TfbneckError) as raised:
+        tfb.compare(missing, os.path.join(DEMO_LOGS, "compute_bound"))
+    assert str(raised.value) == f"the baseline: {missing}: no such file or directory"
+    assert first_line(ValueError("\n  first\nsecond")) == "first"
+    assert first_line(ValueError(""), "no message") == "no message"
+    assert first_line("recorded\nmessage") == "recorded"

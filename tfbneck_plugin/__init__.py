@@ -14,8 +14,8 @@ a submodule comes back here.
 """
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
-_LAZY = ("BottleneckProfiler", "Fleet", "Report", "SessionReport", "SlowdownTrigger", "analyze", "compare", "fleet",
-         "profile_steps")
+_LAZY = ("BottleneckProfiler", "Fleet", "Report", "SessionReport", "SlowdownTrigger", "TfbneckError", "analyze",
+         "compare", "fleet", "profile_steps")
 
 
 def __getattr__(name):
@@ -34,6 +34,9 @@ def __getattr__(name):
     if name == "compare":  # tfbneck compare, as a function: the comparison's JSON dict
         from .comparison.compare import compare
         return compare
+    if name == "TfbneckError":  # the base of the errors raised for input tfbneck cannot use
+        from .errors import TfbneckError
+        return TfbneckError
     if name in ("analyze", "Report", "SessionReport", "fleet", "Fleet"):  # no TensorFlow either
         from . import api
         return getattr(api, name)

@@ -1,12 +1,34 @@
-"""Error reports, in one place: a session that cannot be analysed is still a report
-(``status: "error"``), with a one-line ``error`` naming the file and a machine-readable
-``error_kind`` that the TensorBoard tab and scripts map to their own explanations.
+"""Errors, in one place: the base of every error tfbneck raises for input it cannot use
+(:class:`TfbneckError`), the first line of an error's message (:func:`first_line`), and the
+report of a session that cannot be analysed, which is still a report (``status: "error"``),
+with a one-line ``error`` naming the file and a machine-readable ``error_kind`` that the
+TensorBoard tab and scripts map to their own explanations.
 """
 from __future__ import annotations
 
 from typing import Dict, cast
 
 from .schema import SessionDict
+
+class TfbneckError(Exception):
+    """The base of the errors tfbneck raises for input it cannot use: a path that holds no
+    session (:class:`tfbneck_plugin.logdir.DiscoveryError`), a trace it cannot read
+    (``trace.xspace.TraceReadError``), a sidecar or system record (``records.SidecarError``),
+    remote storage (``remote.RemoteError``), two runs it cannot compare
+    (:class:`tfbneck_plugin.comparison.compare.CompareError`), a standard output that cannot take the
+    report (``render.console.OutputError``) and a bad query to the tab's routes
+    (``plugin.query.RouteError``). ``str(err)`` is one line naming the file or value and what
+    is wrong: ``except tfbneck_plugin.TfbneckError`` handles them all."""
+
+
+def first_line(err: object, default: str = "") -> str:
+    """The first line of ``str(err)`` (an exception or a recorded message), stripped;
+    ``default`` when the message is empty.
+    Library errors (protobuf's DecodeError, botocore's, OSError's) can run to many lines:
+    a report's ``error`` and a log line keep the first."""
+    text = str(err).strip()
+    return text.splitlines()[0].strip() if text else default
+
 
 #: error_kind -> what it means (the frontend has its own, longer wording per kind).
 ERROR_KINDS: Dict[str, str] = {

@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .trace.kineto import KINETO_SUFFIXES, worker_name
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
+from .errors import TfbneckError
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 # Per-tool files that TensorFlow <= 2.10 wrote beside (or instead of) the XSpace.
@@ -70,7 +71,7 @@ def session_folder_time(name: str) -> Optional[float]:
         return None
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(TfbneckError):
     """The given path cannot be searched for sessions; the message is one line.
 
     ``cause``: for remote storage, a key of :data:`tfbneck_plugin.remote.CAUSES`
@@ -425,7 +426,9 @@ def _is_link(p: str) -> bool:
 
 
 def _run_dir_of(session_dir: str) -> Optional[str]:
-    """For ``<run>/plugins/profile/<session>`` return ``<run>``, else None."""
+    """For ``<run>/plugins/profile/<session>`` return ``<run>``, else None: whether a folder
+    given as PATH is a session folder, and whose (the file system's absolute path). The run
+    folder of a session already found is :func:`tfbneck_plugin.runs.run_dir_of`."""
     session_dir = os.path.abspath(session_dir)
     profile = os.path.dirname(session_dir)
     plugins = os.path.dirname(profile)

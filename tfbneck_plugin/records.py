@@ -193,6 +193,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Dict, List, Optional, Tuple
 
+from .errors import TfbneckError
+
 #: Name of the system-metrics sidecar in a session folder.
 SIDECAR_NAME = "tfbneck_system_metrics.json"
 #: Name of the record of a window that was skipped (or is still being written).
@@ -273,7 +275,7 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-class SidecarError(Exception):
+class SidecarError(TfbneckError):
     """The sidecar exists but cannot be used; the message is one line naming the file."""
 
 

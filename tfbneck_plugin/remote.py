@@ -30,6 +30,7 @@ import socket
 import threading
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
+from .errors import TfbneckError, first_line
 
 #: Seconds allowed, by default, to reach a store, find credentials and get a first listing.
 DEFAULT_TIMEOUT_S = 10.0
@@ -56,7 +57,7 @@ _timeout_override: Optional[float] = None
 T = TypeVar("T")
 
 
-class RemoteError(Exception):
+class RemoteError(TfbneckError):
     """A remote logdir that cannot be read. ``str()`` is one line naming the URL;
     ``cause`` is a key of :data:`CAUSES`."""
 
@@ -278,7 +279,7 @@ def classify(url: str, err: BaseException, anonymous: bool = False) -> RemoteErr
 
 
 def _first_line(err: BaseException, limit: int = 200) -> str:
-    msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    msg = first_line(err)
     return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 

@@ -12,7 +12,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, cast
 
 from .. import records
-from ..errors import error_report
+from ..errors import error_report, first_line
 from ..logdir import Session, open_any
 from ..schema import SessionDict, add_words
 from ..trace.kineto import KinetoSpace, is_kineto_file, read_kineto
@@ -124,7 +124,7 @@ def _sidecar_facts(session: Session, opener) -> SidecarFacts:
     problem = None
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
-                   f"({str(raw['sampler_error']).splitlines()[0]})")
+                   f"({first_line(raw['sampler_error'])})")
     return SidecarFacts(sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
                         records.slowdown_trigger(raw), records.recorded_model(raw))
 
@@ -151,8 +151,7 @@ def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[Dic
             failures.append(("out_of_memory", f"{f}: out of memory while reading the trace"))
             continue
         except Exception as err:  # an analysis bug must not take down a batch run
-            first = str(err).splitlines()[0] if str(err) else ""
-            failures.append(("analysis_failed", f"{f}: analysis failed ({type(err).__name__}: {first})"))
+            failures.append(("analysis_failed", f"{f}: analysis failed ({type(err).__name__}: {first_line(err)})"))
             continue
         h["host"] = host_name_from_file(f)
         hosts.append(h)

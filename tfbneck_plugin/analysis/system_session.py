@@ -15,7 +15,7 @@ from typing import Any, Dict, List, cast
 
 from .. import records
 from ..causes import cause_text
-from ..errors import error_report
+from ..errors import error_report, first_line
 from ..logdir import Session
 from ..schema import SessionDict
 from ..version import __version__
@@ -48,7 +48,7 @@ def system_only_report(session: Session, opener=open) -> SessionDict:
         return error_report(session, "bad_system_record", str(err))
     except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of the wrong kind
         return error_report(session, "bad_system_record", f"{path}: not a valid system record ({type(err).__name__}: "
-                                                          f"{str(err).splitlines()[0] if str(err) else 'bad value'})")
+                                                          f"{first_line(err, 'bad value')})")
 
 
 def _report(session: Session, path: str, record: Dict) -> SessionDict:

@@ -44,9 +44,11 @@ from . import evidence as evid
 from .changes import credited, detect_changes, different_models, prediction_check
 from ..analysis.breakdown import CATEGORIES
 from ..analysis.thresholds import INPUT_BOUND_PCT
+from ..runs import run_dir_of
 from ..schema import SessionDict
 from .ops import op_changes, text_lines as op_text_lines
 from ..trace.timeline import time_stats
+from ..errors import TfbneckError
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -78,7 +80,7 @@ CPU_FLOOR_PCT = 20.0
 LOADED_CPU_FLOOR_PCT = 35.0
 
 
-class CompareError(Exception):
+class CompareError(TfbneckError):
     """The two sides cannot be compared; the message is one line naming the path."""
 
 
@@ -330,7 +332,7 @@ def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = T
     t = evid.SideTimings(steps=per_batch_times(report), others_cpu_cores=evid.load_of(report),
                          contention=evid.contention_of(report), device_kind=report.get("device_kind"))
     if use_trend:
-        t.periods, t.period_cpu, t.trend_file = evid.trend_periods(evid.run_dir(compared.path))
+        t.periods, t.period_cpu, t.trend_file = evid.trend_periods(run_dir_of(compared))
     if len(run_sessions) >= evid.MIN_UNITS:
         others = [s for s in run_sessions if s.name != compared.name][-(MAX_EVIDENCE_WINDOWS - 1):]
         means = [float(t.steps.mean())]

@@ -25,7 +25,6 @@ busy with processes outside the training process tree during the window).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -63,14 +62,6 @@ class SideTimings:
     trend_file: Optional[str] = None
     period_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     device_kind: Optional[str] = None
-
-
-def run_dir(session_path: str) -> str:
-    """``<run>`` of ``<run>/plugins/profile/<session>`` (a local path or a URL)."""
-    path = session_path.rstrip("/").rstrip(os.sep)
-    if "://" in path:
-        return path.rsplit("/", 3)[0]
-    return os.path.dirname(os.path.dirname(os.path.dirname(path)))
 
 
 def trend_periods(run: str) -> Tuple[np.ndarray, np.ndarray, Optional[str]]:

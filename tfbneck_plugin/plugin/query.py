@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Mapping, Optional
 from urllib.parse import unquote_to_bytes
+from ..errors import TfbneckError
 
 #: Longest accepted query parameter value (characters).
 MAX_PARAM_CHARS = 1024
@@ -26,7 +27,7 @@ ROUTE_ERROR_KINDS: Dict[int, str] = {
 }
 
 
-class RouteError(Exception):
+class RouteError(TfbneckError):
     """A request the plugin refuses.
 
     Attributes:

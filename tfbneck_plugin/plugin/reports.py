@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Tuple, cast
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
 from ..batch import analyze_one
 from ..cache import fingerprint  # the same key as the persistent report cache
-from ..errors import error_report
+from ..errors import error_report, first_line
 from ..logdir import Session
 from ..schema import SessionDict
 from .index import session_time
@@ -50,8 +50,8 @@ def failed_report(session: Session, err: BaseException) -> SessionDict:
     MemoryError, else ``analysis_failed``."""
     if isinstance(err, MemoryError):
         return error_report(session, "out_of_memory", f"{session.path}: out of memory while analysing")
-    first = str(err).splitlines()[0] if str(err) else ""
-    return error_report(session, "analysis_failed", f"{session.path}: analysis failed ({type(err).__name__}: {first})")
+    return error_report(session, "analysis_failed",
+                        f"{session.path}: analysis failed ({type(err).__name__}: {first_line(err)})")
 
 
 class _Analysis(Future):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+from ..errors import TfbneckError
 
 
-class OutputError(Exception):
+class OutputError(TfbneckError):
     """Standard output cannot take the report (closed, or its disk full); one line."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from ..errors import first_line
 from . import wire
 from .xspace import FilePages, Line, Plane, Space, TraceReadError, XPlane
 
@@ -168,7 +169,7 @@ def _plane(data, view, start: int, end: int, path: str, k: int):
         return XPlane.FromString(b"".join(meta)), lines
     except (DecodeError, RuntimeError, ValueError) as err:
         raise TraceReadError(path, f"not a valid XSpace protobuf, truncated or corrupt (plane {k}: "
-                                   f"{str(err).splitlines()[0] if str(err) else 'decode error'})") from None
+                                   f"{first_line(err, 'decode error')})") from None
 
 
 def decode_space(data, path: str, plane_filter=None) -> Space:

@@ -42,6 +42,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import orjson
 
+from ..errors import first_line
 from .tracefile import read_bytes
 from .xspace import Line, Plane, Space, TraceReadError, XPlane
 
@@ -117,7 +118,7 @@ def read_kineto(path: str, opener=open) -> KinetoSpace:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as err:
-        raise TraceReadError(path, f"not valid JSON, truncated or corrupt ({str(err).splitlines()[0]})") from None
+        raise TraceReadError(path, f"not valid JSON, truncated or corrupt ({first_line(err)})") from None
     del data
     if isinstance(doc, dict):
         events = doc.get("traceEvents")

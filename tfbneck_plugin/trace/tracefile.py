@@ -14,6 +14,7 @@ import stat as statmod
 import zlib
 from typing import Optional
 
+from ..errors import first_line
 from .decoder import decode_space
 from .xspace import Space, TraceReadError
 
@@ -44,8 +45,8 @@ def read_bytes(path: str, opener=open) -> bytes:
     except OSError as err:
         raise TraceReadError(path, f"cannot read file ({err.strerror or err})", kind="unreadable") from None
     except Exception as err:  # remote file systems raise their own errors (credentials...)
-        msg = str(err).splitlines()[0] if str(err) else ""
-        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {msg})", kind="unreadable") from None
+        raise TraceReadError(path, f"cannot read file ({type(err).__name__}: {first_line(err)})",
+                             kind="unreadable") from None
     if len(data) > MAX_TRACE_BYTES:
         raise TraceReadError(path, f"larger than the {MAX_TRACE_BYTES} byte limit "
                                    "(set TFBNECK_MAX_TRACE_BYTES to raise it)", kind="too_large")

@@ -31,6 +31,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from . import wire
+from ..errors import TfbneckError
 
 # Field numbers from xplane.proto (tsl/profiler/protobuf/xplane.proto, package
 # tensorflow.profiler). Each entry: (name, number, type, label, message type name).
@@ -131,7 +132,7 @@ XLine = _CLASSES["XLine"]
 XEvent = _CLASSES["XEvent"]
 XStat = _CLASSES["XStat"]
 
-class TraceReadError(Exception):
+class TraceReadError(TfbneckError):
     """A trace file could not be read. ``str(err)`` is one line naming the file; ``kind``
     is the machine-readable ``error_kind`` of the report (:mod:`tfbneck_plugin.errors`):
     ``unreadable``, ``too_large``, ``empty_file``, ``corrupt`` or ``not_xspace``."""
