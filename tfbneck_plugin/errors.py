@@ -6,7 +6,7 @@ TensorBoard tab and scripts map to their own explanations.
 """
 from __future__ import annotations
 
-from typing import Dict, cast
+from typing import Dict, Optional
 
 from .schema import SessionDict
 
@@ -48,22 +48,29 @@ ERROR_KINDS: Dict[str, str] = {
 }
 
 
-def error_report(session, kind: str, message: str, **extra) -> SessionDict:
+def error_report(session, kind: str, message: str, skipped: Optional[str] = None,
+                 incomplete: Optional[str] = None) -> SessionDict:
     """The report of a session that could not be analysed.
 
     Args:
       session: a :class:`tfbneck_plugin.logdir.Session` (``run``, ``name``, ``hosts``, ``path``).
       kind: a key of ``ERROR_KINDS``.
       message: one line naming the file and what is wrong.
-      extra: further keys (e.g. ``skipped``: the recorded reason).
+      skipped: the reason BottleneckProfiler recorded for a skipped window (``skipped``).
+      incomplete: why an incomplete window's trace was not saved (``incomplete``).
 
     Raises:
       KeyError: ``kind`` is not a known error kind.
     """
     ERROR_KINDS[kind]  # a typo here would reach the frontend as an unexplained error
-    return cast(SessionDict, {"run": session.run, "session": session.name, "hosts": session.hosts,
-                              "path": session.path, "status": "error", "error": message, "error_kind": kind,
-                              "bottleneck": "unknown", "step_source": "none", **extra})
+    out: SessionDict = {"run": session.run, "session": session.name, "hosts": session.hosts,
+                        "path": session.path, "status": "error", "error": message, "error_kind": kind,
+                        "bottleneck": "unknown", "step_source": "none"}
+    if skipped is not None:
+        out["skipped"] = skipped
+    if incomplete is not None:
+        out["incomplete"] = incomplete
+    return out
 
 
 def path_error_report(path: str, err) -> SessionDict:
@@ -73,5 +80,5 @@ def path_error_report(path: str, err) -> SessionDict:
     ``run`` is the PATH as given (no session under it is known), ``session`` empty,
     ``error_kind`` ``not_found`` or ``unreachable``."""
     kind = getattr(err, "kind", None) or "not_found"
-    return cast(SessionDict, {"run": path, "session": "", "hosts": [], "path": path, "status": "error",
-                              "error": str(err), "error_kind": kind, "bottleneck": "unknown", "step_source": "none"})
+    return {"run": path, "session": "", "hosts": [], "path": path, "status": "error",
+            "error": str(err), "error_kind": kind, "bottleneck": "unknown", "step_source": "none"}

@@ -42,7 +42,7 @@ class Steps(TypedDict, total=False):
     batches_per_step: int
     time_per_batch_ms: float
     tried: List[Dict[str, str]]       # {"finder", "why_not"}
-    why_none: str
+    why_none: Optional[str]           # no steps: each step finder's reason, in one sentence
     warmup: Dict[str, object]         # count, time_ms, steps, reason, excluded
     outliers: Dict[str, object]       # odd steps left out of the verdict: steps, time_ms, reason
     notes: List[str]                  # how the steps were read (e.g. a batch fetched outside the marked step)
@@ -69,6 +69,7 @@ class Recommendation(TypedDict, total=False):
     bound_ms: float                   # no model: the best time per batch (ms), the share it acts on removed
     worth: str                        # the worth in words, as every view shows it (schema.worth)
     why_here: str                     # one sentence with this run's numbers: why the change fits it
+    worker: str                       # a job's straggler verdict: the worker (task name) whose own limit it fixes
 
 
 class InputPipeline(TypedDict, total=False):
@@ -194,19 +195,51 @@ class SyncSection(TypedDict, total=False):
     network_recommendations: List[Recommendation]
 
 
+class SystemMetrics(TypedDict, total=False):
+    """The system metrics sampled beside a window's trace: the report's ``system_metrics``
+    (analysis.sysmetrics.summarize of the sidecar's samples), which the verdict rules read
+    as ``Findings.system``. Means over the samples, each weighted by the time it covers.
+    Every key is written; the process-tree figures are None for sidecars that lack them
+    (``scope`` ``"machine"``)."""
+    samples: int                      # samples summarised
+    cpu_count: Optional[int]          # the machine's cores
+    usable_cores: Optional[int]       # cores the training process may run on (its CPU affinity, else cpu_count)
+    sampled_s: Optional[float]        # seconds the samples cover; None for sidecars without each sample's dt_s
+    cpu_mean_pct: Optional[float]     # % over all cores
+    busiest_core_mean_pct: Optional[float]   # % of the busiest core in each sample
+    saturated_cores_mean: Optional[float]    # cores above sysmetrics.SATURATED_CORE_PCT
+    proc_cpu_cores: float             # cores the training process alone kept busy
+    iowait_pct: Optional[float]       # %
+    disk_read_MBps: float             # MB/s, machine-wide
+    net_recv_MBps: float              # MB/s, machine-wide, loopback included
+    gpu_util_pct: Optional[float]     # %, None without GPUs
+    tree_cpu_cores: Optional[float]   # cores used by the training process and its descendants
+    others_cpu_cores: Optional[float]  # cores busy with processes outside that tree
+    tree_children: Optional[int]      # most descendants seen at once
+    pool_threads: Optional[int]       # most Python thread-pool workers seen at once in the training process
+    tree_disk_read_MBps: Optional[float]     # MB/s the tree read from storage
+    net_recv_external_MBps: Optional[float]  # MB/s received on non-loopback interfaces, machine-wide
+    remote_connections: Optional[int]        # most TCP connections of the tree to non-loopback peers at once
+    loopback_connections: Optional[int]      # the same to loopback peers
+    tree_runq_wait_cores: Optional[float]    # mean threads of the tree runnable but waiting for a core
+    scope: str                        # "process_tree" when the per-process figures exist, else "machine"
+    series: Dict[str, List[Any]]      # per-sample lists: t_ms, cpu_pct, proc_cpu_pct, tree_cpu_pct...
+
+
 class PerHostRow(TypedDict, total=False):
-    """One row of ``per_host``: a host of a session, or a worker of a job (ms, %)."""
+    """One row of ``per_host``: a host of a session, or a worker of a job (ms, %). A job's
+    row copies its worker's report; a value that report lacks is None."""
     host: str
     task: str
-    run: str
-    session: str
-    path: str
+    run: Optional[str]
+    session: Optional[str]
+    path: Optional[str]
     step_time_ms: Optional[float]
-    breakdown_pct: Dict[str, float]
-    bottleneck: str
-    cause: str
-    confidence: float
-    trace_viewer: Dict[str, str]
+    breakdown_pct: Optional[Dict[str, float]]
+    bottleneck: Optional[str]
+    cause: Optional[str]
+    confidence: Optional[float]
+    trace_viewer: Optional[Dict[str, str]]
     kept_others_waiting_pct: float    # the job's part: how long the others waited for it
     last_in_steps: int
     matched_steps: int
@@ -225,7 +258,12 @@ class SessionDict(TypedDict, total=False):
     status: str                       # "ok" | "error"
     error: str
     error_kind: str                   # tfbneck_plugin.errors.ERROR_KINDS
+    incomplete: str                   # error_kind "incomplete": why the window's trace was not saved
+    skipped: str                      # error_kind "skipped": the reason BottleneckProfiler recorded
+    framework: str                    # "tensorflow" | "jax" | "pytorch" | "unknown" (from the trace's events)
     device_kind: str                  # "GPU" | "TPU" | "CPU"
+    window_ms: float                  # the host window: first to last host event (ms; 0 without host events)
+    events: int                       # events in the host's trace
     step_source: str
     steps: Steps
     breakdown_pct: Dict[str, float]   # sums to 100
@@ -236,7 +274,7 @@ class SessionDict(TypedDict, total=False):
     cause_text: str
     confidence: float                 # 0-1
     evidence: List[str]
-    evidence_detail: List[Dict[str, str]]   # {"text", "basis": "trace" | "system_metrics" | "inferred"}
+    evidence_detail: List[EvidenceItem]     # each evidence sentence and what it rests on
     input_pipeline: InputPipeline
     recommendations: List[Recommendation]
     devices: List[Dict[str, object]]
@@ -251,19 +289,28 @@ class SessionDict(TypedDict, total=False):
     model: Dict[str, object]                  # what trained, from the callback's sidecar: class, name,
     #                                           layers, params (records.recorded_model); absent otherwise
     sync: SyncSection                         # a worker's collective time, input measured first
-    system_metrics: Dict[str, Any]            # analysis.sysmetrics.summarize(): numbers, None, "scope"
+    system_metrics: SystemMetrics             # the metrics sampled beside the trace
     worst_step: Optional[WorstStep]
     interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):
     #                                           steps_recorded, markers_recorded, exception, detected
     top_ops: List[TopOp]                      # costliest ops per place, costliest first
     op_summary: OpSummary
-    trace_viewer: Dict[str, str]
+    trace_viewer: Optional[Dict[str, str]]    # run, host: the Trace Viewer link (None: a job whose worker had none)
     warnings: List[str]
     # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
     session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
     window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps,
     #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled)
     run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
+
+
+
+class HostReport(SessionDict, total=False):
+    """The report fields of one host's trace (:meth:`tfbneck_plugin.analysis.host_analysis.
+    HostAnalysis.report`: framework, devices, steps, breakdown, verdict, ops, ``sync``),
+    and the host's name (``host``, the trace file's). A session report takes these fields
+    from its slowest host (:mod:`tfbneck_plugin.analysis.multihost`)."""
+    host: str                         # the host as its trace file names it
 
 
 #: What the accessors below read: a ``SessionDict``, or any mapping of the report's keys (the
@@ -328,7 +375,7 @@ def vocabulary() -> Dict[str, Dict[str, str]]:
     return {"bottleneck_labels": dict(BOTTLENECK_LABELS), "category_labels": dict(CATEGORY_LABELS)}
 
 
-def add_words(report: Dict[str, Any]) -> Dict[str, Any]:
+def add_words(report: SessionDict) -> SessionDict:
     """Write into ``report`` (and return it) the words every view renders as they are, so no
     view words them again: ``bottleneck_label``, ``category_labels`` (category -> name, for
     this report's device) and each recommendation's ``worth`` (:func:`worth`; also those of

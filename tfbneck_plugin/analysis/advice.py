@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
+from ..schema import Recommendation
 from .cpu_share import INPUT_DOUBT_GAIN, input_cores_ms, input_load
 from . import torch_advice
 from .findings import Findings
 from .tfdata import Stage
 
-Rec = Dict[str, Optional[str]]
+Rec = Recommendation
 
 
 def rec(fix: str, title: str, detail: str, code: Optional[str] = None) -> Rec:

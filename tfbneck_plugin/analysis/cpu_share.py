@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Optional
 
+from ..schema import SystemMetrics
 from . import sysmetrics
 
 if TYPE_CHECKING:  # the findings module needs nothing from here
@@ -103,22 +104,23 @@ class Cores:
         return min(float(self.n), self.free + share_of_others * max(self.n - self.free, 0.0))
 
 
-def cores_of(system: Optional[Dict]) -> Optional[Cores]:
+def cores_of(system: Optional[SystemMetrics]) -> Optional[Cores]:
     """The window's :class:`Cores` from a sampler summary, or None without one (or without the
     core count)."""
-    if not system or not system.get("cpu_count"):
+    count = system.get("cpu_count") if system else None
+    if not system or not count:
         return None
-    n = int(system.get("usable_cores") or system["cpu_count"])
+    n = int(system.get("usable_cores") or count)
     tree = system.get("tree_cpu_cores")
     tree = float(tree if tree is not None else system.get("proc_cpu_cores") or 0.0)
-    others = sysmetrics.other_cores(system, tree, int(system["cpu_count"]))
+    others = sysmetrics.other_cores(system, tree, int(count))
     # Other processes may run on cores outside this process's affinity: count only what
     # could have been on its own cores.
     others = min(float(others), max(n - tree, 0.0))
     return Cores(n=n, tree=tree, others=others, waiting=float(system.get("tree_runq_wait_cores") or 0.0))
 
 
-def starved(system: Optional[Dict]) -> bool:
+def starved(system: Optional[SystemMetrics]) -> bool:
     """The training tree's threads waited for a core (mean run-queue wait >=
     :data:`CONTENTION_RUNQ_CORES`; unknown: False), for more cores than sat idle: those waits
     were for busy cores. A saturated machine (:attr:`Cores.saturated`: under
@@ -243,10 +245,11 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
     CPU-only host with steady steps, a step timing and the sampler's process-tree figures;
     None elsewhere (an accelerator's math does not share the host's cores)."""
     t, p, system = f.timing, f.pipeline, f.system or {}
+    tree_cores = system.get("tree_cpu_cores")
     if (f.device_kind != "CPU" or t is None or not f.steps.count or f.eager or system.get("scope") != "process_tree"
-            or not isinstance(system.get("tree_cpu_cores"), (int, float)) or t.step_ms <= 0):
+            or not isinstance(tree_cores, (int, float)) or t.step_ms <= 0):
         return None
-    tree = float(system["tree_cpu_cores"])
+    tree = float(tree_cores)
     proc = float(system.get("proc_cpu_cores") or tree)
     runq = float(system.get("tree_runq_wait_cores") or 0.0)
     stretch = (tree + runq) / tree if tree > 0 else 1.0

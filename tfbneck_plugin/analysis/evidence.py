@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from ..schema import SystemMetrics
 from .findings import Findings, GapFact, LoaderFacts
 
 
@@ -60,7 +61,7 @@ def breakdown_sentence(f: Findings) -> str:
     return f"{head}: {', '.join(shares)}."
 
 
-def system_sentence(system: dict) -> str:
+def system_sentence(system: SystemMetrics) -> str:
     """The sampled system metrics in one sentence (CPU, the training process tree, I/O, GPU, disk)."""
     tree = system.get("tree_cpu_cores")
     children = system.get("tree_children") or 0

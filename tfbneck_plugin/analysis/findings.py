@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..schema import OpSummary, SystemMetrics
 from .placement import Placement
 from .tfdata import Pipeline
 
@@ -141,14 +142,14 @@ class Findings:
     pct: Dict[str, float]             # breakdown_pct (sums to 100)
     steps: StepFacts = field(default_factory=StepFacts)
     pipeline: Optional[Pipeline] = None
-    system: Optional[Dict] = None     # analysis.sysmetrics.summarize() of the sidecar
+    system: Optional[SystemMetrics] = None   # the sidecar's system metrics (analysis.sysmetrics.summarize)
     eager: bool = False
     kernels: Optional[KernelFacts] = None
     devices: List[Dict] = field(default_factory=list)   # devices.summarize() rows
     gaps: List[GapFact] = field(default_factory=list)
     shared_clock_only: bool = False   # steps from one device's own Steps line
     timing: Optional[StepTiming] = None   # per-step times for the what-if models (None: no steps)
-    ops: Optional[Dict] = None        # the report's op_summary (analysis.op_report): the advice names the ops
+    ops: Optional[OpSummary] = None   # the report's op_summary (analysis.op_report): the advice names the ops
     own_time: Optional[OwnTime] = None    # set when ``pct`` are shares of a worker's time outside collectives
     xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
     slowdown: Optional[Slowdown] = None   # the slowdown trigger opened this window

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, List, Optional
 
+from ..schema import Recommendation
 from . import cpu_share, python_input, whatif
 from .advice import more_cores
 from .cpu_share import takes_cores
@@ -25,7 +26,7 @@ CAPPED_BY_CORES = ("prefetch", "parallel_map", "pydataset_workers")
 REDUCES_WORK = ("vectorise_map", "cache", "no_py_function", "tfdata_ops")
 
 
-def already_done(rec: Dict, f: Findings) -> Optional[str]:
+def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
     """Why the run already does what ``rec`` recommends, or None."""
     fix, p = rec.get("fix"), f.pipeline
     if fix == "cache" and p is not None and p.has_cache:
@@ -39,7 +40,7 @@ def already_done(rec: Dict, f: Findings) -> Optional[str]:
     return None
 
 
-def fit(recs: List[Dict], f: Findings) -> List[Dict]:
+def fit(recs: List[Recommendation], f: Findings) -> List[Recommendation]:
     """The recommendations that fit this run, ranked, each with ``why_here``.
 
     Args:
@@ -63,13 +64,15 @@ def fit(recs: List[Dict], f: Findings) -> List[Dict]:
         r["why_here"] = why_here(r, f)
     if capped and kept:
         names = ", ".join(f"`{r['fix']}`" for r in capped)
+        first = capped[0].get("predicted")
+        assert first is not None  # _no_gain holds only for a change with a prediction
         kept[0]["why_here"] = (f"{_capped_sentence(f)} ({names} would gain nothing here, "
-                               f"predicted {capped[0]['predicted']['time_per_batch_ms']:.1f} ms per batch). "
+                               f"predicted {first['time_per_batch_ms']:.1f} ms per batch). "
                                + kept[0]["why_here"])
     return kept
 
 
-def _fit_code(r: Dict, f: Findings) -> Dict:
+def _fit_code(r: Recommendation, f: Findings) -> Recommendation:
     """The snippet's workers fitted to the machine: Python input that computes gets one worker
     process per core it may use (more would wait for a core; processes, because the GIL runs
     one thread's Python at a time), input that waits keeps the catalogue's count as threads
@@ -77,16 +80,17 @@ def _fit_code(r: Dict, f: Findings) -> Dict:
     processes would only add the copy of every batch between processes)."""
     c = cpu_share.cores_of(f.system)
     computes = python_input.input_computes(f)
-    if r.get("fix") != "pydataset_workers" or c is None or computes is None or not r.get("code"):
+    code = r.get("code")
+    if r.get("fix") != "pydataset_workers" or c is None or computes is None or not code:
         return r
     if computes:
-        r["code"] = re.sub(r"\bworkers=\d+", f"workers={max(c.n, 2)}", r["code"])
+        r["code"] = re.sub(r"\bworkers=\d+", f"workers={max(c.n, 2)}", code)
     else:
-        r["code"] = r["code"].replace("use_multiprocessing=True", "use_multiprocessing=False")
+        r["code"] = code.replace("use_multiprocessing=True", "use_multiprocessing=False")
     return r
 
 
-def _no_gain(r: Dict) -> bool:
+def _no_gain(r: Recommendation) -> bool:
     p = r.get("predicted")
     return p is not None and p["speedup"] < 1.0 / (1.0 - whatif.NO_GAIN)
 
@@ -229,7 +233,7 @@ def _why_more_cores(f):
     return _capped_sentence(f)
 
 
-def _why_share(r: Dict, f: Findings) -> str:
+def _why_share(r: Recommendation, f: Findings) -> str:
     cats = whatif.ACTS_ON.get(str(r.get("fix")))
     t = _tm(f)
     if not cats:
@@ -250,7 +254,7 @@ WHY: Dict[str, Callable[[Findings], str]] = {
 }
 
 
-def why_here(r: Dict, f: Findings) -> str:
+def why_here(r: Recommendation, f: Findings) -> str:
     """One sentence with this run's numbers: why ``r`` fits it."""
     if f.timing is None or not f.steps.found:
         return "No steady step was found: the advice follows the verdict's cause alone."

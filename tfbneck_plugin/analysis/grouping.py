@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from ..logdir import session_folder_time
 from ..runs import FASTER_THAN_JOB_X, traced_and_job_step_ms
-from ..schema import SessionDict, add_words, step_time_ms
+from ..schema import PerHostRow, SessionDict, add_words, step_time_ms
 from ..version import __version__
 from . import job as jobmod
 from .verdict import evidence_details
@@ -47,8 +47,10 @@ SHARED_STEPS_FRACTION = 0.5
 #: A task as the job records it: ``<type>:<index>``, e.g. ``worker:1``, ``chief:0``.
 TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}:\d{1,6}$")
 #: Top-level keys of a worker's report that do not describe the job as a whole.
-WORKER_ONLY_KEYS = ("run", "session", "path", "hosts", "sync", "trace_viewer", "job", "warnings", "version",
-                    "per_host")
+WorkerOnlyKey = Literal["run", "session", "path", "hosts", "sync", "trace_viewer", "job", "warnings", "version",
+                        "per_host"]
+WORKER_ONLY_KEYS: Tuple[WorkerOnlyKey, ...] = ("run", "session", "path", "hosts", "sync", "trace_viewer", "job",
+                                              "warnings", "version", "per_host")
 
 
 @dataclass
@@ -91,9 +93,11 @@ def candidate(index: int, r: SessionDict) -> Optional[Candidate]:
     sync = r.get("sync")
     if info is None and sync is None:
         return None
-    task = cast(Optional[str], (info or {}).get("task") or (sync or {}).get("task"))
+    recorded_task, recorded_id = (info.get("task"), info.get("id")) if info else (None, None)
+    task = recorded_task if isinstance(recorded_task, str) and recorded_task else (sync or {}).get("task")
     steps = tuple(int(s["step"]) for s in ((r.get("steps") or {}).get("items") or []))
-    return Candidate(index=index, report=r, task=task, job_id=cast(Optional[str], (info or {}).get("id")), steps=steps,
+    return Candidate(index=index, report=r, task=task, job_id=recorded_id if isinstance(recorded_id, str) else None,
+                     steps=steps,
                      window=wall_window(r), group_size=(sync or {}).get("group_size"))
 
 
@@ -226,10 +230,10 @@ def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_b
     run = _common_run([r.get("run") for r in reports])
     if run == "." and path:  # workers' runs with nothing in common: the folder that holds them all
         run = path.rstrip("/").rsplit("/", 1)[-1] or run
-    out: Dict[str, Any] = {"version": __version__, "kind": "job", "run": run,
-                           "session": f"job:{job_id or base.get('session')}", "hosts": list(names), "path": path,
-                           "status": "ok"}
-    out.update({k: v for k, v in base.items() if k not in WORKER_ONLY_KEYS})
+    out: SessionDict = {"version": __version__, "kind": "job", "run": run,
+                        "session": f"job:{job_id or base.get('session')}", "hosts": list(names), "path": path,
+                        "status": "ok"}
+    out.update(_job_fields(base))
     warnings = [w for r in reports for w in r.get("warnings") or []]
     if warnings:
         out["warnings"] = warnings
@@ -255,7 +259,15 @@ def job_report(reports: List[SessionDict], names: List[str], why: str, grouped_b
         out["evidence_detail"] = list(out.get("evidence_detail") or []) + [
             {"text": text, "basis": "system_metrics"} for text in said]
     out["trace_viewer"] = base.get("trace_viewer")
-    return cast(SessionDict, add_words(out))
+    return add_words(out)
+
+
+def _job_fields(r: SessionDict) -> SessionDict:
+    """A copy of a worker's report less :data:`WORKER_ONLY_KEYS`."""
+    out = r.copy()
+    for key in WORKER_ONLY_KEYS:
+        out.pop(key, None)
+    return out
 
 
 def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> List[str]:
@@ -277,10 +289,10 @@ def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> L
     return out
 
 
-def _worker_row(name: str, r: SessionDict) -> Dict[str, Any]:
+def _worker_row(name: str, r: SessionDict) -> PerHostRow:
     """A worker's row of ``per_host``: where its session is, its own report's numbers and
     verdict (:func:`.job.merge_diagnosis` adds its part in the job's root cause)."""
-    row = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
+    row: PerHostRow = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
            "step_time_ms": step_time_ms(r),
            "breakdown_pct": r.get("breakdown_pct"), "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
            "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..schema import HostReport, OpSummary, SystemMetrics
 from ..trace import timeline
 from ..trace.timeline import ms
 from ..trace.xspace import Space
@@ -48,7 +49,7 @@ class HostAnalysis:
     """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize);
     ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None."""
 
-    def __init__(self, space: Space, system: Optional[Dict] = None, slowdown: Optional[Dict] = None):
+    def __init__(self, space: Space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None):
         self.space = space
         self.system = system
         self.slowdown = Slowdown(**slowdown) if slowdown else None
@@ -204,6 +205,11 @@ class HostAnalysis:
         return opsmod.OpTable(rows + dev_rows, n, step_ps, busy)
 
     @cached_property
+    def op_summary(self) -> OpSummary:
+        """The report's ``op_summary`` (:func:`.op_report.op_summary`): the advice names its ops."""
+        return op_report.op_summary(self.ops)
+
+    @cached_property
     def device_rows(self) -> List[Dict]:
         """Per-device summary over the analysed windows (:func:`.devices.summarize`)."""
         return devmod.summarize(self.devices, *self.windows)
@@ -221,7 +227,7 @@ class HostAnalysis:
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
             timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity),
-            ops=op_report.op_summary(self.ops), xla=whatif.runs_xla(self.view), slowdown=self.slowdown)
+            ops=self.op_summary, xla=whatif.runs_xla(self.view), slowdown=self.slowdown)
 
     @cached_property
     def device_kind(self) -> str:
@@ -276,10 +282,10 @@ class HostAnalysis:
         """The verdict (:func:`.rules.decide`)."""
         return decide(self.findings)
 
-    def report(self) -> Dict:
+    def report(self) -> HostReport:
         """The host-level report fields (the session adds run, session, hosts...)."""
         steps, parts, v = self.steps, self.parts, self.verdict
-        out = {
+        out: HostReport = {
             "framework": self.framework,
             "device_kind": self.devices[0].kind if self.devices else self.device_kind,
             "devices": self.device_rows,
@@ -293,7 +299,7 @@ class HostAnalysis:
             **verdict_fields(v),
             "worst_step": None if v.cause == "not_tensorflow" else host_report.worst_step(steps, parts, self.origin),
             "top_ops": op_report.top_ops(self.ops, self.origin),
-            "op_summary": self.findings.ops,
+            "op_summary": self.op_summary,
         }
         # steps with collectives: what a multi-worker job's root cause needs
         sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings)

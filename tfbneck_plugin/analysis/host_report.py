@@ -3,26 +3,28 @@ each from the analysis values it names (:class:`.host_analysis.HostAnalysis` pas
 Shapes only: every number comes from the analysis."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from ..trace import timeline
 from ..trace.timeline import ms, ms_list
 from . import breakdown, tfdata
-from ..schema import WorstStep
+from ..schema import InputPipeline, StepItem, Steps, StepTime, WorstStep
 from .findings import StepFacts
 from .thresholds import INPUT_MODERATE_PCT
 
 
-def step_stats(durations_ps: np.ndarray) -> Dict[str, float]:
+def step_stats(durations_ps: np.ndarray) -> StepTime:
     """mean, p50, p90, min, max of step durations, in ms."""
     d = durations_ps.astype(np.float64) / 1e9
-    return {**timeline.time_stats(d), "min": round(float(d.min()), 3), "max": round(float(d.max()), 3)}
+    t = timeline.time_stats(d)
+    return {"mean": t["mean"], "p50": t["p50"], "p90": t["p90"], "min": round(float(d.min()), 3),
+            "max": round(float(d.max()), 3)}
 
 
 def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, facts: StepFacts,
-                  odd: Optional[np.ndarray] = None) -> Dict:
+                  odd: Optional[np.ndarray] = None) -> Steps:
     """The report's ``steps`` object (times in ms; warm-up, odd steps and graph builds when present).
 
     Args:
@@ -39,10 +41,10 @@ def steps_section(steps, search, parts: Dict[str, np.ndarray], origin: int, fact
     # One conversion per column (timeline.ms_list), not one ms() per value: the same numbers.
     columns = zip(steps.numbers[:n].tolist(), ms_list(steps.starts - origin), ms_list(steps.ends - steps.starts),
                   *(ms_list(parts[c][:n]) for c in breakdown.CATEGORIES))
-    items = [{"step": number, "start_ms": start, "duration_ms": duration,
+    items: List[StepItem] = [{"step": number, "start_ms": start, "duration_ms": duration,
               "breakdown_ms": dict(zip(breakdown.CATEGORIES, cells))} for number, start, duration, *cells in columns]
     stats = step_stats(steps.durations_ps)
-    out = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
+    out: Steps = {"count": steps.count, "step_time_ms": stats, "items": items, "dropped_partial": steps.dropped_partial,
            "batches_per_step": steps.batches_per_step,
            "time_per_batch_ms": round(stats["mean"] / steps.batches_per_step, 3), "notes": steps.notes,
            "tried": tried}
@@ -76,7 +78,7 @@ def worst_step(steps, parts: Dict[str, np.ndarray], origin: int) -> Optional[Wor
             "trace_end_ms": round(float(steps.ends[k]) / 1e9, 6)}
 
 
-def input_pipeline_section(pipeline: Optional[tfdata.Pipeline], input_pct: float) -> Dict:
+def input_pipeline_section(pipeline: Optional[tfdata.Pipeline], input_pct: float) -> InputPipeline:
     """The report's ``input_pipeline``: the blocking stage, the stages, and whether the
     pipeline prefetches. The busiest stage blocks only when the step waits for input at all
     (``input_pct`` >= XProf's "moderately input-bound" level, ``rules.INPUT_MODERATE_PCT``):

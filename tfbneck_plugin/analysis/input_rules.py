@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from ..schema import SystemMetrics
 from . import cpu_share, sysmetrics
 from .cpu_share import CONTENTION_RUNQ_CORES
 from .evidence import LOADER_INPUT, Inferred, Sampled, context, loader_sentence
@@ -93,7 +94,7 @@ def input_bound(f: Findings) -> Optional[Verdict]:
     return Verdict(kind, cause, confidence(inp, INPUT_BOUND_PCT, penalty), ev)
 
 
-def _input_from_system(system: dict, pipeline=None, st=None, model_cores: Optional[float] = None,
+def _input_from_system(system: SystemMetrics, pipeline=None, st=None, model_cores: Optional[float] = None,
                        wait_share: float = 1.0):
     """(kind, cause, confidence penalty, sentence) from the sampled system metrics.
 
@@ -178,7 +179,7 @@ def _computes_in_tf_ops(pipeline, st) -> bool:
     return pipeline.source != "remote" and not pipeline.mostly_python
 
 
-def _runq_samples(system: dict) -> Tuple[int, int]:
+def _runq_samples(system: SystemMetrics) -> Tuple[int, int]:
     """(samples in which the training tree waited for a core at least
     :data:`CONTENTION_RUNQ_CORES`, samples with a run-queue figure) of the window."""
     values = [v for v in ((system.get("series") or {}).get("tree_runq_wait_pct") or [])
@@ -186,7 +187,7 @@ def _runq_samples(system: dict) -> Tuple[int, int]:
     return sum(1 for v in values if v >= 100.0 * CONTENTION_RUNQ_CORES), len(values)
 
 
-def _others_busy_pct(system: dict, own_cores: float) -> float:
+def _others_busy_pct(system: SystemMetrics, own_cores: float) -> float:
     """Share (%) of the machine's CPU busy with processes outside the training tree."""
     cores = system.get("cpu_count") or 1
     return 100.0 * sysmetrics.other_cores(system, own_cores, cores) / cores
@@ -302,7 +303,8 @@ def input_slows_model(f: Findings) -> Optional[Verdict]:
     taken = cpu_share.input_cores_ms(f)  # None unless CPU-only, beside the step, starved
     if sd is None or f.eager or t is None or taken is None or t.step_ms < sd.factor * sd.baseline_ms:
         return None
-    assert p is not None and p.blocking is not None and system is not None  # as input_cores_ms found them
+    # as input_cores_ms found them
+    assert p is not None and p.blocking is not None and system is not None and system["tree_cpu_cores"] is not None
     grew = t.step_ms - sd.baseline_ms
     explained = taken / grew
     if explained < SLOWDOWN_EXPLAINED_SHARE:

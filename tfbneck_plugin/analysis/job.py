@@ -31,7 +31,7 @@ sessions, analysed apart (and by the plugin, cached apart).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, cast
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -276,7 +276,7 @@ class JobDiagnosis:
     straggler)."""
     verdict: JobVerdict
     section: Dict[str, object]
-    per_worker: List[Dict[str, object]]
+    per_worker: List[schema.PerHostRow]
 
     @property
     def primary(self) -> int:
@@ -299,14 +299,15 @@ def diagnose(workers: List[Worker]) -> Optional[JobDiagnosis]:
                "network_pct": round(jf.network_pct, 2), "matched_steps": lat.numbers,
                "steps": step_rows(workers, lat),
                "thresholds": {"straggler_wait_pct": STRAGGLER_WAIT_PCT, "network_pct": COLLECTIVE_BOUND_PCT}}
-    per_worker: List[Dict[str, object]] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": jf.last_in[i],
+    per_worker: List[schema.PerHostRow] = [{"kept_others_waiting_pct": round(late_pct[i], 2), "last_in_steps": jf.last_in[i],
                    "matched_steps": len(lat.numbers), "collective_ms": round(float(lat.collective[i].mean()), 3),
                    "own_limit": _own_limit(w), "straggler": i == v.straggler}
                   for i, w in enumerate(workers)]
     return JobDiagnosis(verdict=v, section=section, per_worker=per_worker)
 
 
-def merge_diagnosis(report: Dict, d: JobDiagnosis, rows: List[Dict], lead: Optional[str] = None) -> None:
+def merge_diagnosis(report: schema.SessionDict, d: JobDiagnosis, rows: List[schema.PerHostRow],
+                    lead: Optional[str] = None) -> None:
     """Put a job's diagnosis into a report (modified in place): the verdict's fields
     (:func:`.verdict.verdict_fields`, after the sentence ``lead`` when given) and each
     worker's part in ``rows`` (its ``per_host`` rows, in the workers' order). The callers
@@ -365,7 +366,7 @@ def _straggler_verdict(jf: JobFindings) -> JobVerdict:
                     f"{jf.network_pct:.1f}% of the step.")
     evidence.extend(_own_evidence(w))
     conf = own["confidence"] - (SCATTERED_PENALTY if len(mine) < CONSISTENT_FRACTION * n else 0.0)
-    recs = [cast(schema.Recommendation, dict(r, worker=w.name)) for r in own.get("recommendations") or []]
+    recs: List[schema.Recommendation] = [{**r, "worker": w.name} for r in own.get("recommendations") or []]
     return JobVerdict(bottleneck=own["bottleneck"], cause=own["cause"], confidence=round(max(conf, 0.05), 2),
                       evidence=evidence, recommendations=recs, primary=s, straggler=s)
 

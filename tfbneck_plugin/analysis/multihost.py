@@ -2,7 +2,7 @@
 verdict goes to ``per_host``, and hosts slower than the others are named as stragglers."""
 from __future__ import annotations
 
-from typing import Dict, List, cast
+from typing import List
 
 import numpy as np
 
@@ -24,17 +24,27 @@ MIN_LATENESS_RATIO = 1.10
 STRAGGLER_RATIO_OF_TWO = 1.2
 
 
-def mean_step_ms(host: Dict) -> float:
+def mean_step_ms(host: schema.SessionDict) -> float:
     """The host report's mean step time (ms), 0.0 without steps."""
     return schema.step_time_ms(host) or 0.0
 
 
-def slowest(hosts: List[Dict]) -> Dict:
+def slowest(hosts: List[schema.HostReport]) -> schema.HostReport:
     """Step time is set by the slowest host; its view is reported at the top level."""
     return max(hosts, key=mean_step_ms)
 
 
-def per_host_rows(hosts: List[Dict]) -> List[Dict]:
+def host_fields(host: schema.HostReport, with_sync: bool = True) -> schema.HostReport:
+    """A copy of a host report less its ``host`` name (and its ``sync`` section unless
+    ``with_sync``): the fields a session report takes from the host that stands for it."""
+    out = host.copy()
+    out.pop("host", None)
+    if not with_sync:
+        out.pop("sync", None)
+    return out
+
+
+def per_host_rows(hosts: List[schema.HostReport]) -> List[schema.PerHostRow]:
     """One ``per_host`` row per host: its step time (ms), breakdown (%) and verdict."""
     return [{"host": h["host"], "step_time_ms": schema.step_time_ms(h),
              "breakdown_pct": h["breakdown_pct"], "bottleneck": h["bottleneck"]} for h in hosts]
@@ -58,7 +68,7 @@ def stragglers(times_ms: List[float]) -> List[int]:
     return [int(i) for i in np.flatnonzero((z > STRAGGLER_Z) & (t >= MIN_LATENESS_RATIO * med))]
 
 
-def straggler_evidence(hosts: List[Dict]) -> List[str]:
+def straggler_evidence(hosts: List[schema.HostReport]) -> List[str]:
     """A sentence per straggler host (see :func:`stragglers`)."""
     times = [mean_step_ms(h) for h in hosts]
     med = timeline.median(times) if times else 0.0
@@ -66,7 +76,7 @@ def straggler_evidence(hosts: List[Dict]) -> List[str]:
             for i in stragglers(times)]
 
 
-def merge(report: Dict, hosts: List[Dict]) -> None:
+def merge(report: schema.SessionDict, hosts: List[schema.HostReport]) -> None:
     """Several hosts in one session report: ``per_host`` rows, and the verdict across them.
 
     When every host's steps hold collectives (a synchronous job traced in one session),
@@ -84,15 +94,16 @@ def merge(report: Dict, hosts: List[Dict]) -> None:
     names = [(h.get("sync") or {}).get("task") or h["host"] for h in hosts]
     if len(set(names)) != len(names):
         names = [h["host"] for h in hosts]
-    d = job.diagnose([job.Worker(n, cast(schema.SessionDict, h)) for n, h in zip(names, hosts)])
+    d = job.diagnose([job.Worker(n, h) for n, h in zip(names, hosts)])
     if d is None:
         report["evidence"] = list(report["evidence"]) + straggler_evidence(hosts)
         return
     primary = d.primary
-    report.update({k: v for k, v in hosts[primary].items() if k not in ("host", "sync")})
+    report.update(host_fields(hosts[primary], with_sync=False))
     job.merge_diagnosis(report, d, report["per_host"])
     report["job"] = dict(d.section, grouped_by="one_session", root_cause=job.ROOT_CAUSE, workers=names)
     for row, name in zip(report["per_host"], names):
         row["task"] = name
-    if isinstance(report.get("trace_viewer"), dict):
-        report["trace_viewer"]["host"] = hosts[primary]["host"]
+    link = report.get("trace_viewer")
+    if isinstance(link, dict):
+        link["host"] = hosts[primary]["host"]

@@ -13,9 +13,9 @@ verdict, added to its first recommendation, from the report's ``op_summary``
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from ..schema import Recommendation
+from ..schema import OpGroup, OpSummary, Recommendation
 
 #: Op types that are matrix math (MatMul, BatchMatMulV2, _FusedMatMul, _MklMatMul, Conv2D,
 #: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm).
@@ -35,12 +35,12 @@ NO_TFDATA_OPS = ("The trace holds no op events inside `{stage}`'s function (Tens
                  "cannot be named here; profile another window to see them.")
 
 
-def _groups(summary: Dict, where: str, stage: Optional[str] = None) -> List[Dict]:
+def _groups(summary: OpSummary, where: str, stage: Optional[str] = None) -> List[OpGroup]:
     return [g for g in summary.get("by_type") or [] if g["where"] == where
             and (where != "input_pipeline" or g.get("stage") == stage)]
 
 
-def measured_types(summary: Dict, where: str, stage: Optional[str] = None) -> Optional[str]:
+def measured_types(summary: OpSummary, where: str, stage: Optional[str] = None) -> Optional[str]:
     """"`MatMul` ops 61 % of the step (40.1 ms per step), ..." for the costliest types, or None."""
     groups = _groups(summary, where, stage)[:NAMED]
     if not groups:
@@ -50,7 +50,7 @@ def measured_types(summary: Dict, where: str, stage: Optional[str] = None) -> Op
                      f"{g['count_per_step']:g} runs)" for g in groups)
 
 
-def matrix_share(summary: Dict, where: str) -> float:
+def matrix_share(summary: OpSummary, where: str) -> float:
     """The MatMul/Conv family's share (%) of the place's op self time."""
     groups = _groups(summary, where)
     total = sum(g["self_ms_per_step"] for g in groups)
@@ -58,7 +58,7 @@ def matrix_share(summary: Dict, where: str) -> float:
     return 100.0 * matrix / total if total > 0 else 0.0
 
 
-def _compute_note(summary: Dict, where: str) -> Optional[str]:
+def _compute_note(summary: OpSummary, where: str) -> Optional[str]:
     named = measured_types(summary, where)
     if named is None:
         return None
@@ -73,7 +73,7 @@ def _compute_note(summary: Dict, where: str) -> Optional[str]:
     return f"Measured op types: {named}; MatMul/Conv ops are {share:.0f} % of the op time, so {helps}."
 
 
-def name_ops(cause: str, recs: List[Recommendation], summary: Optional[Dict], blocking: Optional[str],
+def name_ops(cause: str, recs: List[Recommendation], summary: Optional[OpSummary], blocking: Optional[str],
              device_kind: str = "CPU") -> List[Recommendation]:
     """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's
     ``op_summary``; ``blocking``: the blocking tf.data stage's path; ``device_kind``: the

@@ -6,10 +6,11 @@ from :mod:`.ops`.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Literal, Optional
 
 import numpy as np
 
+from ..schema import OpGroup, OpSummary, TopOp
 from .ops import WHERE, OpRow, OpTable, scope_of
 
 #: Rows kept per place (device, host, input pipeline) and per grouped view: what a
@@ -37,11 +38,11 @@ def _pct(ps: float, table: OpTable, where: str) -> float:
     return round(100.0 * ps / base, 2) if base > 0 else 0.0
 
 
-def op_row(r: OpRow, table: OpTable, origin: int) -> Dict:
+def op_row(r: OpRow, table: OpTable, origin: int) -> TopOp:
     """One row of ``top_ops`` (ms per steady step; ``longest``: the op's longest occurrence,
     its start from the host window's start, as ``worst_step``)."""
     n = table.steps
-    out = {"name": r.name, "type": r.type, "where": r.where,
+    out: TopOp = {"name": r.name, "type": r.type, "where": r.where,
            "self_ms_per_step": _ms(r.self_ps, n), "total_ms_per_step": _ms(r.total_ps, n),
            "pct": _pct(r.self_ps, table, r.where), "count_per_step": round(r.count / max(n, 1), 2),
            "scope": scope_of(r.name),
@@ -58,16 +59,16 @@ def op_row(r: OpRow, table: OpTable, origin: int) -> Dict:
     return out
 
 
-def top_ops(table: OpTable, origin: int, limit: int = ROW_LIMIT) -> List[Dict]:
+def top_ops(table: OpTable, origin: int, limit: int = ROW_LIMIT) -> List[TopOp]:
     """The ``limit`` costliest ops (self time) of each place, costliest first."""
-    out: List[Dict] = []
+    out: List[TopOp] = []
     for where in WHERE:
         rows = sorted((r for r in table.rows if r.where == where), key=lambda r: -r.self_ps)[:limit]
         out.extend(op_row(r, table, origin) for r in rows)
     return sorted(out, key=lambda row: -row["self_ms_per_step"])
 
 
-def _grouped(table: OpTable, key, label: str) -> List[Dict]:
+def _grouped(table: OpTable, key, label: Literal["type", "scope"]) -> List[OpGroup]:
     """Rows summed by ``key(row) -> (where, stage, group) or None``, costliest first, ``ROW_LIMIT`` per place."""
     groups: Dict[tuple, List[float]] = {}
     for r in table.rows:
@@ -78,19 +79,21 @@ def _grouped(table: OpTable, key, label: str) -> List[Dict]:
         g[0] += r.self_ps
         g[1] += r.count
         g[2] += 1
-    out: List[Dict] = []
+    out: List[OpGroup] = []
     for where in WHERE:
         mine = sorted(((k, g) for k, g in groups.items() if k[0] == where), key=lambda kg: -kg[1][0])
         for (w, stage, name), (ps, count, n_ops) in mine[:ROW_LIMIT]:
-            row = {"where": w, label: name, "self_ms_per_step": _ms(ps, table.steps), "pct": _pct(ps, table, w),
-                   "count_per_step": round(count / max(table.steps, 1), 2), "ops": n_ops}
+            row: OpGroup = {"where": w}
+            row[label] = name
+            row.update({"self_ms_per_step": _ms(ps, table.steps), "pct": _pct(ps, table, w),
+                        "count_per_step": round(count / max(table.steps, 1), 2), "ops": int(n_ops)})
             if w == "input_pipeline":
                 row["stage"] = stage
             out.append(row)
     return out
 
 
-def op_summary(table: OpTable) -> Dict:
+def op_summary(table: OpTable) -> OpSummary:
     """The report's ``op_summary``: what the shares are of, the per-place totals, and the
     grouped views (``by_type``, ``by_scope``, ``top10_pct``)."""
     totals, top10 = {}, {}
@@ -110,6 +113,6 @@ def op_summary(table: OpTable) -> Dict:
     }
 
 
-def stage_types(summary: Dict, stage: Optional[str], limit: int = 3) -> List[Dict]:
+def stage_types(summary: OpSummary, stage: Optional[str], limit: int = 3) -> List[OpGroup]:
     """The costliest op types inside one tf.data stage's function (``by_type`` rows)."""
     return [g for g in summary.get("by_type", []) if g["where"] == "input_pipeline" and g.get("stage") == stage][:limit]

@@ -4,13 +4,14 @@ computes or waits. Read by the what-if model of ``pydataset_workers`` (:mod:`.wh
 advice's snippet (:mod:`.fit_to_run`) and ``tfbneck compare``'s change detection."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
+from ..schema import SystemMetrics
 from . import cpu_share
 from .findings import Findings
 
 
-def input_workers(system: Optional[Dict]) -> Tuple[int, str]:
+def input_workers(system: Optional[SystemMetrics]) -> Tuple[int, str]:
     """The Python input's workers the sampler saw: worker processes (the tree's children) or
     the worker threads of a Python thread pool in the training process (a PyDataset's
     threads), whichever are more, and how to name them; (0, ...) when neither was seen."""

@@ -7,10 +7,9 @@ models (:mod:`.whatif`). Every threshold is a named constant with its source.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, cast
+from typing import Callable, List, Optional
 
 from ..causes import CAUSES
-from ..schema import Recommendation
 from . import cpu_share
 from . import evidence as ev
 from .advice import advice_for
@@ -247,7 +246,7 @@ def decide(f: Findings) -> Verdict:
     if v.cause == "not_tensorflow":
         return v
     # What fits this run, with `predicted`, the largest gain first.
-    v.recommendations = cast(List[Recommendation], fit(advice_for(v.cause, f), f))
+    v.recommendations = fit(advice_for(v.cause, f), f)
     blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
     v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
     if f.steps.odd:

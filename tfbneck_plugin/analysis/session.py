@@ -9,12 +9,12 @@ metrics), then one :class:`.host_analysis.HostAnalysis` per host trace, merged b
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, cast
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .. import records
 from ..errors import error_report, first_line
 from ..logdir import Session, open_any
-from ..schema import SessionDict, add_words
+from ..schema import HostReport, SessionDict, SystemMetrics, add_words
 from ..trace.kineto import KinetoSpace, is_kineto_file, read_kineto
 from ..trace.tracefile import host_name_from_file, read_space
 from ..trace.xspace import TraceReadError
@@ -26,7 +26,7 @@ from .system_session import system_only_report
 from .torch_host import TorchHostAnalysis
 
 
-def analyze_space(space, system: Optional[Dict] = None, slowdown: Optional[Dict] = None) -> Dict:
+def analyze_space(space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None) -> HostReport:
     """The host-level report fields of one XSpace (``trace.xspace.Space``) or Kineto trace
     (``trace.kineto.KinetoSpace``, analysed by :class:`.torch_host.TorchHostAnalysis`);
     ``system``: the sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``:
@@ -47,7 +47,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         URLs (``s3://``, ``gs://``...) with fsspec.
     """
     if session.system_record:  # no trace: the triage of its system metrics (step 1 of the method)
-        return cast(SessionDict, add_words(cast(Dict[str, Any], system_only_report(session, opener or open_any))))
+        return add_words(system_only_report(session, opener or open_any))
     opener = opener or open_any
     problem = _record_problem(session, opener)
     if problem is not None:
@@ -57,13 +57,13 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     if not hosts:
         kind, message = failures[0]
         return error_report(session, kind, message)
-    report: Dict[str, Any] = {"version": __version__, "run": session.run, "session": session.name, "hosts": session.hosts,
-              "path": session.path, "status": "ok"}
+    report: SessionDict = {"version": __version__, "run": session.run, "session": session.name,
+                           "hosts": session.hosts, "path": session.path, "status": "ok"}
     warnings = [message for _kind, message in failures]  # other hosts of the session are still reported
     if warnings:
         report["warnings"] = warnings
     primary = multihost.slowest(hosts)
-    report.update({k: v for k, v in primary.items() if k != "host"})
+    report.update(multihost.host_fields(primary))
     if side.system is not None:
         report["system_metrics"] = side.system
     if side.problem:
@@ -76,10 +76,10 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     if side.model:
         report["model"] = side.model  # what trained, as the callback recorded it: compare reads it
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
-                              "host": primary.get("host")}
+                              "host": primary["host"]}
     if len(hosts) > 1:
         multihost.merge(report, hosts)
-    return cast(SessionDict, add_words(report))
+    return add_words(report)
 
 
 def _record_problem(session: Session, opener) -> Optional[SessionDict]:
@@ -105,7 +105,7 @@ def _record_problem(session: Session, opener) -> Optional[SessionDict]:
 class SidecarFacts(NamedTuple):
     """What a session's sidecar gives its report; each None when the sidecar is absent or
     does not record it."""
-    system: Optional[Dict] = None        # the metrics' summary (sysmetrics.summarize)
+    system: Optional[SystemMetrics] = None   # the metrics' summary (sysmetrics.summarize)
     problem: Optional[str] = None        # a warning about the sidecar (unreadable, sampling cut short)
     job: Optional[Dict] = None           # the multi-worker job it records (grouping.recorded_job)
     interrupted: Optional[Dict] = None   # the window's interrupted record (records.interrupted_window)
@@ -136,9 +136,10 @@ def interrupted_warning(interrupted: Dict) -> str:
             f"({interrupted.get('detected') or 'unknown'}): the report covers those steps only")
 
 
-def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[Dict], List[Tuple[str, str]]]:
+def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[HostReport], List[Tuple[str, str]]]:
     """(host reports, (error_kind, message) of each host that failed)."""
-    hosts, failures = [], []
+    hosts: List[HostReport] = []
+    failures: List[Tuple[str, str]] = []
     for f in session.files:
         try:
             space = read_kineto(f, opener) if is_kineto_file(f) else read_space(f, opener)

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ..schema import OwnLimit, SyncSection, SyncStep
 from ..trace import timeline
 from ..trace.timeline import ms
 from .advice import advice_for
@@ -88,7 +89,8 @@ def group_size(view) -> Optional[int]:
     return None
 
 
-def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space, findings: Findings) -> Optional[Dict]:
+def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space,
+                 findings: Findings) -> Optional[SyncSection]:
     """The ``sync`` section of a host report, or None when its steps hold no collective.
 
     Args:
@@ -109,7 +111,7 @@ def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space, fin
         return None
     split = timeline.partition(activity.as_dict(), SYNC_ORDER, steps.starts, steps.ends, rest="idle")
     clock = wall_clock(space)
-    rows = []
+    rows: List[SyncStep] = []
     for i in range(steps.count):
         rows.append({"step": int(steps.numbers[i]), "duration_ms": ms(steps.ends[i] - steps.starts[i]),
                      "collective_ms": ms(split["collective"][i]),
@@ -124,7 +126,7 @@ def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space, fin
     }
 
 
-def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> Dict:
+def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> OwnLimit:
     """The worker's own limit: the verdict rules over the step less its collective time.
 
     The shares the rules read (``pct``) are shares of the worker's own time, so a worker

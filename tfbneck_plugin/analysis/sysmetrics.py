@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from ..schema import SystemMetrics
+
 #: A core counts as saturated above this utilisation (%). htop/psutil report 100 for a
 #: core busy the whole interval; 85 leaves room for sampling jitter at 100 ms intervals
 #: (measured here: a pure-Python busy loop reads 88-100 % per 100 ms sample).
@@ -30,7 +32,7 @@ IDLE_HOST_PCT = 35.0
 REMOTE_READ_RATIO = 10.0
 
 
-def other_cores(system: Dict, own_cores: float, cores: float) -> float:
+def other_cores(system: SystemMetrics, own_cores: float, cores: float) -> float:
     """Cores (of ``cores``) that processes outside the training process tree kept busy: the
     sampler's ``others_cpu_cores``, else (machine-wide figures only, old sidecars) the
     machine's mean CPU less ``own_cores``, at least 0."""
@@ -40,7 +42,7 @@ def other_cores(system: Dict, own_cores: float, cores: float) -> float:
     return float(others)
 
 
-def summarize(data: Dict) -> Optional[Dict]:
+def summarize(data: Dict) -> Optional[SystemMetrics]:
     """The window's system metrics as the verdict reads them: means over the samples.
 
     Samples that carry ``dt_s`` (sidecars written since the sampler's samples became
@@ -50,7 +52,7 @@ def summarize(data: Dict) -> Optional[Dict]:
       data: a sidecar dict (:func:`tfbneck_plugin.records.read_sidecar`).
 
     Returns:
-      None when there are no samples, else a dict:
+      None when there are no samples, else a :class:`~tfbneck_plugin.schema.SystemMetrics`:
         ``samples`` (int), ``cpu_count`` (int), ``usable_cores`` (int: the cores the process may
         run on, its CPU affinity when recorded, else ``cpu_count``), ``sampled_s`` (float, seconds the samples
         cover; None for old sidecars), ``cpu_mean_pct`` (all cores, %),
@@ -83,7 +85,7 @@ def summarize(data: Dict) -> Optional[Dict]:
     tree = [s.get("tree_cpu_pct") for s in samples]
     has_tree = all(isinstance(v, (int, float)) for v in tree)
     gpu_utils = [g.get("util_pct") for s in samples for g in s.get("gpus") or [] if isinstance(g, dict)]
-    out = {
+    out: SystemMetrics = {
         "samples": len(samples),
         "cpu_count": data.get("cpu_count"),
         "usable_cores": _usable_cores(data),
@@ -97,15 +99,18 @@ def summarize(data: Dict) -> Optional[Dict]:
         "net_recv_MBps": round((mean(s.get("net_recv_Bps") for s in samples) or 0) / 1e6, 3),
         "gpu_util_pct": _plain_mean(gpu_utils) if gpu_utils else None,
     }
-    out.update(_tree_summary(samples, mean) if has_tree else dict.fromkeys(TREE_KEYS))
+    out.update(_tree_summary(samples, mean) if has_tree else NO_TREE)
     out["scope"] = "process_tree" if has_tree else "machine"
     out["series"] = _series(samples)
     return out
 
 
-#: Keys of the process-tree figures in :func:`summarize` (None for sidecars without them).
-TREE_KEYS = ("tree_cpu_cores", "others_cpu_cores", "tree_children", "pool_threads", "tree_disk_read_MBps",
-             "net_recv_external_MBps", "remote_connections", "loopback_connections", "tree_runq_wait_cores")
+#: The process-tree figures of :func:`summarize` for sidecars without them: each None.
+NO_TREE: SystemMetrics = {"tree_cpu_cores": None, "others_cpu_cores": None, "tree_children": None,
+                          "pool_threads": None, "tree_disk_read_MBps": None, "net_recv_external_MBps": None,
+                          "remote_connections": None, "loopback_connections": None, "tree_runq_wait_cores": None}
+#: Keys of the process-tree figures in :func:`summarize`.
+TREE_KEYS = tuple(NO_TREE)
 
 
 def _usable_cores(data: Dict) -> Optional[int]:
@@ -117,7 +122,7 @@ def _usable_cores(data: Dict) -> Optional[int]:
     return n if isinstance(n, int) else None
 
 
-def _tree_summary(samples, mean) -> Dict:
+def _tree_summary(samples, mean) -> SystemMetrics:
     def most(key):
         values = [int(s[key]) for s in samples if isinstance(s.get(key), (int, float))]
         return max(values) if values else None
@@ -167,7 +172,7 @@ def _weighted_mean(weights):
     return mean
 
 
-def remote_read_sentence(system: Dict) -> Optional[str]:
+def remote_read_sentence(system: SystemMetrics) -> Optional[str]:
     """A sentence when the training tree read from the network more than from disk, else None.
 
     Per-process figures: traffic on non-loopback interfaces while the tree held connections to

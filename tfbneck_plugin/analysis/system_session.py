@@ -11,13 +11,13 @@ report is a :class:`tfbneck_plugin.schema.SessionDict` with ``kind: "system_only
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, cast
+from typing import Any, Dict, List
 
 from .. import records
 from ..causes import cause_text
 from ..errors import error_report, first_line
 from ..logdir import Session
-from ..schema import SessionDict
+from ..schema import Recommendation, SessionDict
 from ..version import __version__
 from .advice import profile_window
 from .whatif import WHY_NOT
@@ -59,24 +59,26 @@ def _report(session: Session, path: str, record: Dict) -> SessionDict:
     seconds = float(triage.get("seconds") or 0.0)
     share = float((triage.get("shares") or {}).get(kind, 0.0) or 0.0)
     gpus_seen = any(iv.get("gpus") for iv in record["intervals"])
-    report: Dict[str, Any] = {
+    recs: List[Recommendation] = [{**r, "predicted": None, "predicted_why_not": PROFILE_WHY_NOT}
+                                  for r in profile_window(kind, record.get("pid"))]
+    evidence = _evidence(record, triage, seconds)
+    report: SessionDict = {
         "version": __version__, "run": session.run, "session": session.name,
         "hosts": [str(record.get("host") or "")], "path": path, "status": "ok", "kind": "system_only",
         "device_kind": "GPU" if gpus_seen else "CPU", "step_source": "none", "steps": {"count": 0},
         "bottleneck": "unknown" if kind == "unclear" else kind, "cause": cause, "cause_text": cause_text(cause),
         "confidence": round(SYSTEM_ONLY_CONFIDENCE * share, 2),
-        "evidence": _evidence(record, triage, seconds),
-        "recommendations": [dict(r, predicted=None, predicted_why_not=PROFILE_WHY_NOT)
-                            for r in profile_window(kind, record.get("pid"))],
+        "evidence": evidence,
+        "recommendations": recs,
         "system_triage": triage,
         "system_intervals": _intervals(record),
         "system_record": {k: record.get(k) for k in ("source", "pid", "command", "cpu_count", "interval_s",
                                                       "aggregate_s", "start_unix_ns", "end_unix_ns", "captures")},
     }
-    report["evidence_detail"] = [{"text": e, "basis": "system_metrics"} for e in report["evidence"]]
+    report["evidence_detail"] = [{"text": e, "basis": "system_metrics"} for e in evidence]
     if record.get("error"):
         report["warnings"] = [f"{path}: the sampler stopped early: {record['error']}"]
-    return cast(SessionDict, report)
+    return report
 
 
 def _evidence(record: Dict, triage: Dict, seconds: float) -> List[str]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
+from ..schema import Recommendation
 from .findings import Findings
 
-Rec = Dict[str, Optional[str]]
+Rec = Recommendation
 
 #: Workers a DataLoader recommendation names (the what-if model reads ``num_workers=`` from
 #: the code): PyTorch's examples use 4; the model caps it at the cores the run has.

@@ -16,16 +16,15 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, Tuple, Union
 
+from ..schema import Predicted, Recommendation
 from . import cpu_share
 from .findings import Findings
-
-Prediction = Dict[str, object]
 
 #: Workers assumed when a recommendation's code names none (torch_advice.DEFAULT_WORKERS).
 DEFAULT_WORKERS = 4
 
 
-def _predicted(f: Findings, after: float, low: float, high: float, basis: str) -> Prediction:
+def _predicted(f: Findings, after: float, low: float, high: float, basis: str) -> Predicted:
     """A prediction whose range holds its point (as :func:`.whatif._prediction`)."""
     assert f.timing is not None
     now, b = f.timing.time_per_batch_ms, f.timing.batches_per_step
@@ -35,7 +34,7 @@ def _predicted(f: Findings, after: float, low: float, high: float, basis: str) -
             "range_ms": [round(low, 3), round(high, 3)], "speedup": round(now / after, 2), "basis": basis}
 
 
-def _loader_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _loader_workers(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     loader, t = f.loader, f.timing
     if loader is None or t is None:
         return "The trace holds no DataLoader: the loading time is unknown."
@@ -56,7 +55,7 @@ def _loader_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
         + "; at worst the workers take the model's cores and the two add up."))
 
 
-def _async_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _async_copies(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     t = f.timing
     assert t is not None
     h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
@@ -69,7 +68,7 @@ def _async_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
 
 
 #: fix id -> its model.
-MODELS: Dict[str, Callable[[Dict, Findings], Union[Prediction, str]]] = {
+MODELS: Dict[str, Callable[[Recommendation, Findings], Union[Predicted, str]]] = {
     "num_workers": _loader_workers,
     "pin_memory": _async_copies,
     "non_blocking": _async_copies,

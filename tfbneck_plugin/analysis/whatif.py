@@ -55,6 +55,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from ..schema import Predicted, Recommendation
 from ..trace import timeline
 from . import breakdown, cpu_share, python_input, torch_whatif
 from .findings import Findings, StepTiming
@@ -95,14 +96,12 @@ SHARE_GAIN = 0.15
 #: choice: the step-to-step spread of the demo runs is about this size).
 MODEL_SPREAD = 0.15
 
-Prediction = Dict[str, object]
-
 
 class CannotHelp(str):
     """A model's reason why the change cannot help this run because it is already made.
     Such a recommendation is not made (:func:`rank` leaves it out)."""
 
-Model = Callable[[Dict, Findings], Union[Prediction, str]]
+Model = Callable[[Recommendation, Findings], Union[Predicted, str]]
 
 
 # ---- the facts the models read ------------------------------------------------------------
@@ -251,7 +250,7 @@ def _n_cores(f: Findings) -> int:
     return c.n if c else 1
 
 
-def _code_int(rec: Dict, name: str, default: int) -> int:
+def _code_int(rec: Recommendation, name: str, default: int) -> int:
     m = re.search(rf"\b{name}\s*=\s*(\d+)", rec.get("code") or "")
     return int(m.group(1)) if m else default
 
@@ -263,7 +262,7 @@ def _timing(f: Findings) -> StepTiming:
 
 
 def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: str,
-                batches_per_step: Optional[int] = None) -> Prediction:
+                batches_per_step: Optional[int] = None) -> Predicted:
     """A prediction whose range holds its point (the point is clipped into [low, high] where
     the bounds are tighter than the model)."""
     now = _timing(f).time_per_batch_ms
@@ -277,7 +276,7 @@ def _prediction(f: Findings, per_batch: float, low: float, high: float, basis: s
 
 # ---- the models -------------------------------------------------------------------------------
 
-def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Prediction:
+def _overlap(f: Findings, pipe: PipelineWall, after: float, what: str) -> Predicted:
     """The step once the input pipeline (``after`` ms per batch) runs beside the rest of the
     step: the longer of the two, unless the CPU work per batch does not fit the cores the
     training process tree gets (a CPU-only host shares them between model and pipeline).
@@ -316,7 +315,7 @@ def _cpu_work(f: Findings, pipe: PipelineWall, cores) -> float:
     return min(t.model_cpu_ms / t.batches_per_step + pipe.stage + host, sampled)
 
 
-def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _prefetch(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     pipe = _pipeline_wall(f)
     if pipe is None:
         return "The trace holds no tf.data stages: the input pipeline's own time is unknown."
@@ -327,7 +326,7 @@ def _prefetch(rec: Dict, f: Findings) -> Union[Prediction, str]:
     return _overlap(f, pipe, pipe.now, what)
 
 
-def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _parallel_map(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     pipe, cores = _pipeline_wall(f), cpu_share.cores_of(f.system)
     if pipe is None:
         return "The trace holds no tf.data stages: the limiting stage's work is unknown."
@@ -346,7 +345,7 @@ def _parallel_map(rec: Dict, f: Findings) -> Union[Prediction, str]:
         f"{k} calls at once (AUTOTUNE, one per core) ahead of the step"))
 
 
-def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _pydataset_workers(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     pipe, cores = _pipeline_wall(f), cpu_share.cores_of(f.system)
     if pipe is None:
         return "The trace holds no tf.data stages: the Python input's time is unknown."
@@ -375,7 +374,7 @@ def _pydataset_workers(rec: Dict, f: Findings) -> Union[Prediction, str]:
         f"{at_once(workers)}, ahead of the step"))
 
 
-def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _steps_per_execution(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     t = _timing(f)
     if t.function_ms is None or t.function_ms <= 0 or not t.op_span_ms:
         return ("The trace shows no call of Keras' training function (eager execution, or a custom loop), so the "
@@ -404,7 +403,7 @@ def _steps_per_execution(rec: Dict, f: Findings) -> Union[Prediction, str]:
         "recurring."), batches_per_step=k)
 
 
-def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _tf_function(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     t = _timing(f)
     if not f.eager or t.eager_ops <= 0:
         return CannotHelp("The model does not run eagerly: it is already a tf.function.")
@@ -425,7 +424,7 @@ def _tf_function(rec: Dict, f: Findings) -> Union[Prediction, str]:
         f"call ({COMPILED_CALL_MS} ms); Python between the ops disappears."))
 
 
-def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _no_retracing(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     st, t = f.steps, _timing(f)
     if not st.graph_build_ms:
         return "No steady step built a graph."
@@ -436,7 +435,7 @@ def _no_retracing(rec: Dict, f: Findings) -> Union[Prediction, str]:
         "compilation, measured inside the steady steps) disappears; the rest of the step stays."))
 
 
-def _overlap_copies(rec: Dict, f: Findings) -> Union[Prediction, str]:
+def _overlap_copies(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     t = _timing(f)
     h2d = t.breakdown_ms.get("host_to_device", 0.0) / t.batches_per_step
     if h2d <= 0:
@@ -507,7 +506,7 @@ NO_GAIN = 0.05
 
 
 
-def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]]:
+def predict(rec: Recommendation, f: Findings) -> Tuple[Optional[Predicted], Optional[str]]:
     """(prediction, None) or (None, why not) for one recommendation; ``why not`` is a
     :class:`CannotHelp` when the change cannot help this run.
 
@@ -526,7 +525,7 @@ def predict(rec: Dict, f: Findings) -> Tuple[Optional[Prediction], Optional[str]
     return (None, out) if isinstance(out, str) else (out, None)
 
 
-def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
+def bound_ms(rec: Recommendation, f: Findings) -> Optional[float]:
     """The best time per batch a change with no model could reach: today's less the share of
     the step it acts on (:data:`ACTS_ON`), or None when that is not known.
 
@@ -548,7 +547,7 @@ def bound_ms(rec: Dict, f: Findings) -> Optional[float]:
     return round(max(t.time_per_batch_ms - acts, 1e-3), 3)
 
 
-def _order(rec: Dict, now: float) -> Tuple[int, float]:
+def _order(rec: Recommendation, now: float) -> Tuple[int, float]:
     """Sort key: changes with a predicted gain first, by their predicted time per batch; then
     changes with no model whose bound leaves room for a gain, by the middle of [bound, now]
     (the expected time were its gain anywhere between none and all of the share it acts on,
@@ -568,7 +567,7 @@ def _order(rec: Dict, now: float) -> Tuple[int, float]:
     return (0 if p else 1), t
 
 
-def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, str]]]:
+def rank(recs: List[Recommendation], f: Findings) -> Tuple[List[Recommendation], List[Tuple[Recommendation, str]]]:
     """Each recommendation with ``predicted`` (or ``predicted: None``, ``predicted_why_not``
     and, where the trace bounds it, ``bound_ms``), those that cannot help this run left
     out, ordered by what they gain (:func:`_order`).
@@ -581,8 +580,8 @@ def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, st
       (kept, dropped): the kept recommendations reordered, ``kept[0]`` the fix to make
       first; ``dropped``: (recommendation, why it cannot help) of those left out.
     """
-    kept: List[Dict] = []
-    dropped: List[Tuple[Dict, str]] = []
+    kept: List[Recommendation] = []
+    dropped: List[Tuple[Recommendation, str]] = []
     for rec in recs:
         pred, why = predict(rec, f)
         if isinstance(why, CannotHelp):
@@ -590,6 +589,7 @@ def rank(recs: List[Dict], f: Findings) -> Tuple[List[Dict], List[Tuple[Dict, st
             continue
         rec["predicted"] = pred
         if pred is None:
+            assert why is not None  # predict gives the reason whenever it gives no prediction
             rec["predicted_why_not"] = why
             b = bound_ms(rec, f)
             if b is not None:
