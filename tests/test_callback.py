@@ -23,8 +23,10 @@ from tfbneck_plugin.records import SIDECAR_NAME, SKIPPED_NAME
 from tfbneck_plugin.trace import tracefile, xspace
 from support.paths import ROOT, TESTS
 
-#: Verdicts and system shares of real fits: run alone (tests/run.sh), never beside another TensorFlow job.
-pytestmark = pytest.mark.serial
+#: The tests that assert verdicts or system shares of real fits carry this mark: tests/run.sh runs
+#: them alone, never beside another TensorFlow job; the others (steps, files, messages) run two
+#: TensorFlow jobs at a time.
+SERIAL = pytest.mark.serial
 
 
 HERE = TESTS
@@ -543,6 +545,7 @@ def _machine_busy(meter):
     return meter["others_cores"] >= 0.5 * meter["cpu_count"]
 
 
+@SERIAL
 @pytest.mark.tf
 def test_sidecar_tells_cpu_bound_from_io_bound_input(job, tmp_path):
     r = job("cpu_vs_io")
@@ -567,6 +570,7 @@ def test_sidecar_tells_cpu_bound_from_io_bound_input(job, tmp_path):
     assert cpu["bottleneck"] == "cpu" and slp["bottleneck"] == "io"  # the callback's own verdict lines
 
 
+@SERIAL
 @pytest.mark.tf
 def test_single_threaded_python_input_is_cpu_bound(job):
     r = job("cpu_vs_io")
@@ -630,6 +634,7 @@ def test_background_analysis_child_runs_the_cli_and_gives_the_session_report():
 # Issue 12: short windows, scalars at exit, a profiler that saw no step
 # ----------------------------------------------------------------------------------------
 
+@SERIAL
 @pytest.mark.tf
 @pytest.mark.parametrize("which", ["default", "long_interval"])
 def test_a_window_of_milliseconds_gets_a_sample_covering_it(job, which):
@@ -716,6 +721,7 @@ def test_closing_a_profiler_that_saw_no_step_warns_once(job):
 # Issue 11 kind 4: the input pipeline in worker processes is the training's own CPU
 # ----------------------------------------------------------------------------------------
 
+@SERIAL
 @pytest.mark.tf
 def test_pydataset_worker_processes_count_in_the_process_tree(job):
     r = job("pydataset_mp")

@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -151,8 +152,7 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         run, session, _ = rows[-1]
         tab.select(run, session)
         tab.page.reload()
-        tab.page.wait_for_selector('iframe[src*="plugin_entry.html?name=bottleneck"]')
-        tab.frame = next(f for f in tab.page.frames if "plugin_entry.html?name=bottleneck" in f.url)
+        tab.frame = bottleneck_frame(tab)
         tab.frame.wait_for_function(
             "([run, session]) => { const s = document.querySelector('.tfb-session'); "
             "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
@@ -163,8 +163,7 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         tab.page.goto(href)
         assert tab.page.url == href, tab.page.url  # the Profile tab, in the same browser tab
         tab.page.go_back()
-        tab.page.wait_for_selector('iframe[src*="plugin_entry.html?name=bottleneck"]', timeout=60_000)
-        tab.frame = next(f for f in tab.page.frames if "plugin_entry.html?name=bottleneck" in f.url)
+        tab.frame = bottleneck_frame(tab)
         tab.frame.wait_for_function(
             "([run, session]) => { const s = document.querySelector('.tfb-session'); "
             "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
@@ -175,6 +174,18 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         assert tab_over_page(tab) == []
         screenshot(tab.page, "one-answer-compare-prompt")
         tab.close()
+
+
+def bottleneck_frame(tab: Tab, timeout_s: float = 60):
+    """The Bottleneck tab's frame once the page (re)loaded it: its iframe element can be in the
+    page before the frame has navigated to the plugin's entry page."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        frame = next((f for f in tab.page.frames if "plugin_entry.html?name=bottleneck" in f.url), None)
+        if frame is not None:
+            return frame
+        assert time.monotonic() < deadline, f"no Bottleneck frame within {timeout_s} s: {tab.page.url}"
+        tab.page.wait_for_timeout(100)
 
 
 def tab_over_page(tab: Tab) -> list:

@@ -25,9 +25,10 @@ repository, in order, as a reader following them in one terminal would.
 * A block the same as one already run (the README's install command, repeated in the manual's
   Getting started) is not run twice, unless an output block follows it.
 
-pip reuses a download cache kept in ``tests/_artifacts/readme-pip-cache`` between runs
-(``TFBNECK_README_PIP_CACHE``); the first run fills it. Slow (a fresh venv with TensorFlow):
-marked ``tf`` and ``readme``.
+pip uses its own download cache, as a reader's pip does: the wheels that ``tests/run.sh``
+installed into the test venv moments before are found there, not downloaded again
+(``TFBNECK_README_PIP_CACHE`` names another cache folder). Slow (a fresh venv with
+TensorFlow): marked ``tf`` and ``readme``.
 """
 from __future__ import annotations
 
@@ -170,9 +171,10 @@ class Reader:
     def __init__(self, clone: str, log):
         self.clone, self.log = clone, log
         self.last = ""
-        cache = os.environ.get("TFBNECK_README_PIP_CACHE") or os.path.join(ARTIFACTS, "readme-pip-cache")
         self.env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-        self.env.update(PIP_CACHE_DIR=cache, PIP_DISABLE_PIP_VERSION_CHECK="1", TF_CPP_MIN_LOG_LEVEL="2")
+        self.env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", TF_CPP_MIN_LOG_LEVEL="2")
+        if os.environ.get("TFBNECK_README_PIP_CACHE"):
+            self.env["PIP_CACHE_DIR"] = os.environ["TFBNECK_README_PIP_CACHE"]
         self.base_path = self.env["PATH"]
 
     def _venv_env(self):

@@ -289,7 +289,7 @@ def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     logdir = tmp_path / "captured"
     p = _start("server", port, tmp_path / "fitlog", 120)
     try:
-        result = _watch("--pid", p.pid, "--duration", 40, "--format", "json", "--capture-port", port, "--logdir",
+        result = _watch("--pid", p.pid, "--duration", 20, "--format", "json", "--capture-port", port, "--logdir",
                         logdir, "--capture-after", 3, "--capture-ms", 2000, timeout=200)
     finally:
         _stop(p)
