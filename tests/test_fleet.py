@@ -247,12 +247,12 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
     steps drew on a prefetch buffer, and the user is told to profile later steps; a window the
     slowdown trigger opened was not chosen by the user (a newcomer's busy-machine run read
     0.67x and 0.79x there), so it gets no advice to choose other steps."""
-    from tfbneck_plugin.runs import job_scale_evidence
+    from tfbneck_plugin.analysis.run_evidence import job_scale_evidence
     report = {"steps": {"step_time_ms": {"mean": 20.0}}, "window": {"kind": kind, "job_step_ms": 30.0}}
     text = job_scale_evidence(report)
     assert "is 0.67x that" in text
     assert ("profile_steps=" in text) == (kind == "scheduled")
-    from tfbneck_plugin.runs import unrepresentative
+    from tfbneck_plugin.analysis.run_evidence import unrepresentative
     assert unrepresentative(report) == (kind == "scheduled")   # caps the verdict's confidence (annotate)
     if kind == "scheduled":
         # The advice fits the run: a window of as many steps, twice as far in, inside the run.
@@ -273,7 +273,7 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     import glob
     import shutil
     import tfbneck_plugin as tfb
-    from tfbneck_plugin.runs import UNREPRESENTATIVE_CONFIDENCE
+    from tfbneck_plugin.analysis.run_evidence import UNREPRESENTATIVE_CONFIDENCE
     run = tmp_path / "cpu_bound_input"
     shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), run)
     monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path / "cache"))

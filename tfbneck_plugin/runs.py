@@ -18,11 +18,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .analysis.run_evidence import RunFacts, add_evidence, uncaptured_evidence, write_run_facts
 from .logdir import Session, is_remote, open_any, session_folder_time
 from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError,
                       read_step_times)
-from .schema import SessionDict, first_fix, step_time_ms
-
+from .schema import SessionDict
 
 
 def run_dir_of(session: Session) -> str:
@@ -173,118 +173,21 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
     return out
 
 
-#: A traced step below this share of the job's own step around the window was not the job's
-#: steady state (the profiler only adds time): an input-bound run with a prefetch buffer,
-#: profiled at steps 10-14, traced 0.55x its own step (the buffer, filled while the first
-#: steps compiled, served the window). Our choice: 20 % below, beyond
-#: the periods' spread.
-FASTER_THAN_JOB_X = 0.8
-#: Highest confidence of a verdict whose traced step the job's own clock shows unrepresentative
-#: (under :data:`FASTER_THAN_JOB_X` of the job's step around the window): the shares it rests
-#: on describe steps the job does not run (our choice, below the 0.7 a user may act on).
-UNREPRESENTATIVE_CONFIDENCE = 0.6
-
-
-def traced_and_job_step_ms(report: SessionDict) -> Optional[Tuple[float, float]]:
-    """``(traced step, the job's own step around the window)`` in ms, from a report that
-    :func:`annotate` gave its ``window``; None without either."""
-    job = (report.get("window") or {}).get("job_step_ms")
-    traced = step_time_ms(report)
-    if not isinstance(job, (int, float)) or job <= 0 or not traced:
-        return None
-    return traced, float(job)
-
-
-def job_scale_evidence(report: SessionDict) -> Optional[str]:
-    """One sentence stating the window's numbers for the unprofiled job:
-    the job's own step time around the window (the trend's periods), the traced step's ratio
-    to it (the profiler's cost), and the first fix's predicted speedup applied to the job's
-    step; None without the job's clock or a traced step time."""
-    steps = traced_and_job_step_ms(report)
-    if steps is None:
-        return None
-    traced, job = steps
-    x = traced / job
-    text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
-            f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")
-    if x < FASTER_THAN_JOB_X and (report.get("window") or {}).get("kind") == "triggered":
-        # the trigger chose the steps inside the slow stretch: advice to profile other steps does not apply
-        text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
-                 "the slowdown trigger chose inside the slow stretch")
-    elif x < FASTER_THAN_JOB_X:
-        text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
-                 "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
-                 f"the input wait; {_later_steps(report)} for the steady state")
-    else:
-        text += f", the profiler's own cost included, so the shares above apply to the job's {job:.3g} ms"
-    fix = first_fix(report) or {}
-    predicted = fix.get("predicted") or {}
-    speedup = predicted.get("speedup") if isinstance(predicted, dict) else None
-    if isinstance(speedup, (int, float)) and speedup > 0 and x >= FASTER_THAN_JOB_X:
-        text += f"; at the job's scale the fix first would bring it to about {job / speedup:.3g} ms ({speedup:.2f}x)"
-    return text + "."
-
-
-def _later_steps(report: SessionDict) -> str:
-    """Advice to profile later steps that fits the run: a window of as many steps as this one,
-    starting twice as far into training, inside the run's length when known (``run_length``)
-    and never past an epoch's end when the window's own steps say nothing of it."""
-    steps = (report.get("window") or {}).get("steps")
-    first, last = (steps if isinstance(steps, (list, tuple)) and len(steps) == 2
-                   and all(isinstance(v, int) for v in steps) else (10, 14))
-    n = max(last - first, 1)
-    start = 2 * first
-    batches = (report.get("run_length") or {}).get("batches")
-    if isinstance(batches, int) and batches > 0 and start + n > batches:
-        start = max(batches // 2 - n, last + 1)
-    return (f"profile later steps inside one epoch, away from its start (e.g. profile_steps=({start}, {start + n}) "
-            f"when an epoch has more than {start + n + 1} batches; else a window of {n + 1} steps in the middle of "
-            "the second epoch)")
-
-
-def unrepresentative(report: SessionDict) -> bool:
-    """The job's own clock shows the traced steps unrepresentative: a scheduled window whose
-    traced step is under :data:`FASTER_THAN_JOB_X` of the job's own step around it."""
-    steps = traced_and_job_step_ms(report)
-    return (steps is not None and steps[0] / steps[1] < FASTER_THAN_JOB_X
-            and (report.get("window") or {}).get("kind") != "triggered")
-
-
-def uncaptured_evidence(ctx: RunContext) -> Optional[str]:
-    """One sentence naming the slow stretches the run's slowdown trigger saw but did not
-    profile (:attr:`RunContext.uncaptured`): steps, step times, why, and the file that has
-    each one's figures; None when there were none. A user who expected a triggered window
-    learns here why none came, without opening the trend file."""
-    if not ctx.uncaptured:
-        return None
-    parts = []
-    for _path, e in ctx.uncaptured[:5]:
-        why = Outcome(e["outcome"]).why  # uncaptured holds uncaptured outcomes only
-        # The medians, as the callback's console line gives them (the entry's means are the
-        # trigger's levels: two pairs of figures for one stretch would read as two stretches).
-        was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")
-        times = (f", median step {was:.3g} -> {now:.3g} ms"
-                 if isinstance(was, (int, float)) and isinstance(now, (int, float)) else "")
-        parts.append(f"steps {e.get('first_step')}-{e.get('last_step')}{times} ({why})")
-    more = f" and {len(ctx.uncaptured) - 5} more" if len(ctx.uncaptured) > 5 else ""
-    files = sorted({p for p, _ in ctx.uncaptured})
-    return (f"The slowdown trigger saw {len(ctx.uncaptured)} slow stretch{'es' if len(ctx.uncaptured) > 1 else ''} "
-            f"in this run that it did not profile: {'; '.join(parts)}{more}. Each one's figures are in "
-            f"trigger_state.log of {', '.join(files)}.")
-
-
-def _add_evidence(report: SessionDict, said: str) -> None:
-    if said not in (report.get("evidence") or []):
-        report.setdefault("evidence", []).append(said)
-        if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
-            report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
+def run_facts(ctx: RunContext, s: Session) -> RunFacts:
+    """The :class:`~tfbneck_plugin.analysis.run_evidence.RunFacts` of session ``s`` from its
+    run's context ``ctx`` (:func:`read_run` of its run folder)."""
+    length: Optional[Dict[str, float]] = None
+    if ctx.batches is not None and ctx.time_ms is not None:
+        length = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
+    return RunFacts(session_time=session_time(s) or None, window=window_of(ctx, s.name), run_length=length)
 
 
 def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
-    """Add to each report what its run's trend files say (in place): ``session_time``
-    (unix s, None when unknown), ``window`` (:func:`window_of`, when a trend file names the
-    session) and ``run_length`` (``{"batches", "time_ms"}`` of the whole run, when known);
-    the newest analysed session of each run gets :func:`uncaptured_evidence` in its evidence.
+    """Add to each report what its run's trend files say (in place), each run's files read
+    once: its :func:`run_facts`, written with the sentences they support
+    (:func:`~tfbneck_plugin.analysis.run_evidence.write_run_facts`); the newest analysed
+    session of each run gets
+    :func:`~tfbneck_plugin.analysis.run_evidence.uncaptured_evidence` in its evidence.
     ``reports[i]`` is the report of ``sessions[i]``. Never raises."""
     contexts: Dict[str, RunContext] = {}
     newest: Dict[str, Tuple[float, SessionDict]] = {}  # run folder -> its newest analysed session
@@ -295,25 +198,10 @@ def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> Non
         ctx = contexts.get(d)
         if ctx is None:
             ctx = contexts[d] = read_run(d)
-        report["session_time"] = session_time(s) or None
-        w = window_of(ctx, s.name)
-        if ctx.batches is not None and ctx.time_ms is not None:
-            report["run_length"] = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
-        if w is not None:
-            report["window"] = w
-            said = job_scale_evidence(report) if report.get("status") == "ok" else None
-            conf = report.get("confidence")
-            if (said and unrepresentative(report) and isinstance(conf, (int, float))
-                    and conf > UNREPRESENTATIVE_CONFIDENCE):
-                report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
-                said = said[:-1] + (f"; so the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({conf} from the trace "
-                                    "alone: what the callback reports at the window's end, before the job's later "
-                                    "steps are timed).")
-            if said:
-                _add_evidence(report, said)
+        write_run_facts(report, run_facts(ctx, s))
         if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
             newest[d] = (report["session_time"] or 0, report)
     for d, (_t, report) in newest.items():  # once per run: on its newest session
-        said = uncaptured_evidence(contexts[d])
+        said = uncaptured_evidence(contexts[d].uncaptured)
         if said:
-            _add_evidence(report, said)
+            add_evidence(report, said)

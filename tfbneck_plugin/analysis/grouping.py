@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from ..logdir import session_folder_time
-from ..runs import FASTER_THAN_JOB_X, traced_and_job_step_ms
 from ..schema import PerHostRow, SessionDict, add_words, step_time_ms
 from ..version import __version__
 from . import job as jobmod
+from .run_evidence import FASTER_THAN_JOB_X, traced_and_job_step_ms
 from .verdict import evidence_details
 
 #: How far apart (s) the clocks of two machines may be for their windows to be compared
@@ -272,7 +272,7 @@ def _job_fields(r: SessionDict) -> SessionDict:
 
 def _unrepresentative_windows(names: List[str], reports: List[SessionDict]) -> List[str]:
     """One sentence per worker whose traced step is under
-    :data:`~tfbneck_plugin.runs.FASTER_THAN_JOB_X` of its own job clock around the window
+    :data:`.run_evidence.FASTER_THAN_JOB_X` of its own job clock around the window
     (``window.job_step_ms``, from its trend file): the job's verdict then rests on steps
     that were not the job's steady state (a one-step window of a straggler job traced a
     21 ms step of a 61 ms job, and its verdict named the wrong cause)."""

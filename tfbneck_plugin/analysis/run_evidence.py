@@ -1,0 +1,169 @@
+"""What a run's own step clock adds to a session's report: the facts the run's step-time
+trend files give about the session (:class:`RunFacts`, read by :mod:`tfbneck_plugin.runs`),
+written into the report with the sentences they support (:func:`write_run_facts`): the job's
+own step time around the window against the traced step, the confidence held down when the
+traced steps were not the job's steady state, and the slow stretches the slowdown trigger saw
+but did not profile (:func:`uncaptured_evidence`). Those sentences rest on the callback's
+step clock, not the trace: their basis is ``system_metrics``.
+
+The facts come after the trace's analysis, not inside it: the report of a session's trace is
+cached by its trace files (:mod:`tfbneck_plugin.cache`, the tab's report store), while a run's
+trend files grow as it trains, so each front door writes them on the report it shows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple
+
+from ..records import Outcome
+from ..schema import SessionDict, first_fix, step_time_ms
+
+
+@dataclass
+class RunFacts:
+    """What a run's trend files say about one of its sessions.
+
+    Attributes:
+      session_time: when the session was recorded (unix s), None when unknown.
+      window: ``{"index", "kind", "trigger", "steps"}`` of the window that recorded it, with
+        ``job_step_ms`` (the job's own step around it, unprofiled, ms) and ``overhead_x``
+        when the trend file timed them (:func:`tfbneck_plugin.runs.window_of`); None when no
+        trend file names the session.
+      run_length: ``{"batches", "time_ms"}`` of the whole run, None when unknown.
+    """
+    session_time: Optional[float] = None
+    window: Optional[Dict] = None
+    run_length: Optional[Dict[str, float]] = None
+
+
+def write_run_facts(report: SessionDict, facts: RunFacts) -> None:
+    """Write ``facts`` into ``report`` (in place): ``session_time``, ``run_length`` when
+    known, and ``window`` when a trend file names the session, with the job-scale sentence
+    (:func:`job_scale_evidence`) for an analysed session and, when the job's clock shows the
+    traced steps unrepresentative (:func:`unrepresentative`), the confidence held at
+    :data:`UNREPRESENTATIVE_CONFIDENCE`, said in that sentence."""
+    report["session_time"] = facts.session_time
+    if facts.run_length is not None:
+        report["run_length"] = facts.run_length
+    if facts.window is None:
+        return
+    report["window"] = facts.window
+    said = job_scale_evidence(report) if report.get("status") == "ok" else None
+    conf = report.get("confidence")
+    if said and unrepresentative(report) and isinstance(conf, (int, float)) and conf > UNREPRESENTATIVE_CONFIDENCE:
+        report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
+        said = said[:-1] + (f"; so the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({conf} from the trace "
+                            "alone: what the callback reports at the window's end, before the job's later "
+                            "steps are timed).")
+    if said:
+        add_evidence(report, said)
+
+
+#: A traced step below this share of the job's own step around the window was not the job's
+#: steady state (the profiler only adds time): an input-bound run with a prefetch buffer,
+#: profiled at steps 10-14, traced 0.55x its own step (the buffer, filled while the first
+#: steps compiled, served the window). Our choice: 20 % below, beyond
+#: the periods' spread.
+FASTER_THAN_JOB_X = 0.8
+#: Highest confidence of a verdict whose traced step the job's own clock shows unrepresentative
+#: (under :data:`FASTER_THAN_JOB_X` of the job's step around the window): the shares it rests
+#: on describe steps the job does not run (our choice, below the 0.7 a user may act on).
+UNREPRESENTATIVE_CONFIDENCE = 0.6
+
+
+def traced_and_job_step_ms(report: SessionDict) -> Optional[Tuple[float, float]]:
+    """``(traced step, the job's own step around the window)`` in ms, from a report that
+    :func:`write_run_facts` gave its ``window``; None without either."""
+    job = (report.get("window") or {}).get("job_step_ms")
+    traced = step_time_ms(report)
+    if not isinstance(job, (int, float)) or job <= 0 or not traced:
+        return None
+    return traced, float(job)
+
+
+def job_scale_evidence(report: SessionDict) -> Optional[str]:
+    """One sentence stating the window's numbers for the unprofiled job:
+    the job's own step time around the window (the trend's periods), the traced step's ratio
+    to it (the profiler's cost), and the first fix's predicted speedup applied to the job's
+    step; None without the job's clock or a traced step time."""
+    steps = traced_and_job_step_ms(report)
+    if steps is None:
+        return None
+    traced, job = steps
+    x = traced / job
+    text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
+            f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")
+    if x < FASTER_THAN_JOB_X and (report.get("window") or {}).get("kind") == "triggered":
+        # the trigger chose the steps inside the slow stretch: advice to profile other steps does not apply
+        text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
+                 "the slowdown trigger chose inside the slow stretch")
+    elif x < FASTER_THAN_JOB_X:
+        text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
+                 "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
+                 f"the input wait; {_later_steps(report)} for the steady state")
+    else:
+        text += f", the profiler's own cost included, so the shares above apply to the job's {job:.3g} ms"
+    fix = first_fix(report) or {}
+    predicted = fix.get("predicted") or {}
+    speedup = predicted.get("speedup") if isinstance(predicted, dict) else None
+    if isinstance(speedup, (int, float)) and speedup > 0 and x >= FASTER_THAN_JOB_X:
+        text += f"; at the job's scale the fix first would bring it to about {job / speedup:.3g} ms ({speedup:.2f}x)"
+    return text + "."
+
+
+def _later_steps(report: SessionDict) -> str:
+    """Advice to profile later steps that fits the run: a window of as many steps as this one,
+    starting twice as far into training, inside the run's length when known (``run_length``)
+    and never past an epoch's end when the window's own steps say nothing of it."""
+    steps = (report.get("window") or {}).get("steps")
+    first, last = (steps if isinstance(steps, (list, tuple)) and len(steps) == 2
+                   and all(isinstance(v, int) for v in steps) else (10, 14))
+    n = max(last - first, 1)
+    start = 2 * first
+    batches = (report.get("run_length") or {}).get("batches")
+    if isinstance(batches, int) and batches > 0 and start + n > batches:
+        start = max(batches // 2 - n, last + 1)
+    return (f"profile later steps inside one epoch, away from its start (e.g. profile_steps=({start}, {start + n}) "
+            f"when an epoch has more than {start + n + 1} batches; else a window of {n + 1} steps in the middle of "
+            "the second epoch)")
+
+
+def unrepresentative(report: SessionDict) -> bool:
+    """The job's own clock shows the traced steps unrepresentative: a scheduled window whose
+    traced step is under :data:`FASTER_THAN_JOB_X` of the job's own step around it."""
+    steps = traced_and_job_step_ms(report)
+    return (steps is not None and steps[0] / steps[1] < FASTER_THAN_JOB_X
+            and (report.get("window") or {}).get("kind") != "triggered")
+
+
+def uncaptured_evidence(uncaptured: Sequence[Tuple[str, Dict]]) -> Optional[str]:
+    """One sentence naming the slow stretches the run's slowdown trigger saw but did not
+    profile (``uncaptured``: (trend file, log entry) of each, as
+    :attr:`tfbneck_plugin.runs.RunContext.uncaptured` holds them): steps, step times, why, and
+    the file that has each one's figures; None when there were none. A user who expected a
+    triggered window learns here why none came, without opening the trend file."""
+    if not uncaptured:
+        return None
+    parts = []
+    for _path, e in uncaptured[:5]:
+        why = Outcome(e["outcome"]).why  # uncaptured holds uncaptured outcomes only
+        # The medians, as the callback's console line gives them (the entry's means are the
+        # trigger's levels: two pairs of figures for one stretch would read as two stretches).
+        was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")
+        times = (f", median step {was:.3g} -> {now:.3g} ms"
+                 if isinstance(was, (int, float)) and isinstance(now, (int, float)) else "")
+        parts.append(f"steps {e.get('first_step')}-{e.get('last_step')}{times} ({why})")
+    more = f" and {len(uncaptured) - 5} more" if len(uncaptured) > 5 else ""
+    files = sorted({p for p, _ in uncaptured})
+    return (f"The slowdown trigger saw {len(uncaptured)} slow stretch{'es' if len(uncaptured) > 1 else ''} "
+            f"in this run that it did not profile: {'; '.join(parts)}{more}. Each one's figures are in "
+            f"trigger_state.log of {', '.join(files)}.")
+
+
+def add_evidence(report: SessionDict, said: str) -> None:
+    """Append the sentence ``said`` to the report's evidence (once), its basis the callback's
+    step clock (``system_metrics``)."""
+    if said not in (report.get("evidence") or []):
+        report.setdefault("evidence", []).append(said)
+        if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
+            report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
