@@ -36,7 +36,7 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +45,6 @@ from .changes import credited, detect_changes, different_models, prediction_chec
 from ..analysis.breakdown import CATEGORIES
 from ..analysis.thresholds import INPUT_BOUND_PCT
 from ..runs import run_dir_of
-from ..schema import SessionDict
 from .ops import op_changes, text_lines as op_text_lines
 from ..trace.timeline import time_stats
 from ..errors import TfbneckError
@@ -371,8 +370,9 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
-        rb, rc = dict(analyze_one(b_sessions[-1])), dict(analyze_one(c_sessions[-1]))
-        annotate([cast(SessionDict, rb), cast(SessionDict, rc)], [b_sessions[-1], c_sessions[-1]])  # the jobs' clocks
+        shown = [analyze_one(b_sessions[-1]).copy(), analyze_one(c_sessions[-1]).copy()]
+        annotate(shown, [b_sessions[-1], c_sessions[-1]])  # the jobs' clocks
+        rb, rc = (dict(r) for r in shown)
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
             timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),
