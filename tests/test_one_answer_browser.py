@@ -6,9 +6,9 @@ report (``bottleneck_label``, ``category_labels``, ``recommendations[i].worth``)
 
 The tab also leads with the action: at 1024 x 768 and 1400 x 1000 the first fix and its
 worth are inside the viewport without scrolling, nothing is wider than the page, a reload
-keeps the selected session, every Trace Viewer link opens a new tab (so Back in the tab's
-own page never leaves it), and the compare view opened with no choice draws no verdict on
-two unrelated runs. Screenshots: ``tests/_artifacts/screenshots/one-answer-*``.
+keeps the selected session, Back and Forward step through the sessions chosen, every Trace
+Viewer link opens a new tab (followed in the same tab, Back returns to the session), and the
+compare view opened with no choice draws no verdict on two unrelated runs. Screenshots: ``tests/_artifacts/screenshots/one-answer-*``.
 """
 from __future__ import annotations
 
@@ -156,6 +156,18 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         tab.frame.wait_for_function(
             "([run, session]) => { const s = document.querySelector('.tfb-session'); "
             "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
+        # Back and Forward step through the sessions chosen: each choice is a history entry.
+        (run_a, session_a, _), (run_b, session_b, _) = rows[0], rows[1]
+        tab.select(run_a, session_a)
+        tab.select(run_b, session_b)
+        for step, (run_c, session_c) in ((tab.page.go_back, (run_a, session_a)),
+                                         (tab.page.go_forward, (run_b, session_b))):
+            step()
+            tab.frame = bottleneck_frame(tab)
+            tab.frame.wait_for_function(
+                "([run, session]) => { const s = document.querySelector('.tfb-session'); "
+                "return s && s.dataset.run === run && s.dataset.session === session; }",
+                arg=[run_c, session_c], timeout=60_000)
         # A Trace Viewer link opens in a new tab; followed in the same tab (a browser set to
         # open links there), Back returns to the Bottleneck tab on the same session.
         href = tab.frame.evaluate("() => document.querySelector('a.tfb-trace-link').href")

@@ -51,7 +51,13 @@ function readUrlState() {
   return out;
 }
 
-function writeUrlState(app) {
+/**
+ * Write the view's state into TensorBoard's URL. `push`: a choice the user made (a session
+ * clicked, a view picked) becomes a history entry of its own, so the browser's Back returns
+ * to the view before it; the tab's own updates (the first session chosen for the user, the
+ * compare pickers' defaults) replace the current entry.
+ */
+function writeUrlState(app, push = false) {
   try {
     const w = topWindow();
     const url = new URL(w.location.href);
@@ -61,7 +67,9 @@ function writeUrlState(app) {
     const c = app.compare;
     if (app.mode === "compare" && c.before && c.after) url.searchParams.set(URL_PARAM, JSON.stringify([c.before, c.after]));
     else url.searchParams.delete(URL_PARAM);
-    if (url.href !== w.location.href) w.history.replaceState(w.history.state, "", url.href);
+    if (url.href === w.location.href) return;
+    if (push) w.history.pushState(w.history.state, "", url.href);
+    else w.history.replaceState(w.history.state, "", url.href);
   } catch (_) { /* the URL cannot be written here: the view still works */ }
 }
 
@@ -85,6 +93,7 @@ export class App {
     this.build();
     this.refreshList();
     setInterval(() => { if (!document.hidden) this.refreshList(); }, LIST_POLL_MS);
+    this.followHistory();
     // TensorBoard's reload button (and auto-reload) call reload() on the plugin's iframe.
     try {
       if (window.frameElement) window.frameElement.reload = () => this.refreshList(true);
@@ -235,6 +244,7 @@ export class App {
   select(key) {
     this.selected = key;
     if (this.mode !== "session") this.mode = "session";
+    writeUrlState(this, true);
     this.updateTabs();
     this.renderList();
     this.show();
@@ -242,9 +252,34 @@ export class App {
 
   setMode(mode) {
     this.mode = mode;
+    writeUrlState(this, true);
     this.updateTabs();
     this.renderList();
     this.show();
+  }
+
+  /** Back and Forward in the browser: show the view the URL now names (TensorBoard's page
+   * keeps this frame; the listener goes with the frame when TensorBoard replaces it). */
+  followHistory() {
+    const w = topWindow();
+    const onPop = () => {
+      try {
+        if (w !== window && !(window.frameElement && window.frameElement.isConnected)) {
+          w.removeEventListener("popstate", onPop);
+          return;
+        }
+        const state = readUrlState();
+        const mode = state.mode || "session";
+        if (state.compare) this.compare = state.compare;
+        if (mode === this.mode && (!state.selected || state.selected === this.selected)) return;
+        this.mode = mode;
+        if (state.selected) this.selected = state.selected;
+        this.updateTabs();
+        this.renderList();
+        this.show();
+      } catch (_) { /* a page being torn down: nothing to show */ }
+    };
+    w.addEventListener("popstate", onPop);
   }
 
   updateTabs() {

@@ -408,7 +408,7 @@ function recommendationsSection(report) {
   }
   section.append(h("ol", { class: "tfb-rec-list" }, recs.map((r, i) => {
     const li = h("li", { class: "tfb-rec" },
-      h("div", { class: "tfb-rec-title" }, h("span", { class: "tfb-rec-num", text: String(i + 1) }), h("strong", { text: r.title || "" })));
+      h("div", { class: "tfb-rec-title" }, h("span", { class: "tfb-rec-num", text: String(i + 1) }), h("strong", {}, richText(r.title || ""))));
     if (r.worth) li.append(h("p", { class: "tfb-rec-worth", title: (r.predicted || {}).basis || r.predicted_why_not || "", text: r.worth }));
     if (r.why_here) li.append(h("p", { class: "tfb-rec-why" }, h("em", { text: "Why here: " }), richText(r.why_here)));
     li.append(h("p", { class: "tfb-rec-detail" }, richText(r.detail || "")));
