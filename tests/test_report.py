@@ -57,6 +57,11 @@ def test_table_shows_verdict_evidence_first_fix_and_errors():
     assert "  where the time goes: Waiting for input 50.7%, Model compute on the CPU 32.6%, Host overhead 14.1%, " \
            "Nothing recorded 2.6%" in text
     assert "r2/s2: ERROR /x/h0.xplane.pb: file is empty" in text
+    # r1 has no system metrics: the table says so, once, after its evidence; with them, nothing.
+    missing = "  - No system metrics beside this trace (tfbneck_system_metrics.json"
+    assert text.count(missing) == 1 and text.index("  - The training step waits") < text.index(missing)
+    sampled = dict(OK, system_metrics={"samples": 12, "cpu_mean_pct": 40.0})
+    assert missing not in report.to_table(report.build_report([sampled]))
 
 
 def test_markdown_escapes_pipes_and_shows_code():

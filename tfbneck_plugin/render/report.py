@@ -145,6 +145,7 @@ def to_table(report: Mapping[str, Any]) -> str:
         lines.extend(fix_first_lines(s))
         for e in s.get("evidence", []):
             lines.append(f"  - {e}")
+        lines.extend(no_system_line(s))
         lines.extend(breakdown_line(s))
         lines.extend(worker_lines(s))
         lines.append("")
@@ -177,6 +178,18 @@ def fix_first_lines(s: schema.Report) -> List[str]:
     if fix.get("code"):
         out.extend(f"      {line}" for line in str(fix["code"]).splitlines())
     return out
+
+
+def no_system_line(s: schema.Report) -> List[str]:
+    """A line for a session without system metrics (no ``tfbneck_system_metrics.json`` beside
+    its trace: a trace not made by BottleneckProfiler, or copied without its sidecar): the
+    evidence then never says what the CPU, disks and network did, and a reader should know
+    that the verdict and the advice were made without them. [] when the session has them."""
+    if s.get("system_metrics") or s.get("kind") in ("system_only", "job"):
+        return []
+    return ["  - No system metrics beside this trace (tfbneck_system_metrics.json, which BottleneckProfiler "
+            "writes): what the CPU, disks and network did is unknown; the verdict and the advice come from "
+            "the trace alone."]
 
 
 def breakdown_line(s: schema.Report) -> List[str]:
