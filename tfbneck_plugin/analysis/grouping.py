@@ -97,8 +97,7 @@ def candidate(index: int, r: SessionDict) -> Optional[Candidate]:
     task = recorded_task if isinstance(recorded_task, str) and recorded_task else (sync or {}).get("task")
     steps = tuple(int(s["step"]) for s in ((r.get("steps") or {}).get("items") or []))
     return Candidate(index=index, report=r, task=task, job_id=recorded_id if isinstance(recorded_id, str) else None,
-                     steps=steps,
-                     window=wall_window(r), group_size=(sync or {}).get("group_size"))
+                     steps=steps, window=wall_window(r), group_size=(sync or {}).get("group_size"))
 
 
 def wall_window(r: Mapping[str, Any]) -> Optional[Tuple[float, float]]:
@@ -293,9 +292,9 @@ def _worker_row(name: str, r: SessionDict) -> PerHostRow:
     """A worker's row of ``per_host``: where its session is, its own report's numbers and
     verdict (:func:`.job.merge_diagnosis` adds its part in the job's root cause)."""
     row: PerHostRow = {"host": name, "run": r.get("run"), "session": r.get("session"), "path": r.get("path"),
-           "step_time_ms": step_time_ms(r),
-           "breakdown_pct": r.get("breakdown_pct"), "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
-           "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}
+                       "step_time_ms": step_time_ms(r), "breakdown_pct": r.get("breakdown_pct"),
+                       "bottleneck": r.get("bottleneck"), "cause": r.get("cause"),
+                       "confidence": r.get("confidence"), "trace_viewer": r.get("trace_viewer")}
     return row
 
 
