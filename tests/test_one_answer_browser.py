@@ -8,7 +8,8 @@ The tab also leads with the action: at 1024 x 768 and 1400 x 1000 the first fix 
 worth are inside the viewport without scrolling, nothing is wider than the page, a reload
 keeps the selected session, Back and Forward step through the sessions chosen, every Trace
 Viewer link opens a new tab (followed in the same tab, Back returns to the session), and the
-compare view opened with no choice draws no verdict on two unrelated runs. Screenshots: ``tests/_artifacts/screenshots/one-answer-*``.
+compare view opened with no choice draws no verdict on two unrelated runs. Screenshots:
+``tests/_artifacts/screenshots/one-answer-*``.
 """
 from __future__ import annotations
 
