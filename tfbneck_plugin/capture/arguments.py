@@ -9,10 +9,8 @@ import sys
 
 import tensorflow as tf
 
+from .safety import logger
 from .schedule import MAX_WINDOW_STEPS
-
-#: Messages go to this logger: problems at WARNING, the per-window verdict at INFO.
-logger = logging.getLogger("tfbneck")
 
 keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
@@ -149,6 +147,19 @@ def check_port(value):
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise ValueError(f"profiler_server_port={value!r}: pass a TCP port number (1-65535), or None")
     return value
+
+
+def check_step(step_num, batches) -> None:
+    """The arguments of ``profiler.step()``: ``step_num`` None or an int from 1, ``batches`` an
+    int from 1.
+
+    Raises:
+      ValueError: anything else.
+    """
+    if step_num is not None and (isinstance(step_num, bool) or not isinstance(step_num, int) or step_num < 1):
+        raise ValueError(f"step(step_num={step_num!r}): pass a 1-based int step number, or None to count")
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"step(batches={batches!r}): pass a positive int")
 
 
 def ensure_handler() -> None:

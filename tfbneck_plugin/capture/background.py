@@ -7,15 +7,11 @@ process (default) or analyses in the thread itself. The child runs the package's
 command line, ``python -m tfbneck_plugin.cli analyze <session_dir> --format json``
 (the same code path as ``tfbneck analyze``; it never imports TensorFlow), at low CPU
 priority (``nice`` 10, set right after it starts), so the training process neither
-competes for the GIL nor grows in memory.
+competes for the GIL nor grows in memory. An analysis in the thread holds the slowdown
+trigger while it runs (:class:`.steptime.TriggerHold`).
 
-Only the summaries need TensorFlow (imported when the first writer is made). They are
-written with ``tf.summary``. Its first use imports modules lazily (TensorBoard's
-summary API, which imports ``concurrent.futures.thread``, which registers an exit hook):
-done on a thread while the interpreter shuts down, that import fails with "can't register
-atexit after shutdown" and the last window's summaries would be lost. So the
-file writer is created, and the summary API (scalar and text) primed, on the training thread
-when a window closes, before the analysis thread starts; the thread then only writes.
+Only the summaries need TensorFlow: :class:`.summaries.EventWriter` writes them (its writer is
+made on the training thread when a window closes, before the analysis thread starts).
 """
 from __future__ import annotations
 
@@ -25,15 +21,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, cast
+from typing import TYPE_CHECKING, Callable, List, Optional, cast
 
 from ..session_report import SessionReport
 from ..schema import SessionDict
 from ..system.sampler import NOT_TRAINING_PIDS
-from .summaries import INPUT_PCT, VERDICT_TAG, verdict_parts, verdict_text, window_scalars
+from .display import WindowDisplay
+from .summaries import EventWriter, verdict_parts
 
-if TYPE_CHECKING:  # the analysis itself needs no TensorFlow; only the summaries do (imported there)
-    from .window import WindowRecord
+if TYPE_CHECKING:
+    from .controller import WindowRecord
+    from .steptime import TriggerHold
 
 #: Analyses that run at once, and windows that may wait for one: a long job of short windows
 #: on a busy machine made them faster than nice-10 children finished (ten children at once,
@@ -113,11 +111,10 @@ class BackgroundAnalysis:
     them at exit), logs the verdict and writes the window's summaries.
 
     Args:
-      log_dir: where the summaries' event file goes.
+      log_dir: the callback's ``log_dir`` (named in the messages).
       mode: ``"process"`` (a child process) or ``"thread"`` (this process).
       timeout_s: per-window limit of the child.
-      write_scalars: write each analysed window's summaries (:func:`.summaries.window_scalars`
-        and :func:`.summaries.verdict_text`).
+      write_scalars: write each analysed window's summaries (:meth:`.summaries.EventWriter.write_window`).
       verbose: log one INFO line per window.
       warn: the callback's ``warn(key, message)``.
       info: logs an INFO line.
@@ -126,26 +123,37 @@ class BackgroundAnalysis:
         window there); must not raise.
       on_done: called on the analysis thread when the window's analysis ended, whatever
         happened; must not raise.
+      writer: the event file the summaries go to (default: a new :class:`.summaries.EventWriter`
+        in ``log_dir``).
+      display: reserve a notebook output for each window's verdict (:class:`.display.WindowDisplay`)
+        when its analysis starts.
+      hold: held from each analysis' start to its end (the callback passes the slowdown
+        trigger's hold for analyses in its own process); None: nothing held.
     """
 
     def __init__(self, log_dir: str, mode: str, timeout_s: float, write_scalars: bool, verbose: bool,
                  warn: Callable[[str, str], None], info: Callable[[str], None],
-                 on_report: Optional[Callable] = None, on_done: Optional[Callable] = None):
+                 on_report: Optional[Callable] = None, on_done: Optional[Callable] = None, *,
+                 writer: Optional[EventWriter] = None, display: bool = False, hold: Optional["TriggerHold"] = None):
         self.log_dir, self.mode, self.timeout_s = log_dir, mode, timeout_s
         self.write_scalars, self.verbose, self._warn, self._info = write_scalars, verbose, warn, info
         self._on_report, self._on_done = on_report, on_done
+        self.writer = writer if writer is not None else EventWriter(log_dir, warn)
+        self.display, self._hold = display, hold
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
         self._slots = threading.BoundedSemaphore(MAX_RUNNING_ANALYSES)
         self._waiting = 0
-        self._writer: Any = None     # a tf.summary writer (TensorFlow is imported only to write summaries)
-        self._writer_lock = threading.Lock()
-        self._failed: set = set()
 
     def start(self, rec: WindowRecord) -> None:
         """Analyse the published window ``rec`` in the background (call on the training thread)."""
+        if self.display:
+            first, last = rec.steps or (0, 0)
+            rec.display = WindowDisplay(f"steps {first}-{last}")
+        if self._hold is not None:
+            self._hold.start()
         if self.write_scalars:
-            self._prepare_writer()
+            self.writer.prepare()
         with self._lock:
             if self._waiting >= MAX_WAITING_ANALYSES:
                 full = True
@@ -160,8 +168,7 @@ class BackgroundAnalysis:
             if rec.display is not None:  # the placeholder must not say "analysing" for ever
                 rec.display.show({"status": "error", "session": os.path.basename(rec.session_dir or ""),
                                   "error": rec.analysis_error})
-            if self._on_done is not None:
-                self._on_done(rec)
+            self._ended(rec)
             return
         t = threading.Thread(target=self._worker, args=(rec,), name=f"tfbneck-analysis-{rec.index}")
         with self._lock:
@@ -177,48 +184,11 @@ class BackgroundAnalysis:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in threads)
 
-    def flush(self) -> None:
-        """Flush the scalars written so far to disk."""
-        with self._writer_lock:
-            if self._writer is not None:
-                try:
-                    self._writer.flush()
-                except Exception:  # noqa: BLE001, S110 - a full disk: the next flush tries again
-                    pass
-
-    def write_values(self, values: Dict[str, float], step: int) -> None:
-        """Write scalars ``tag -> value`` at ``step`` now (the step-time statistics at a period's
-        end, on the training thread; a system interval's, on the sampler's thread), creating the
-        writer if need be."""
-        self._prepare_writer()
-        if self._writer is None:
-            return
-        import tensorflow as tf  # imported by _prepare_writer already
-        try:
-            with self._writer_lock:
-                with self._writer.as_default():
-                    for tag, value in values.items():
-                        tf.summary.scalar(tag, value, step=step)
-                self._writer.flush()
-        except Exception as err:  # noqa: BLE001 - scalars are optional; training goes on
-            self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
-
-    def _prepare_writer(self) -> None:
-        """Create the event-file writer and run the summary API once without recording,
-        so that its lazy imports happen here and never on the analysis thread."""
-        with self._writer_lock:
-            if self._writer is not None or "scalars" in self._failed:
-                return
-            try:
-                import tensorflow as tf
-                writer = tf.summary.create_file_writer(self.log_dir)
-                with writer.as_default(), tf.summary.record_if(False):
-                    tf.summary.scalar(INPUT_PCT, 0.0, step=0)
-                    tf.summary.text(VERDICT_TAG, "", step=0)
-                self._writer = writer
-            except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
-                self._failed.add("scalars")  # not retried at every epoch
-                self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+    def _ended(self, rec: WindowRecord) -> None:
+        if self._hold is not None:
+            self._hold.end()
+        if self._on_done is not None:
+            self._on_done(rec)
 
     def _worker(self, rec: WindowRecord) -> None:
         try:
@@ -227,8 +197,7 @@ class BackgroundAnalysis:
                     self._waiting -= 1
                 self._analyse(rec)
         finally:
-            if self._on_done is not None:
-                self._on_done(rec)
+            self._ended(rec)
 
     def _analyse(self, rec: WindowRecord) -> None:
         session_dir = rec.session_dir or ""  # a window with a trace has its folder
@@ -255,21 +224,11 @@ class BackgroundAnalysis:
             return
         if self.verbose:
             self._info(verdict_line(rec, report))
-        if self.write_scalars and self._writer is not None:
+        if self.write_scalars and self.writer.ready:
             try:
-                self._write_summaries(rec, report)
+                self.writer.write_window(rec, report)
             except Exception as err:  # noqa: BLE001 - never let the analysis thread die noisily
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
-
-    def _write_summaries(self, rec: WindowRecord, report: SessionDict) -> None:
-        import tensorflow as tf  # imported by _prepare_writer already: no import happens here
-        step = (rec.steps or (0, 0))[1]
-        with self._writer_lock:
-            with self._writer.as_default():
-                for tag, value in window_scalars(report).items():
-                    tf.summary.scalar(tag, value, step=step)
-                tf.summary.text(VERDICT_TAG, verdict_text(rec, report), step=step)
-            self._writer.flush()
 
 
 def verdict_line(rec: WindowRecord, report: SessionDict) -> str:

@@ -27,55 +27,66 @@ median and 90th percentile per epoch go to the scalars ``bottleneck/step_time_ms
 TensorBoard tab draws with the windows marked. With ``on_slowdown=True`` a window opens by
 itself when the step time departs from its recent baseline.
 
-The work is split by concern: this module holds the public callback (Keras hooks,
-``step()``, ``close()``); :mod:`.tracker` counts steps and decides when windows open and
-close, :mod:`.steptime` times steps and watches for a slowdown (both without TensorFlow);
-:mod:`.window` captures one window (profiler, staging, sidecar, publishing);
-:mod:`.background` analyses it afterwards; :mod:`.trend` keeps the trend file;
-:mod:`tfbneck_plugin.system.sampler` samples the system; :mod:`.arguments` checks the constructor's arguments;
-:mod:`.interrupts` closes a window whose training was left by an exception, :mod:`.loopstep`
-is ``with profiler.step():``. This subpackage imports TensorFlow; the rest of the package does not.
+This class is a thin Keras adapter (hooks, ``step()``, ``close()``) over plain objects, each
+with its own module and no TensorFlow: :mod:`.tracker` counts steps and decides when windows
+open and close (timing them with :mod:`.steptime`, whose clock feeds the slowdown trigger);
+:mod:`.controller` opens and closes the windows and their step markers, and closes a window
+whose training went away (:mod:`.interrupts`); :mod:`.longjob` writes each step-time period
+and tells, at the end, the slowdowns not captured; :mod:`.trend` keeps the trend file;
+:mod:`.background` analyses each window afterwards; :mod:`.system_view` runs the whole run's
+system view and the profiler server; :mod:`.loopstep` is ``with profiler.step():``;
+:mod:`.safety` keeps every error out of training. TensorFlow's side is :mod:`.window` (one
+window's capture: profiler, staging, sidecar, publishing, with
+:mod:`tfbneck_plugin.system.sampler` sampling the system), :mod:`.summaries` writes the
+TensorBoard summaries, :mod:`.arguments` checks the constructor's arguments. This subpackage
+imports TensorFlow; the rest of the package does not.
 """
 from __future__ import annotations
 
 import atexit
 import sys
-import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
-from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step_time_every,
-                        check_system_interval, ensure_handler, is_tf_keras_model, logger, steps_per_execution)
+from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step,
+                        check_step_time_every, check_system_interval, ensure_handler, is_tf_keras_model, logger,
+                        steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis
-from .display import WindowDisplay, in_notebook
-from .interrupts import WATCH, InterruptMixin, Owner, fit_frame
+from .controller import WindowController, WindowRecord
+from .display import in_notebook
+from .interrupts import WATCH, TrainingDriver, fit_frame
 from .job import repeated_profiling_risk
-from .loopstep import StepContext
+from .longjob import StepTimeReporter, UncapturedSlowdowns
+from .loopstep import NO_STEP_WARNING, LoopSteps, StepContext
+from .safety import Guard, LogDirState, WarnOnce
 from .schedule import (DEFAULT_WINDOW, MAX_WINDOW_STEPS, StepSchedule, as_schedule, long_window_warnings,
-                       profile_steps, warnings_for)
-from .longjob import LongJobMixin, trigger_outcome
-from .model_info import with_model
-from .steptime import SlowdownTrigger, as_trigger
-from .system_view import RunServicesMixin, RunSystemView
+                       not_reached_warning, profile_steps, warnings_for)
+from .steptime import SlowdownTrigger, TriggerHold, as_trigger
+from .summaries import EventWriter
+from .system_view import RunServices, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
-from .window import (WindowCapture, WindowRecord, current_job, precheck, record_skip, release_cut_close,
-                     writable_problem)
+from .window import TensorFlowProfiler, current_job
 
 __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger"]
 
 _keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 _Callback: Any = _keras.callbacks.Callback
+
+
 @atexit.register
 def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
-    for p in WATCH.profilers():
-        p._exiting = True
-        p._guard(p._close_window, "interpreter_exit")
+    for controller in WATCH.watched():
+        controller.close_at_exit()
 
 
-class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callback):
+def _start_profiler_server(port: int) -> None:
+    tf.profiler.experimental.server.start(port)
+
+
+class BottleneckProfiler(_Callback):
     """Profile chosen training steps, sample the system meanwhile, and diagnose each window.
 
     Each window of steps becomes its own profiling session under
@@ -229,49 +240,50 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         self.analysis_timeout_s = float(analysis_timeout_s)
         self.verbose = int(verbose)
         self.display = in_notebook() if display is None else bool(display)
-        self._options = _options_of(profiler_options)
+        options = _options_of(profiler_options)
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
+        self._warn = WarnOnce()
+        self._guard = Guard(self._warn, cleanup=self._stop_after_error)
+        self._log_dir = LogDirState(self.log_dir, self._warn)
+        self._epoch: Optional[int] = None
         #: Step counting, step timing and window decisions (no TensorFlow): :class:`.tracker.StepTracker`.
         self.tracker = StepTracker(self.schedule, self.trigger, self.step_time_every, self.max_window_steps, self._warn)
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
-                              self._warn)
-        self.trend.trigger_state_of = self.tracker.timer.trigger_state  # the trigger's record
-        self._period_first = 1  # first step of the current step-time period
-        self._epoch: Optional[int] = None
-        self._hold_lock = threading.Lock()
-        self._window_lock = threading.RLock()  # the owner watch may close a window from its thread
-        self._capture: Optional[WindowCapture] = None  # the open window
-        self._fit_owner: Optional[Owner] = None   # the running fit's frame (module interrupts)
-        self._loop_owner: Optional[Owner] = None  # the custom loop's frame that entered step()
-        self._owner: Optional[Owner] = None       # the open window's owner
-        self._cut: Optional[Tuple[Optional[str], str]] = None  # (exception, how it was seen) of an interrupt
-        self._trace: Any = None                         # the open step marker
-        self._in_fit = False
-        self._fit_legacy = False
-        self._log_dir_problem: Optional[str] = None
-        self._disabled: Optional[str] = None
-        self._warned: set = set()
-        self._exiting = False
-        self._analysis = BackgroundAnalysis(self.log_dir, self.analyze or "thread", self.analysis_timeout_s,
-                                            self.write_scalars, bool(self.verbose), self._warn, logger.info,
-                                            on_report=self._on_report, on_done=self._on_analysis_done)
+                              self._warn, trigger_state_of=self.tracker.timer.trigger_state)
+        self._events = EventWriter(self.log_dir, self._warn)
+        write_values = self._events.write_values if self.write_step_times else None
+        self._reporter = StepTimeReporter(self.tracker, self.trend, self._log_dir, write_values)
+        self._slowdowns = UncapturedSlowdowns(self.tracker.timer, self.windows, self.trend.path, self._guard,
+                                              self._warn, self._reporter.write_trend)
+        self._analysis = BackgroundAnalysis(
+            self.log_dir, self.analyze or "thread", self.analysis_timeout_s, self.write_scalars, bool(self.verbose),
+            self._warn, logger.info, on_report=self._reporter.window_analysed, on_done=self._reporter.analysis_ended,
+            writer=self._events, display=self.display,
+            hold=TriggerHold(self.tracker.timer) if self.analyze == "thread" else None)
         self.profiler_server_port = check_port(profiler_server_port)
         #: The whole run's system view (None when ``system_interval_s`` is off).
         self.system_view: Optional[RunSystemView] = None
         if system_interval_s is not None and check_system_interval(system_interval_s):
-            self.system_view = RunSystemView(self.log_dir, float(system_interval_s),
-                                             self._analysis.write_values if self.write_step_times else None,
+            self.system_view = RunSystemView(self.log_dir, float(system_interval_s), write_values,
                                              lambda: self.tracker.seen, self._warn)
-        self._server_started = False
+        self._services = RunServices(self.system_view, self._events.prepare if self.write_step_times else None,
+                                     self.profiler_server_port, _start_profiler_server, self._guard, self._log_dir,
+                                     self._warn)
+        self._driver = TrainingDriver()
+        self._windows = WindowController(
+            self.tracker, self.windows,
+            TensorFlowProfiler(self.log_dir, options, self.system_metrics, self.sample_interval_s, self._warn),
+            self._driver, self._log_dir, WATCH, self._guard, self._warn, model_of=lambda: self.model,
+            on_published=self._analysis.start if self.analyze else None, on_change=self._reporter.write_trend)
+        self._loop = LoopSteps(self.tracker, self._driver, self._windows, self._guard, self._services.start,
+                               self._reporter.end_period)
         ensure_handler()
         for message in warnings_for(self.schedule):
             self._warn("schedule:" + message[:40], message)
 
-    # ------------------------------------------------------------------------------------
-    # tf-keras compatibility (its CallbackList asks these; Keras 3 ignores them)
-    # ------------------------------------------------------------------------------------
+    # -- tf-keras compatibility (its CallbackList asks these; Keras 3 ignores them) ----------
     def _implements_train_batch_hooks(self):
         return True
 
@@ -281,42 +293,33 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
     def _implements_predict_batch_hooks(self):
         return False
 
-    # ------------------------------------------------------------------------------------
-    # Keras hooks
-    # ------------------------------------------------------------------------------------
+    # -- Keras hooks ------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         """Keras hook: a ``fit`` begins."""
         self._guard(self._train_begin)
 
     def _train_begin(self):
-        if self._trace is not None or self._capture is not None:
-            # A previous fit (or loop) ended inside a window without on_train_end: an exception.
-            self._interrupt(None, "the next fit began")
+        # A window still open: a previous fit (or loop) ended inside it without on_train_end, an exception.
+        self._windows.interrupt(None, "the next fit began")
         risk = repeated_profiling_risk(current_job(), len(list(self.schedule.iter_windows(limit=2))), bool(self.trigger))
         if risk:
             self._warn("multiworker_risk", risk)
-        frame = fit_frame(sys._getframe(2))
-        self._fit_owner = Owner(frame, "fit") if frame is not None else None
-        self._in_fit = True
-        self._fit_legacy = is_tf_keras_model(self.model)
+        self._driver.fit_began(fit_frame(sys._getframe(2)), is_tf_keras_model(self.model))
         self.tracker.spe = steps_per_execution(self.model)
         for message in long_window_warnings(self.schedule, self.tracker.spe, self.max_window_steps):
             self._warn("cut:" + message[:40], message)  # windows cut at max_window_steps executions
         self.tracker.timer.restart()
         self.trend.ended = False
-        if self._disabled is None:  # step times are written by every fit, windows or not
-            self._log_dir_problem = writable_problem(self.log_dir)
-            if self._log_dir_problem:
-                self._warn("log_dir", f"{self._log_dir_problem}: no profiling window will be recorded "
-                                      f"(training continues)")
-        self._start_run_services()
+        if self._guard.disabled is None:  # step times are written by every fit, windows or not
+            self._log_dir.check()
+        self._services.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         """Keras hook: an epoch begins (steps keep counting across epochs)."""
         self._epoch = epoch
         steps = (self.params or {}).get("steps")
         self.tracker.begin_epoch(steps if isinstance(steps, int) else None, epoch)
-        if self.tracker.spe != 1 or self._fit_legacy:
+        if self.tracker.spe != 1 or self._driver.tf_keras:
             self.tracker.spe = steps_per_execution(self.model)  # tf-keras may autotune it
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -326,58 +329,43 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
             self._guard(self._fit_step, *step)
 
     def _fit_step(self, first, last):
-        self._step_end()
+        self._windows.step_end()
         if self.tracker.flush_due:
-            self._flush_step_times(first - 1, self._epoch)
-        self._step_begin(first, last)
+            self._reporter.end_period(first - 1, self._epoch)
+        self._windows.step_begin(first, last)
 
     def on_test_begin(self, logs=None):
         """Keras hook: validation inside fit is not a training step; end the step marker."""
-        if self._trace is not None:
-            self._guard(self._step_end)
+        if self._windows.marker is not None:
+            self._guard(self._windows.step_end)
 
     def on_epoch_end(self, epoch, logs=None):
         """Keras hook: an epoch ended; end the step marker; the epoch's step times go to
         the scalars and the trend file (unless ``step_time_every`` is set)."""
-        if self._trace is not None:
-            self._guard(self._step_end)
+        if self._windows.marker is not None:
+            self._guard(self._windows.step_end)
         if self.tracker.flush_every is None:
-            self._guard(self._flush_step_times, self.tracker.seen, epoch)
+            self._guard(self._reporter.end_period, self.tracker.seen, epoch)
 
     def on_train_end(self, logs=None):
         """Keras hook: ``fit`` ended; a window still open is saved with the steps it recorded."""
         self._guard(self._train_end)
 
     def _train_end(self):
-        self._in_fit, self._fit_owner = False, None
-        if self.system_view is not None:
-            self.system_view.pause()
-        if self._trace is not None:
-            self._step_end(close_if_done=False)
-        if self._capture is not None:
-            win, got = self._capture.window, self.tracker.markers
-            upto = got[-1][1] if got else win[0]
-            self._warn("ended_inside", f"training ended inside the window of steps {win[0]}-{win[1]} "
-                                       f"after step {upto}: the session holds the steps recorded so far")
-            self._close_window("training_ended")
+        self._driver.fit_ended()
+        self._services.pause()
+        self._windows.training_ended()
         if self.tracker.flush_every is not None:
-            self._flush_step_times(self.tracker.seen, self._epoch)
-        self._slowdowns_at_end("training ended")
+            self._reporter.end_period(self.tracker.seen, self._epoch)
+        self._slowdowns.at_end("training ended")
         self.trend.ended = True
-        if self._log_dir_problem is None and self.tracker.seen:
-            self.trend.write()
         seen = self.tracker.seen
-        if not self.windows and self._disabled is None and self.tracker.next_start != NEVER and seen:
-            first = self.tracker.first_window()
-            hint = "(3, 5)" if seen >= 5 else f"(1, {seen})"
-            self._warn("not_reached", f"training stopped at step {seen}, before the first profiling window "
-                                      f"({first[0]}-{first[1]}): nothing was profiled yet (steps count on across "
-                                      f"fit calls with this callback). For a shorter run pass an earlier window, "
-                                      f"e.g. profile_steps={hint}")
+        if self._log_dir.problem is None and seen:
+            self.trend.write()
+        if not self.windows and self._guard.disabled is None and self.tracker.next_start != NEVER and seen:
+            self._warn("not_reached", not_reached_warning(seen, self.tracker.first_window()))
 
-    # ------------------------------------------------------------------------------------
-    # Custom loops
-    # ------------------------------------------------------------------------------------
+    # -- custom loops and the end ----------------------------------------------------------
     def step(self, step_num: Optional[int] = None, batches: int = 1) -> StepContext:
         """Context manager around one training step of a custom loop.
 
@@ -397,11 +385,8 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         Raises:
           ValueError: ``step_num`` below 1 or ``batches`` below 1.
         """
-        if step_num is not None and (isinstance(step_num, bool) or not isinstance(step_num, int) or step_num < 1):
-            raise ValueError(f"step(step_num={step_num!r}): pass a 1-based int step number, or None to count")
-        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-            raise ValueError(f"step(batches={batches!r}): pass a positive int")
-        return StepContext(self, step_num, batches)
+        check_step(step_num, batches)
+        return StepContext(self._loop, step_num, batches)
 
     def close(self, wait: bool = True, timeout: Optional[float] = None) -> None:
         """End any open window (saving its trace) and, with ``wait``, wait for the
@@ -411,26 +396,22 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         neither passed to ``fit`` nor driven by :meth:`step` (a loop over
         ``model.train_on_batch``, which calls no callbacks, needs ``with profiler.step():``).
         """
-        if self._trace is not None:
-            self._guard(self._step_end, False)
-        if self._capture is not None:
-            self._guard(self._close_window, "closed")
-        if self.tracker.flush_every is not None and not self._in_fit:
-            self._guard(self._flush_step_times, self.tracker.seen, None)
-        self._guard(self._slowdowns_at_end, "the profiler was closed")
-        if self._log_dir_problem is None and self.tracker.seen:
+        if self._windows.marker is not None:
+            self._guard(self._windows.step_end, False)
+        if self._windows.capture is not None:
+            self._guard(self._windows.close, "closed")
+        if self.tracker.flush_every is not None and not self._driver.in_fit:
+            self._guard(self._reporter.end_period, self.tracker.seen, None)
+        self._guard(self._slowdowns.at_end, "the profiler was closed")
+        if self._log_dir.problem is None and self.tracker.seen:
             self.trend.ended = True
             self._guard(self.trend.write)
-        if self.system_view is not None:
-            self._guard(self.system_view.pause)
-        if self.tracker.seen == 0 and self._disabled is None:
-            self._warn("no_step", "BottleneckProfiler was closed without seeing a training step, so nothing was "
-                                  "profiled: pass it to model.fit(..., callbacks=[profiler]), or wrap each step of "
-                                  "a custom loop (including a loop over model.train_on_batch, which calls no "
-                                  "callbacks) in `with profiler.step():`")
+        self._guard(self._services.pause)
+        if self.tracker.seen == 0 and self._guard.disabled is None:
+            self._warn("no_step", NO_STEP_WARNING)
         if wait:
             self.wait_for_analysis(timeout)
-        self._analysis.flush()
+        self._events.flush()
 
     def wait_for_analysis(self, timeout: Optional[float] = None) -> bool:
         """Wait for the background analyses started so far; True when all finished."""
@@ -443,158 +424,11 @@ class BottleneckProfiler(InterruptMixin, LongJobMixin, RunServicesMixin, _Callba
         self.close(wait=False)
         return False
 
-    # ------------------------------------------------------------------------------------
-    # Steps and windows
-    # ------------------------------------------------------------------------------------
-    def _guard(self, fn, *args):
-        """Run ``fn``; an unexpected error turns the callback off, never reaches training."""
-        if self._disabled is not None:
-            return None
-        try:
-            return fn(*args)
-        except Exception as err:  # noqa: BLE001 - never let profiling stop training
-            self._disabled = f"{type(err).__name__}: {err}"
-            logger.debug("BottleneckProfiler internal error", exc_info=True)
-            self._warn("internal", f"internal error, profiling is off for the rest of this run "
-                                   f"(training continues): {self._disabled}")
-            try:
-                self._cleanup_after_error()
-            except Exception:  # noqa: BLE001 - best effort
-                logger.debug("BottleneckProfiler cleanup error", exc_info=True)
-            return None
+    @property
+    def _capture(self):
+        """The open window's capture (:attr:`.controller.WindowController.capture`), None between windows."""
+        return self._windows.capture
 
-    def _cleanup_after_error(self):
-        tr, self._trace = self._trace, None
-        cap, self._capture = self._capture, None
-        self.tracker.stop()
-        try:
-            if tr is not None:
-                tr.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001, S110 - the marker's own error: nothing left to end
-            pass
-        if cap is None:
-            return
-        WATCH.discard(self)
-        cap.abandon()
-        cap.record.status, cap.record.reason = "skipped", f"internal error: {self._disabled}"
-
-    def _step_begin(self, first: int, last: int) -> None:
-        with self._window_lock:  # the owner watch may be closing this window
-            self._step_begin_locked(first, last)
-
-    def _step_begin_locked(self, first: int, last: int) -> None:
-        if self.tracker.window_passed(first):
-            self._close_window("completed")  # a custom loop jumped past the window's end
-        if self._capture is None:
-            win = self.tracker.window_to_open(first, last)
-            if win is None or not self._open_window(win):
-                return
-        self._trace = tf.profiler.experimental.Trace("train", step_num=first, _r=1)
-        self._trace.__enter__()
-        self.tracker.step_began(first, last)
-
-    def _step_end(self, close_if_done: bool = True) -> None:
-        with self._window_lock:
-            tr = self._trace
-            if tr is None:
-                return
-            self._trace = None
-            tr.__exit__(None, None, None)
-            done = self.tracker.step_ended()
-            if close_if_done and done:
-                self._close_window("completed")
-
-    def _open_window(self, win: Tuple[int, int]) -> bool:
-        trigger = self.tracker.opening
-        rec = WindowRecord(index=len(self.windows), requested=[win], kind="triggered" if trigger else "scheduled",
-                           trigger=dict(trigger, outcome=None, note=None) if trigger else None)
-        self.windows.append(rec)
-        self._reclaim_profiler()  # an earlier window whose fit was interrupted gives the profiler back
-        release_cut_close()
-        problem = precheck(self._log_dir_problem)
-        cap = None
-        if problem is None:
-            cap, problem = WindowCapture.open(
-                self.log_dir, rec, win, options=self._options, system_metrics=self.system_metrics,
-                sample_interval_s=self.sample_interval_s, filter_legacy=self._in_fit and self._fit_legacy,
-                warn=self._warn)
-        if problem is not None:
-            self._skip(rec, win, *problem)
-            return False
-        self._capture = cap
-        self.tracker.opened(win)
-        rec.markers = self.tracker.markers  # the same list: it grows while the window is open
-        self._owner = self._fit_owner if self._in_fit else self._loop_owner
-        WATCH.add(self)
-        if trigger:
-            self._warn(f"slowdown:{rec.index}", f"median step time rose from {trigger['baseline_p50_ms']:.3g} to "
-                                                f"{trigger['observed_p50_ms']:.3g} ms over {trigger['slow_step_count']} "
-                                                f"steps ({trigger['slow_for_s']:.1f} s) from step "
-                                                f"{trigger['slow_steps'][0]}: profiling steps "
-                                                f"{win[0]}-{win[1]}")
-        return True
-
-    def _skip(self, rec: WindowRecord, win: Tuple[int, int], kind: str, reason: str) -> None:
-        rec.status, rec.reason, rec.closed_by = "skipped", reason, rec.closed_by or "skipped"
-        if rec.trigger is not None:
-            rec.trigger["outcome"] = "skipped"
-        self.tracker.skip(win)
-        where = "" if kind == "log_dir" else record_skip(self.log_dir, rec, win, reason)
-        self._warn(kind if kind == "log_dir" else "skip:" + kind,
-                   f"steps {win[0]}-{win[1]} were not profiled: {reason}. Training continues{where}",
-                   repeat=f"steps {win[0]}-{win[1]} were not profiled: {reason}{where}")
-        # The trend file is rewritten at the next window, period end or the end of training:
-        # not now, when the disk may be what failed (one warning per problem).
-
-    def _close_window(self, closed_by: str) -> None:
-        with self._window_lock:  # the training thread, the owner watch or the exit hook
-            self._close_window_locked(closed_by)
-
-    def _close_window_locked(self, closed_by: str) -> None:
-        cap = self._capture
-        if cap is None:
-            return
-        unfinished = None
-        if self._trace is not None:
-            if closed_by == "interrupted":
-                # The step was cut by an exception: its marker ends only after the profiler
-                # stopped, so that the trace holds complete steps only.
-                unfinished, self._trace = self._trace, None
-                self.tracker.step_cut()
-            else:
-                self._step_end(close_if_done=False)
-        self._capture, self._owner = None, None
-        WATCH.discard(self)
-        rec = cap.record
-        rec.closed_by = closed_by
-        problem, sysdata = cap.stop(unfinished)
-        closed = self.tracker.close()
-        rec.steps, rec.markers = closed.steps, closed.markers
-        rec.requested.extend(closed.also_covered)
-        if closed_by == "interrupted":
-            rec.interrupted = self._interruption_record(closed.markers)
-        if rec.trigger is not None:
-            trigger_outcome(rec.trigger, closed_by, closed.window, closed.markers)
-        if problem is not None:
-            cap.discard()
-        else:
-            problem = cap.publish(closed, self.tracker.spe, closed_by, with_model(sysdata, self.model))
-        if problem is not None:
-            self._skip(rec, closed.window, "save_failed", problem)
-            return
-        if self.analyze and not self._exiting:
-            if self.display:
-                rec.display = WindowDisplay(f"steps {rec.steps[0]}-{rec.steps[1]}")
-            self._hold(+1)
-            self._analysis.start(rec)
-        self._write_trend()
-
-    # ------------------------------------------------------------------------------------
-    def _warn(self, key: str, message: str, repeat: Optional[str] = None) -> None:
-        """One WARNING per kind of problem; repeats of it go to DEBUG (``repeat`` text)."""
-        if key in self._warned:
-            if repeat:
-                logger.debug(repeat)
-            return
-        self._warned.add(key)
-        logger.warning(message)
+    def _stop_after_error(self, reason: str) -> None:
+        """The guard's cleanup: no window opens any more, the open one is dropped."""
+        self._windows.abandon(reason)

@@ -14,14 +14,16 @@ own open windows (``sys._current_frames``, a snapshot under the GIL, no tracing 
 far. It sleeps on an event while no window is open, so it costs nothing outside windows and
 one thread for the life of the process however many windows a job opens.
 
-No TensorFlow here: the callback does the closing (``BottleneckProfiler._close_orphan``).
+:class:`TrainingDriver` says which owner a window takes when it opens; the window controller
+(:class:`~.controller.WindowController`) registers with :data:`WATCH` while its window is open
+and does the closing. No TensorFlow here.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, List, Optional, Protocol, Tuple
 
 #: Seconds between two looks at the owners' stacks while a window is open: an interrupted
 #: notebook cell stops the profiler within this time (a stack walk costs microseconds).
@@ -83,35 +85,95 @@ class Owner:
         return "fit" if self.kind == "fit" else "custom loop"
 
 
-class OwnerWatch:
-    """The process' watcher of open windows (one daemon thread, started with the first
-    window). Profilers register while a window is open; the thread calls their
-    ``_close_orphan()`` when their owner is gone."""
+class TrainingDriver:
+    """What drives training now, for the windows that open: a ``fit`` (its frame, and whether
+    its model is a tf-keras one) or a custom loop (the frame of its latest ``step()``).
+
+    Attributes:
+      in_fit: True from a ``fit``'s ``on_train_begin`` to its ``on_train_end``.
+      tf_keras: the latest ``fit``'s model is a tf-keras (Keras 2) model, whose own per-step
+        ``train`` markers are filtered while a window of that ``fit`` is open.
+      fit: the running ``fit``'s owner; None outside ``fit`` or when no ``fit`` frame was found.
+      loop: the custom loop's owner (the frame that last began a step outside ``fit``), or None.
+    """
 
     def __init__(self) -> None:
-        self._open: set = set()  # strong: a profiler with an open window lives until it is closed
+        self.in_fit = False
+        self.tf_keras = False
+        self.fit: Optional[Owner] = None
+        self.loop: Optional[Owner] = None
+
+    def fit_began(self, frame, tf_keras: bool) -> None:
+        """A ``fit`` began: ``frame`` is its frame (:func:`fit_frame`; None when not found)."""
+        self.fit = Owner(frame, "fit") if frame is not None else None
+        self.in_fit = True
+        self.tf_keras = tf_keras
+
+    def fit_ended(self) -> None:
+        """The ``fit`` ended normally (``on_train_end``)."""
+        self.in_fit, self.fit = False, None
+
+    def loop_stepped(self, frame) -> Optional[Owner]:
+        """A custom loop began a step from ``frame``: returns its new owner (None inside
+        ``fit``, where the ``fit`` frame owns the windows)."""
+        if self.in_fit:
+            return None
+        self.loop = Owner(frame, "loop")
+        return self.loop
+
+    def owner(self) -> Optional[Owner]:
+        """The owner of a window opening now."""
+        return self.fit if self.in_fit else self.loop
+
+    @property
+    def filter_legacy(self) -> bool:
+        """A window opening now filters tf-keras' own step markers (:class:`.window.LegacyKerasMarkerFilter`)."""
+        return self.in_fit and self.tf_keras
+
+
+class Watched(Protocol):
+    """What :class:`OwnerWatch` watches: something with an open window (the window controller)."""
+
+    def close_orphan(self, strict: bool = False) -> bool:
+        """Close the open window when its owner is gone; True when it closed one."""
+
+
+class OwnerWatch:
+    """The process' watcher of open windows (one daemon thread, started with the first
+    window). Window controllers register while a window is open; the thread calls their
+    ``close_orphan()`` when their owner is gone."""
+
+    def __init__(self) -> None:
+        self._open: set = set()  # strong: a controller with an open window lives until it is closed
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    def add(self, profiler) -> None:
-        """``profiler`` opened a window."""
+    def add(self, watched: Watched) -> None:
+        """``watched`` opened a window."""
         with self._lock:
-            self._open.add(profiler)
+            self._open.add(watched)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tfbneck-window-watch", daemon=True)
                 self._thread.start()
         self._wake.set()
 
-    def discard(self, profiler) -> None:
-        """``profiler``'s window closed."""
+    def discard(self, watched: Watched) -> None:
+        """``watched``'s window closed."""
         with self._lock:
-            self._open.discard(profiler)
+            self._open.discard(watched)
 
-    def profilers(self) -> list:
-        """The profilers with an open window now."""
+    def watched(self) -> List[Any]:
+        """What has an open window now."""
         with self._lock:
             return list(self._open)
+
+    def reclaim(self, opener: Watched) -> None:
+        """Before ``opener`` opens a window: close the windows of the others whose training
+        was left (an interrupted fit in a notebook), so that this window gets the profiler."""
+        for other in self.watched():
+            if other is not opener:
+                other.close_orphan(strict=True)
 
     def _run(self) -> None:  # pragma: no cover - timing-dependent; tests/test_interrupts.py drives it
         while True:
@@ -122,9 +184,9 @@ class OwnerWatch:
                     self._wake.clear()
                     continue
                 watched = list(self._open)
-            for p in watched:
+            for w in watched:
                 try:
-                    p._close_orphan()
+                    w.close_orphan()
                 except Exception:  # noqa: BLE001, S112 - the watch must outlive any one window
                     continue
 
@@ -133,61 +195,9 @@ class OwnerWatch:
 WATCH = OwnerWatch()
 
 
-class InterruptMixin:
-    """Methods of ``BottleneckProfiler`` that close a window its training left abnormally
-    (module docstring)."""
-
-    # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
-    # only: they tell the type checker, they create nothing).
-    tracker: Any
-    _capture: Any
-    _owner: Optional[Owner]
-    _cut: Optional[Tuple[Optional[str], str]]
-    _window_lock: Any
-    _warn: Callable[..., None]
-    _guard: Callable[..., Any]
-    _close_window: Callable[[str], None]
-
-    def _interrupt(self, exception: Optional[str], how: str) -> None:
-        """Close the open window as ``interrupted``: ``exception`` is the exception's type
-        name when known, ``how`` says how the interruption was seen (sidecar
-        ``window.interrupted.detected``)."""
-        with self._window_lock:
-            cap = self._capture
-            if cap is None:
-                return
-            win, got = cap.window, self.tracker.markers
-            upto = f"after step {got[-1][1]}" if got else "before a step of it was recorded"
-            what = f"with {exception}" if exception else "without finishing (an exception)"
-            self._warn("interrupted", f"training ended inside a profiling window of steps {win[0]}-{win[1]} "
-                                      f"{upto}, {what}; {how}: the profiler is stopped and the session keeps "
-                                      f"the complete steps, marked interrupted")
-            self._cut = (exception, how)
-            self._close_window("interrupted")
-
-    def _close_orphan(self, strict: bool = False) -> bool:
-        """Close the open window when its owner is gone (called by :data:`WATCH`'s thread,
-        and by another profiler that needs the profiler). Returns True when it closed one."""
-        owner = self._owner
-        if self._capture is None or owner is None or not owner.gone(strict):
-            return False
-        with self._window_lock:
-            if self._capture is None or self._owner is not owner:
-                return False
-            left = "fit" if owner.kind == "fit" else "the custom loop"
-            self._guard(self._interrupt, None, f"{left} was left without ending the window")
-        return True
-
-    def _reclaim_profiler(self) -> None:
-        """Before opening a window: close the windows of other profilers whose training was
-        left (an interrupted fit in a notebook), so that this window gets the profiler."""
-        for other in WATCH.profilers():
-            if other is not self:
-                other._close_orphan(strict=True)
-
-    def _interruption_record(self, markers) -> Optional[dict]:
-        """The sidecar's ``window.interrupted`` of a window being closed as interrupted."""
-        exception, how = self._cut or (None, "unknown")
-        self._cut = None
-        return {"steps_recorded": sum(b - a + 1 for a, b in markers), "markers_recorded": len(markers),
-                "exception": exception, "detected": how}
+def interruption_record(markers: List[Tuple[int, int]], exception: Optional[str], how: str) -> dict:
+    """The sidecar's ``window.interrupted`` of a window closed as interrupted: the steps and
+    markers it recorded (``markers``: one ``(first, last)`` batch range per complete step),
+    the exception's type name (None when unseen) and how the interruption was seen."""
+    return {"steps_recorded": sum(b - a + 1 for a, b in markers), "markers_recorded": len(markers),
+            "exception": exception, "detected": how}

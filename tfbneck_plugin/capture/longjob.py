@@ -1,96 +1,143 @@
-"""The long-job half of ``BottleneckProfiler``: step-time statistics per period (scalars and
-the trend file), the trend file's updates, the slowdown that came too late, and holding the
-slowdown trigger while an analysis runs. A mixin of
-:class:`~tfbneck_plugin.capture.callback.BottleneckProfiler` (it uses the callback's
-``tracker``, ``trend``, ``windows``, ``_analysis``, ``_warn``...), kept apart so that each
-module stays readable. Imports no TensorFlow itself (the scalars go through
-:meth:`.background.BackgroundAnalysis.write_values`).
+"""A long job's account beside its windows, kept in the step-time trend file
+(:class:`.trend.JobTrend`) that the TensorBoard tab draws:
+
+* :class:`StepTimeReporter`: the job's own step time per period (an epoch, or every
+  ``step_time_every`` steps): its median and 90th percentile to the trend file and the scalars,
+  and the file rewritten as windows close and their analyses end;
+* :class:`UncapturedSlowdowns`: when training ends, the slowdowns the trigger saw and did not
+  capture (a slow stretch still unconfirmed, stretches refused because other processes took the
+  CPU), told once.
+
+No TensorFlow here (the scalars go through a ``write_values`` callable).
 """
 from __future__ import annotations
 
-import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from ..records import Outcome
-from .arguments import logger
-from .background import BackgroundAnalysis
+from .controller import WindowRecord
+from .safety import logger
 from .summaries import period_scalars
-from .tracker import StepTracker
-from .trend import JobTrend
-from .window import WindowRecord
+
+if TYPE_CHECKING:
+    from .safety import Guard, LogDirState
+    from .steptime import StepTimer
+    from .tracker import StepTracker
+    from .trend import JobTrend
 
 
-class LongJobMixin:
-    """Methods of ``BottleneckProfiler`` about step times and slowdowns (module docstring)."""
+class StepTimeReporter:
+    """Writes the step-time statistics of each period and keeps the trend file current.
 
-    #: The process's CPU time (s) at the current period's start; None before the first period ends.
-    _period_cpu_s: Optional[float] = None
+    Args:
+      tracker: the step tracker; its clock (``tracker.timer``) holds the period's step times.
+      trend: the trend file.
+      log_dir: whether ``log_dir`` can be written (:class:`.safety.LogDirState`): nothing is
+        written while it cannot.
+      write_values: ``(scalars, step)``: writes TensorBoard scalars (None: no scalars).
 
-    # What the methods read of the callback, set in BottleneckProfiler.__init__ (annotations
-    # only: they tell the type checker, they create nothing).
-    tracker: StepTracker
-    trend: JobTrend
-    windows: List[WindowRecord]
-    write_step_times: bool
-    _period_first: int
-    _log_dir_problem: Optional[str]
-    _disabled: Optional[str]
-    _analysis: BackgroundAnalysis
-    _hold_lock: threading.Lock
-    analyze: object  # False, "process" or "thread"
-    _warn: Callable[..., None]
+    Attributes:
+      first: the first step of the current period (1-based batches).
+    """
 
-    def _flush_step_times(self, upto: int, epoch: Optional[int]) -> None:
-        """The period ending at step ``upto`` is over: its p50/p90 go to the scalars and
-        the trend file (nothing when no step of it was timed)."""
-        tr = self.tracker
+    def __init__(self, tracker: "StepTracker", trend: "JobTrend", log_dir: "LogDirState",
+                 write_values: Optional[Callable[[Dict[str, float], int], None]]):
+        self._tracker, self._trend, self._log_dir, self._write_values = tracker, trend, log_dir, write_values
+        self.first = 1
+        self._cpu_s: Optional[float] = None  # the process's CPU time (s) at the period's start
+
+    def end_period(self, upto: int, epoch: Optional[int]) -> None:
+        """The period ending at step ``upto`` (of Keras' 0-based ``epoch``, None in custom loops)
+        is over: its p50/p90 (ms) go to the trend file and the scalars ``bottleneck/step_time_ms/*``
+        at step ``upto``; nothing when no step of it was timed or ``log_dir`` cannot be written."""
+        tr = self._tracker
         tr.flush_due = False
         stats = tr.timer.take_period()
-        first, self._period_first = self._period_first, upto + 1
+        first, self.first = self.first, upto + 1
         # The process's CPU time per step over the period: the code's own cost, which a busy
         # machine changes far less than the wall time (compare tells load from code with it).
-        cpu_s, self._period_cpu_s = self._period_cpu_s, time.process_time()
-        if stats is None or self._log_dir_problem is not None or upto < first:
+        cpu_s, self._cpu_s = self._cpu_s, time.process_time()
+        if stats is None or self._log_dir.problem is not None or upto < first:
             return
         point = {"step": upto, "first_step": first, "epoch": epoch, **stats, "t_unix_ns": time.time_ns()}
         if cpu_s is not None:
-            point["cpu_ms"] = round(1e3 * (self._period_cpu_s - cpu_s) / (upto - first + 1), 4)
-        self.trend.spe, self.trend.baseline = tr.spe, tr.timer.baseline()
-        self.trend.add_point(point)
-        if self.write_step_times:
-            self._analysis.write_values(period_scalars(stats), step=upto)
+            point["cpu_ms"] = round(1e3 * (self._cpu_s - cpu_s) / (upto - first + 1), 4)
+        self._trend.spe, self._trend.baseline = tr.spe, tr.timer.baseline()
+        self._trend.add_point(point)
+        if self._write_values is not None:
+            self._write_values(period_scalars(stats), upto)
 
-    def _slowdowns_at_end(self, why: str) -> None:
-        """Training ended (``why``): what the slowdown trigger saw and did not capture is told
-        once more (:meth:`_cpu_taken_summary`, :meth:`_slowdown_too_late`)."""
-        self._cpu_taken_summary()
-        self._slowdown_too_late(why)
+    def write_trend(self) -> None:
+        """Rewrite the trend file, unless ``log_dir`` cannot be written."""
+        if self._log_dir.problem is None:
+            self._trend.write()
 
-    def _slowdown_too_late(self, why: str) -> None:
+    def window_analysed(self, rec: WindowRecord) -> None:
+        """Analysis thread: ``rec.report`` is set; what changed since the previous window
+        (:meth:`.trend.JobTrend.changes`). Never raises."""
+        try:
+            self._trend.changes()
+        except Exception:  # noqa: BLE001 - the trend is a convenience: never disturb the analysis
+            logger.debug("tfbneck: computing the verdict change failed", exc_info=True)
+
+    def analysis_ended(self, rec: WindowRecord) -> None:
+        """Analysis thread: the window's analysis ended (however it ended): the trend file
+        gets its verdict. Never raises."""
+        try:
+            self.write_trend()
+        except Exception:  # noqa: BLE001
+            logger.debug("tfbneck: writing the trend failed", exc_info=True)
+
+
+class UncapturedSlowdowns:
+    """What the slowdown trigger saw and did not capture, told when training ends.
+
+    Args:
+      timer: the step clock (:class:`.steptime.StepTimer`) whose trigger is asked.
+      windows: the callback's list of :class:`.controller.WindowRecord`: a slowdown that came
+        too late is recorded there as a skipped triggered window.
+      trend_path: the trend file's path, named in the message about refused stretches.
+      guard: nothing is recorded once profiling was turned off (:attr:`.safety.Guard.disabled`).
+      warn: ``warn(key, message)``, one warning per kind.
+      write_trend: rewrites the trend file (:meth:`StepTimeReporter.write_trend`).
+    """
+
+    def __init__(self, timer: "StepTimer", windows: List[WindowRecord], trend_path: str, guard: "Guard",
+                 warn: Callable[[str, str], None], write_trend: Callable[[], None]):
+        self._timer, self._windows, self._trend_path = timer, windows, trend_path
+        self._guard, self._warn, self._write_trend = guard, warn, write_trend
+
+    def at_end(self, why: str) -> None:
+        """Training ended (``why``, e.g. ``"training ended"``): the stretches refused for the
+        CPU (:meth:`cpu_taken_summary`), then a slowdown in progress (:meth:`too_late`)."""
+        self.cpu_taken_summary()
+        self.too_late(why)
+
+    def too_late(self, why: str) -> None:
         """Training ends while the steps are slow, before the trigger's thresholds were all
         met: recorded as a triggered window that came too late (``windows``, the trend file
         and one warning), so the slowdown is not silently lost."""
-        run = self.tracker.timer.unfinished_run()
-        if run is None or self._disabled is not None:
+        run = self._timer.unfinished_run()
+        if run is None or self._guard.disabled is not None:
             return
         span = tuple(run["slow_steps"])
         note = (f"{why} while the steps were slow ({run['observed_p50_ms']:.3g} ms/step against a baseline of "
                 f"{run['baseline_p50_ms']:.3g} ms for {run['slow_step_count']} steps, {run['slow_for_s']:.3g} s, "
                 f"from step {span[0]}) before the slowdown trigger's thresholds were met: too late to profile it")
-        rec = WindowRecord(index=len(self.windows), requested=[span], status="skipped", reason=note,
+        rec = WindowRecord(index=len(self._windows), requested=[span], status="skipped", reason=note,
                            closed_by="too_late", steps=span, kind="triggered",
                            trigger=dict(run, outcome=Outcome.TOO_LATE.value, note=note))
-        self.windows.append(rec)
+        self._windows.append(rec)
         self._warn("too_late", note)
         self._write_trend()
 
-    def _cpu_taken_summary(self) -> None:
+    def cpu_taken_summary(self) -> None:
         """One line at the end for all the slow stretches left uncaptured because other
         processes took the CPU, when there were several: only the first had its own warning
         (one per kind), and the user who expected a capture should not have to open the
         trend file to learn that more were refused."""
-        state = self.tracker.timer.trigger_state()
+        state = self._timer.trigger_state()
         refused = [e for e in (state or {}).get("log", [])
                    if e.get("outcome") == Outcome.CPU_TAKEN]
         if len(refused) < 2:
@@ -99,51 +146,5 @@ class LongJobMixin:
         more = f" and {len(refused) - 8} more" if len(refused) > 8 else ""
         self._warn("slowdown:cpu_taken_all", f"{len(refused)} slow stretches were not profiled because other "
                                              f"processes took the CPU (steps {spans}{more}); each one's figures are "
-                                             f"in trigger_state.log of {self.trend.path}. To capture them anyway: "
+                                             f"in trigger_state.log of {self._trend_path}. To capture them anyway: "
                                              f"on_slowdown=SlowdownTrigger(cpu_check=False)")
-
-    def _write_trend(self) -> None:
-        if self._log_dir_problem is None:
-            self.trend.write()
-
-    def _hold(self, delta: int) -> None:
-        """An analysis starts (+1) or ends (-1): while one runs in a thread of the training
-        process (``analyze="thread"``), the slowdown trigger waits: it competes with training
-        for the GIL and the CPU, and a slowdown it causes is ours. An analysis in a child
-        process (the default) holds nothing: the child runs at ``nice`` 10 and yields the CPU
-        to training, and on a busy machine it is starved for tens of seconds, which held the
-        trigger through a whole slowdown (the slowdown corpus's steady runs, scheduled window
-        and analysis included, show no capture without the hold)."""
-        if self.analyze != "thread":
-            return
-        with self._hold_lock:
-            self.tracker.timer.holds = max(0, self.tracker.timer.holds + delta)
-
-    def _on_report(self, rec: WindowRecord) -> None:
-        """Analysis thread: ``rec.report`` is set; what changed since the previous window."""
-        try:
-            self.trend.changes()
-        except Exception:  # noqa: BLE001 - the trend is a convenience: never disturb the analysis
-            logger.debug("tfbneck: computing the verdict change failed", exc_info=True)
-
-    def _on_analysis_done(self, rec: WindowRecord) -> None:
-        """Analysis thread: the window's analysis ended (however it ended)."""
-        self._hold(-1)
-        try:
-            self._write_trend()
-        except Exception:  # noqa: BLE001
-            logger.debug("tfbneck: writing the trend failed", exc_info=True)
-
-def trigger_outcome(trigger: Dict, closed_by: str, window: Tuple[int, int], markers) -> None:
-    """Say in a triggered window's ``trigger`` whether it captured what it was opened for:
-    ``captured``, ``partial`` (training ended inside it) or ``too_late`` (no step recorded)."""
-    want = window[1] - window[0] + 1
-    got = sum(b - a + 1 for a, b in markers)
-    if closed_by == "completed":
-        trigger["outcome"] = Outcome.CAPTURED.value
-    elif markers:
-        trigger["outcome"] = Outcome.PARTIAL.value
-        trigger["note"] = f"{closed_by.replace('_', ' ')} after {got} of the {want} steps of the window"
-    else:
-        trigger["outcome"] = Outcome.TOO_LATE.value
-        trigger["note"] = f"{closed_by.replace('_', ' ')} before a step of the window was recorded: too late"

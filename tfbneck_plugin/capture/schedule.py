@@ -384,3 +384,12 @@ def long_window_warnings(schedule: StepSchedule, spe: int, max_steps: int) -> Li
                        f"max_window_steps={max_steps}: it is cut after {max_steps} (traces grow with every step; "
                        f"raise max_window_steps to keep it whole)")
     return out
+
+
+def not_reached_warning(seen: int, first: Tuple[int, int]) -> str:
+    """The warning of a ``fit`` that ended at step ``seen`` before the schedule's first window
+    ``first`` (1-based steps, both ends included) opened, with an earlier window to pass."""
+    hint = "(3, 5)" if seen >= 5 else f"(1, {seen})"
+    return (f"training stopped at step {seen}, before the first profiling window ({first[0]}-{first[1]}): "
+            f"nothing was profiled yet (steps count on across fit calls with this callback). For a shorter "
+            f"run pass an earlier window, e.g. profile_steps={hint}")

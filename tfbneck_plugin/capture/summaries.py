@@ -21,19 +21,22 @@ its last step: the verdict, its cause, confidence, step time, input share and th
 Everything else stays in the files the Bottleneck tab and ``tfbneck`` read: the whole report
 per window (the session's trace and sidecar), the step-time trend
 (``plugins/bottleneck/steptimes_*.json``) and every system figure per interval, per
-accelerator and the triage (``plugins/bottleneck/system_*.json``). No TensorFlow here: the
-writers in :mod:`.background` turn these values into summaries.
+accelerator and the triage (``plugins/bottleneck/system_*.json``).
+
+:class:`EventWriter` writes them, with ``tf.summary``: TensorFlow is imported when its first
+writer is made, never when this module is.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Dict, List, Mapping
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping
 
 from ..schema import SessionDict, bottleneck_label, step_time_ms
 from ..system.triage import busiest_gpu_util_pct
 
 if TYPE_CHECKING:
-    from .window import WindowRecord
+    from .controller import WindowRecord
 
 STEP_TIME_P50 = "bottleneck/step_time_ms/p50"
 STEP_TIME_P90 = "bottleneck/step_time_ms/p90"
@@ -128,3 +131,87 @@ def _plain(text: str) -> str:
     for ch in ("\\", "`", "*", "_"):
         text = text.replace(ch, "\\" + ch)
     return text
+
+
+class EventWriter:
+    """The callback's event file in ``<log_dir>``, shared by the step-time scalars (the training
+    thread, at a period's end), the system scalars (the system view's thread) and each analysed
+    window's summaries (an analysis thread), under one lock.
+
+    The summary API imports modules lazily at its first use (TensorBoard's summary API, which
+    imports ``concurrent.futures.thread``, which registers an exit hook): done on a thread while
+    the interpreter shuts down, that import fails with "can't register atexit after shutdown"
+    and the last window's summaries would be lost. So :meth:`prepare` creates the file writer
+    and runs the summary API (scalar and text) once without recording, on the training thread,
+    before any other thread writes; those threads then only write.
+
+    Args:
+      log_dir: where the event file goes.
+      warn: ``warn(key, message)``, one warning per kind: a writer that cannot be made or write
+        is said once (key ``"scalars"``), and training goes on.
+    """
+
+    def __init__(self, log_dir: str, warn: Callable[[str, str], None]):
+        self.log_dir, self._warn = log_dir, warn
+        self._writer: Any = None     # a tf.summary writer
+        self._lock = threading.Lock()
+        self._failed = False         # the writer could not be made: not retried at every period
+
+    @property
+    def ready(self) -> bool:
+        """The writer exists (:meth:`prepare` succeeded)."""
+        return self._writer is not None
+
+    def prepare(self) -> None:
+        """Create the writer and prime the summary API (class docstring); call it on the
+        training thread. Never raises."""
+        with self._lock:
+            if self._writer is not None or self._failed:
+                return
+            try:
+                import tensorflow as tf
+                writer = tf.summary.create_file_writer(self.log_dir)
+                with writer.as_default(), tf.summary.record_if(False):
+                    tf.summary.scalar(INPUT_PCT, 0.0, step=0)
+                    tf.summary.text(VERDICT_TAG, "", step=0)
+                self._writer = writer
+            except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
+                self._failed = True
+                self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+
+    def write_values(self, values: Dict[str, float], step: int) -> None:
+        """Write scalars ``tag -> value`` at ``step`` now, creating the writer if need be.
+        Never raises."""
+        self.prepare()
+        if self._writer is None:
+            return
+        import tensorflow as tf  # imported by prepare already
+        try:
+            with self._lock:
+                with self._writer.as_default():
+                    for tag, value in values.items():
+                        tf.summary.scalar(tag, value, step=step)
+                self._writer.flush()
+        except Exception as err:  # noqa: BLE001 - scalars are optional; training goes on
+            self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
+
+    def write_window(self, rec: WindowRecord, report: SessionDict) -> None:
+        """Write one analysed window's summaries at its last step: :func:`window_scalars` and
+        the text :func:`verdict_text`. Call only once :attr:`ready`; raises what the writer raises."""
+        import tensorflow as tf  # imported by prepare already: no import happens here
+        step = (rec.steps or (0, 0))[1]
+        with self._lock:
+            with self._writer.as_default():
+                for tag, value in window_scalars(report).items():
+                    tf.summary.scalar(tag, value, step=step)
+                tf.summary.text(VERDICT_TAG, verdict_text(rec, report), step=step)
+            self._writer.flush()
+
+    def flush(self) -> None:
+        """Flush what was written so far to disk."""
+        with self._lock:
+            if self._writer is not None:
+                try:
+                    self._writer.flush()
+                except Exception:  # noqa: BLE001, S110 - a full disk: the next flush tries again
+                    pass

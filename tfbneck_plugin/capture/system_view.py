@@ -13,7 +13,8 @@ accelerator) and the flowchart's triage, which the tab's trend view draws beside
 Between ``fit`` calls sampling pauses (an idle notebook is not a bottleneck). The sampler
 runs on its own daemon thread; scalars are written through the callback's existing event
 writer (primed on the training thread); every error is kept and warned once, never raised
-into training. TensorFlow is imported only to start the profiler server.
+into training. :class:`RunServices` resumes and pauses it, and starts TensorFlow's profiler
+server once (through a callable: no TensorFlow here).
 """
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from ..records import STEP_TIMES_DIR, system_run_name, write_sidecar
 from ..system.run import SystemRun, make_record, usable_cores
 from .summaries import system_scalars
+
+if TYPE_CHECKING:
+    from .safety import Guard, LogDirState
 
 #: Seconds per interval (one point per system scalar): event files stay small
 #: (a day is 8,640 points per tag) and a 10 s mean hides the sampler's 10 ms tick noise.
@@ -120,32 +124,48 @@ class RunSystemView:
         return self._path
 
 
-class RunServicesMixin:
-    """What BottleneckProfiler runs all training long besides step timing: the system view
-    (resumed when training begins) and TensorFlow's profiler server (started once). Needs
-    the callback's ``system_view``, ``write_step_times``, ``profiler_server_port``,
-    ``_server_started``, ``_disabled``, ``_log_dir_problem``, ``_analysis`` and ``_warn``."""
+class RunServices:
+    """What the callback runs all training long besides step timing: the whole run's system
+    view (resumed when training begins, paused when it ends) and TensorFlow's profiler server
+    (started once: one server per process, never retried).
 
-    system_view: Optional[RunSystemView]
-    write_step_times: bool
-    profiler_server_port: Optional[int]
-    _server_started: bool
-    _disabled: Optional[str]
-    _log_dir_problem: Optional[str]
-    _analysis: Any
-    _warn: Callable[[str, str], None]
+    Args:
+      system_view: the whole run's system view, or None (``system_interval_s`` off).
+      prime_writer: creates the event writer on the training thread before the system view's
+        thread writes scalars (None: no scalars).
+      server_port: the profiler server's port, or None (no server).
+      start_server: ``start_server(port)`` starts the profiler server
+        (``tf.profiler.experimental.server.start``); may raise.
+      guard: nothing resumes once profiling was turned off (:attr:`.safety.Guard.disabled`).
+      log_dir: nothing resumes while ``log_dir`` cannot be written (:class:`.safety.LogDirState`;
+        said once already).
+      warn: ``warn(key, message)``, one warning per kind.
+    """
 
-    def _start_run_services(self) -> None:
-        if (self.system_view is not None and not self.system_view.running and self._disabled is None
-                and self._log_dir_problem is None):  # an unwritable log_dir is warned about once, already
-            if self.write_step_times:
-                self._analysis.write_values({}, 0)  # creates the event writer here, on the training thread
-            self.system_view.resume()
-        if self.profiler_server_port is not None and not self._server_started:
-            self._server_started = True  # one server per process: never retried
+    def __init__(self, system_view: Optional[RunSystemView], prime_writer: Optional[Callable[[], None]],
+                 server_port: Optional[int], start_server: Callable[[int], None], guard: "Guard",
+                 log_dir: "LogDirState", warn: Callable[[str, str], None]):
+        self.system_view, self._prime_writer = system_view, prime_writer
+        self.server_port, self._start_server = server_port, start_server
+        self._guard, self._log_dir, self._warn = guard, log_dir, warn
+        self.server_started = False
+
+    def start(self) -> None:
+        """Training begins (a ``fit``, or a custom loop's first step)."""
+        view = self.system_view
+        if view is not None and not view.running and self._guard.disabled is None and self._log_dir.problem is None:
+            if self._prime_writer is not None:
+                self._prime_writer()
+            view.resume()
+        if self.server_port is not None and not self.server_started:
+            self.server_started = True
             try:
-                import tensorflow as tf  # the capture side only
-                tf.profiler.experimental.server.start(self.profiler_server_port)
+                self._start_server(self.server_port)
             except Exception as err:  # noqa: BLE001 - on-demand capture is optional; training goes on
                 self._warn("profiler_server", f"the profiler server could not start on port "
-                                              f"{self.profiler_server_port} ({type(err).__name__}: {err})")
+                                              f"{self.server_port} ({type(err).__name__}: {err})")
+
+    def pause(self) -> None:
+        """Training ended (``fit`` ended, or ``close()``): the system view pauses and writes its record."""
+        if self.system_view is not None:
+            self.system_view.pause()

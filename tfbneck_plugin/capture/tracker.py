@@ -6,8 +6,8 @@ Steps are counted in batches from 1, across ``fit`` calls and custom loops, the 
 Keras' ``TensorBoard(profile_batch=...)`` counts them. Keras calls batch hooks once per
 *execution* when ``steps_per_execution`` (``spe``) > 1: one step then covers the batches
 ``first..last`` of that execution, and a window covers the whole executions that touch
-it. The tracker only decides; the callback acts (starts the profiler, writes the step
-marker) and reports back with :meth:`StepTracker.opened`, :meth:`StepTracker.step_began`,
+it. The tracker only decides; the callback's window controller (:mod:`.controller`) acts
+(starts the profiler, writes the step marker) and reports back with :meth:`StepTracker.opened`, :meth:`StepTracker.step_began`,
 :meth:`StepTracker.step_ended`, :meth:`StepTracker.close` or :meth:`StepTracker.skip`.
 
 Every training step, profiled or not, enters through :meth:`StepTracker.fit_batch` (Keras

@@ -323,7 +323,7 @@ def job_step_near(steps, points: List[Dict], trigger: Optional[Dict] = None,
 
 
 def window_entry(rec, points: Optional[List[Dict]] = None, breaks: Sequence[int] = ()) -> Dict:
-    """One window of the trend file, from a :class:`~.window.WindowRecord` (``points``: the
+    """One window of the trend file, from a :class:`~.controller.WindowRecord` (``points``: the
     trend's periods, for the window's ``overhead``; ``breaks``: :func:`level_breaks`)."""
     verdict = verdict_of(rec.report)
     return {"index": rec.index, "kind": rec.kind, "requested": [list(w) for w in rec.requested],
@@ -343,9 +343,12 @@ class JobTrend:
       trigger: the slowdown thresholds (a dict) or None.
       warn: the callback's ``warn(key, message)``: a file that cannot be written is said
         once, and training goes on.
+      trigger_state_of: returns the slowdown trigger's record (``StepTimer.trigger_state``),
+        written as the file's ``trigger_state``; None: no trigger.
     """
 
-    def __init__(self, log_dir: str, windows: List, trigger: Optional[Dict], warn: Callable[[str, str], None]):
+    def __init__(self, log_dir: str, windows: List, trigger: Optional[Dict], warn: Callable[[str, str], None],
+                 trigger_state_of: Optional[Callable[[], Optional[Dict]]] = None):
         self.log_dir, self.windows, self._warn = log_dir, windows, warn
         self.start_ns = time.time_ns()
         self.host, self.pid = socket.gethostname(), os.getpid()
@@ -354,8 +357,7 @@ class JobTrend:
         self.points: List[Dict] = []
         self.trigger = trigger
         self.baseline: Optional[Dict] = None
-        #: Returns the slowdown trigger's record (``StepTimer.trigger_state``); None: no trigger.
-        self.trigger_state_of: Optional[Callable[[], Optional[Dict]]] = None
+        self.trigger_state_of = trigger_state_of
         self.spe = 1
         self.ended = False
         self._lock = threading.Lock()

@@ -1,8 +1,9 @@
 """The capture of one profiling window: a staging folder with its "incomplete" record,
 the system sampler, TensorFlow's profiler session (start, stop, export), the sidecar, and
 publishing the finished session into ``<log_dir>/plugins/profile/``; or the skip record
-of a window that could not be captured. Imports TensorFlow (the capture subpackage is
-the only part of the package that does).
+of a window that could not be captured; and :class:`TensorFlowProfiler`, what the window
+controller (:mod:`.controller`) asks of the profiler. Imports TensorFlow (the capture
+subpackage is the only part of the package that does).
 
 Sessions are written in ``<log_dir>/.tfbneck-staging/<pid>-<n>-<id>/`` first and moved
 into ``plugins/profile/`` complete with their sidecar, so a reader never sees a trace
@@ -16,18 +17,15 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
 from ..system.sampler import SystemSampler
+from .controller import WindowRecord
 from .job import job_info, session_suffix, with_job
 from .tracker import ClosedWindow
-
-if TYPE_CHECKING:
-    from .display import WindowDisplay
 
 try:  # the module-level session object tells whose profiler is running (private API)
     from tensorflow.python.profiler import profiler_v2 as _profiler_v2
@@ -41,55 +39,6 @@ LARGE_TRACE_BYTES = 500 * 1024 * 1024
 Range = Tuple[int, int]
 #: ``warn(key, message)``: the callback's one-warning-per-kind logger.
 Warn = Callable[[str, str], None]
-
-
-@dataclass
-class WindowRecord:
-    """What happened to one profiling window (``BottleneckProfiler.windows``).
-
-    Attributes:
-      index: 0-based, in the order windows were reached.
-      requested: the windows asked for (``(start, stop)``, 1-based steps) that it covers.
-      status: ``"open"``, ``"profiled"`` or ``"skipped"``.
-      reason: why it was skipped (None otherwise).
-      session_dir: the session folder (trace + sidecar, or the skipped record); None when
-        nothing could be written.
-      steps: ``(first, last)`` batch recorded (whole executions when ``steps_per_execution``
-        > 1, so it may be wider than ``requested``).
-      markers: one ``(first, last)`` batch range per step marker in the trace (grows while
-        the window is open).
-      closed_by: ``"completed"``, ``"training_ended"``, ``"closed"``, ``"interrupted"``,
-        ``"interpreter_exit"``, or ``"skipped"``.
-      report: the analyzer's session report once the background analysis finished: a
-        :class:`tfbneck_plugin.api.SessionReport` (a dict, see the README "Report", that
-        displays as the verdict card in a notebook); None before or without analysis.
-      analysis_error: why the analysis failed, when it did.
-      kind: ``"scheduled"`` (``profile_steps``) or ``"triggered"`` (``on_slowdown``).
-      trigger: for a triggered window, why it opened (the sidecar's ``window.trigger``,
-        format in :mod:`tfbneck_plugin.records`); None for a scheduled one.
-      change: when this window's verdict differs from the previous analysed window's, what
-        changed (:func:`.trend.verdict_change`); else None.
-      display: the notebook output reserved for the verdict (``display=True``), or None.
-      interrupted: for a window closed as ``"interrupted"`` (training left it with an
-        exception or an interrupt), the sidecar's ``window.interrupted``:
-        ``{"steps_recorded": batches, "markers_recorded": int, "exception": type name or
-        None when unseen, "detected": how}``; else None.
-    """
-    index: int
-    requested: List[Range]
-    status: str = "open"
-    reason: Optional[str] = None
-    session_dir: Optional[str] = None
-    steps: Optional[Range] = None
-    markers: List[Range] = field(default_factory=list)
-    closed_by: Optional[str] = None
-    report: Optional[Dict] = None
-    analysis_error: Optional[str] = None
-    kind: str = "scheduled"
-    trigger: Optional[Dict] = None
-    change: Optional[Dict] = None
-    display: Optional["WindowDisplay"] = field(default=None, repr=False)
-    interrupted: Optional[Dict] = None
 
 
 class _NullTrace:
@@ -359,6 +308,45 @@ class WindowCapture:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
+class TensorFlowProfiler:
+    """TensorFlow's side of the windows, for :class:`.controller.WindowController`: a window's
+    capture, the step marker, the record of a window that could not be captured.
+
+    Args:
+      log_dir: the callback's ``log_dir``.
+      options: ``tf.profiler.experimental.ProfilerOptions`` or None (the profiler's defaults).
+      system_metrics: sample the system during windows.
+      sample_interval_s: seconds between those samples.
+      warn: ``warn(key, message)``, one warning per kind.
+    """
+
+    def __init__(self, log_dir: str, options: Any, system_metrics: bool, sample_interval_s: float, warn: Warn):
+        self.log_dir, self.options, self.warn = log_dir, options, warn
+        self.system_metrics, self.sample_interval_s = system_metrics, sample_interval_s
+
+    def open(self, record: WindowRecord, window: Range, log_dir_problem: Optional[str],
+             filter_legacy: bool) -> Tuple[Optional[WindowCapture], Optional[Tuple[str, str]]]:
+        """Start capturing ``window`` (after stopping a profiler whose window's close was cut,
+        :func:`release_cut_close`): ``(capture, None)``, or ``(None, (kind, reason))`` when it
+        cannot (:func:`precheck`, :meth:`WindowCapture.open`)."""
+        release_cut_close()
+        problem = precheck(log_dir_problem)
+        if problem is not None:
+            return None, problem
+        return WindowCapture.open(self.log_dir, record, window, options=self.options,
+                                  system_metrics=self.system_metrics, sample_interval_s=self.sample_interval_s,
+                                  filter_legacy=filter_legacy, warn=self.warn)
+
+    def marker(self, step: int) -> Any:
+        """The step marker of the step beginning at batch ``step``: ``Trace('train',
+        step_num=step, _r=1)``, the marker XProf and ``tfbneck analyze`` find steps by."""
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+    def record_skip(self, record: WindowRecord, window: Range, reason: str) -> str:
+        """:func:`record_skip` in ``log_dir``."""
+        return record_skip(self.log_dir, record, window, reason)
+
+
 def release_cut_close() -> bool:
     """Stop the profiler of a window whose close was itself cut (a ``KeyboardInterrupt``
     between the callback letting go of the window and the profiler's stop): nothing owns
@@ -401,26 +389,6 @@ def record_skip(log_dir: str, record: WindowRecord, window: Range, reason: str,
         return f"; could not record it ({err.strerror or err})"
     record.session_dir = folder
     return f"; recorded in {folder}"
-
-
-def writable_problem(log_dir: str) -> Optional[str]:
-    """None when ``log_dir`` can hold sessions, else a one-line reason."""
-    probe = None
-    try:
-        folder = os.path.join(log_dir, "plugins", "profile")
-        os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".tfbneck-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.unlink(probe)
-        return None
-    except OSError as err:
-        if probe is not None:  # created, but the write failed (disk full): do not leave it behind
-            try:
-                os.unlink(probe)
-            except OSError:
-                pass
-        return f"log_dir {log_dir} is not writable ({type(err).__name__}: {err.strerror or err})"
 
 
 def exported_session(staging: str) -> Optional[str]:
