@@ -6,18 +6,14 @@ import shutil
 import time
 
 import psutil
-import pytest
 
 from conftest import DEMO_LOGS
 
-#: capture.background imports TensorFlow (the callback's package), so the quick tier leaves it out.
-pytestmark = pytest.mark.tf
 
 
 def test_at_most_two_analyses_run_and_windows_beyond_the_queue_keep_their_trace(tmp_path):
-    pytest.importorskip("tensorflow", reason="tfbneck_plugin.capture is the callback's package: it needs TensorFlow")
     from tfbneck_plugin.capture import background as bg
-    from tfbneck_plugin.capture.window import WindowRecord
+    from tfbneck_plugin.capture.controller import WindowRecord
 
     demo = next(d for d, _, fs in sorted(os.walk(DEMO_LOGS)) if any(f.endswith(".xplane.pb") for f in fs))
     sessions = []

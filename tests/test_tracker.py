@@ -25,7 +25,7 @@ class Driver:
         self.refuse = set(refuse)   # windows whose opening fails (e.g. another profiler)
         self.closed, self.skipped, self.marker_open = [], [], False
 
-    # -- shared by fit and loops (BottleneckProfiler._step_begin / _step_end) -------------
+    # -- shared by fit and loops (capture.controller.WindowController.step_begin / step_end) -------------
     def begin(self, first, last):
         if self.t.window_passed(first):
             self.close()

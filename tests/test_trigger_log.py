@@ -23,8 +23,7 @@ def trend_file(log_dir, durations, **trigger):
     clock = Clock()
     timer = StepTimer(trig(**trigger), clock=clock)
     fired = run_steps(timer, clock, durations)
-    t = JobTrend(str(log_dir), [], timer.trigger.to_dict(), lambda k, m: None)
-    t.trigger_state_of = timer.trigger_state
+    t = JobTrend(str(log_dir), [], timer.trigger.to_dict(), lambda k, m: None, trigger_state_of=timer.trigger_state)
     t.add_point({"step": len(durations), "first_step": 1, "steps": len(durations), "p50_ms": 10.0, "p90_ms": 12.0})
     t.write()
     return t.path, fired, timer.trigger_state()
