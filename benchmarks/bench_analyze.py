@@ -26,7 +26,7 @@ Targets: b / a <= 1.6, peak RSS of (b) <= 3.5 x the file size, b / c <= 0.2. A t
 2 GiB (protobuf's limit for one message: neither (a) nor (c) can parse it) gets (b) alone, with
 tfbneck's own size limit (TFBNECK_MAX_TRACE_BYTES) raised to its size.
 ``--save`` writes the medians into benchmarks/results/bench_analyze.json under --label (a
-64 MB and a 1 GB trace each have theirs); ``--readme`` renders that file into README.md
+56 MB and a 1 GB trace each have theirs); ``--readme`` renders that file into README.md
 between the ``bench_analyze`` marker lines (tests/test_bench_analyze.py keeps them equal).
 
 ``--quick`` measures the ratio the quick test tier guards: in one process, interleaved,
@@ -281,7 +281,7 @@ def main():
     ap.add_argument("trace", nargs="?")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--label", default="64 MB Keras 3 fit")
+    ap.add_argument("--label", default="56 MB Keras 3 fit")
     ap.add_argument("--note", help="how the trace was made, for the README's notes")
     ap.add_argument("--no-xprof", action="store_true", help="leave out (c)")
     ap.add_argument("--save", action="store_true", help="write the medians into " + RESULTS)
