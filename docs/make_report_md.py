@@ -80,15 +80,23 @@ def _comments(source: str) -> Dict[int, str]:
 
 def typed_dicts(path: str = SCHEMA) -> List[Tuple[str, str, List[Tuple[str, str, str]]]]:
     """``[(class name, docstring, [(key, type, comment)])]`` of the schema's TypedDicts, in
-    the order they are declared."""
+    the order they are declared; a TypedDict that extends another of the schema's has that
+    one's keys first."""
     source = open(path, encoding="utf-8").read()
     comments = _comments(source)
     out = []
+    keys_of: Dict[str, List[Tuple[str, str, str]]] = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "TypedDict" for b in node.bases):
-            keys = [(item.target.id, ast.unparse(item.annotation), comments.get(item.lineno, ""))
-                    for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
-            out.append((node.name, " ".join((ast.get_docstring(node) or "").split()), keys))
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [getattr(b, "id", "") for b in node.bases]
+        if "TypedDict" not in bases and not any(b in keys_of for b in bases):
+            continue
+        keys = [k for b in bases for k in keys_of.get(b, [])]
+        keys += [(item.target.id, ast.unparse(item.annotation), comments.get(item.lineno, ""))
+                 for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
+        keys_of[node.name] = keys
+        out.append((node.name, " ".join((ast.get_docstring(node) or "").split()), keys))
     return out
 
 

@@ -164,15 +164,9 @@ class SyncStep(TypedDict, total=False):
     start_unix_ns: Optional[int]
 
 
-class OwnLimit(TypedDict, total=False):
-    """A worker's own verdict: the host rules over its time outside collectives."""
-    bottleneck: str
-    cause: str
-    cause_text: str
-    confidence: float
-    evidence: List[str]
-    evidence_detail: List[EvidenceItem]
-    recommendations: List[Recommendation]
+class OwnLimit(VerdictFields, total=False):
+    """A worker's own verdict: the host rules over its time outside collectives (a verdict's
+    fields, and the time they were decided on)."""
     pct: Dict[str, float]             # % of the own time
     own_ms: float                     # mean ms per step outside collectives
     step_ms: float                    # mean ms per step
@@ -386,7 +380,8 @@ def add_words(report: SessionDict) -> SessionDict:
     report["category_labels"] = {c: category_label(c, report.get("device_kind")) for c in CATEGORY_LABELS}
     now = (report.get("steps") or {}).get("time_per_batch_ms")
     sync = report.get("sync") or {}
-    for recs in (report.get("recommendations"), (sync.get("own") or {}).get("recommendations"),
+    own = sync.get("own")
+    for recs in (report.get("recommendations"), own.get("recommendations") if own else None,
                  sync.get("network_recommendations")):
         for rec in recs or []:
             rec["worth"] = worth(rec, now)
