@@ -89,3 +89,12 @@ def test_table_and_markdown_rows_give_the_time_per_batch():
     # The CSV keeps the traced step (step_ms) beside the time per batch.
     rows = list(csv.DictReader(io.StringIO(report.to_csv(rep))))
     assert [(r["step_ms"], r["time_per_batch_ms"]) for r in rows[:2]] == [("0.803", "0.803"), ("6.184", "0.19325")]
+
+
+def test_the_verdict_inside_a_sentence_is_the_label_with_its_first_capital_lowered():
+    """The trend's change sentences ("CPU-bound (...), was device-bound (...)") use the labels
+    every view shows, not a table of their own."""
+    from tfbneck_plugin import schema
+    assert [schema.bottleneck_words(k) for k in ("cpu", "device", "io", "network", "unknown")] == \
+        ["CPU-bound", "device-bound", "I/O-bound", "network-bound", "no verdict"]
+    assert [schema.bottleneck_label(k) for k in ("device", "network")] == ["Device-bound", "Network-bound"]

@@ -354,6 +354,14 @@ def bottleneck_label(bottleneck: Optional[str]) -> str:
     return BOTTLENECK_LABELS.get(str(bottleneck), str(bottleneck or "unknown"))
 
 
+def bottleneck_words(bottleneck: Optional[str]) -> str:
+    """The verdict's label inside a sentence: :func:`bottleneck_label` with the capital that
+    only starts it lowered (``device-bound``, ``no verdict``); ``CPU-bound`` and ``I/O-bound``
+    keep theirs."""
+    label = bottleneck_label(bottleneck)
+    return label[0].lower() + label[1:] if label[1:2].islower() else label
+
+
 def category_label(category: str, device_kind: Optional[str] = None) -> str:
     """A breakdown category's name (:data:`CATEGORY_LABELS`): ``device_compute`` is "Model
     compute on the CPU" on a CPU-only host, "GPU compute" / "TPU compute" on an accelerator,

@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..records import STEP_TIMES_DIR, STEP_TIMES_FORMAT, Outcome, step_times_name, write_sidecar
-from ..schema import SessionDict, step_time_ms
+from ..schema import SessionDict, bottleneck_words, step_time_ms
 from .slowdown.thresholds import MIN_BASELINE_STEPS
 
 #: Points kept in the file; beyond, every other older point is dropped (the trend keeps
@@ -27,8 +27,6 @@ MAX_POINTS = 4000
 #: Breakdown categories compared when a verdict changes (``breakdown_pct`` keys, % of the step).
 CHANGE_CATEGORIES = ("input", "device_compute", "host_compute", "kernel_launch", "collective",
                      "host_to_device", "device_to_host", "idle")
-_KIND_WORDS = {"cpu": "CPU-bound", "device": "device-bound", "io": "I/O-bound", "network": "network-bound",
-               "unknown": "no verdict"}
 
 
 def verdict_of(report: Optional[SessionDict]) -> Optional[Dict]:
@@ -42,7 +40,7 @@ def verdict_of(report: Optional[SessionDict]) -> Optional[Dict]:
 
 
 def _label(v: Dict) -> str:
-    word = _KIND_WORDS.get(str(v.get("bottleneck")), str(v.get("bottleneck")))
+    word = bottleneck_words(v.get("bottleneck"))
     return f"{word} ({v['cause']})" if v.get("cause") else word
 
 
