@@ -94,7 +94,6 @@ def test_table_and_markdown_rows_give_the_time_per_batch():
 def test_the_verdict_inside_a_sentence_is_the_label_with_its_first_capital_lowered():
     """The trend's change sentences ("CPU-bound (...), was device-bound (...)") use the labels
     every view shows, not a table of their own."""
-    from tfbneck_plugin import schema
     assert [schema.bottleneck_words(k) for k in ("cpu", "device", "io", "network", "unknown")] == \
         ["CPU-bound", "device-bound", "I/O-bound", "network-bound", "no verdict"]
     assert [schema.bottleneck_label(k) for k in ("device", "network")] == ["Device-bound", "Network-bound"]
