@@ -140,6 +140,6 @@ def test_one_odd_step_does_not_decide(tmp_path):
     assert 100 * (waited + periods[24]) / (total + periods[24]) >= 20
     if 100 * waited / total < 20:
         assert report["cause"] not in INPUT_CAUSES, (report["cause"], said)
-    else:  # a busy machine starves even the quiet steps' input of cores: contention, unless the
-        # window's few system samples cannot show it (then the stage decides, and says so)
-        assert _starved(report), (report["cause"], said)
+    else:  # the quiet steps' own fetches wait >= 20 % too (each computes its batch: no prefetch;
+        # more so on a busy machine, which starves them of cores): an input verdict is the majority's
+        assert report["cause"] in INPUT_CAUSES, (report["cause"], said)
