@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -153,10 +152,8 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         run, session, _ = rows[-1]
         tab.select(run, session)
         tab.page.reload()
-        tab.frame = bottleneck_frame(tab)
-        tab.frame.wait_for_function(
-            "([run, session]) => { const s = document.querySelector('.tfb-session'); "
-            "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
+        tab.reattach()
+        tab.wait_shown(run, session)
         # Back and Forward step through the sessions chosen: each choice is a history entry.
         (run_a, session_a, _), (run_b, session_b, _) = rows[0], rows[1]
         tab.select(run_a, session_a)
@@ -164,22 +161,18 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         for step, (run_c, session_c) in ((tab.page.go_back, (run_a, session_a)),
                                          (tab.page.go_forward, (run_b, session_b))):
             step()
-            tab.frame = bottleneck_frame(tab)
-            tab.frame.wait_for_function(
-                "([run, session]) => { const s = document.querySelector('.tfb-session'); "
-                "return s && s.dataset.run === run && s.dataset.session === session; }",
-                arg=[run_c, session_c], timeout=60_000)
+            tab.reattach()
+            tab.wait_shown(run_c, session_c)
         # A Trace Viewer link opens in a new tab; followed in the same tab (a browser set to
-        # open links there), Back returns to the Bottleneck tab on the same session.
+        # open links there), Back returns to the Bottleneck tab, on the session the page was last
+        # loaded with (the reload's): the sessions chosen since are not restored.
         href = tab.frame.evaluate("() => document.querySelector('a.tfb-trace-link').href")
         assert "tool=trace_viewer" in href and href.endswith("#profile"), href
         tab.page.goto(href)
         assert tab.page.url == href, tab.page.url  # the Profile tab, in the same browser tab
         tab.page.go_back()
-        tab.frame = bottleneck_frame(tab)
-        tab.frame.wait_for_function(
-            "([run, session]) => { const s = document.querySelector('.tfb-session'); "
-            "return s && s.dataset.run === run && s.dataset.session === session; }", arg=[run, session], timeout=60_000)
+        tab.reattach()
+        tab.wait_shown(run, session)
         # Compare with no choice: the demo's runs have one session each, so nothing is picked and no verdict drawn.
         tab.fl.locator(".tfb-tab[data-mode=compare]").click()
         tab.fl.locator(".tfb-compare-prompt").wait_for(timeout=30_000)
@@ -187,18 +180,6 @@ def test_the_tab_leads_with_the_same_fix_at_both_sizes(demo, cli_json):
         assert tab_over_page(tab) == []
         screenshot(tab.page, "one-answer-compare-prompt")
         tab.close()
-
-
-def bottleneck_frame(tab: Tab, timeout_s: float = 60):
-    """The Bottleneck tab's frame once the page (re)loaded it: its iframe element can be in the
-    page before the frame has navigated to the plugin's entry page."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        frame = next((f for f in tab.page.frames if "plugin_entry.html?name=bottleneck" in f.url), None)
-        if frame is not None:
-            return frame
-        assert time.monotonic() < deadline, f"no Bottleneck frame within {timeout_s} s: {tab.page.url}"
-        tab.page.wait_for_timeout(100)
 
 
 def tab_over_page(tab: Tab) -> list:

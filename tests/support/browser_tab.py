@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from support.plugin_helpers import TensorBoard, screenshot
 
@@ -42,13 +43,29 @@ class Tab:
             [run, session])
         assert index >= 0, f"{run}/{session} is not in the session list"
         self.fl.locator(".tfb-item").nth(index).click()
-        self.frame.wait_for_function(
-            "([run, session]) => { const s = document.querySelector('.tfb-session'); "
-            "return s && s.dataset.run === run && s.dataset.session === session; }",
-            arg=[run, session], timeout=120_000)
+        self.wait_shown(run, session, timeout_ms=120_000)
         # Charts are drawn on the next animation frame.
         self.frame.wait_for_function("() => Array.from(document.querySelectorAll('canvas'))"
                                      ".every(c => c.dataset.chart === 'ready')", timeout=10_000)
+
+    def wait_shown(self, run: str, session: str, timeout_ms: int = 60_000):
+        """Wait until the tab shows the session ``run``/``session``."""
+        self.frame.wait_for_function(
+            "([run, session]) => { const s = document.querySelector('.tfb-session'); "
+            "return s && s.dataset.run === run && s.dataset.session === session; }",
+            arg=[run, session], timeout=timeout_ms)
+
+    def reattach(self, timeout_s: float = 60):
+        """After a reload or a navigation (Back, Forward): ``frame`` is the tab's frame again once
+        the page has loaded it (its iframe element can be there before the frame has navigated)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            frame = next((f for f in self.page.frames if "plugin_entry.html?name=bottleneck" in f.url), None)
+            if frame is not None:
+                self.frame = frame
+                return
+            assert time.monotonic() < deadline, f"no Bottleneck frame within {timeout_s} s: {self.page.url}"
+            self.page.wait_for_timeout(100)
 
     def shot(self, name: str):
         """A screenshot of the whole tab: the viewport grows to the tab's content height."""

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from ..errors import first_line
 from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
 from ..system.sampler import SystemSampler
 from .controller import WindowRecord
@@ -193,8 +194,7 @@ class WindowCapture:
             if already:
                 return "other_profiler", ("another profiler session was already running (the profiler "
                                           "refused to start: it allows one session per process)")
-            first = str(err).splitlines()[0] if str(err) else ""
-            return "start_failed", f"the profiler could not start ({type(err).__name__}: {first})"
+            return "start_failed", f"the profiler could not start ({type(err).__name__}: {first_line(err)})"
         self.session = running_session()
         WindowCapture.holding = self
         return None
@@ -229,8 +229,7 @@ class WindowCapture:
             else:
                 problem = "the profiler session was stopped by other code during the window"
         except Exception as err:  # noqa: BLE001 - export failed (disk full, ...): the window is skipped
-            first = str(err).splitlines()[0] if str(err) else ""
-            problem = f"the profiler could not save the trace ({type(err).__name__}: {first})"
+            problem = f"the profiler could not save the trace ({type(err).__name__}: {first_line(err)})"
         finally:
             if unfinished is not None:
                 unfinished.__exit__(None, None, None)
