@@ -147,6 +147,7 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 @pytest.mark.tf
+@pytest.mark.serial  # the two runs must see the same load, or compare rightly says inconclusive
 def test_fresh_runs_steps_per_execution(tmp_path):
     """Real runs made here and now: one batch per call, then several; compare sees it faster
     and checks the baseline's prediction."""
