@@ -65,7 +65,12 @@ setup(
                  "mypy>=2.4.1,<2.5",  # pinned to a minor: a new mypy may find new errors (mypy.ini, tests/run.sh)
                  "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
                  "apache-beam>=2.50", "pandas>=1.5.1", "nbclient>=0.10.0", "nbformat>=5.10.0", "ipykernel>=6.29.0",
-                 "nbconvert>=7.16.5"],
+                 "nbconvert>=7.16.5",
+                 # Keras 3's other backends (the callback on JAX and PyTorch) and PyTorch's profiler
+                 # (Kineto traces made by script). Pinned to the releases tested: PyPI's other torch
+                 # releases for x86_64 Linux are CUDA builds of several GB; 2.13.0's CPU build is
+                 # the one this project's machines hold (docs/install.md says how to get one).
+                 "jax==0.10.2", "torch==2.13.0"],
     },
     entry_points={
         "console_scripts": ["tfbneck = tfbneck_plugin.cli.main:run"],

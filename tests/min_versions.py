@@ -44,7 +44,7 @@ def declared(setup_py: str = os.path.join(ROOT, "setup.py")) -> Dict:
 
 
 def floor_pin(requirement: str) -> str:
-    """``name[extra]>=X[,<Y]; marker`` -> ``name[extra]==X; marker``.
+    """``name[extra]>=X[,<Y]; marker`` (or ``==X``) -> ``name[extra]==X; marker``.
 
     Raises:
       ValueError: the requirement has no ``>=`` floor.
@@ -53,7 +53,7 @@ def floor_pin(requirement: str) -> str:
     if not m:
         raise ValueError(f"cannot parse requirement {requirement!r}")
     name, extras, spec, marker = m.group(1), m.group(2) or "", m.group(3), m.group(4) or ""
-    floors = [p.strip()[2:].strip() for p in spec.split(",") if p.strip().startswith(">=")]
+    floors = [p.strip()[2:].strip() for p in spec.split(",") if p.strip()[:2] in (">=", "==")]  # == is its own floor
     if not floors:
         raise ValueError(f"requirement {requirement!r} in setup.py has no floor (>=X): "
                          "declare the lowest version a test has seen work")

@@ -51,9 +51,10 @@ versions() {  # versions DIR NAME...: "name version, ..." of what DIR's venv hol
 # older setuptools.
 HINTS=$'aiobotocore[boto3]\nsetuptools<81'
 
-# --- 1. Floors of everything but TensorFlow ------------------------------------------------
+# --- 1. Floors of everything but the frameworks (TensorFlow; JAX and PyTorch, which only the --
+# tests that train use: marked tf, not run here) ---------------------------------------------
 new_venv "$VENV"
-"$VENV/bin/python" tests/min_versions.py xprof remote beam gpu test --exclude tensorflow,tf-keras > "$VENV/pins.txt"
+"$VENV/bin/python" tests/min_versions.py xprof remote beam gpu test --exclude tensorflow,tf-keras,jax,torch > "$VENV/pins.txt"
 echo "$HINTS" >> "$VENV/pins.txt"
 "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$VENV/pins.txt"
 "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .

@@ -66,6 +66,7 @@ def test_every_requirement_declares_a_floor():
 def test_floor_pin_rules():
     assert min_versions.floor_pin("numpy>=1.23.2") == "numpy==1.23.2"
     assert min_versions.floor_pin("moto[server]>=5,<6") == "moto[server]==5"
+    assert min_versions.floor_pin("torch==2.13.0") == "torch==2.13.0"
     assert min_versions.floor_pin("x>=1; python_version<'3.12'") == "x==1 ; python_version<'3.12'"
     with pytest.raises(ValueError, match="has no floor"):
         min_versions.floor_pin("s3fs")
