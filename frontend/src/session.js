@@ -3,6 +3,7 @@
 import { makeChart } from "./charts.js";
 import { breakable, h, copyText } from "./dom.js";
 import { traceViewerAtUrl, traceViewerUrl } from "./api.js";
+import { PERFETTO_ORIGIN, kinetoTraceUrl, openInPerfetto } from "./perfetto.js";
 import { opsSection } from "./ops.js";
 import { explainReportError } from "./errors.js";
 import {
@@ -37,9 +38,38 @@ function metaLine(report) {
   return h("dl", { class: "tfb-meta" }, items.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { text: v }))));
 }
 
+/** A PyTorch session's link: its trace (Kineto JSON) in the Perfetto UI, which reads it where
+ * XProf's Trace Viewer cannot (perfetto.js); a line under the button says what happened. */
+function perfettoLinks(report) {
+  const tv = report.trace_viewer;
+  const host = tv.host || (report.hosts || [])[0] || "";
+  const url = kinetoTraceUrl(report.run, report.session, host);
+  const status = h("span", { class: "tfb-caption tfb-perfetto-status" }, "");
+  const link = h("a", {
+    class: "tfb-button tfb-primary tfb-trace-link", href: PERFETTO_ORIGIN, target: "_blank", rel: "opener",
+    dataset: { kind: "perfetto", trace: url },
+    title: `Opens the Perfetto UI (${PERFETTO_ORIGIN}) in a new tab and sends it this PyTorch trace`
+      + `${host ? ` of ${host}` : ""} (XProf's Trace Viewer reads only TensorFlow's traces)`,
+    onclick: (e) => {
+      e.preventDefault();
+      status.textContent = "Opening the Perfetto UI…";
+      openInPerfetto(url, `${report.run}/${report.session}${host ? ` (${host})` : ""}`, `${host || "trace"}.pt.trace.json`)
+        .then(() => { status.textContent = "Trace sent to the Perfetto UI tab."; })
+        .catch((err) => { status.textContent = err.message; });
+    },
+  }, "Open in Perfetto UI");
+  const w = report.worst_step;
+  const worst = w ? h("span", { class: "tfb-caption tfb-worst" },
+    `Worst stall: step ${w.step}, ${fmtMs(w.duration_ms)} long`
+    + (w.input_ms ? `, ${fmtMs(w.input_ms)} of it waiting for input` : "")
+    + `, ${fmtMs(w.start_ms)} after the first step began${host ? ` on ${host}` : ""}.`) : null;
+  return h("div", { class: "tfb-trace-links" }, link, status, worst);
+}
+
 function traceLinks(report) {
   const tv = report.trace_viewer;
   if (!tv || !tv.run) return null;
+  if (report.framework === "pytorch") return perfettoLinks(report);
   // A job's hosts are its tasks; its link opens the worker that stands for the job, on its own host.
   const hosts = report.kind === "job" ? (tv.host ? [tv.host] : []) : report.hosts || [];
   const links = [
@@ -254,6 +284,14 @@ function stagesSection(report) {
   if (report.status !== "ok") return null;
   const pipe = report.input_pipeline || {};
   const stages = pipe.stages || [];
+  if (report.framework === "pytorch") {
+    // A PyTorch run's input is its DataLoader: its waits are the breakdown's input time, its kind
+    // (single process or worker processes) is in the evidence.
+    return h("section", { class: "tfb-card tfb-stages tfb-loader" }, h("h3", { text: "Input pipeline" }),
+      h("p", { class: "tfb-muted", text: "A PyTorch run: the training loop's waits in the DataLoader's __next__ are "
+        + "the step's input time above, and the evidence says whether it loads in the training process "
+        + "(num_workers=0) or in worker processes. tf.data stages do not apply." }));
+  }
   const section = h("section", { class: "tfb-card tfb-stages" }, h("h3", { text: "tf.data pipeline" }));
   if (!stages.length) {
     section.append(h("p", { class: "tfb-muted",

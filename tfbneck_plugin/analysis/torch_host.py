@@ -216,4 +216,38 @@ class TorchHostAnalysis(HostAnalysis):
     def findings(self):
         return dataclasses.replace(super().findings, loader=self.loader)
 
+    @cached_property
+    def verdict(self):
+        """The shared rules' verdict, less sure where the trace cannot see a cost
+        (:func:`shared_cores_verdict`)."""
+        return shared_cores_verdict(super().verdict, self.findings)
+
+
+#: The most confidence a verdict other than input-bound keeps on a CPU-only run whose
+#: DataLoader loads in worker processes, without system metrics: under 0.7, the confidence at
+#: which a wrong verdict is not allowed (the PyTorch acceptance rule). Chosen on the fit half of
+#: benchmarks/torch_corpus.py (``workers2_mid``: 18 % input wait in the trace, model_compute at
+#: 0.73, while feeding cached batches made the run 2.0x faster, the workers taking the model's
+#: cores); the judged half holds no wrong verdict at 0.7 or more with it.
+SHARED_CORES_MAX_CONFIDENCE = 0.6
+
+
+def shared_cores_verdict(v, f):
+    """``v`` with its confidence capped at :data:`SHARED_CORES_MAX_CONFIDENCE` and one more
+    evidence sentence, where the model computes on the CPU (no accelerator traced), the
+    DataLoader runs worker processes and no system metrics say what those did: the workers'
+    loading is not in the trace (only the training process is profiled) yet takes the same
+    cores as the model's math, so a slow model and slow workers look alike. Input-bound
+    verdicts and every other case are returned unchanged."""
+    loader = f.loader
+    if (f.device_kind != "CPU" or loader is None or not loader.workers or f.system is not None
+            or v.cause in ("input_preprocessing", "file_read", "remote_read")
+            or v.confidence <= SHARED_CORES_MAX_CONFIDENCE):
+        return v
+    note = (f"The DataLoader's worker processes run on the same CPU cores as the model's math, and their work is "
+            f"not in this trace (only the training process is profiled): part of the model's time may be the "
+            f"workers' loading, so the confidence is at most {SHARED_CORES_MAX_CONFIDENCE}. Feeding the model "
+            f"cached batches for a few steps, or system metrics (tfbneck watch --pid), would tell.")
+    return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
+
 

@@ -25,7 +25,10 @@ from werkzeug import wrappers
 from ..render import report as report_mod
 from ..batch import analyze_one
 from ..runs import annotate
-from ..logdir import Session, find_sessions, is_remote
+from ..logdir import Session, find_sessions, is_remote, open_any
+from ..trace.kineto import is_kineto_file
+from ..trace.tracefile import read_bytes
+from ..trace.xspace import TraceReadError
 from ..schema import SessionDict, vocabulary
 from ..version import __version__
 from .index import RESCAN_INTERVAL_S, SCAN_WAIT_S, SessionIndex, job_rows, session_row
@@ -101,6 +104,7 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             "/trend": self._serve_trend,
             "/compare": self._serve_compare,
             "/fleet": self._serve_fleet,
+            "/kineto_trace": kineto_trace_app(self._index),
         }
 
     def is_active(self) -> bool:
@@ -407,6 +411,57 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
 def _json(request, code: int, body: Dict, headers=None):
     return http_util.Respond(request, body, "application/json", code=code, headers=headers)
+
+
+# -- /kineto_trace: a PyTorch session's trace for the Perfetto UI --------------------------------
+# XProf's Trace Viewer reads only XSpace (.xplane.pb); the Perfetto UI reads Chrome-trace JSON,
+# PyTorch's Kineto traces included. The tab fetches a host's trace here and posts its bytes to
+# a Perfetto UI tab (frontend/src/perfetto.js; docs/http_api.md). Outside the plugin's class,
+# which holds the routes of reports.
+
+def kineto_trace_impl(index: SessionIndex, params: Mapping[str, str]) -> Tuple[int, bytes]:
+    """``/kineto_trace?run=R&session=S&host=H``: host H's PyTorch profiler trace (Kineto JSON,
+    decompressed when stored as ``.pt.trace.json.gz``). ``host`` defaults to the session's
+    first.
+
+    Raises:
+      RouteError: 400 for a missing, malformed or escaping parameter, or a host whose trace is
+        not a Kineto trace (an XSpace session opens in XProf's Trace Viewer instead); 404 for
+        an unknown run, session or host; 500 when the file cannot be read or is over the
+        reader's size limit (``TFBNECK_MAX_TRACE_BYTES``; the message says which).
+    """
+    run, name = required(params, "run"), required(params, "session")
+    check_run_name(run)
+    check_session_name(name)
+    session = index.fresh(index.lookup(run, name))
+    host = params.get("host") or (session.hosts[0] if session.hosts else "")
+    files = [f for f, h in zip(session.files, session.hosts) if h == host]
+    if not files:
+        raise RouteError(404, f"session {run}/{name} has no host {host!r}")
+    if not is_kineto_file(files[0]):
+        raise RouteError(400, f"{os.path.basename(files[0])} is not a PyTorch profiler (Kineto) trace; "
+                              "open it in the Profile tab's Trace Viewer")
+    try:
+        return 200, read_bytes(files[0], open_any)
+    except TraceReadError as err:
+        raise RouteError(500, str(err)) from None
+
+
+def kineto_trace_app(index: SessionIndex):
+    """The route's WSGI application over the plugin's session index."""
+
+    @wrappers.Request.application
+    def serve(request):
+        if request.method not in ("GET", "HEAD"):
+            err = RouteError(405, f"method {request.method} not allowed; use GET")
+            return http_util.Respond(request, err.body(), "application/json", code=405)
+        try:
+            _, body = kineto_trace_impl(index, parse_query(request.environ.get("QUERY_STRING", "")))
+        except RouteError as err:
+            return http_util.Respond(request, err.body(), "application/json", code=err.status)
+        return http_util.Respond(request, body, "application/json")
+
+    return serve
 
 
 class BottleneckPluginLoader(base_plugin.TBLoader):
