@@ -37,6 +37,11 @@ WHERE = ("device", "host", "input_pipeline")
 #: Scopes that wrap a whole function or the backward pass rather than name a layer
 #: (tf.function call ops, ``tf.GradientTape`` scopes as Keras writes them).
 _WRAPPER_SCOPES = ("StatefulPartitionedCall", "PartitionedCall", "gradient_tape", "gradients")
+#: Name scopes of TensorFlow's control flow (tf.while_loop: ``while/body``, ``while/cond``;
+#: tf.cond: ``cond/then``, ``cond/else``; each also numbered, ``cond_1``; ``_87``: a branch
+#: function's number), which Keras' ``steps_per_execution`` loop puts before every op of the
+#: step: not layers.
+_CONTROL_FLOW_SCOPES = frozenset({"while", "body", "cond", "then", "else"})
 #: Copies on a device (names CUPTI/roctracer give them; see devices._H2D/_D2H).
 _MEMCPY_PREFIX = ("Memcpy", "Memset", "memcpy", "memset")
 
@@ -85,12 +90,27 @@ def split_op_name(text: str) -> Tuple[str, str]:
     return text, ""
 
 
+def _is_wrapper(scope: str) -> bool:
+    """A function, gradient or control-flow scope (not a layer's)."""
+    base = scope.rstrip("0123456789")
+    return (scope.startswith(_WRAPPER_SCOPES) or (base[:-1] if base.endswith("_") else scope) in _CONTROL_FLOW_SCOPES
+            or base == "_")
+
+
+def layer_path(name: str) -> List[str]:
+    """An op name's scopes without function, gradient and control-flow wrappers, its own name
+    last: ``while/body/_1/while/cond/then/_87/while/cond/StatefulPartitionedCall/sequential_1/
+    dense_1/Relu`` -> ``[sequential_1, dense_1, Relu]``."""
+    *scopes, op = name.split("/")
+    return [s for s in scopes if not _is_wrapper(s)] + [op]
+
+
 def scope_of(name: str) -> Optional[str]:
-    """The layer scope of an op name: its first two name scopes after function and gradient
-    wrappers, as Keras writes them (``StatefulPartitionedCall/gradient_tape/sequential/
-    dense_1/MatMul/MatMul`` -> ``sequential/dense_1``; ``adam/Sub_1`` -> ``adam``), None for
-    an op outside any scope (``Sin_3``)."""
-    scopes = [s for s in name.split("/")[:-1] if not s.startswith(_WRAPPER_SCOPES)]
+    """The layer scope of an op name: its first two name scopes after function, gradient and
+    control-flow wrappers, as Keras writes them (``StatefulPartitionedCall/gradient_tape/
+    sequential/dense_1/MatMul/MatMul`` -> ``sequential/dense_1``; ``adam/Sub_1`` -> ``adam``),
+    None for an op outside any scope (``Sin_3``)."""
+    scopes = layer_path(name)[:-1]
     return "/".join(scopes[:2]) if scopes else None
 
 

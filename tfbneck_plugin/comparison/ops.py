@@ -6,15 +6,38 @@ Reads each side's ``top_ops`` rows: their ``self_ms_steps`` (self ms in each ste
 divided by the batches per step; a layer scope's or op type's time is that of its ops among
 those rows. An op kept in one side's ``top_ops`` only (below the other side's cut) counts 0 ms
 there and is flagged ``only_in``.
+
+Ops and scopes are matched by layer path, not by the names one trace gave them: function and
+control-flow wrappers are left out (``steps_per_execution`` runs the step inside
+``while/body/...``) and so are instance numbers (Keras names the second model of a process
+``sequential_1``, a layer's second call ``dense_1_2``, a scope's second op ``Sub_1``), so
+``sequential/dense/Relu`` is one row on both sides; ops of one layer path are summed.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..analysis.ops import layer_path, scope_of
+
 #: Rows of each list in the comparison.
 LIMIT = 10
+
+
+_INSTANCE = re.compile(r"(?:_\d+)+$")
+
+
+def matched_name(name: str) -> str:
+    """An op name as both sides of a comparison match it: its layer path
+    (:func:`..analysis.ops.layer_path`) without instance numbers,
+    ``StatefulPartitionedCall/sequential_1/dense_1_2/MatMul_1`` -> ``sequential/dense/MatMul``."""
+    return _without_instances(layer_path(name))
+
+
+def _without_instances(parts: List[str]) -> str:
+    return "/".join(_INSTANCE.sub("", part) or part for part in parts)
 
 
 def _per_batch(report: Dict) -> int:
@@ -65,10 +88,11 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     or ``only_in`` one side first, then the others, each group largest absolute change first.
     ``significance(a, b) -> p``."""
     def op(r):
-        return (r["where"], r["name"])
+        return (r["where"], matched_name(r["name"]))
 
     def scope(r):
-        return (r["where"], r["scope"]) if r.get("scope") else None
+        s = scope_of(r["name"])
+        return (r["where"], _without_instances(s.split("/"))) if s else None
 
     def kind(r):
         return (r["where"], r["type"])
