@@ -15,7 +15,7 @@ a submodule comes back here.
 
 # No __all__: `from tfbneck_plugin import *` would then import TensorFlow (or fail without it).
 _LAZY = ("BottleneckProfiler", "Fleet", "Report", "SessionReport", "SlowdownTrigger", "TfbneckError", "analyze",
-         "compare", "fleet", "profile_steps")
+         "compare", "fleet", "measure_input_cost", "profile_steps")
 
 
 def __getattr__(name):
@@ -31,6 +31,9 @@ def __getattr__(name):
     if name == "SlowdownTrigger":  # nor do the slowdown thresholds
         from .capture.steptime import SlowdownTrigger
         return SlowdownTrigger
+    if name == "measure_input_cost":  # an ablation: imports Keras (the user's backend) when called, not here
+        from .capture.input_cost import measure_input_cost
+        return measure_input_cost
     if name == "compare":  # tfbneck compare, as a function: the comparison's JSON dict
         from .comparison.compare import compare
         return compare

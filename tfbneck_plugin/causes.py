@@ -56,6 +56,10 @@ CAUSES: Dict[str, Cause] = {
                                        "saturated; a profile is needed."),
 }
 
+#: The causes that name the input pipeline as the limit (its preprocessing, the cores it lacks,
+#: the storage or network it reads from).
+INPUT_CAUSES = ("input_preprocessing", "cpu_contention", "file_read", "remote_read")
+
 
 def cause_text(code: str) -> str:
     """The sentence for ``code``; raises KeyError for a code that is not in the table."""

@@ -495,7 +495,7 @@ def step_times_name(start_unix_ns: int, host: str, pid: int) -> str:
     return f"{STEP_TIMES_PREFIX}{stamp}_{safe}_{int(pid)}{STEP_TIMES_SUFFIX}"
 
 
-def _read_record(path: str, opener, limit: int, what: str, fmt: str) -> Dict:
+def read_record(path: str, opener, limit: int, what: str, fmt: str) -> Dict:
     """A JSON record of ``format`` ``fmt`` at most ``limit`` bytes; raises SidecarError with
     one line naming the file and calling it ``what``."""
     try:
@@ -528,7 +528,7 @@ def read_step_times(path: str, opener=open) -> Dict:
       SidecarError: unreadable, larger than ``MAX_STEP_TIMES_BYTES``, not JSON, or not a
         tfbneck step-time file (the message is one line naming the file).
     """
-    data = _read_record(path, opener, MAX_STEP_TIMES_BYTES, "step-time file", STEP_TIMES_FORMAT)
+    data = read_record(path, opener, MAX_STEP_TIMES_BYTES, "step-time file", STEP_TIMES_FORMAT)
     for key in ("points", "windows"):
         items = data.get(key)
         if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
@@ -565,7 +565,7 @@ def read_system_run(path: str, opener=open) -> Dict:
       SidecarError: unreadable, too large, not JSON, or not a tfbneck system record (one
         line naming the file).
     """
-    data = _read_record(path, opener, MAX_SYSTEM_RUN_BYTES, "system record", SYSTEM_RUN_FORMAT)
+    data = read_record(path, opener, MAX_SYSTEM_RUN_BYTES, "system record", SYSTEM_RUN_FORMAT)
     if not isinstance(data.get("intervals"), list) or not all(isinstance(x, dict) for x in data["intervals"]):
         raise SidecarError(f"{path}: system record without a valid 'intervals' list")
     return data

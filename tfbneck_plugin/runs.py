@@ -20,9 +20,30 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .analysis.run_evidence import RunFacts, add_evidence, uncaptured_evidence, write_run_facts
 from .logdir import Session, is_remote, open_any, session_folder_time
-from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError,
+from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError, read_record,
                       read_step_times)
 from .schema import SessionDict
+
+#: A measurement of the input pipeline's cost by ablation, in the run's folder:
+#: ``<run>/plugins/bottleneck/input_cost_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``, written by
+#: :func:`tfbneck_plugin.capture.input_cost.measure_input_cost`.
+INPUT_COST_PREFIX = "input_cost_"
+INPUT_COST_FORMAT = "tfbneck.input_cost"
+#: A measurement is a few hundred bytes; files larger than this are not read.
+MAX_INPUT_COST_BYTES = 1024 * 1024
+#: The keys a measurement must hold, each a number (what the report shows).
+INPUT_COST_NUMBERS = ("real_ms_per_batch", "cached_ms_per_batch", "gain", "time_unix")
+
+
+def read_input_cost(path: str, opener=open) -> Dict:
+    """An input-cost measurement (:data:`INPUT_COST_FORMAT`). Raises SidecarError with one line
+    naming the file when it is unreadable, too large, of another format or without its numbers."""
+    data = read_record(path, opener, MAX_INPUT_COST_BYTES, "input-cost measurement", INPUT_COST_FORMAT)
+    bad = [k for k in INPUT_COST_NUMBERS
+           if not isinstance(data.get(k), (int, float)) or isinstance(data.get(k), bool) or data[k] != data[k]]
+    if bad:
+        raise SidecarError(f"{path}: input-cost measurement without a number for {', '.join(bad)}")
+    return data
 
 
 def run_dir_of(session: Session) -> str:
@@ -35,7 +56,8 @@ def run_dir_of(session: Session) -> str:
 
 def list_trend_files(run_dir: str, prefix: str = STEP_TIMES_PREFIX) -> List[Tuple[str, int, float]]:
     """``(path, size in bytes, modification time)`` of the run's trend files (or, with
-    ``prefix="system_"``, its system records), newest name first (names start with the
+    ``prefix="system_"``, its system records; with :data:`INPUT_COST_PREFIX`, its input-cost
+    measurements), newest name first (names start with the
     job's start time). Raises OSError when listing fails."""
     if is_remote(run_dir):
         from . import remote
@@ -95,6 +117,8 @@ class RunContext:
       files: trend files read; problems: one line per file that could not be read.
       uncaptured: ``(trend file, log entry)`` of each slow stretch the slowdown trigger
         confirmed but did not profile (its ``outcome`` begins "not captured"; records.py).
+      input_cost: the newest readable input-cost measurement in the run's folder
+        (:func:`tfbneck_plugin.records.read_input_cost`), None when there is none.
     """
     batches: Optional[int] = None
     time_ms: Optional[float] = None
@@ -103,6 +127,7 @@ class RunContext:
     files: int = 0
     problems: List[str] = field(default_factory=list)
     uncaptured: List[Tuple[str, Dict]] = field(default_factory=list)
+    input_cost: Optional[Dict] = None
 
     @property
     def length_known(self) -> bool:
@@ -153,7 +178,23 @@ def read_run(run_dir: str) -> RunContext:
                 ctx.skipped_windows += 1
             if isinstance(w.get("session"), str):
                 ctx.windows.setdefault(w["session"], w)
+    _read_input_cost(run_dir, ctx)
     return ctx
+
+
+def _read_input_cost(run_dir: str, ctx: RunContext) -> None:
+    """The newest readable measurement of the run's folder into ``ctx.input_cost``; the
+    unreadable ones into ``ctx.problems``."""
+    try:
+        files = list_trend_files(run_dir, prefix=INPUT_COST_PREFIX)
+    except Exception:  # noqa: BLE001 - listed once already above; a race must not stop the run's report
+        return
+    for path, _size, _mtime in files:  # newest name first
+        try:
+            ctx.input_cost = read_input_cost(path, open_any)
+            return
+        except SidecarError as err:
+            ctx.problems.append(str(err))
 
 
 def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
@@ -179,7 +220,8 @@ def run_facts(ctx: RunContext, s: Session) -> RunFacts:
     length: Optional[Dict[str, float]] = None
     if ctx.batches is not None and ctx.time_ms is not None:
         length = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
-    return RunFacts(session_time=session_time(s) or None, window=window_of(ctx, s.name), run_length=length)
+    return RunFacts(session_time=session_time(s) or None, window=window_of(ctx, s.name), run_length=length,
+                    input_cost=ctx.input_cost)
 
 
 def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:

@@ -220,6 +220,23 @@ class SystemMetrics(TypedDict, total=False):
     series: Dict[str, List[Any]]      # per-sample lists: t_ms, cpu_pct, proc_cpu_pct, tree_cpu_pct...
 
 
+class InputCost(TypedDict, total=False):
+    """The input pipeline's cost measured by ablation (``tfbneck_plugin.measure_input_cost``,
+    capture/input_cost.py): the same model's fit on the run's input and on cached copies of its
+    batches, alternated."""
+    real_ms_per_batch: float                  # mean ms per batch on the run's own input
+    cached_ms_per_batch: float                # mean ms per batch on cached copies of its batches
+    input_ms_per_batch: float                 # the difference (>= 0): what the input costs a batch
+    gain: float                               # real / cached
+    limit: str                                # "input" (gain >= 1.25) | "model" (< 1.1) | "mixed"
+    input_share: float                        # input_ms_per_batch / real_ms_per_batch, 0-1
+    steps: int                                # steps timed per fit
+    repeats: int                              # alternations of the two fits
+    backend: str                              # the Keras backend measured on
+    input_kind: str                           # "tf.data" | "PyDataset" | "iterator" | "iterable"
+    time_unix: float                          # when it was measured
+
+
 class PerHostRow(TypedDict, total=False):
     """One row of ``per_host``: a host of a session, or a worker of a job (ms, %). A job's
     row copies its worker's report; a value that report lacks is None."""
@@ -296,6 +313,7 @@ class SessionDict(TypedDict, total=False):
     window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps,
     #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled)
     run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
+    input_cost: InputCost                     # the run's newest measurement of its input's cost, where it has one
 
 
 

@@ -9,12 +9,18 @@ step clock, not the trace: their basis is ``system_metrics``.
 The facts come after the trace's analysis, not inside it: the report of a session's trace is
 cached by its trace files (:mod:`tfbneck_plugin.cache`, the tab's report store), while a run's
 trend files grow as it trains, so each front door writes them on the report it shows.
+
+A run's folder may also hold a measurement of its input pipeline's cost by ablation
+(:mod:`tfbneck_plugin.capture.input_cost`): the report shows the newest
+(:func:`measured_input_evidence`), and where it contradicts the trace's verdict the
+measurement is the truth and the verdict's confidence is held below 0.7.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
+from ..causes import INPUT_CAUSES
 from ..records import Outcome
 from ..schema import SessionDict, first_fix, step_time_ms
 
@@ -30,10 +36,13 @@ class RunFacts:
         when the trend file timed them (:func:`tfbneck_plugin.runs.window_of`); None when no
         trend file names the session.
       run_length: ``{"batches", "time_ms"}`` of the whole run, None when unknown.
+      input_cost: the run's newest input-cost measurement
+        (:func:`tfbneck_plugin.records.read_input_cost`), None when it has none.
     """
     session_time: Optional[float] = None
     window: Optional[Dict] = None
     run_length: Optional[Dict[str, float]] = None
+    input_cost: Optional[Dict] = None
 
 
 def write_run_facts(report: SessionDict, facts: RunFacts) -> None:
@@ -45,6 +54,8 @@ def write_run_facts(report: SessionDict, facts: RunFacts) -> None:
     report["session_time"] = facts.session_time
     if facts.run_length is not None:
         report["run_length"] = facts.run_length
+    if facts.input_cost is not None and report.get("status") == "ok":
+        write_measured_input(report, facts.input_cost)
     if facts.window is None:
         return
     report["window"] = facts.window
@@ -126,6 +137,51 @@ def _later_steps(report: SessionDict) -> str:
     return (f"profile later steps inside one epoch, away from its start (e.g. profile_steps=({start}, {start + n}) "
             f"when an epoch has more than {start + n + 1} batches; else a window of {n + 1} steps in the middle of "
             "the second epoch)")
+
+
+#: The keys of a measurement the report keeps (``input_cost``), as capture/input_cost.py writes them.
+MEASURED_KEYS = ("real_ms_per_batch", "cached_ms_per_batch", "input_ms_per_batch", "gain", "limit", "input_share",
+                 "steps", "repeats", "backend", "input_kind", "time_unix")
+
+
+def measured_disagrees(report: SessionDict, limit: str) -> bool:
+    """The trace's verdict contradicts a measurement's ``limit``: the input measured to limit
+    the run (``"input"``) while the verdict names no input cause, or the model measured to
+    (``"model"``) while it names one. ``"mixed"`` contradicts nothing."""
+    names_input = report.get("cause") in INPUT_CAUSES
+    return (limit == "input" and not names_input) or (limit == "model" and names_input)
+
+
+def write_measured_input(report: SessionDict, measured: Dict) -> None:
+    """Write a measurement into ``report`` (in place): ``input_cost`` (its :data:`MEASURED_KEYS`),
+    the sentence :func:`measured_input_evidence`, and, when the measurement contradicts the
+    verdict (:func:`measured_disagrees`), the confidence held at
+    :data:`UNREPRESENTATIVE_CONFIDENCE`."""
+    kept = {k: measured[k] for k in MEASURED_KEYS if k in measured}
+    report["input_cost"] = kept  # type: ignore[typeddict-item]  # the keys InputCost names, from a JSON file
+    conf = report.get("confidence")
+    disagrees = measured_disagrees(report, str(kept.get("limit")))
+    held = disagrees and isinstance(conf, (int, float)) and conf > UNREPRESENTATIVE_CONFIDENCE
+    if held:
+        report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
+    add_evidence(report, measured_input_evidence(report, kept, disagrees, conf if held else None))
+
+
+def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_from: Optional[float]) -> str:
+    """One sentence stating a measurement: both times per batch, the gain, what it says limits
+    the run and, when it contradicts the trace's verdict, that the measurement is the truth."""
+    limit = {"input": "the input pipeline limits the run",
+             "model": "the model's own steps limit the run, not the input",
+             "mixed": "the input costs part of the run, not all of it"}.get(str(m.get("limit")), "")
+    text = (f"Measured by ablation (tfbneck_plugin.measure_input_cost, {m.get('repeats')} alternations of "
+            f"{m.get('steps')} steps): the model trained {m['gain']:.2f}x as fast on cached copies of its own batches "
+            f"({m['real_ms_per_batch']:.3g} -> {m['cached_ms_per_batch']:.3g} ms per batch), so {limit}")
+    if disagrees:
+        verdict = f"{report.get('bottleneck')}/{report.get('cause')}"
+        text += f"; the trace's verdict ({verdict}) says otherwise: trust the measurement"
+        if held_from is not None:
+            text += f", the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({held_from} from the trace alone)"
+    return text + "."
 
 
 def unrepresentative(report: SessionDict) -> bool:

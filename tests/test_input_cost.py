@@ -1,0 +1,78 @@
+"""A measurement of the input's cost by ablation (tfbneck_plugin.capture.input_cost), as the
+analyzer reads it from a run's folder: shown beside the verdict, and the truth where the two
+disagree. The measurement itself, in real Keras fits: tests/test_input_cost_tf.py."""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from conftest import DEMO_LOGS as DEMO
+from conftest import tfbneck_cmd
+
+from tfbneck_plugin.capture.input_cost import write_input_cost
+from tfbneck_plugin.runs import INPUT_COST_FORMAT, INPUT_COST_PREFIX
+
+
+def _measurement(limit: str, gain: float, when: float) -> dict:
+    real = 10.0
+    return {"format": INPUT_COST_FORMAT, "version": 1, "time_unix": when, "host": "h", "pid": 7,
+            "real_ms_per_batch": real, "cached_ms_per_batch": round(real / gain, 4),
+            "input_ms_per_batch": round(real - real / gain, 4), "gain": gain, "limit": limit,
+            "input_share": round(1 - 1 / gain, 4), "steps": 30, "repeats": 2, "steps_per_execution": 1,
+            "backend": "tensorflow", "input_kind": "tf.data", "real_ms_runs": [real], "cached_ms_runs": [real / gain]}
+
+
+def _analyze(run: str) -> dict:
+    r = subprocess.run(tfbneck_cmd() + ["analyze", run, "--format", "json", "--no-cache"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (s,) = json.loads(r.stdout)["sessions"]
+    return s
+
+
+def test_a_measurement_that_agrees_is_shown_and_keeps_the_confidence(tmp_path):
+    run = str(tmp_path / "cpu_bound_input")
+    shutil.copytree(os.path.join(DEMO, "cpu_bound_input"), run)
+    before = _analyze(run)
+    assert before["cause"] == "input_preprocessing" and "input_cost" not in before
+    path = write_input_cost(run, _measurement("input", 1.8, time.time()))
+    assert os.path.basename(path).startswith(INPUT_COST_PREFIX)
+    s = _analyze(run)
+    assert s["input_cost"]["gain"] == 1.8 and s["input_cost"]["limit"] == "input"
+    assert s["confidence"] == before["confidence"]
+    said = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
+    assert len(said) == 1 and "1.80x as fast" in said[0] and "10 -> 5.56 ms per batch" in said[0]
+    assert "the input pipeline limits the run" in said[0] and "says otherwise" not in said[0]
+
+
+def test_a_measurement_that_contradicts_the_verdict_is_the_truth(tmp_path):
+    run = str(tmp_path / "cpu_bound_input")
+    shutil.copytree(os.path.join(DEMO, "cpu_bound_input"), run)
+    conf = _analyze(run)["confidence"]
+    assert conf > 0.6
+    write_input_cost(run, _measurement("model", 1.03, time.time()))
+    s = _analyze(run)
+    assert s["confidence"] == 0.6
+    (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
+    assert ("the model's own steps limit the run, not the input; the trace's verdict (cpu/input_preprocessing) "
+            f"says otherwise: trust the measurement, the confidence is held at 0.6 ({conf} from the trace alone).") \
+        in said
+
+
+def test_the_newest_readable_measurement_is_used_and_a_broken_one_is_passed_over(tmp_path):
+    run = str(tmp_path / "compute_bound")
+    shutil.copytree(os.path.join(DEMO, "compute_bound"), run)
+    t = time.time()
+    write_input_cost(run, _measurement("model", 1.02, t - 7200))  # older
+    newer = write_input_cost(run, _measurement("input", 1.5, t - 3600))
+    broken = os.path.join(os.path.dirname(newer), os.path.basename(newer).replace(
+        time.strftime("%Y_%m_%d_%H", time.localtime(t - 3600)), time.strftime("%Y_%m_%d_%H", time.localtime(t))))
+    assert broken != newer
+    with open(broken, "w") as f:
+        f.write("{not json")
+    s = _analyze(run)
+    assert s["input_cost"]["gain"] == 1.5  # the broken newest file is passed over, the next newest read
+    assert s["cause"] == "model_compute" and s["confidence"] <= 0.6  # and it contradicts the verdict
+    with open(broken) as f:
+        assert f.read() == "{not json"  # the user's files are left as they were
