@@ -505,9 +505,14 @@ def test_untraced_pluggable_device_is_inferred():
 
 
 def test_jax_is_not_tensorflow():
-    v = verdict(findings(framework="jax", placement=gpu_traced(), device_kind="GPU",
-                         devices=[{"device": "/device:GPU:0", "events": 5, "busy_pct": 40.0, "kernels": 5}]))
+    """A JAX trace without step markers gets no verdict; one whose steps are marked (a Keras
+    fit on JAX under BottleneckProfiler, analysis.jax_host) is judged as any run."""
+    gpu = dict(framework="jax", placement=gpu_traced(), device_kind="GPU",
+               devices=[{"device": "/device:GPU:0", "events": 5, "busy_pct": 40.0, "kernels": 5}])
+    v = verdict(findings(steps=StepFacts(why_none="no step markers"), **gpu))
     assert (v.bottleneck, v.cause, v.confidence) == ("unknown", "not_tensorflow", 0.9)
+    marked = verdict(findings(**gpu))
+    assert marked.cause != "not_tensorflow" and marked.bottleneck != "unknown"
 
 
 @pytest.mark.parametrize("kind, interval", [

@@ -299,6 +299,10 @@ class SessionDict(TypedDict, total=False):
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
     model: Dict[str, object]                  # what trained, from the callback's sidecar: class, name,
     #                                           layers, params (records.recorded_model); absent otherwise
+    backend: str                              # the Keras backend BottleneckProfiler ran on: tensorflow, jax or torch
+    #                                           (sidecar "backend"); absent for traces the callback did not write
+    keras_input: str                          # what fed that fit: tf.data, PyDataset, generator, DataLoader, arrays
+    #                                           (sidecar "keras_input"; also grain or other); absent when unknown
     sync: SyncSection                         # a worker's collective time, input measured first
     system_metrics: SystemMetrics             # the metrics sampled beside the trace
     worst_step: Optional[WorstStep]

@@ -366,9 +366,109 @@ ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
 }
 
 
+# -- Keras on JAX ---------------------------------------------------------------------------
+# A Keras fit on JAX (analysis.jax_host) has Keras' knobs and JAX's, not TensorFlow's: its step
+# is already one jax.jit-compiled XLA executable (Keras' JAX trainer jit-compiles unless
+# run_eagerly=True: keras/src/backend/jax/trainer.py), its input is whatever Keras iterates
+# (keras/src/trainers/data_adapters/), and a tf.data pipeline fed to it is still tf.data.
+
+#: Input causes: what the step waits on is the input, whose knobs depend on what feeds the fit.
+_INPUT_CAUSES = ("input_preprocessing", "file_read", "remote_read", "cpu_contention")
+
+
+def _keras_workers(f: Findings) -> List[Rec]:
+    """A Python input (generator, PyDataset...) in a fit that is not on TensorFlow: Keras'
+    own worker knobs (``keras.utils.PyDataset(workers, use_multiprocessing, max_queue_size)``)."""
+    what = {"generator": "a Python generator, which Keras reads on the training thread",
+            "PyDataset": "a keras.utils.PyDataset", "arrays": "in-memory arrays"}.get(
+        f.keras_input or "", "Python code Keras iterates")
+    return [rec("pydataset_workers", "Load batches ahead in worker processes: a keras.utils.PyDataset with workers",
+                f"The step waits for its batch, which comes from {what}. A PyDataset with workers loads batches "
+                "ahead of the step, in parallel (processes with use_multiprocessing=True, outside the GIL), and "
+                "works on every Keras backend; raise workers while the step still waits and cores are free.",
+                "class Batches(keras.utils.PyDataset):\n"
+                "    def __init__(self, **kwargs):\n"
+                "        super().__init__(workers=4, use_multiprocessing=True, max_queue_size=16, **kwargs)\n"
+                "    def __len__(self):\n        return num_batches\n"
+                "    def __getitem__(self, i):\n        return load_batch(i)   # one batch per index\n\n"
+                "model.fit(Batches(), epochs=3)")]
+
+
+def _jax_several_steps(why: str) -> Rec:
+    return rec("steps_per_execution", "Run several steps per call", why + " On JAX, Keras then runs the "
+               "batches of one call from a single Python round trip.",
+               "model.compile(optimizer, loss, steps_per_execution=32)")
+
+
+def _jax_use_gpu() -> Rec:
+    return rec("use_gpu", "Run the model math on a GPU",
+               "The CPU does the model's math, which is the limit: a GPU (JAX's CUDA wheels), or a CPU with more "
+               "cores, shortens the step; a smaller model or batch does less work per step.",
+               "pip install -U 'jax[cuda12]'   # then, in Python:\nimport jax\nprint(jax.devices())")
+
+
+def _jax_compute(f: Findings) -> List[Rec]:
+    if f.device_kind == "CPU":
+        out = [_jax_use_gpu(), rec("xla_cpu_threads", "Let XLA use every core for the model math",
+                                   "Keras already compiles the step with jax.jit; on the CPU, XLA's own threads "
+                                   "run it. Check that the process may use every core (no taskset or container "
+                                   "limit below the machine's) and that nothing else holds them.",
+                                   "import os\nprint(len(os.sched_getaffinity(0)), 'cores available')")]
+        load = input_load(f)
+        if load is not None and load.speedup >= INPUT_DOUBT_GAIN:
+            out = _jax_input(f, "cpu") + out
+        return out
+    return [rec("mixed_precision", "Use mixed precision",
+                "bfloat16/float16 math runs several times faster than float32 on GPUs and TPUs.",
+                "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
+            rec("xla_flags", "Tune XLA for the device",
+                "Keras compiles the step with jax.jit already: XLA's flags tune what it emits (e.g. latency-hiding "
+                "scheduling on GPUs); measure each.",
+                "XLA_FLAGS='--xla_gpu_enable_latency_hiding_scheduler=true' python train.py\n" + _MEASURE_IT)]
+
+
+def _jax_input(f: Findings, kind: str) -> List[Rec]:
+    if f.keras_input == "tf.data":  # the pipeline is tf.data whatever model it feeds
+        return input_advice(f, kind)
+    return _keras_workers(f)
+
+
+def _jax_transfer(_f: Findings) -> List[Rec]:
+    return [rec("smaller_inputs", "Send fewer bytes to the device per batch",
+                "Copies to the device hold the step: feed compact dtypes (uint8 images, int32 token ids) and cast "
+                "or normalise inside the model, on the device.",
+                "x = x.astype('uint8')   # in the input; then in the model:\n"
+                "inputs = keras.Input(shape, dtype='uint8'); h = keras.layers.Rescaling(1 / 255)(inputs)")]
+
+
+#: cause code -> recommendations for a Keras fit on JAX; causes not listed use :data:`ADVICE`,
+#: less the recommendations whose code is TensorFlow's (:func:`_without_tensorflow`).
+JAX_ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
+    "input_preprocessing": lambda f: _jax_input(f, "cpu"),
+    "file_read": lambda f: _jax_input(f, "io"),
+    "remote_read": lambda f: _jax_input(f, "network"),
+    "cpu_contention": lambda f: ([_contention(f)[0]] if f.keras_input == "tf.data" else []) + _jax_input(f, "cpu"),
+    "kernel_launch": lambda f: [_jax_several_steps("Fewer Python round trips and launches per batch.")],
+    "python_overhead": lambda f: [_jax_several_steps("Amortise Python and callback overhead over many batches.")],
+    "model_compute": _jax_compute,
+    "host_device_transfer": _jax_transfer,
+}
+
+
+def _without_tensorflow(recs: List[Rec]) -> List[Rec]:
+    """The recommendations whose code uses no TensorFlow API."""
+    return [r for r in recs if "tf." not in (r.get("code") or "") and "tensorflow" not in (r.get("code") or "")]
+
+
 def advice_for(cause: str, f: Findings) -> List[Rec]:
     """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``), in
-    PyTorch's words for a PyTorch run (:mod:`.torch_advice`)."""
+    PyTorch's words for a PyTorch run (:mod:`.torch_advice`), in Keras' and JAX's for a Keras
+    fit on JAX (:data:`JAX_ADVICE`; a tf.data input keeps tf.data's advice)."""
     if f.framework == "pytorch":
         return torch_advice.advice_for(cause, f)
+    if f.framework == "jax" and f.steps.found:
+        if cause in JAX_ADVICE:
+            return JAX_ADVICE[cause](f)
+        recs = ADVICE[cause](f)
+        return recs if (f.keras_input == "tf.data" and cause in _INPUT_CAUSES) else _without_tensorflow(recs)
     return ADVICE[cause](f)

@@ -71,7 +71,8 @@ def input_bound(f: Findings) -> Optional[Verdict]:
         return None
     p = f.pipeline if (f.pipeline and f.pipeline.stages) else None
     st = p.blocking if p else None
-    waiting = "the DataLoader's __next__" if f.loader is not None else "IteratorGetNext blocking"
+    waiting = ("the DataLoader's __next__" if f.loader is not None else
+               f"Keras fetching the next batch ({f.keras_input})" if f.keras_input else "IteratorGetNext blocking")
     ev = context(f) + [f"The training step waits for input {inp:.1f}% of the time ({waiting} with "
                        f"the device idle; input-bound above {INPUT_BOUND_PCT:.0f}%, as XProf rates it)"
                        + (f"; {f.steps.input_bound_steps} of {f.steps.count} steps waited that long." if f.steps.count

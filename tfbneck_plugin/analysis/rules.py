@@ -38,8 +38,10 @@ Rule = Callable[[Findings], Optional[Verdict]]
 
 
 def not_tensorflow(f: Findings) -> Optional[Verdict]:
-    """A JAX (XLA) trace: no TensorFlow verdict applies (``unknown``/``not_tensorflow``)."""
-    if f.framework != "jax":
+    """A JAX (XLA) trace without step markers: no TensorFlow verdict applies
+    (``unknown``/``not_tensorflow``). A Keras fit on JAX profiled by BottleneckProfiler (or any
+    JAX loop marking its steps ``train``) is analysed as any run (:mod:`.jax_host`)."""
+    if f.framework != "jax" or f.steps.found:
         return None
     busy = ", ".join(f"{d['device']} busy {d['busy_pct']:.1f}%" for d in f.devices if d["events"])
     evidence = ["This is a JAX (XLA) trace, not TensorFlow: it has no tf.data pipeline and no Keras steps, so "

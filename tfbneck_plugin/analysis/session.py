@@ -15,6 +15,7 @@ from .. import records
 from ..errors import error_report, first_line
 from ..logdir import Session, open_any
 from ..schema import HostReport, SessionDict, SystemMetrics, add_words
+from ..trace.keras_marks import recorded_backend
 from ..trace.kineto import KinetoSpace, is_kineto_file, read_kineto
 from ..trace.tracefile import host_name_from_file, read_space
 from ..trace.xspace import TraceReadError
@@ -22,6 +23,7 @@ from ..version import __version__
 from . import multihost, sysmetrics
 from .grouping import recorded_job
 from .host_analysis import HostAnalysis
+from .jax_host import JaxHostAnalysis, analysable
 from .system_session import system_only_report
 from .torch_host import TorchHostAnalysis
 
@@ -31,7 +33,8 @@ def analyze_space(space, system: Optional[SystemMetrics] = None, slowdown: Optio
     (``trace.kineto.KinetoSpace``, analysed by :class:`.torch_host.TorchHostAnalysis`);
     ``system``: the sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``:
     the trigger that opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None."""
-    analysis = TorchHostAnalysis if isinstance(space, KinetoSpace) else HostAnalysis
+    analysis = (TorchHostAnalysis if isinstance(space, KinetoSpace)  # a JAX fit with step markers: jax_host
+                else JaxHostAnalysis if analysable(space) else HostAnalysis)
     return analysis(space, system, slowdown).report()
 
 
@@ -75,6 +78,10 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
         report["job"] = side.job  # the job BottleneckProfiler recorded: grouping.group_jobs reads it
     if side.model:
         report["model"] = side.model  # what trained, as the callback recorded it: compare reads it
+    if side.keras:
+        report["backend"] = side.keras["backend"]  # the Keras backend the callback ran on
+        if side.keras.get("input"):
+            report["keras_input"] = side.keras["input"]
     report["trace_viewer"] = {"run": f"{session.run}/{session.name}" if session.run != "." else session.name,
                               "host": primary["host"]}
     if len(hosts) > 1:
@@ -111,6 +118,7 @@ class SidecarFacts(NamedTuple):
     interrupted: Optional[Dict] = None   # the window's interrupted record (records.interrupted_window)
     slowdown: Optional[Dict] = None      # the trigger that opened the window (records.slowdown_trigger)
     model: Optional[Dict] = None         # what trained (records.recorded_model)
+    keras: Optional[Dict] = None         # the Keras backend and input (trace.keras_marks.recorded_backend)
 
 
 def _sidecar_facts(session: Session, opener) -> SidecarFacts:
@@ -126,7 +134,7 @@ def _sidecar_facts(session: Session, opener) -> SidecarFacts:
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({first_line(raw['sampler_error'])})")
     return SidecarFacts(sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
-                        records.slowdown_trigger(raw), records.recorded_model(raw))
+                        records.slowdown_trigger(raw), records.recorded_model(raw), recorded_backend(raw))
 
 
 def interrupted_warning(interrupted: Dict) -> str:

@@ -1,19 +1,52 @@
-"""``BottleneckProfiler``'s argument checks and the Keras facts it reads (which Keras,
-``steps_per_execution``), kept out of :mod:`.callback` so that it stays readable. Imports
-TensorFlow (``tf.keras``, the profiler's options class)."""
+"""``BottleneckProfiler``'s argument checks and the Keras facts it reads (which Keras and
+which backend, ``steps_per_execution``), kept out of :mod:`.callback` so that it stays
+readable. Imports Keras (:func:`keras_module`), and TensorFlow only for tf-keras or the
+TensorFlow profiler's options class; JAX's options class on the JAX backend."""
 from __future__ import annotations
 
 import logging
 import os
 import sys
 
-import tensorflow as tf
-
+from .engines import BACKENDS
 from .safety import logger
 from .schedule import MAX_WINDOW_STEPS
 
-keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
 PROFILER_OPTION_KEYS = ("host_tracer_level", "python_tracer_level", "device_tracer_level", "delay_ms")
+#: The keys ``jax.profiler.ProfileOptions`` has of :data:`PROFILER_OPTION_KEYS`.
+JAX_OPTION_KEYS = ("host_tracer_level", "python_tracer_level")
+
+
+def keras_module():
+    """``(keras, backend)``: the Keras whose ``Callback`` the profiler subclasses and the
+    backend it runs on (``keras.backend.backend()``: ``tensorflow``, ``jax``, ``torch``...).
+
+    tf-keras (``tf.keras`` when ``TF_USE_LEGACY_KERAS`` is ``1``/``true``/``True``, the test
+    TensorFlow itself makes: tensorflow/python/util/lazy_loader.py) imports TensorFlow and runs
+    on it; Keras 3 imports the backend ``KERAS_BACKEND`` names, and no other.
+    """
+    if os.environ.get("TF_USE_LEGACY_KERAS", None) in ("true", "True", "1"):
+        import tensorflow as tf
+        return tf.keras, "tensorflow"
+    try:
+        import keras
+    except ImportError:  # a TensorFlow without Keras 3: its own tf.keras
+        import tensorflow as tf
+        return tf.keras, "tensorflow"
+    backend = getattr(keras.backend, "backend", None)
+    return keras, (backend() if callable(backend) else "tensorflow")
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if the profiler supports it.
+
+    Raises:
+      ValueError: another backend (``numpy``, ``openvino``: they do not train with ``fit``).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"BottleneckProfiler profiles Keras' {', '.join(BACKENDS)} backends but Keras runs on "
+                         f"the '{backend}' backend; set KERAS_BACKEND to one of them before importing Keras")
+    return backend
 
 
 def check_log_dir(log_dir) -> str:
@@ -49,8 +82,7 @@ def check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> 
     """The constructor's other arguments.
 
     Raises:
-      ValueError: a value out of range (the message says what to pass), or Keras running on
-        a backend other than TensorFlow.
+      ValueError: a value out of range (the message says what to pass).
     """
     if isinstance(sample_interval_s, bool) or not isinstance(sample_interval_s, (int, float)) \
             or not 0.01 <= sample_interval_s <= 10:
@@ -63,20 +95,24 @@ def check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose) -> 
         raise ValueError(f"analysis_timeout_s={analysis_timeout_s!r}: pass a positive number of seconds")
     if verbose not in (0, 1, True, False):
         raise ValueError(f"verbose={verbose!r}: pass verbose=1 (log each window's verdict) or verbose=0 (problems only)")
-    backend = getattr(keras.backend, "backend", None)
-    if callable(backend) and backend() != "tensorflow":
-        raise ValueError(f"BottleneckProfiler drives TensorFlow's profiler but Keras runs on the "
-                         f"'{backend()}' backend; set KERAS_BACKEND=tensorflow before importing Keras")
 
 
-def profiler_options(options):
-    """``profiler_options`` as ``tf.profiler.experimental.ProfilerOptions`` (or None).
+def profiler_options(options, backend: str = "tensorflow"):
+    """``profiler_options`` as the backend's options: ``tf.profiler.experimental.ProfilerOptions``,
+    ``jax.profiler.ProfileOptions`` (keys :data:`JAX_OPTION_KEYS`), or None.
 
     Raises:
-      ValueError: not a dict nor ProfilerOptions, or a dict with unknown keys.
+      ValueError: not a dict nor the backend's options class, a dict with unknown keys (or
+        keys JAX's profiler has not), or any options on the PyTorch backend.
     """
     if options is None:
         return None
+    if backend == "torch":
+        raise ValueError("profiler_options: PyTorch's profiler takes none of these options (it records CPU "
+                         "activity, and CUDA where available); pass profiler_options=None on the torch backend")
+    if backend == "jax":
+        return _jax_options(options)
+    import tensorflow as tf
     if isinstance(options, tf.profiler.experimental.ProfilerOptions):
         return options
     if not isinstance(options, dict):
@@ -86,6 +122,20 @@ def profiler_options(options):
     if unknown:
         raise ValueError(f"profiler_options: unknown key(s) {unknown}; known: {list(PROFILER_OPTION_KEYS)}")
     return tf.profiler.experimental.ProfilerOptions(**options)
+
+
+def _jax_options(options):
+    import jax
+    if isinstance(options, jax.profiler.ProfileOptions):
+        return options
+    if not isinstance(options, dict) or set(options) - set(JAX_OPTION_KEYS):
+        raise ValueError(f"profiler_options={options!r}: on the JAX backend pass a dict with any of "
+                         f"{list(JAX_OPTION_KEYS)} (e.g. {{'python_tracer_level': 1}}) or a jax.profiler.ProfileOptions")
+    out = jax.profiler.ProfileOptions()
+    out.python_tracer_level = 0  # the engine's default (engines.JaxEngine)
+    for key, value in options.items():
+        setattr(out, key, value)
+    return out
 
 
 def is_tf_keras_model(model) -> bool:

@@ -35,11 +35,12 @@ whose training went away (:mod:`.interrupts`); :mod:`.longjob` writes each step-
 and tells, at the end, the slowdowns not captured; :mod:`.trend` keeps the trend file;
 :mod:`.background` analyses each window afterwards; :mod:`.system_view` runs the whole run's
 system view and the profiler server; :mod:`.loopstep` is ``with profiler.step():``;
-:mod:`.safety` keeps every error out of training. TensorFlow's side is :mod:`.window` (one
-window's capture: profiler, staging, sidecar, publishing, with
-:mod:`tfbneck_plugin.system.sampler` sampling the system), :mod:`.summaries` writes the
-TensorBoard summaries, :mod:`.arguments` checks the constructor's arguments. This subpackage
-imports TensorFlow; the rest of the package does not.
+:mod:`.safety` keeps every error out of training. The profiler's side is :mod:`.window` (one
+window's capture: staging, sidecar, publishing, with :mod:`tfbneck_plugin.system.sampler`
+sampling the system) over :mod:`.engines` (each Keras backend's profiler: TensorFlow's, JAX's,
+PyTorch's), :mod:`.summaries` writes the TensorBoard summaries, :mod:`.arguments` checks the
+constructor's arguments and finds Keras and its backend. This subpackage imports Keras and
+the framework of the backend Keras runs on (no other); the rest of the package imports none.
 """
 from __future__ import annotations
 
@@ -47,15 +48,14 @@ import atexit
 import sys
 from typing import Any, List, Optional
 
-import tensorflow as tf
-
-from .arguments import (check_arguments, check_log_dir, check_max_window_steps, check_port, check_step,
-                        check_step_time_every, check_system_interval, ensure_handler, is_tf_keras_model, logger,
-                        steps_per_execution)
+from .arguments import (check_arguments, check_backend, check_log_dir, check_max_window_steps, check_port, check_step,
+                        check_step_time_every, check_system_interval, ensure_handler, is_tf_keras_model, keras_module,
+                        logger, steps_per_execution)
 from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis
 from .controller import WindowController, WindowRecord
 from .display import in_notebook
+from .engines import fit_input
 from .interrupts import WATCH, TrainingDriver, fit_frame
 from .job import repeated_profiling_risk
 from .longjob import StepTimeReporter, UncapturedSlowdowns
@@ -68,11 +68,11 @@ from .summaries import EventWriter
 from .system_view import RunServices, RunSystemView
 from .tracker import NEVER, StepTracker
 from .trend import JobTrend
-from .window import TensorFlowProfiler, current_job
+from .window import PROFILERS, current_job
 
 __all__ = ["BottleneckProfiler", "WindowRecord", "profile_steps", "StepSchedule", "SlowdownTrigger"]
 
-_keras = tf.keras  # Keras 3 (TensorFlow backend) or tf-keras when TF_USE_LEGACY_KERAS=1
+_keras, BACKEND = keras_module()  # Keras 3 on its backend, or tf-keras when TF_USE_LEGACY_KERAS=1
 _Callback: Any = _keras.callbacks.Callback
 
 
@@ -83,7 +83,15 @@ def _close_open_windows():  # pragma: no cover - exercised at interpreter exit
 
 
 def _start_profiler_server(port: int) -> None:
-    tf.profiler.experimental.server.start(port)
+    """The backend's profiler server on ``port``; PyTorch has none (RuntimeError, warned once)."""
+    if BACKEND == "jax":
+        import jax
+        jax.profiler.start_server(port)
+    elif BACKEND == "torch":
+        raise RuntimeError("PyTorch has no profiler server: on-demand capture needs the TensorFlow or JAX backend")
+    else:
+        import tensorflow as tf
+        tf.profiler.experimental.server.start(port)
 
 
 class BottleneckProfiler(_Callback):
@@ -202,8 +210,8 @@ class BottleneckProfiler(_Callback):
     step with the trigger armed; docs/accuracy.md, "What the callback costs", has the figures).
 
     Caveats:
-      * TensorFlow's profiler is one per process: a window overlapping a stock
-        ``TensorBoard(profile_batch=...)`` window loses to whichever started first.
+      * Keras' JAX and PyTorch backends: docs/keras_backends.md. The profiler is one per process:
+        a window overlapping a ``TensorBoard(profile_batch=...)`` one loses to whichever started first.
       * With tf-keras, whose ``fit`` marks every step ``train`` with an epoch-local step
         number, those markers are suppressed while a window is open so that the trace
         holds exactly one marker per step.
@@ -216,7 +224,7 @@ class BottleneckProfiler(_Callback):
       ValueError: invalid ``log_dir``, ``profile_steps`` (e.g. ``(0, 3)``: steps start at
         1), ``max_window_steps``, ``sample_interval_s``, ``analyze``,
         ``profiler_options``, ``on_slowdown``, ``step_time_every``, or Keras running on a
-        backend other than TensorFlow.
+        backend other than TensorFlow, JAX or PyTorch.
     """
 
     def __init__(self, log_dir, profile_steps=DEFAULT_WINDOW, *, max_window_steps: int = MAX_WINDOW_STEPS,
@@ -230,6 +238,7 @@ class BottleneckProfiler(_Callback):
         self.max_window_steps = check_max_window_steps(max_window_steps)
         self.schedule: StepSchedule = as_schedule(profile_steps)  # lengths: in executions, at train begin
         check_arguments(sample_interval_s, analyze, analysis_timeout_s, verbose)
+        self.backend = check_backend(BACKEND)  # "tensorflow", "jax" or "torch": keras.backend.backend()
         self.trigger: Optional[SlowdownTrigger] = as_trigger(on_slowdown)
         self.step_time_every = check_step_time_every(step_time_every)
         self.system_metrics = bool(system_metrics)
@@ -240,7 +249,7 @@ class BottleneckProfiler(_Callback):
         self.analysis_timeout_s = float(analysis_timeout_s)
         self.verbose = int(verbose)
         self.display = in_notebook() if display is None else bool(display)
-        options = _options_of(profiler_options)
+        options = _options_of(profiler_options, self.backend)
         #: One WindowRecord per window reached, in order.
         self.windows: List[WindowRecord] = []
         self._warn = WarnOnce()
@@ -252,7 +261,7 @@ class BottleneckProfiler(_Callback):
         #: The trend file (step times per period, windows, verdicts): :class:`.trend.JobTrend`.
         self.trend = JobTrend(self.log_dir, self.windows, self.trigger.to_dict() if self.trigger else None,
                               self._warn, trigger_state_of=self.tracker.timer.trigger_state)
-        self._events = EventWriter(self.log_dir, self._warn)
+        self._events = EventWriter(self.log_dir, self._warn, tensorflow=self.backend == "tensorflow")
         write_values = self._events.write_values if self.write_step_times else None
         self._reporter = StepTimeReporter(self.tracker, self.trend, self._log_dir, write_values)
         self._slowdowns = UncapturedSlowdowns(self.tracker.timer, self.windows, self.trend.path, self._guard,
@@ -271,10 +280,11 @@ class BottleneckProfiler(_Callback):
         self._services = RunServices(self.system_view, self._events.prepare if self.write_step_times else None,
                                      self.profiler_server_port, _start_profiler_server, self._guard, self._log_dir,
                                      self._warn)
-        self._driver = TrainingDriver()
+        self._driver, self._input = TrainingDriver(), None  # what feeds the running fit (engines.fit_input)
         self._windows = WindowController(
             self.tracker, self.windows,
-            TensorFlowProfiler(self.log_dir, options, self.system_metrics, self.sample_interval_s, self._warn),
+            PROFILERS[self.backend](self.log_dir, options, self.system_metrics, self.sample_interval_s, self._warn,
+                                    model_of=lambda: self.model, input_of=lambda: self._input),
             self._driver, self._log_dir, WATCH, self._guard, self._warn, model_of=lambda: self.model,
             on_published=self._analysis.start if self.analyze else None, on_change=self._reporter.write_trend)
         self._loop = LoopSteps(self.tracker, self._driver, self._windows, self._guard, self._services.start,
@@ -304,7 +314,9 @@ class BottleneckProfiler(_Callback):
         risk = repeated_profiling_risk(current_job(), len(list(self.schedule.iter_windows(limit=2))), bool(self.trigger))
         if risk:
             self._warn("multiworker_risk", risk)
-        self._driver.fit_began(fit_frame(sys._getframe(2)), is_tf_keras_model(self.model))
+        frame = fit_frame(sys._getframe(2))
+        self._driver.fit_began(frame, is_tf_keras_model(self.model))
+        self._input = fit_input(frame)
         self.tracker.spe = steps_per_execution(self.model)
         for message in long_window_warnings(self.schedule, self.tracker.spe, self.max_window_steps):
             self._warn("cut:" + message[:40], message)  # windows cut at max_window_steps executions

@@ -105,6 +105,10 @@ class Profiler(Protocol):
     def record_skip(self, record: WindowRecord, window: Range, reason: str) -> str:
         """Write a skipped window's record; the warning's clause saying where."""
 
+    def can_stop_here(self) -> bool:
+        """Whether the calling thread may stop the running profiler (PyTorch's: only the
+        thread that started it); optional, True when absent."""
+
 
 def trigger_outcome(trigger: Dict, closed_by: str, window: Range, markers: List[Range]) -> None:
     """Say in a triggered window's ``trigger`` whether it captured what it was opened for:
@@ -314,6 +318,8 @@ class WindowController:
         owner = self.owner
         if self.capture is None or owner is None or not owner.gone(strict):
             return False
+        if not getattr(self._profiler, "can_stop_here", lambda: True)():
+            return False  # closed by the training thread: the next fit, step() or close(), or the exit
         with self.lock:
             if self.capture is None or self.owner is not owner:
                 return False

@@ -23,14 +23,19 @@ per window (the session's trace and sidecar), the step-time trend
 (``plugins/bottleneck/steptimes_*.json``) and every system figure per interval, per
 accelerator and the triage (``plugins/bottleneck/system_*.json``).
 
-:class:`EventWriter` writes them, with ``tf.summary``: TensorFlow is imported when its first
-writer is made, never when this module is.
+:class:`EventWriter` writes them: with ``tf.summary`` on Keras' TensorFlow backend
+(TensorFlow is imported when its first writer is made, never when this module is), and on
+the JAX and PyTorch backends with TensorBoard's own event-file writer
+(``tensorboard.summary.writer.event_file_writer``, the one ``torch.utils.tensorboard`` uses),
+which imports no framework: :class:`PlainSummaries`.
 """
 from __future__ import annotations
 
 import os
+import socket
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..schema import SessionDict, bottleneck_label, step_time_ms
 from ..system.triage import busiest_gpu_util_pct
@@ -133,6 +138,67 @@ def _plain(text: str) -> str:
     return text
 
 
+class TensorFlowSummaries:
+    """``tf.summary`` into one file writer; TensorFlow is imported here."""
+
+    def __init__(self, log_dir: str):
+        import tensorflow as tf
+        self._tf = tf
+        self._writer = tf.summary.create_file_writer(log_dir)
+        with self._writer.as_default(), tf.summary.record_if(False):
+            tf.summary.scalar(INPUT_PCT, 0.0, step=0)
+            tf.summary.text(VERDICT_TAG, "", step=0)
+
+    def write(self, scalars: Mapping[str, float], step: int, text: Optional[Tuple[str, str]] = None) -> None:
+        """Write ``scalars`` (tag -> value) and ``text`` (tag, Markdown) at ``step``, then flush."""
+        tf = self._tf
+        with self._writer.as_default():
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value, step=step)
+            if text is not None:
+                tf.summary.text(text[0], text[1], step=step)
+        self._writer.flush()
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+
+class PlainSummaries:
+    """The same events written without a framework: TensorBoard's record writer
+    (``tensorboard.summary.writer.record_writer``, whose CRC comes from TensorBoard's own stub)
+    into a local ``events.out.tfevents.<time>.<host>.<pid>.tfbneck`` file (the name TensorBoard
+    lists, tensorboard/summary/writer/event_file_writer.py), after the ``file_version`` event
+    every event file begins with. TensorBoard's ``EventFileWriter`` itself is not used: it
+    imports TensorFlow for its file API whenever TensorFlow is installed. Scalars are
+    ``simple_value`` (what the Scalars dashboard reads from any writer), text a string tensor
+    with the text plugin's metadata (tensorboard/plugins/text/summary_v2.py)."""
+
+    def __init__(self, log_dir: str):
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.plugins.text import metadata as text_metadata
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        self._event, self._pb, self._tensor, self._types = event_pb2, summary_pb2, tensor_pb2, types_pb2
+        self._text_meta = text_metadata.create_summary_metadata(display_name="", description="")
+        os.makedirs(log_dir, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.tfbneck"
+        self._writer = RecordWriter(open(os.path.join(log_dir, name), "ab"))
+        self._put(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _put(self, event) -> None:
+        self._writer.write(event.SerializeToString())
+        self._writer.flush()
+
+    def write(self, scalars: Mapping[str, float], step: int, text: Optional[Tuple[str, str]] = None) -> None:
+        values = [self._pb.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+        if text is not None:
+            tensor = self._tensor.TensorProto(dtype=self._types.DT_STRING, string_val=[text[1].encode("utf-8")])
+            values.append(self._pb.Summary.Value(tag=text[0], tensor=tensor, metadata=self._text_meta))
+        self._put(self._event.Event(wall_time=time.time(), step=int(step), summary=self._pb.Summary(value=values)))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+
 class EventWriter:
     """The callback's event file in ``<log_dir>``, shared by the step-time scalars (the training
     thread, at a period's end), the system scalars (the system view's thread) and each analysed
@@ -149,11 +215,14 @@ class EventWriter:
       log_dir: where the event file goes.
       warn: ``warn(key, message)``, one warning per kind: a writer that cannot be made or write
         is said once (key ``"scalars"``), and training goes on.
+      tensorflow: write with ``tf.summary`` (Keras' TensorFlow backend); else with
+        :class:`PlainSummaries`.
     """
 
-    def __init__(self, log_dir: str, warn: Callable[[str, str], None]):
+    def __init__(self, log_dir: str, warn: Callable[[str, str], None], tensorflow: bool = True):
         self.log_dir, self._warn = log_dir, warn
-        self._writer: Any = None     # a tf.summary writer
+        self._kind = TensorFlowSummaries if tensorflow else PlainSummaries
+        self._writer: Any = None     # a TensorFlowSummaries or PlainSummaries
         self._lock = threading.Lock()
         self._failed = False         # the writer could not be made: not retried at every period
 
@@ -169,12 +238,7 @@ class EventWriter:
             if self._writer is not None or self._failed:
                 return
             try:
-                import tensorflow as tf
-                writer = tf.summary.create_file_writer(self.log_dir)
-                with writer.as_default(), tf.summary.record_if(False):
-                    tf.summary.scalar(INPUT_PCT, 0.0, step=0)
-                    tf.summary.text(VERDICT_TAG, "", step=0)
-                self._writer = writer
+                self._writer = self._kind(self.log_dir)
             except Exception as err:  # noqa: BLE001 - scalars are optional: say so, analyse anyway
                 self._failed = True
                 self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
@@ -185,27 +249,18 @@ class EventWriter:
         self.prepare()
         if self._writer is None:
             return
-        import tensorflow as tf  # imported by prepare already
         try:
             with self._lock:
-                with self._writer.as_default():
-                    for tag, value in values.items():
-                        tf.summary.scalar(tag, value, step=step)
-                self._writer.flush()
+                self._writer.write(values, step)
         except Exception as err:  # noqa: BLE001 - scalars are optional; training goes on
             self._warn("scalars", f"could not write scalars to {self.log_dir} ({type(err).__name__}: {err})")
 
     def write_window(self, rec: WindowRecord, report: SessionDict) -> None:
         """Write one analysed window's summaries at its last step: :func:`window_scalars` and
         the text :func:`verdict_text`. Call only once :attr:`ready`; raises what the writer raises."""
-        import tensorflow as tf  # imported by prepare already: no import happens here
         step = (rec.steps or (0, 0))[1]
         with self._lock:
-            with self._writer.as_default():
-                for tag, value in window_scalars(report).items():
-                    tf.summary.scalar(tag, value, step=step)
-                tf.summary.text(VERDICT_TAG, verdict_text(rec, report), step=step)
-            self._writer.flush()
+            self._writer.write(window_scalars(report), step, (VERDICT_TAG, verdict_text(rec, report)))
 
     def flush(self) -> None:
         """Flush what was written so far to disk."""

@@ -1,9 +1,11 @@
 """The capture of one profiling window: a staging folder with its "incomplete" record,
-the system sampler, TensorFlow's profiler session (start, stop, export), the sidecar, and
-publishing the finished session into ``<log_dir>/plugins/profile/``; or the skip record
-of a window that could not be captured; and :class:`TensorFlowProfiler`, what the window
-controller (:mod:`.controller`) asks of the profiler. Imports TensorFlow (the capture
-subpackage is the only part of the package that does).
+the system sampler, the backend's profiler session (start, stop, export: :mod:`.engines`),
+the sidecar, and publishing the finished session into ``<log_dir>/plugins/profile/``; or the
+skip record of a window that could not be captured; and :class:`WindowProfiler` (with
+:class:`TensorFlowProfiler`, :class:`JaxProfiler` and :class:`TorchProfiler`), what the window
+controller (:mod:`.controller`) asks of the profiler. Imports no framework itself: the
+engine imports its own when a window opens (TensorFlow only on the TensorFlow backend, and
+for tf-keras' marker filter).
 
 Sessions are written in ``<log_dir>/.tfbneck-staging/<pid>-<n>-<id>/`` first and moved
 into ``plugins/profile/`` complete with their sidecar, so a reader never sees a trace
@@ -15,24 +17,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import uuid
 from typing import Any, Callable, Dict, Optional, Tuple
-
-import tensorflow as tf
 
 from ..errors import first_line
 from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
 from ..system.sampler import SystemSampler
 from .controller import WindowRecord
+from .engines import InputMarks, JaxEngine, TensorFlowEngine, TorchEngine
 from .job import job_info, session_suffix, with_job
 from .tracker import ClosedWindow
 
-try:  # the module-level session object tells whose profiler is running (private API)
-    from tensorflow.python.profiler import profiler_v2 as _profiler_v2
-except Exception:  # noqa: BLE001 - a TensorFlow without it: rely on the public API only
-    _profiler_v2 = None
-
+#: The trace files a session folder holds: XSpace (TensorFlow, JAX) and Kineto (PyTorch).
+TRACE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz", ".pt.trace.json", ".pt.trace.json.gz")
 #: A saved trace above this size (bytes) gets a warning: TensorBoard, XProf and this
 #: analyzer stall on traces of 1 GB (seen in the wild); 500 MiB leaves a margin.
 LARGE_TRACE_BYTES = 500 * 1024 * 1024
@@ -99,19 +98,20 @@ class LegacyKerasMarkerFilter:
         self._original = self._replacement = None
 
 
-def running_session():
-    """TensorFlow's current profiler session object (private API), or None."""
-    return getattr(_profiler_v2, "_profiler", None) if _profiler_v2 is not None else None
+def running_session(engine: Any = None):
+    """The running profiler session of ``engine``'s framework (default TensorFlow's), or None."""
+    return (engine or TensorFlowEngine()).running()
 
 
-def precheck(log_dir_problem: Optional[str]) -> Optional[Tuple[str, str]]:
+def precheck(log_dir_problem: Optional[str], engine: Any = None) -> Optional[Tuple[str, str]]:
     """Why a window cannot open now, as ``(kind, reason)``, or None."""
-    env = os.environ.get("TF_DISABLE_PROFILING", "")
-    if env.strip().lower() in ("1", "true"):
-        return "disabled", f"profiling is disabled in this process (TF_DISABLE_PROFILING={env})"
+    engine = engine or TensorFlowEngine()
+    off = engine.disabled()
+    if off:
+        return "disabled", off
     if log_dir_problem:
         return "log_dir", log_dir_problem
-    holder = running_session()
+    holder = engine.running()
     own = WindowCapture.holding
     if holder is not None and own is not None and own.session is holder:
         w = own.window
@@ -119,10 +119,7 @@ def precheck(log_dir_problem: Optional[str]) -> Optional[Tuple[str, str]]:
                               f"(steps {w[0]}-{w[1]}, log_dir {own.log_dir}), still open because the training "
                               f"that owns it is still running")
     if holder is not None:
-        return "other_profiler", ("another profiler session was already running in this process "
-                                  "(tf.profiler.experimental.start, a TensorBoard callback's profile_batch, "
-                                  "or a profiler server capture); BottleneckProfiler never stops a profiler "
-                                  "it did not start")
+        return "other_profiler", engine.other_running()
     return None
 
 
@@ -136,24 +133,29 @@ class WindowCapture:
     #: message of a window that cannot start: whose session holds the profiler.
     holding: Optional["WindowCapture"] = None
 
-    def __init__(self, log_dir: str, record: WindowRecord, window: Range, warn: Warn):
+    def __init__(self, log_dir: str, record: WindowRecord, window: Range, warn: Warn, engine: Any = None):
         self.log_dir, self.record, self.window, self._warn = log_dir, record, window, warn
+        self.engine = engine or TensorFlowEngine()
         self.staging = os.path.join(log_dir, STAGING_DIR, f"{os.getpid()}-{record.index}-{uuid.uuid4().hex[:8]}")
         self.session = None
         self.sampler: Optional[SystemSampler] = None
         self.marker_filter: Optional[LegacyKerasMarkerFilter] = None
+        self.input_marks: Optional[InputMarks] = None
+        #: Written in the sidecar: the Keras backend (``backend``) and what fed the fit (``keras_input``).
+        self.keras: Dict[str, str] = {}
 
     @classmethod
-    def open(cls, log_dir: str, record: WindowRecord, window: Range, *, options, system_metrics: bool,
-             sample_interval_s: float, filter_legacy: bool, warn: Warn
+    def open(cls, log_dir: str, record: WindowRecord, window: Range, *, options=None, system_metrics: bool,
+             sample_interval_s: float, filter_legacy: bool, warn: Warn, engine: Any = None
              ) -> Tuple[Optional["WindowCapture"], Optional[Tuple[str, str]]]:
-        """Start capturing ``window``: staging folder + record, sampler, profiler.
+        """Start capturing ``window``: staging folder + record, sampler, profiler (``engine``,
+        :mod:`.engines`; default TensorFlow's with ``options``).
 
         Returns:
           ``(capture, None)``, or ``(None, (kind, reason))`` when the window cannot be
           captured (nothing is left behind then).
         """
-        cap = cls(log_dir, record, window, warn)
+        cap = cls(log_dir, record, window, warn, engine or TensorFlowEngine(options))
         try:
             os.makedirs(cap.staging)
         except OSError as err:
@@ -170,37 +172,26 @@ class WindowCapture:
                                 f"the trace is recorded without system metrics")
         if filter_legacy:
             cap.marker_filter = LegacyKerasMarkerFilter().install()
-        problem = cap._start_profiler(options)
+        problem = cap._start_profiler()
         return (None, problem) if problem else (cap, None)
 
-    def _start_profiler(self, options) -> Optional[Tuple[str, str]]:
-        before = running_session()
+    def _start_profiler(self) -> Optional[Tuple[str, str]]:
         try:
-            if options is not None:
-                tf.profiler.experimental.start(self.staging, options=options)
-            else:
-                tf.profiler.experimental.start(self.staging)
-        except Exception as err:  # noqa: BLE001 - any refusal: the window is skipped with the reason
-            already = isinstance(err, tf.errors.AlreadyExistsError)
-            if _profiler_v2 is not None and before is None and already:
-                # TensorFlow keeps the session object its start() created when the C++ side
-                # refuses (a profiler server capture is running): drop the dead object our
-                # call made, so later starts are not refused for ever.
-                with _profiler_v2._profiler_lock:
-                    if _profiler_v2._profiler is not None:
-                        _profiler_v2._profiler = None
+            self.session, problem = self.engine.start(self.staging)
+        except Exception as err:  # noqa: BLE001 - the framework itself failed to import or start
+            problem = ("start_failed", f"the profiler could not start ({type(err).__name__}: {first_line(err)})")
+        if problem is not None:
             self._release()
             self._discard_staging()
-            if already:
-                return "other_profiler", ("another profiler session was already running (the profiler "
-                                          "refused to start: it allows one session per process)")
-            return "start_failed", f"the profiler could not start ({type(err).__name__}: {first_line(err)})"
-        self.session = running_session()
+            return problem
         WindowCapture.holding = self
         return None
 
     def _release(self) -> Optional[Dict]:
-        """Uninstall the marker filter and stop the sampler; returns the sampler's data."""
+        """Uninstall the marker filter and the input marks, stop the sampler; returns the sampler's data."""
+        if self.input_marks is not None:
+            self.input_marks.remove()
+            self.input_marks = None
         if self.marker_filter is not None:
             self.marker_filter.uninstall()
             self.marker_filter = None
@@ -224,10 +215,7 @@ class WindowCapture:
         if WindowCapture.holding is self:
             WindowCapture.holding = None
         try:
-            if _profiler_v2 is None or running_session() is self.session:
-                tf.profiler.experimental.stop()
-            else:
-                problem = "the profiler session was stopped by other code during the window"
+            problem = self.engine.stop(self.staging, self.session)
         except Exception as err:  # noqa: BLE001 - export failed (disk full, ...): the window is skipped
             problem = f"the profiler could not save the trace ({type(err).__name__}: {first_line(err)})"
         finally:
@@ -251,7 +239,8 @@ class WindowCapture:
             return "the profiler wrote no trace file"
         job = current_job()  # a multi-worker job: recorded in the sidecar, named in the folder
         sysdata = with_job(sysdata, job, FORMAT, VERSION)
-        if sysdata is None and self.record.trigger is not None:  # why it opened is kept without metrics too
+        if sysdata is None and (self.record.trigger is not None or self.engine.backend != "tensorflow"):
+            # why it opened, and which backend ran, are kept without metrics too
             sysdata = {"format": FORMAT, "version": VERSION, "samples": []}
         if sysdata is not None:
             self._write_sidecar(exported, closed, spe, closed_by, sysdata)
@@ -268,7 +257,7 @@ class WindowCapture:
             return f"could not move the trace into {parent} ({err.strerror or err})"
         self._discard_staging()
         self.record.status, self.record.session_dir = "profiled", final
-        size = sum(os.path.getsize(os.path.join(final, f)) for f in os.listdir(final) if ".xplane.pb" in f)
+        size = sum(os.path.getsize(os.path.join(final, f)) for f in os.listdir(final) if f.endswith(TRACE_SUFFIXES))
         if size > LARGE_TRACE_BYTES:
             self._warn("large_trace", f"the trace of steps {p0}-{p1} is {size / 2**20:.0f} MiB: tools stall on "
                                       f"traces this size; profile fewer steps per window")
@@ -277,6 +266,9 @@ class WindowCapture:
     def _write_sidecar(self, folder: str, closed: ClosedWindow, spe: int, closed_by: str, sysdata: Dict) -> None:
         rec = self.record
         sysdata["source"] = "BottleneckProfiler"
+        sysdata["backend"] = self.engine.backend
+        if self.keras.get("input"):
+            sysdata["keras_input"] = self.keras["input"]
         sysdata["window"] = {"index": rec.index, "requested_steps": [list(w) for w in rec.requested],
                              "profiled_steps": list(closed.steps), "markers": [list(m) for m in closed.markers],
                              "steps_per_execution": spe, "closed_by": closed_by,
@@ -299,29 +291,38 @@ class WindowCapture:
         if WindowCapture.holding is self:
             WindowCapture.holding = None
         self._release()
-        if _profiler_v2 is not None and running_session() is self.session:
-            try:
-                tf.profiler.experimental.stop(save=False)
-            except Exception:  # noqa: BLE001, S110 - best effort: profiling is off from here on
-                pass
+        try:
+            self.engine.drop(self.session)
+        except Exception:  # noqa: BLE001, S110 - best effort: profiling is off from here on
+            pass
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-class TensorFlowProfiler:
-    """TensorFlow's side of the windows, for :class:`.controller.WindowController`: a window's
-    capture, the step marker, the record of a window that could not be captured.
+class WindowProfiler:
+    """One backend's side of the windows, for :class:`.controller.WindowController`: a
+    window's capture, the step marker, the record of a window that could not be captured.
 
     Args:
       log_dir: the callback's ``log_dir``.
-      options: ``tf.profiler.experimental.ProfilerOptions`` or None (the profiler's defaults).
+      engine: the backend's profiler (:mod:`.engines`).
       system_metrics: sample the system during windows.
       sample_interval_s: seconds between those samples.
       warn: ``warn(key, message)``, one warning per kind.
+      model_of: returns the model being trained (None outside ``fit``); on JAX its batch
+        fetches are marked while a window is open (:class:`.engines.InputMarks`).
+      input_of: returns what feeds the running fit (:func:`.engines.input_kind`), or None.
     """
 
-    def __init__(self, log_dir: str, options: Any, system_metrics: bool, sample_interval_s: float, warn: Warn):
-        self.log_dir, self.options, self.warn = log_dir, options, warn
+    def __init__(self, log_dir: str, engine: Any, system_metrics: bool, sample_interval_s: float, warn: Warn,
+                 model_of: Callable[[], Any] = lambda: None, input_of: Callable[[], Optional[str]] = lambda: None):
+        self.log_dir, self.engine, self.warn = log_dir, engine, warn
         self.system_metrics, self.sample_interval_s = system_metrics, sample_interval_s
+        self.model_of, self.input_of = model_of, input_of
+
+    @property
+    def backend(self) -> str:
+        """The Keras backend whose profiler this is (``tensorflow``, ``jax`` or ``torch``)."""
+        return self.engine.backend
 
     def open(self, record: WindowRecord, window: Range, log_dir_problem: Optional[str],
              filter_legacy: bool) -> Tuple[Optional[WindowCapture], Optional[Tuple[str, str]]]:
@@ -329,21 +330,62 @@ class TensorFlowProfiler:
         :func:`release_cut_close`): ``(capture, None)``, or ``(None, (kind, reason))`` when it
         cannot (:func:`precheck`, :meth:`WindowCapture.open`)."""
         release_cut_close()
-        problem = precheck(log_dir_problem)
+        problem = precheck(log_dir_problem, self.engine)
         if problem is not None:
             return None, problem
-        return WindowCapture.open(self.log_dir, record, window, options=self.options,
-                                  system_metrics=self.system_metrics, sample_interval_s=self.sample_interval_s,
-                                  filter_legacy=filter_legacy, warn=self.warn)
+        cap, problem = WindowCapture.open(self.log_dir, record, window, system_metrics=self.system_metrics,
+                                          sample_interval_s=self.sample_interval_s, filter_legacy=filter_legacy,
+                                          warn=self.warn, engine=self.engine)
+        if cap is not None:
+            kind = self.input_of()
+            cap.keras = {"backend": self.backend, **({"input": kind} if kind else {})}
+            model = self.model_of()
+            if self.backend == "jax" and model is not None:
+                cap.input_marks = InputMarks(model, kind or "other")
+        return cap, problem
 
     def marker(self, step: int) -> Any:
-        """The step marker of the step beginning at batch ``step``: ``Trace('train',
-        step_num=step, _r=1)``, the marker XProf and ``tfbneck analyze`` find steps by."""
-        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+        """The step marker of the step beginning at batch ``step`` (:mod:`.engines`): the
+        marker the analyzer (and XProf, for XSpace traces) finds steps by."""
+        return self.engine.marker(step)
 
     def record_skip(self, record: WindowRecord, window: Range, reason: str) -> str:
         """:func:`record_skip` in ``log_dir``."""
         return record_skip(self.log_dir, record, window, reason)
+
+    def can_stop_here(self) -> bool:
+        """Whether this thread may stop the running profiler (:meth:`.engines.TorchEngine.can_stop_here`)."""
+        return getattr(self.engine, "can_stop_here", lambda: True)()
+
+
+class TensorFlowProfiler(WindowProfiler):
+    """TensorFlow's side of the windows (:class:`WindowProfiler`); ``options``:
+    ``tf.profiler.experimental.ProfilerOptions`` or None (the profiler's defaults)."""
+
+    def __init__(self, log_dir: str, options: Any, system_metrics: bool, sample_interval_s: float, warn: Warn,
+                 **kwargs):
+        super().__init__(log_dir, TensorFlowEngine(options), system_metrics, sample_interval_s, warn, **kwargs)
+
+
+class JaxProfiler(WindowProfiler):
+    """JAX's side of the windows (:class:`WindowProfiler`); ``options``:
+    ``jax.profiler.ProfileOptions`` or None (:class:`.engines.JaxEngine`)."""
+
+    def __init__(self, log_dir: str, options: Any, system_metrics: bool, sample_interval_s: float, warn: Warn,
+                 **kwargs):
+        super().__init__(log_dir, JaxEngine(options), system_metrics, sample_interval_s, warn, **kwargs)
+
+
+class TorchProfiler(WindowProfiler):
+    """PyTorch's side of the windows (:class:`WindowProfiler`); no options."""
+
+    def __init__(self, log_dir: str, options: Any, system_metrics: bool, sample_interval_s: float, warn: Warn,
+                 **kwargs):
+        super().__init__(log_dir, TorchEngine(options), system_metrics, sample_interval_s, warn, **kwargs)
+
+
+#: The profiler class of each Keras backend.
+PROFILERS = {"tensorflow": TensorFlowProfiler, "jax": JaxProfiler, "torch": TorchProfiler}
 
 
 def release_cut_close() -> bool:
@@ -352,7 +394,7 @@ def release_cut_close() -> bool:
     that session any more. Its trace is dropped, its record says why. Returns True when
     there was one."""
     held = WindowCapture.holding
-    if held is None or held.record.closed_by is None or running_session() is not held.session:
+    if held is None or held.record.closed_by is None or not held.engine.ours(held.session):
         return False
     held.abandon()
     held.record.status, held.record.reason = "skipped", "the window's close was interrupted; its trace was dropped"
@@ -362,8 +404,9 @@ def release_cut_close() -> bool:
 def current_job() -> Optional[Dict]:
     """The multi-worker job of this process (:func:`.job.job_info`: ``TF_CONFIG``, else the
     strategy in scope), or None. Never raises."""
+    tf = sys.modules.get("tensorflow")  # a strategy exists only where TensorFlow was imported
     try:
-        strategy = tf.distribute.get_strategy()
+        strategy = tf.distribute.get_strategy() if tf is not None else None
     except Exception:  # noqa: BLE001 - no strategy to ask: TF_CONFIG alone decides
         strategy = None
     return job_info(strategy)
@@ -399,7 +442,7 @@ def exported_session(staging: str) -> Optional[str]:
         return None
     for n in reversed(names):
         folder = os.path.join(root, n)
-        if any(f.endswith((".xplane.pb", ".xplane.pb.gz")) for f in os.listdir(folder)):
+        if any(f.endswith(TRACE_SUFFIXES) for f in os.listdir(folder)):
             return folder
     return None
 

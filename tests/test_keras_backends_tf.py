@@ -1,0 +1,183 @@
+"""``BottleneckProfiler`` in real Keras 3 fits on the JAX and PyTorch backends, on the CPU.
+
+Keras reads ``KERAS_BACKEND`` when it is imported, so each backend's fits run in one fresh
+interpreter (``tests/callback_jobs/keras_backend_jobs.py``: an input-bound fit, a
+compute-bound one, an interrupted fit followed by a second one, then the README's example),
+once per module; the tests read the sessions they left with ``tfbneck analyze`` and the
+sidecars. What is asserted, per backend:
+
+* the README's callback example leaves a session ``tfbneck analyze`` diagnoses: steps found
+  by the backend's step markers, a verdict, the backend in the report;
+* a slow Python generator (50 ms per batch, a model of a few hundred weights) is called
+  input-bound (an input cause; the input share >= 40 %: PyTorch's eager step under its
+  profiler takes up to 30 ms on a busy 2-core machine) and in-memory arrays feeding three 1024-wide layers
+  are not (input share < 20 %, the model's math the cause);
+* a ``KeyboardInterrupt`` inside a window leaves the window closed as interrupted with the
+  profiler stopped, and the next ``fit`` profiles its window;
+* a window whose profiler is already held by the user's code is skipped with the reason, once,
+  and training goes on;
+* the sidecar names the backend and what fed the fit, and the fit imports no other framework
+  than the one Keras runs on (Keras itself imports JAX on the PyTorch backend).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, tfbneck_cmd
+
+pytestmark = pytest.mark.tf
+
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "callback_jobs", "keras_backend_jobs.py")
+BACKENDS = ["jax", "torch"]
+#: The step marker each backend's sessions are found by (the analyzer's step_source).
+STEP_SOURCE = {"jax": "step_markers ('train')", "torch": "profiler_step"}
+#: The trace file each backend's profiler writes in a session folder.
+TRACE_SUFFIX = {"jax": ".xplane.pb", "torch": ".pt.trace.json.gz"}
+#: The report's framework for each backend's trace.
+FRAMEWORK = {"jax": "jax", "torch": "pytorch"}
+INPUT_CAUSES = {"input_preprocessing", "file_read", "remote_read", "cpu_contention"}
+
+_RESULTS = {}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def fits(request, tmp_path_factory):
+    """``(backend, job result, {scenario: [session reports]})`` for one backend."""
+    backend = request.param
+    if backend not in _RESULTS:
+        pytest.importorskip(backend)
+        out = tmp_path_factory.mktemp(f"keras-{backend}")
+        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+                   PYTHONPATH=ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+        env.pop("TF_USE_LEGACY_KERAS", None)
+        proc = subprocess.run([sys.executable, JOB, str(out)], env=env, capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, f"{backend} job failed ({proc.returncode}):\n{proc.stderr[-5000:]}"
+        with open(out / "result.json") as f:
+            result = json.load(f)
+        result["stderr"] = proc.stderr
+        cli = subprocess.run(tfbneck_cmd() + ["analyze", str(out), "--format", "json"], capture_output=True,
+                             text=True, timeout=300, cwd=ROOT)
+        # exit status 1: a session is an error (the skipped window of the "busy" scenario)
+        assert cli.returncode in (0, 1) and cli.stdout.startswith("{"), cli.stderr[-3000:]
+        reports = {}
+        for s in json.loads(cli.stdout)["sessions"]:
+            reports.setdefault(s["run"], []).append(s)
+        _RESULTS[backend] = (backend, result, reports)
+    return _RESULTS[backend]
+
+
+def _one(reports, run):
+    assert len(reports.get(run, [])) == 1, f"{run}: {[s.get('session') for s in reports.get(run, [])]}"
+    return reports[run][0]
+
+
+def test_the_readme_example_leaves_a_diagnosed_session(fits):
+    backend, result, reports = fits
+    win = result["readme"]["windows"]
+    assert [(w["status"], w["steps"]) for w in win] == [("profiled", [10, 14])]
+    assert result["readme"]["reports"] == [True]  # the background analysis ran in the fit's process tree
+    assert any(line.startswith("tfbneck: steps 10-14: ") for line in result["stderr"].splitlines())
+    s = _one(reports, "readme")
+    assert s["status"] == "ok" and s["framework"] == FRAMEWORK[backend]
+    assert s["step_source"] == STEP_SOURCE[backend] and s["steps"]["count"] >= 4
+    assert s["bottleneck"] in ("cpu", "device", "io") and s["cause"] and s["recommendations"]
+    assert s["backend"] == backend and s["keras_input"] == "tf.data"
+    assert any(f.endswith(TRACE_SUFFIX[backend]) for f in os.listdir(win[0]["session_dir"]))
+
+
+def test_a_slow_generator_is_input_bound(fits):
+    backend, _result, reports = fits
+    s = _one(reports, "input")
+    assert s["steps"]["count"] >= 4, s["steps"]
+    assert s["breakdown_pct"]["input"] >= 40.0, s["breakdown_pct"]
+    assert s["cause"] in INPUT_CAUSES and s["bottleneck"] in ("cpu", "io"), (s["bottleneck"], s["cause"])
+    # at least the generator's 50 ms per step, whatever the backend
+    assert 45.0 <= s["steps"]["step_time_ms"]["mean"] <= 300.0, s["steps"]["step_time_ms"]
+    assert s["keras_input"] == "generator"
+    code = " ".join(r.get("code") or "" for r in s["recommendations"])
+    assert "tf.data" not in code and "tf.function" not in code, code  # not TensorFlow's knobs
+
+
+def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
+    backend, _result, reports = fits
+    s = _one(reports, "compute")
+    assert s["steps"]["count"] >= 4, s["steps"]
+    assert s["breakdown_pct"]["input"] < 20.0, s["breakdown_pct"]
+    assert s["cause"] not in INPUT_CAUSES and s["cause"] == "model_compute", (s["bottleneck"], s["cause"])
+    assert s["breakdown_pct"]["device_compute"] >= 60.0, s["breakdown_pct"]
+    assert s["keras_input"] == "arrays"
+    code = " ".join(r.get("code") or "" for r in s["recommendations"])
+    assert "jit_compile=True" not in code and "tf." not in code, code
+
+
+def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):
+    backend, result, reports = fits
+    r = result["interrupt"]
+    assert r["interrupted"]
+    first, second = r["windows"]
+    assert (first["status"], first["closed_by"], first["steps"]) == ("profiled", "interrupted", [3, 3])
+    assert (second["status"], second["closed_by"], second["steps"]) == ("profiled", "completed", [12, 14])
+    assert not r["profiler_running_at_end"]
+    if backend == "jax":  # closed by the owner watch within its 0.25 s look
+        assert r["after_interrupt"]["closed"] and not r["after_interrupt"]["profiler_running"]
+        assert r["after_interrupt"]["windows"][0]["closed_by"] == "interrupted"
+    else:  # PyTorch's profiler stops only on its own thread: the next fit closed it
+        assert "the next fit began" in result["stderr"]
+    names = sorted(s["session"].rsplit("_", 1)[-1] for s in reports["interrupt"])
+    assert names == ["steps12-14", "steps3-3"], names
+    cut = [s for s in reports["interrupt"] if s["session"].endswith("_steps3-3")][0]
+    assert cut["interrupted"]["steps_recorded"] == 1 and cut["backend"] == backend  # step 3 of 3-6
+    done = [s for s in reports["interrupt"] if s["session"].endswith("_steps12-14")][0]
+    assert done["status"] == "ok" and done["steps"]["count"] >= 2
+
+
+def test_a_profiler_already_running_skips_the_window_and_training_goes_on(fits):
+    backend, result, reports = fits
+    r = result["busy"]
+    assert r["epochs"] == 2
+    (w,) = r["windows"]
+    assert w["status"] == "skipped" and w["steps"] is None, w
+    assert w["reason"].startswith(f"another {'JAX' if backend == 'jax' else 'PyTorch'} profiler"), w["reason"]
+    said = [line for line in result["stderr"].splitlines() if "steps 2-3 were not profiled" in line]
+    assert len(said) == 1 and "Training continues" in said[0], said
+    (s,) = reports["busy"]
+    assert s["status"] == "error" and s["error_kind"] == "skipped"
+
+
+def test_the_sidecar_names_the_backend_and_no_other_framework_was_imported(fits):
+    backend, result, _reports = fits
+    for scenario, kind in (("input", "generator"), ("compute", "arrays"), ("readme", "tf.data")):
+        folder = result[scenario]["windows"][0]["session_dir"]
+        with open(os.path.join(folder, "tfbneck_system_metrics.json")) as f:
+            side = json.load(f)
+        assert side["backend"] == backend and side["keras_input"] == kind, (scenario, side.get("backend"))
+        assert side["samples"], scenario  # system metrics sampled during the window
+    before = set(result["imported_before_readme"])
+    assert "tensorflow" not in before and backend in before
+    assert "torch" not in before if backend == "jax" else True
+
+    # The window's summaries went to TensorBoard's event file (written without TensorFlow
+    # before the README's example imported it): its input share and verdict text.
+    log = result["readme"]["log"]
+    files = [n for n in os.listdir(log) if n.startswith("events.out.tfevents.")]
+    assert len(files) == 1, files
+    tags = {v.tag for e in _events(os.path.join(log, files[0])) for v in e.summary.value}
+    assert {"bottleneck/input_pct", "bottleneck/verdict"} <= tags, tags
+
+
+def _events(path):
+    """The events of a TensorBoard event file: records of ``uint64 length, uint32 CRC, data,
+    uint32 CRC`` (tensorboard/summary/writer/record_writer.py), each an ``Event`` proto."""
+    from tensorboard.compat.proto import event_pb2
+    with open(path, "rb") as f:
+        data = f.read()
+    out, i = [], 0
+    while i + 12 <= len(data):
+        n = struct.unpack("<Q", data[i:i + 8])[0]
+        out.append(event_pb2.Event.FromString(data[i + 12:i + 12 + n]))
+        i += 12 + n + 4
+    return out
