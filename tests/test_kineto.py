@@ -275,3 +275,74 @@ def test_reader_columns_are_sorted_for_nesting(tmp_path):
     assert np.all(np.diff(line.start_ps) >= 0)
     names = read_kineto(_write(tmp_path / "n.1.pt.trace.json", ev)).planes[0].event_names
     assert [names[int(i)] for i in line.name_id] == ["first", "outer", "inner"]
+
+
+# ---- large files: parsed a slice of events at a time --------------------------------------------
+
+def _columns(space):
+    return [(p.name, l.name, l.start_ps.tolist(), l.dur_ps.tolist(), [p.event_names[int(i)] for i in l.name_id])
+            for p in space.planes for l in p.lines]
+
+
+def _tricky_events():
+    """Names with what the slicer must not take for structure: escaped quotes and backslashes
+    before them, brackets, braces and commas inside strings, nested args."""
+    ev = _loop(steps=3)
+    odd = ['say \\"hi\\", [then] {go}', 'ends in a backslash \\\\', '\\\\\\"', "comma, ] } [ {", "ünïcode ,]"]
+    for k, name in enumerate(odd):
+        ev.append(_x("cpu_op", json.loads(f'"{name}"'), 4_458_676_522_690.655 + 5 * k, 1.0,
+                     **{"Input Dims": [[1, 2], []], "nested": {"a": [1, {"b": "]"}]}}))
+    return ev
+
+
+@pytest.mark.parametrize("form", ["object", "bare_list", "gz"])
+def test_sliced_parse_reads_what_the_whole_parse_reads(tmp_path, monkeypatch, form):
+    import tfbneck_plugin.trace.kineto as kineto
+    ev = _tricky_events()
+    if form == "bare_list":
+        path = tmp_path / "b.1.pt.trace.json"
+        path.write_bytes(json.dumps(ev, ensure_ascii=False).encode())
+        path = str(path)
+    else:
+        path = _write(tmp_path / ("o.1.pt.trace.json" + (".gz" if form == "gz" else "")), ev, gz=form == "gz",
+                      distributedInfo={"backend": "gloo", "rank": 1, "world_size": 2})
+    whole = read_kineto(path)
+    monkeypatch.setattr(kineto, "CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(kineto, "EVENTS_PER_SLICE", 7)
+    monkeypatch.setattr(kineto, "SCAN_WINDOW", 97)  # windows that cut strings and escapes
+    data = gzip.decompress(open(path, "rb").read()) if path.endswith(".gz") else open(path, "rb").read()
+    assert kineto.event_slices(data) is not None
+    sliced = read_kineto(path)
+    assert _columns(sliced) == _columns(whole)
+    assert (sliced.distributed, sliced.categories, sliced.device_names) == \
+        (whole.distributed, whole.categories, whole.device_names)
+
+
+def test_sliced_parse_of_bad_files_says_what_the_whole_parse_says(tmp_path, monkeypatch):
+    import tfbneck_plugin.trace.kineto as kineto
+    monkeypatch.setattr(kineto, "CHUNKED_MIN_BYTES", 0)
+    full = json.dumps({"traceEvents": _loop(2)}).encode()
+    cut = tmp_path / "cut.1.pt.trace.json"
+    cut.write_bytes(full[: len(full) // 2])
+    assert kineto.event_slices(full[: len(full) // 2]) is None   # unbalanced: the whole parse reports it
+    with pytest.raises(TraceReadError) as err:
+        read_kineto(str(cut))
+    assert "not valid JSON" in str(err.value)
+    empty = tmp_path / "e.1.pt.trace.json"
+    empty.write_bytes(b'{"traceEvents": [ ], "distributedInfo": {"rank": 0}}')
+    with pytest.raises(TraceReadError) as err:
+        read_kineto(str(empty))
+    assert "no complete (ph X) events" in str(err.value)
+
+
+def test_sliced_parse_of_the_real_traces(monkeypatch):
+    import tfbneck_plugin.trace.kineto as kineto
+    root = need_shared(TORCH_TRACES, "../shared/realtraces-torch (real PyTorch traces)")
+    for folder in sorted(REAL):
+        for name in os.listdir(os.path.join(root, folder)):
+            path = os.path.join(root, folder, name)
+            monkeypatch.setattr(kineto, "CHUNKED_MIN_BYTES", 1 << 40)
+            whole = read_kineto(path)
+            monkeypatch.setattr(kineto, "CHUNKED_MIN_BYTES", 0)
+            monkeypatch.setattr(kineto, "EVENTS_PER_SLICE", 1000)
+            assert _columns(read_kineto(path)) == _columns(whole), path

@@ -7,7 +7,7 @@
 // not buffered: a message sent before its listener is registered is lost), then post
 // {perfetto: {buffer: ArrayBuffer, title, fileName}}. The UI acts only on messages from the
 // window that opened it (window.opener; https://perfetto.dev/docs/visualization/embedding-api-reference).
-// The trace's bytes come from the plugin's /kineto_trace route (docs/http_api.md).
+// The trace's bytes come from the plugin's /kineto_trace route (docs/pytorch.md).
 
 /** Where the Perfetto UI is served. */
 export const PERFETTO_ORIGIN = "https://ui.perfetto.dev";

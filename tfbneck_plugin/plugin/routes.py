@@ -416,7 +416,7 @@ def _json(request, code: int, body: Dict, headers=None):
 # -- /kineto_trace: a PyTorch session's trace for the Perfetto UI --------------------------------
 # XProf's Trace Viewer reads only XSpace (.xplane.pb); the Perfetto UI reads Chrome-trace JSON,
 # PyTorch's Kineto traces included. The tab fetches a host's trace here and posts its bytes to
-# a Perfetto UI tab (frontend/src/perfetto.js; docs/http_api.md). Outside the plugin's class,
+# a Perfetto UI tab (frontend/src/perfetto.js; docs/pytorch.md). Outside the plugin's class,
 # which holds the routes of reports.
 
 def kineto_trace_impl(index: SessionIndex, params: Mapping[str, str]) -> Tuple[int, bytes]:

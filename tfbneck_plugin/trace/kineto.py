@@ -27,8 +27,11 @@
 line per thread and one ``/device:GPU:N`` plane per device with one line per stream, each
 line as the int64 ps columns the analysis reads from an XSpace (:class:`.xspace.Line`).
 Events keep their names; the host plane's metadata ids carry their category
-(:attr:`KinetoSpace.categories`). Parsing uses orjson (about 1 GB/s of JSON on one core);
-the events are then held once as Python objects while they are turned into columns.
+(:attr:`KinetoSpace.categories`). Parsing uses orjson (about 1 GB/s of JSON on one core). A
+file of :data:`CHUNKED_MIN_BYTES` or more is parsed a slice of events at a time
+(:func:`event_slices` finds them with numpy, without parsing), so that only one slice is held as
+Python objects while the events become columns: on a 134 MB trace of 687k events the peak
+resident memory of the read is 0.31 GB instead of 1.1 GB (VmHWM; benchmarks/bench_torch_vs_hta.py).
 
 Errors: every failure raises :class:`.xspace.TraceReadError`, one line naming the file.
 """
@@ -115,6 +118,15 @@ def read_kineto(path: str, opener=open) -> KinetoSpace:
     included) and for JSON that is not a trace (no ``traceEvents`` list, no complete event).
     """
     data = read_bytes(path, opener)
+    split = event_slices(data) if len(data) >= CHUNKED_MIN_BYTES else None
+    if split is not None:
+        head, slices = split
+        try:
+            meta = orjson.loads(head)
+        except orjson.JSONDecodeError:
+            meta = None
+        if isinstance(meta, dict) or (meta == [] and not head.lstrip().startswith(b"{")):
+            return _to_space(str(path), _chunked_events(path, data, slices), meta if isinstance(meta, dict) else {})
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as err:
@@ -128,6 +140,116 @@ def read_kineto(path: str, opener=open) -> KinetoSpace:
     if not isinstance(events, list):
         raise TraceReadError(path, "not a PyTorch profiler (Kineto) trace: no traceEvents list", kind="corrupt")
     return _to_space(str(path), events, meta)
+
+
+#: Files from this size (bytes of JSON) are parsed in slices of events (:func:`event_slices`):
+#: the whole file parsed at once holds every event as Python objects, about 5x the JSON's size
+#: at the peak (1.1 GB for a 134 MB trace of 687k events, measured with VmHWM), where a slice
+#: at a time holds the JSON, the columns and one slice.
+CHUNKED_MIN_BYTES = 4 * 1024 * 1024
+#: Events per slice.
+EVENTS_PER_SLICE = 20_000
+#: Bytes scanned at a time by :func:`event_slices` (bounds its numpy arrays).
+SCAN_WINDOW = 8 * 1024 * 1024
+
+
+def event_slices(data: bytes):
+    """Where the events of ``data`` (a Chrome-trace JSON document) lie, without parsing them:
+    ``(head, slices)`` where ``head`` is the document with an empty ``traceEvents`` array (or
+    ``[]`` for the bare array form) and ``slices`` are ``(start, end)`` byte ranges, each the
+    comma-separated text of up to :data:`EVENTS_PER_SLICE` events. None when the layout is not
+    recognised or the brackets do not balance (the caller then parses the whole document, and
+    reports its error).
+
+    The scan finds the structural characters outside strings (a quote ends a string unless an
+    odd run of backslashes precedes it) in windows of :data:`SCAN_WINDOW` bytes with numpy,
+    keeping the nesting depth and the in-string parity across windows.
+    """
+    start = len(data) - len(data.lstrip())
+    if start >= len(data):
+        return None
+    bare = data[start:start + 1] == b"["
+    if bare:
+        arr_open = start
+    else:
+        key = data.find(b'"traceEvents"')
+        if key < 0:
+            return None
+        rest = data[key + 13:key + 13 + 64].lstrip()
+        if not rest.startswith(b":") or not rest[1:].lstrip().startswith(b"["):
+            return None
+        arr_open = data.index(b"[", key + 13)
+    item_depth = None      # depth inside the events array, once its '[' is reached
+    commas: List[int] = []
+    arr_close = -1
+    depth, parity = 0, 0
+    for w0 in range(0, len(data), SCAN_WINDOW):
+        a = np.frombuffer(data, dtype=np.uint8, count=min(SCAN_WINDOW, len(data) - w0), offset=w0)
+        q = np.flatnonzero(a == 34) + w0
+        if len(q):
+            maybe = q[q > 0]
+            maybe = maybe[np.frombuffer(data, dtype=np.uint8)[maybe - 1] == 92] if len(maybe) else maybe
+            if len(maybe):
+                escaped = [p for p in maybe.tolist() if _backslashes_before(data, p) % 2 == 1]
+                if escaped:
+                    q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
+        structural = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93) | (a == 44))
+        if len(structural):
+            in_string = (np.searchsorted(q, structural + w0) + parity) & 1
+            structural = structural[in_string == 0]
+            ch = a[structural]
+            delta = np.where((ch == 123) | (ch == 91), 1, np.where(ch == 44, 0, -1))
+            before = depth + np.cumsum(delta) - delta
+            pos = structural + w0
+            if item_depth is None:
+                hit = np.flatnonzero(pos == arr_open)
+                if len(hit):
+                    if int(before[hit[0]]) != (0 if bare else 1):
+                        return None
+                    item_depth = int(before[hit[0]]) + 1
+            if item_depth is not None and arr_close < 0:
+                inside = pos > arr_open
+                closes = np.flatnonzero(inside & (ch == 93) & (before == item_depth))
+                end = int(pos[closes[0]]) if len(closes) else None
+                sel = inside & (ch == 44) & (before == item_depth)
+                if end is not None:
+                    sel &= pos < end
+                    arr_close = end
+                commas.extend(pos[sel].tolist())
+            depth = int(before[-1] + delta[-1])
+        parity = (parity + len(q)) & 1
+    if item_depth is None or arr_close < 0 or depth != 0 or parity:
+        return None
+    bounds = [arr_open] + commas + [arr_close]
+    slices = [(bounds[i] + 1, bounds[min(i + EVENTS_PER_SLICE, len(bounds) - 1)])
+              for i in range(0, len(bounds) - 1, EVENTS_PER_SLICE)]
+    head = data[:arr_open + 1] + data[arr_close:]
+    return head, slices
+
+
+def _backslashes_before(data: bytes, pos: int) -> int:
+    """How many backslashes directly precede ``data[pos]``."""
+    k = pos - 1
+    while k >= 0 and data[k] == 92:
+        k -= 1
+    return pos - 1 - k
+
+
+def _chunked_events(path: str, data: bytes, slices):
+    """The events of ``data``'s slices, one slice parsed at a time (:func:`event_slices`)."""
+    view = memoryview(data)
+    for a, b in slices:
+        if not view[a:b].tobytes().strip():
+            continue
+        text = bytearray(b"[")
+        text += view[a:b]
+        text += b"]"
+        try:
+            part = orjson.loads(text)
+        except orjson.JSONDecodeError as err:
+            raise TraceReadError(path, f"not valid JSON, truncated or corrupt ({first_line(err)})") from None
+        del text
+        yield from part
 
 
 class _Columns:
@@ -160,7 +282,7 @@ class _Collected:
     skipped: int
 
 
-def _collect(events: list) -> _Collected:
+def _collect(events) -> _Collected:
     """Group the complete events by host thread and device stream (module docstring)."""
     host_lines: Dict[Tuple[object, object], _Columns] = {}
     dev_lines: Dict[Tuple[int, int], _Columns] = {}
@@ -214,7 +336,7 @@ def _collect(events: list) -> _Collected:
     return _Collected(host_lines, dev_lines, host_ids, dev_ids, thread_names, skipped)
 
 
-def _to_space(path: str, events: list, meta: dict) -> KinetoSpace:
+def _to_space(path: str, events, meta: dict) -> KinetoSpace:
     c = _collect(events)
     host_lines, dev_lines, host_ids, dev_ids, skipped = c.host_lines, c.dev_lines, c.host_ids, c.dev_ids, c.skipped
     every = list(host_lines.values()) + list(dev_lines.values())
