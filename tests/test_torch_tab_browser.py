@@ -1,7 +1,7 @@
 """A PyTorch session beside a TensorFlow one in the tab, in headless Chromium against a real
 TensorBoard: both are listed with their verdicts, the PyTorch one shows the same verdict card,
 and its trace link is "Open in Perfetto UI" (XProf's Trace Viewer reads only XSpace) where the
-TensorFlow one keeps "Open in Trace Viewer".
+TensorFlow one keeps "Open in Trace Viewer"; its top ops carry no XProf links.
 
 The Perfetto UI (https://ui.perfetto.dev) cannot be reached from the test machine: the test
 stands a page in for it at that address (Playwright's routing) that answers "PING" with "PONG"
@@ -104,6 +104,9 @@ def test_pytorch_session_beside_tensorflow_with_perfetto_link(tmp_path):
         link = tab.fl.locator('a[data-kind="perfetto"]')
         assert link.inner_text() == "Open in Perfetto UI"
         assert tab.fl.locator('a[data-kind="session"], a[data-kind="worst"]').count() == 0
+        # its ops are listed without links into XProf, which cannot open the trace
+        assert tab.fl.locator(".tfb-ops-table tbody tr").count() > 0
+        assert tab.fl.locator(".tfb-ops-table a.tfb-op-link").count() == 0
         route, _, query = link.get_attribute("data-trace").partition("?")
         assert route == "kineto_trace" and parse_qs(query) == parse_qs(q)
         tab.shot("pytorch-session")  # the whole tab, in tests/_artifacts/screenshots

@@ -78,7 +78,9 @@ function opRow(row, report) {
   const at = row.longest || {};
   const when = `longest run ${Number(at.duration_ms || 0).toFixed(3)} ms, at ${Number(at.start_ms || 0).toFixed(3)} ms`;
   let name;
-  if (tv && tv.run) {
+  // XProf's Trace Viewer cannot open a PyTorch (Kineto) trace: its ops are named without a link
+  // (the session's "Open in Perfetto UI" opens the whole trace).
+  if (tv && tv.run && report.framework !== "pytorch") {
     const link = opLink(row, report);
     name = h("a", {
       class: "tfb-op-link", href: link.href, target: "_blank", rel: "noopener", dataset: { zoomed: String(link.zoomed) },
