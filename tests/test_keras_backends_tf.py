@@ -1,4 +1,4 @@
-"""``BottleneckProfiler`` in real Keras 3 fits on the JAX and PyTorch backends, on the CPU.
+"""``BottleneckProfiler`` in real Keras 3 fits on the JAX, PyTorch and TensorFlow backends, on the CPU.
 
 Keras reads ``KERAS_BACKEND`` when it is imported, so each backend's fits run in one fresh
 interpreter (``tests/callback_jobs/keras_backend_jobs.py``: an input-bound fit, a
@@ -17,7 +17,8 @@ sidecars. What is asserted, per backend:
 * a window whose profiler is already held by the user's code is skipped with the reason, once,
   and training goes on;
 * the sidecar names the backend and what fed the fit, and the fit imports no other framework
-  than the one Keras runs on (Keras itself imports JAX on the PyTorch backend).
+  than the one Keras runs on (Keras 3.15 itself imports JAX, when installed, on every backend);
+* on JAX and PyTorch the advice names none of TensorFlow's knobs.
 """
 import json
 import os
@@ -32,13 +33,15 @@ from conftest import ROOT, tfbneck_cmd
 pytestmark = pytest.mark.tf
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "callback_jobs", "keras_backend_jobs.py")
-BACKENDS = ["jax", "torch"]
+BACKENDS = ["jax", "torch", "tensorflow"]
 #: The step marker each backend's sessions are found by (the analyzer's step_source).
-STEP_SOURCE = {"jax": "step_markers ('train')", "torch": "profiler_step"}
+STEP_SOURCE = {"jax": "step_markers ('train')", "torch": "profiler_step", "tensorflow": "step_markers ('train')"}
 #: The trace file each backend's profiler writes in a session folder.
-TRACE_SUFFIX = {"jax": ".xplane.pb", "torch": ".pt.trace.json.gz"}
+TRACE_SUFFIX = {"jax": ".xplane.pb", "torch": ".pt.trace.json.gz", "tensorflow": ".xplane.pb"}
 #: The report's framework for each backend's trace.
-FRAMEWORK = {"jax": "jax", "torch": "pytorch"}
+FRAMEWORK = {"jax": "jax", "torch": "pytorch", "tensorflow": "tensorflow"}
+#: How the skip reason begins when the backend's profiler was already running.
+BUSY = {"jax": "another JAX profiler", "torch": "another PyTorch profiler", "tensorflow": "another profiler session"}
 INPUT_CAUSES = {"input_preprocessing", "file_read", "remote_read", "cpu_contention"}
 
 _RESULTS = {}
@@ -99,7 +102,8 @@ def test_a_slow_generator_is_input_bound(fits):
     assert 45.0 <= s["steps"]["step_time_ms"]["mean"] <= 300.0, s["steps"]["step_time_ms"]
     assert s["keras_input"] == "generator"
     code = " ".join(r.get("code") or "" for r in s["recommendations"])
-    assert "tf.data" not in code and "tf.function" not in code, code  # not TensorFlow's knobs
+    if backend != "tensorflow":
+        assert "tf.data" not in code and "tf.function" not in code, code  # not TensorFlow's knobs
 
 
 def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
@@ -111,7 +115,8 @@ def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
     assert s["breakdown_pct"]["device_compute"] >= 60.0, s["breakdown_pct"]
     assert s["keras_input"] == "arrays"
     code = " ".join(r.get("code") or "" for r in s["recommendations"])
-    assert "jit_compile=True" not in code and "tf." not in code, code
+    if backend != "tensorflow":
+        assert "jit_compile=True" not in code and "tf." not in code, code
 
 
 def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):
@@ -122,7 +127,7 @@ def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):
     assert (first["status"], first["closed_by"], first["steps"]) == ("profiled", "interrupted", [3, 3])
     assert (second["status"], second["closed_by"], second["steps"]) == ("profiled", "completed", [12, 14])
     assert not r["profiler_running_at_end"]
-    if backend == "jax":  # closed by the owner watch within its 0.25 s look
+    if backend != "torch":  # closed by the owner watch within its 0.25 s look
         assert r["after_interrupt"]["closed"] and not r["after_interrupt"]["profiler_running"]
         assert r["after_interrupt"]["windows"][0]["closed_by"] == "interrupted"
     else:  # PyTorch's profiler stops only on its own thread: the next fit closed it
@@ -141,7 +146,7 @@ def test_a_profiler_already_running_skips_the_window_and_training_goes_on(fits):
     assert r["epochs"] == 2
     (w,) = r["windows"]
     assert w["status"] == "skipped" and w["steps"] is None, w
-    assert w["reason"].startswith(f"another {'JAX' if backend == 'jax' else 'PyTorch'} profiler"), w["reason"]
+    assert w["reason"].startswith(BUSY[backend]), w["reason"]
     said = [line for line in result["stderr"].splitlines() if "steps 2-3 were not profiled" in line]
     assert len(said) == 1 and "Training continues" in said[0], said
     (s,) = reports["busy"]
@@ -157,8 +162,8 @@ def test_the_sidecar_names_the_backend_and_no_other_framework_was_imported(fits)
         assert side["backend"] == backend and side["keras_input"] == kind, (scenario, side.get("backend"))
         assert side["samples"], scenario  # system metrics sampled during the window
     before = set(result["imported_before_readme"])
-    assert "tensorflow" not in before and backend in before
-    assert "torch" not in before if backend == "jax" else True
+    others = {"tensorflow", "torch"} - {backend}  # jax: Keras' own import
+    assert backend in before and not before & others, before
 
     # The window's summaries went to TensorBoard's event file (written without TensorFlow
     # before the README's example imported it): its input share and verdict text.
@@ -181,3 +186,62 @@ def _events(path):
         out.append(event_pb2.Event.FromString(data[i + 12:i + 12 + n]))
         i += 12 + n + 4
     return out
+
+
+# -- the parts, without a fit ------------------------------------------------------------------
+
+def test_profiler_options_are_checked_against_the_backend():
+    pytest.importorskip("jax")
+    from tfbneck_plugin.capture.arguments import check_backend, profiler_options
+    assert profiler_options(None, "torch") is None
+    with pytest.raises(ValueError, match="PyTorch's profiler takes none of these options"):
+        profiler_options({"host_tracer_level": 2}, "torch")
+    with pytest.raises(ValueError, match="on the JAX backend pass a dict with any of"):
+        profiler_options({"device_tracer_level": 1}, "jax")  # JAX's ProfileOptions has no such field
+    opts = profiler_options({"python_tracer_level": 1}, "jax")
+    assert (opts.python_tracer_level, opts.host_tracer_level) == (1, 2)
+    assert profiler_options({}, "jax").python_tracer_level == 0  # the engine's default: Python tracer off
+    assert check_backend("jax") == "jax"
+    with pytest.raises(ValueError, match="the 'numpy' backend"):
+        check_backend("numpy")
+
+
+def test_what_fed_the_fit_is_named_from_its_data_adapter():
+    from tfbneck_plugin.capture.engines import fit_input, input_kind
+    names = {"TFDatasetAdapter": "tf.data", "PyDatasetAdapter": "PyDataset", "GeneratorDataAdapter": "generator",
+             "TorchDataLoaderAdapter": "DataLoader", "ArrayDataAdapter": "arrays", "GrainDatasetAdapter": "grain",
+             "SomethingElse": "other"}
+    for cls, kind in names.items():
+        assert input_kind(type(cls, (), {})()) == kind, cls
+
+    def fit(epoch_iterator):
+        return fit_input(sys._getframe())
+    assert fit(type("It", (), {"data_adapter": type("GeneratorDataAdapter", (), {})()})()) == "generator"
+    assert fit(None) is None and fit_input(None) is None
+
+
+def test_the_backend_is_read_back_only_when_well_formed():
+    from tfbneck_plugin.trace.keras_marks import recorded_backend
+    assert recorded_backend({"backend": "jax", "keras_input": "PyDataset"}) == {"backend": "jax", "input": "PyDataset"}
+    assert recorded_backend({"backend": "torch", "keras_input": 3}) == {"backend": "torch"}
+    assert recorded_backend({"backend": "numpy"}) is None and recorded_backend({}) is None
+
+
+def test_summaries_without_tensorflow_are_read_by_tensorboard_as_written(tmp_path):
+    """The event file PlainSummaries writes, in a process without TensorFlow, holds the
+    file_version event, then each scalar and the verdict text at their step."""
+    code = ("import sys\n"
+            "from tfbneck_plugin.capture.summaries import PlainSummaries\n"
+            f"w = PlainSummaries({str(tmp_path)!r})\n"
+            "w.write({'bottleneck/input_pct': 62.5}, 14, ('bottleneck/verdict', '**input-bound**'))\n"
+            "assert 'tensorflow' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (name,) = os.listdir(tmp_path)
+    events = _events(os.path.join(tmp_path, name))
+    assert events[0].file_version == "brain.Event:2"
+    (ev,) = events[1:]
+    scalar, text = ev.summary.value
+    assert (ev.step, scalar.tag, scalar.simple_value) == (14, "bottleneck/input_pct", 62.5)
+    assert (text.tag, text.tensor.string_val, text.metadata.plugin_data.plugin_name) == \
+        ("bottleneck/verdict", [b"**input-bound**"], "text")

@@ -127,6 +127,10 @@ def _busy(log):
         import jax
         jax.profiler.start_trace(os.path.join(OUT, "users_trace"))
         stop = jax.profiler.stop_trace
+    elif BACKEND == "tensorflow":
+        import tensorflow as tf
+        tf.profiler.experimental.start(os.path.join(OUT, "users_trace"))
+        stop = tf.profiler.experimental.stop
     else:
         import torch
         users = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
