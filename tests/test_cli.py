@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -254,3 +255,41 @@ def test_a_corrupt_trace_is_said_once_in_a_terminal(tmp_path):
     assert shown.count("not a valid XSpace protobuf") == 1 and "Traceback" not in shown, shown
     r = run_cli("analyze", str(tmp_path / "run"))  # piped: the report and the error line on stderr
     assert r.returncode == 1 and r.stderr.count("not a valid XSpace protobuf") == 1, r.stderr
+
+
+def test_the_table_fits_the_terminal_it_is_shown_in(tmp_path):
+    """In a 100-column terminal (tmux) the table leaves out the columns NARROW_DROPS names until
+    it fits, says which, and folds the evidence; the fix's code is never folded. Piped, every
+    column and whole lines."""
+    from tfbneck_plugin.render.report import NARROW_DROPS, TABLE_COLUMNS
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo_logs")
+    done, name = tmp_path / "done", f"tfbneck-table-{os.getpid()}"
+    script = tmp_path / "run.sh"
+    script.write_text(f"unset COLUMNS LINES\n{' '.join(tfbneck_cmd())} analyze {demo}/cpu_bound_input "
+                      f"{demo}/compute_bound\necho $? > {done}\nsleep 60\n")
+    tmux = ["tmux", "-L", name]
+    subprocess.run(tmux + ["kill-server"], capture_output=True)
+    try:
+        assert subprocess.run(tmux + ["new-session", "-d", "-s", name, "-x", "100", "-y", "80", f"bash {script}"],
+                              capture_output=True).returncode == 0
+        for _ in range(120):
+            if done.exists():
+                break
+            time.sleep(0.5)
+        screen = subprocess.run(tmux + ["capture-pane", "-p", "-J", "-t", name, "-S", "-200"], capture_output=True,
+                                text=True).stdout
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+    assert done.read_text().strip() == "0", screen
+    lines = screen.rstrip("\n").splitlines()
+    assert lines and max(len(x) for x in lines) <= 100, max(lines, key=len)
+    header = lines[0].split()
+    assert header[:2] == ["run", "session"] and {"bottleneck", "cause", "confidence", "fix_first"} <= set(header)
+    left_out = [c for c in NARROW_DROPS if c not in header]
+    assert left_out and left_out == NARROW_DROPS[:len(left_out)] and set(header) | set(left_out) == set(TABLE_COLUMNS)
+    assert f"(left out to fit 100 columns: {', '.join(left_out)};" in " ".join(" ".join(lines).split())
+    assert "      ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)" in lines  # the code, whole
+    piped = run_cli("analyze", f"{demo}/cpu_bound_input", f"{demo}/compute_bound").stdout.splitlines()
+    assert piped[0].split() == TABLE_COLUMNS and max(len(x) for x in piped) > 100

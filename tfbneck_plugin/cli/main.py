@@ -17,6 +17,7 @@ import gc
 import importlib
 import math
 import os
+import shutil
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
@@ -309,9 +310,11 @@ def _emit(args, results: List[SessionDict]) -> int:
     """Render, write, and choose the exit status (1 when any session failed)."""
     from ..render import op_table
     from ..analysis.grouping import group_jobs
-    from ..render.report import RENDERERS, build_report
+    from ..render.report import RENDERERS, build_report, to_table
     results = group_jobs(results)  # the sessions of a multi-worker job become one entry
-    text = RENDERERS[args.format](build_report(results))
+    on_terminal = args.format == "table" and not args.output and sys.stdout is not None and sys.stdout.isatty()
+    text = (to_table(build_report(results), shutil.get_terminal_size().columns) if on_terminal
+            else RENDERERS[args.format](build_report(results)))
     if getattr(args, "ops", False) and args.format == "table":
         text = text.rstrip("\n") + "\n\n" + "\n".join(op_table.to_text(r, args.sort, args.row_limit)
                                                    for r in results if r.get("status") == "ok")
@@ -328,7 +331,7 @@ def _emit(args, results: List[SessionDict]) -> int:
         write_stdout(text if text.endswith("\n") else text + "\n")
     failed = [r for r in results if r.get("status") != "ok"]
     # The table on a terminal already ends with each failure's ERROR line: said once there.
-    if not (args.format == "table" and not args.output and sys.stdout.isatty()):
+    if not on_terminal:
         for r in failed:
             print(f"tfbneck: error: {r.get('error')}", file=sys.stderr)
     return 1 if failed else 0

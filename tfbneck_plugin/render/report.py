@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Dict, List, Mapping, Sequence
+import re
+import textwrap
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .. import schema
 from ..analysis.breakdown import CATEGORIES
@@ -123,31 +125,114 @@ def _batch_ms(s: schema.Report) -> str:
     return "" if not isinstance(v, (int, float)) else f"{v:.3g}"
 
 
-def to_table(report: Mapping[str, Any]) -> str:
-    """A fixed-width table for terminals, then the evidence of each session."""
-    cols = ["run", "session", "status", "device_kind", "steps", "batch_ms", "step_source", "bottleneck", "cause",
-            "confidence", "fix_first", "input_pct", "blocking_stage", "path"]
-    rows = [dict(row(s), fix_first=(schema.first_fix(s) or {}).get("fix") or "", batch_ms=_batch_ms(s))
-            for s in report["sessions"]]
+#: The text table's columns, in order.
+TABLE_COLUMNS = ["run", "session", "status", "device_kind", "steps", "batch_ms", "step_source", "bottleneck", "cause",
+                 "confidence", "fix_first", "input_pct", "blocking_stage", "path"]
+#: The columns a terminal too narrow for the whole table loses, first to last; the verdict's
+#: columns (run, session, batch_ms, bottleneck, cause, confidence, fix_first) are always shown.
+#: ``path`` goes only while each row's run and session tell it apart, ``status`` only while
+#: every row is ``ok``.
+NARROW_DROPS = ["path", "step_source", "device_kind", "blocking_stage", "status", "steps", "input_pct"]
+
+
+def _droppable(col: str, rows: List[Dict]) -> bool:
+    if col == "path":
+        return len({(r["run"], r["session"]) for r in rows}) == len(rows)
+    if col == "status":
+        return all(r["status"] == "ok" for r in rows)
+    return True
+
+
+#: The narrowest the run and session columns are cut to (in their middle, :func:`_fit`) when a
+#: terminal is too narrow for the table without its optional columns; there a session is named
+#: by its time and steps, without its date (the verdict lines under the table name each in full).
+NARROWEST = {"session": 18, "run": 10}
+
+
+def _widths(rows: List[Dict], cols: List[str]) -> Dict[str, int]:
     # The path goes last and whole: it is what tells two rows of the same run name apart.
-    widths = {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40 if c != "path" else 10**6)
-              for c in cols}
+    return {c: min(max(len(c), *(len(_cell(r[c])) for r in rows)) if rows else len(c), 40 if c != "path" else 10**6)
+            for c in cols}
+
+
+def _narrowed(widths: Dict[str, int], width: int) -> Dict[str, int]:
+    """``widths`` with the session, then the run, column cut (to :data:`NARROWEST` at least)
+    until the table's line fits ``width``."""
+    out = dict(widths)
+    over = sum(out.values()) + 2 * (len(out) - 1) - width
+    for col, least in NARROWEST.items():
+        if over <= 0:
+            break
+        cut = min(over, max(out[col] - max(least, len(col)), 0))
+        out[col] -= cut
+        over -= cut
+    return out
+
+
+_SESSION_DATE = re.compile(r"^\d{4}_\d{2}_\d{2}_(?=\d{2}_\d{2}_\d{2})")
+
+
+def _table_lines(rows: List[Dict], cols: List[str], width: Optional[int] = None) -> List[str]:
+    if width is not None:  # a narrow terminal: sessions by their time and steps (their date is in the lines below)
+        rows = [dict(r, session=_SESSION_DATE.sub("", _cell(r["session"]))) for r in rows]
+    widths = _widths(rows, cols)
+    if width is not None:
+        widths = _narrowed(widths, width)
     lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
     for r in rows:
         lines.append("  ".join(_fit(_cell(r[c]), widths[c]).ljust(widths[c]) for c in cols).rstrip())
+    return lines
+
+
+def _wrapped(line: str, width: Optional[int]) -> List[str]:
+    """``line`` folded at word boundaries to ``width`` columns; an item's (``  - ``) continuation
+    lines under its text, another line's 4 deeper than it (below the fix's code, indented 6,
+    for the lines around it); as it is without a width."""
+    if width is None or len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" "))
+    hang = lead + 2 if line[lead:].startswith("- ") else lead + 4
+    return textwrap.wrap(line, width, subsequent_indent=" " * hang, break_long_words=False,
+                         break_on_hyphens=False) or [line]
+
+
+def to_table(report: Mapping[str, Any], width: Optional[int] = None) -> str:
+    """A fixed-width table for terminals, then the evidence of each session.
+
+    Args:
+      report: :func:`build_report`'s dict.
+      width: the terminal's columns, or None (a file or a pipe: every column, lines unfolded).
+        With a width, the table leaves out :data:`NARROW_DROPS` columns until it fits (a line
+        after it names them) and the evidence is folded to the width.
+    """
+    rows = [dict(row(s), fix_first=(schema.first_fix(s) or {}).get("fix") or "", batch_ms=_batch_ms(s))
+            for s in report["sessions"]]
+    cols = list(TABLE_COLUMNS)
+    table = _table_lines(rows, cols)
+    left_out = []
+    for col in NARROW_DROPS:
+        if width is None or max(len(x) for x in table) <= width:
+            break
+        if _droppable(col, rows):
+            cols.remove(col)
+            left_out.append(col)
+            table = _table_lines(rows, cols)
+    if width is not None and max(len(x) for x in table) > width:
+        table = _table_lines(rows, cols, width)
+    lines = table
+    if left_out:
+        lines += _wrapped(f"(left out to fit {width} columns: {', '.join(left_out)}; "
+                          "--format json, csv or markdown, or a wider terminal, shows them)", width)
     lines.append("")
     for s in report["sessions"]:
         title = session_title(s)
-        if s.get("status") != "ok":
+        if s.get("status") != "ok":  # one line, never folded: the message is searched for as it is
             lines.append(f"{title}: ERROR {s.get('error')}")
             continue
-        lines.append(verdict_line(s))
-        lines.extend(fix_first_lines(s))
-        for e in s.get("evidence", []):
-            lines.append(f"  - {e}")
-        lines.extend(no_system_line(s))
-        lines.extend(breakdown_line(s))
-        lines.extend(worker_lines(s))
+        body = [verdict_line(s), *fix_first_lines(s), *(f"  - {e}" for e in s.get("evidence", [])),
+                *no_system_line(s), *breakdown_line(s), *worker_lines(s)]
+        for line in body:  # the fix's code (indented 6) is never folded: it is copied as it is
+            lines.extend([line] if line.startswith(CODE_INDENT) else _wrapped(line, width))
         lines.append("")
     return "\n".join(lines)
 
@@ -166,6 +251,10 @@ def fix_line(fix: schema.Recommendation) -> str:
     return f"{fix.get('title')}" + (f" — {worth}" if worth else "") + f" [{fix.get('fix')}]"
 
 
+#: The indent of the first fix's code under it in the text table.
+CODE_INDENT = " " * 6
+
+
 def fix_first_lines(s: schema.Report) -> List[str]:
     """The table's lines for the first fix, right under the verdict: its title, worth and
     code name, why it fits this run, and its code indented. [] without a recommendation."""
@@ -176,7 +265,7 @@ def fix_first_lines(s: schema.Report) -> List[str]:
     if fix.get("why_here"):
         out.append(f"    why here: {fix['why_here']}")
     if fix.get("code"):
-        out.extend(f"      {line}" for line in str(fix["code"]).splitlines())
+        out.extend(f"{CODE_INDENT}{line}" for line in str(fix["code"]).splitlines())
     return out
 
 

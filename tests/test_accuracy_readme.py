@@ -1,0 +1,25 @@
+"""README.md's accuracy section is what the corpora's saved results give
+(benchmarks/accuracy_readme.py renders it; the judged halves only)."""
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import accuracy_readme  # noqa: E402
+
+
+def test_readme_accuracy_block_is_rendered_from_the_saved_results():
+    assert accuracy_readme.readme_block() == accuracy_readme.render(), \
+        "README's accuracy block differs from the corpora's results: run python benchmarks/accuracy_readme.py"
+
+
+def test_the_block_counts_the_judged_half_only():
+    import json
+    with open(accuracy_readme.TUTORIAL, encoding="utf-8") as f:
+        rows = json.load(f)["rows"]
+    judged = [r for r in rows if r["half"] == "judged" and r.get("named")]
+    fit_only = {r["run"] for r in rows if r["half"] == "fit"} - {r["run"] for r in judged}
+    block = accuracy_readme.render()
+    assert f"{sum(r['right'] for r in judged)} of {len(judged)} right" in block
+    assert fit_only and not [run for run in fit_only if f"| {run} |" in block]
