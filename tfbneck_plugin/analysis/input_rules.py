@@ -148,6 +148,7 @@ def _input_from_system(system: SystemMetrics, pipeline=None, st=None, model_core
         return "network", "remote_read", penalty, Sampled(remote)
     machine = "" if per_process else " (only machine-wide figures were recorded: other processes' load could not be told apart)"
     reads = system.get("tree_disk_read_MBps") if per_process else system.get("disk_read_MBps")
+    read_by = "the training processes read" if per_process else "the machine read"  # the System line's is the machine's
     iowait = system.get("iowait_pct") or 0.0
     if isinstance(reads, (int, float)) and reads < DISK_READ_SEEN_MBPS and iowait < IOWAIT_SEEN_PCT:
         if _computes_in_tf_ops(pipeline, st) and cpu_share.starved(system):
@@ -157,15 +158,15 @@ def _input_from_system(system: SystemMetrics, pipeline=None, st=None, model_core
             # runnable, it waits on something the samples miss.
             return ("cpu", "input_preprocessing", penalty + NO_READS_PENALTY, Inferred(
                 f"The {who} used only {own:.2f} cores while the step waited and no disk reads were seen "
-                f"({reads:.1f} MB/s, I/O wait {iowait:.0f} %), but no core sat idle and the blocking stage "
+                f"({read_by} {reads:.1f} MB/s, I/O wait {iowait:.0f} %), but no core sat idle and the blocking stage "
                 f"`{st.kind}` runs TensorFlow ops (no file reads, Python not the most of it): it computed on the cores "
                 f"it got (other processes kept {others:.0f}% of the machine's CPU busy){machine}."))
         # Waiting, but not on this machine's disks: a sleep, a lock, a page-cache hit, remote storage.
         return ("io", "file_read", penalty + NO_READS_PENALTY, Sampled(
             f"The {who} used only {own:.2f} cores while the step waited: the input pipeline waits rather than "
-            f"computes, but no disk reads were seen ({reads:.1f} MB/s, I/O wait {iowait:.0f} %): it waits on a source other "
-            f"than this machine's disks (remote storage, files already in the page cache, a sleep or a lock in "
-            f"the pipeline's code){machine}."))
+            f"computes, but no disk reads were seen ({read_by} {reads:.1f} MB/s, I/O wait {iowait:.0f} %): it waits on a "
+            "source other than this machine's disks (remote storage, files already in the page cache, a sleep or a "
+            f"lock in the pipeline's code){machine}."))
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))
