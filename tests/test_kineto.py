@@ -9,8 +9,10 @@ import gzip
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -346,3 +348,47 @@ def test_sliced_parse_of_the_real_traces(monkeypatch):
             monkeypatch.setattr(kineto, "CHUNKED_MIN_BYTES", 0)
             monkeypatch.setattr(kineto, "EVENTS_PER_SLICE", 1000)
             assert _columns(read_kineto(path)) == _columns(whole), path
+
+
+# ---- the tab's /kineto_trace route (the bytes the Perfetto UI link posts) ---------------------
+
+def test_kineto_trace_route_serves_the_hosts_json(tmp_path):
+    from tensorboard.plugins import base_plugin
+
+    from support.plugin_helpers import PREFIX, RecordingAnalyzer, wsgi_client
+    from tfbneck_plugin.plugin import BottleneckPlugin
+    logdir = tmp_path / "logs"
+    run = logdir / "torchrun"
+    run.mkdir(parents=True)
+    _write(run / "host_1.100.pt.trace.json.gz", _loop(2), gz=True)
+    _write(run / "host_2.101.pt.trace.json", _loop(3))
+    shutil.copytree(os.path.join(DEMO_LOGS, "compute_bound"), logdir / "tf")
+    rec = RecordingAnalyzer()
+    try:
+        p = BottleneckPlugin(base_plugin.TBContext(logdir=str(logdir)), analyze=rec)
+        client = wsgi_client(p)
+        p._index.current(wait_s=60)  # the first scan, done
+        sessions = {s.run: s for s in find_sessions(str(logdir)).sessions}
+        torch_s, tf_s = sessions["torchrun"], sessions["tf"]
+        url = f"{PREFIX}/kineto_trace?run=torchrun&session={quote(torch_s.name, safe='')}"
+        for host, file in (("host_1.100", "host_1.100.pt.trace.json.gz"), ("host_2.101", "host_2.101.pt.trace.json")):
+            resp = client.get(f"{url}&host={host}")
+            assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("application/json")
+            raw = open(run / file, "rb").read()
+            assert resp.get_data() == (gzip.decompress(raw) if file.endswith(".gz") else raw)
+        assert client.get(url).get_data() == gzip.decompress(open(run / "host_1.100.pt.trace.json.gz", "rb").read())
+        refused = {
+            f"{url}&host=nohost": 404,
+            f"{PREFIX}/kineto_trace?run=tf&session={quote(tf_s.name, safe='')}": 400,   # XSpace: XProf's
+            f"{PREFIX}/kineto_trace?run=nothere&session=x": 404,
+            f"{PREFIX}/kineto_trace?run=torchrun": 400,
+            f"{PREFIX}/kineto_trace?run=..%2F..&session=x": 400,
+        }
+        for bad, status in refused.items():
+            resp = client.get(bad)
+            body = json.loads(resp.get_data(as_text=True))
+            assert (resp.status_code, set(body)) == (status, {"error", "error_kind"}), (bad, body)
+        assert client.post(url).status_code == 405
+        assert rec.calls == []   # serving a trace analyses nothing
+    finally:
+        rec.release.set()
