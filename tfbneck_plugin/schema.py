@@ -419,7 +419,8 @@ def add_words(report: SessionDict) -> SessionDict:
 
 
 def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
-    """A recommendation's worth in words: its predicted time per batch, speedup and range,
+    """A recommendation's worth in words: its predicted time per batch, speedup and range (and,
+    when a gain's range reaches the time per batch today ``now_ms``, that it may gain nothing),
     or (no model) its best case from the share of the step it acts on, or (neither) why it
     has no prediction (``predicted_why_not``), or "".
     The report carries it as each recommendation's ``worth`` (:func:`add_words`): views
@@ -429,7 +430,9 @@ def worth(rec: Recommendation, now_ms: Optional[float] = None) -> str:
         low, high = p["range_ms"]
         gain = (f"{p['speedup']:.2f}x" if p["speedup"] >= 1.005 else
                 "no faster" if p["speedup"] > 0.995 else f"{p['speedup']:.2f}x, slower")
-        return f"predicted {p['time_per_batch_ms']:.2f} ms per batch ({gain}; range {low:.2f}-{high:.2f} ms)"
+        reach = (f", reaching today's {now_ms:.2f} ms: it may gain nothing"
+                 if now_ms and p["speedup"] >= 1.005 and high >= now_ms else "")
+        return f"predicted {p['time_per_batch_ms']:.2f} ms per batch ({gain}; range {low:.2f}-{high:.2f} ms{reach})"
     bound = rec.get("bound_ms")
     if bound and now_ms:
         return f"at best {bound:.2f} ms per batch (up to {now_ms / bound:.1f}x; no model)"
