@@ -78,11 +78,11 @@ def pairs_lines(data: dict) -> list:
 
 def torch_lines(rows: list) -> list:
     """PyTorch runs made by script, judged half, with their truth by ablation."""
-    judged = [r for r in rows if r.get("half") == "judged"]
+    judged = [r for r in rows if r.get("half") == "judged" and r.get("judged") in ("right", "wrong")]
     if not judged:
         return []
-    right = sum(1 for r in judged if r.get("right"))
-    sure_wrong = sum(1 for r in judged if not r.get("right") and (r.get("confidence") or 0) >= 0.7)
+    right = sum(1 for r in judged if r["judged"] == "right")
+    sure_wrong = sum(1 for r in judged if r["judged"] == "wrong" and (r.get("confidence") or 0) >= 0.7)
     return [f"**PyTorch runs** (the judged half of `benchmarks/torch_corpus.py`: `torch.profiler` traces of "
             f"DataLoader, worker-process, compute-bound and DDP-over-gloo loops on the CPU, truth by ablation): "
             f"**{right} of {len(judged)} right, {sure_wrong} wrong at confidence 0.7 or more** "
