@@ -64,12 +64,16 @@ def test_cached_report_costs_about_a_round_trip(tmp_path):
         url = "report?" + urllib.parse.urlencode({"run": s["run"], "session": s["session"]})
         t0 = time.perf_counter()
         status, headers, _ = tb.get(url)
+        waited = status == 202
         while status == 202:
             assert time.perf_counter() - t0 < 300, "the report was not analysed within 300 s"
             time.sleep(0.01)
             status, headers, _ = tb.get(url)
         uncached = time.perf_counter() - t0
-        assert status == 200 and headers["X-Tfbneck-Cache"] in ("miss", "analysing")
+        # analysed for this request: answered when done ("miss"), or, when the wait outlasted the
+        # route's (a busy machine), found done by a later poll ("hit" after a 202)
+        assert status == 200 and headers["X-Tfbneck-Cache"] in (("miss", "analysing", "hit") if waited else
+                                                                 ("miss", "analysing")), (waited, headers)
         cached, trivial = [], []
         for _ in range(ROUNDS):  # interleaved, so a burst of load hits both series alike
             took, status = _root_get(tb, "data/environment")

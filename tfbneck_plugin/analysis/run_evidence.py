@@ -217,9 +217,11 @@ def uncaptured_evidence(uncaptured: Sequence[Tuple[str, Dict]]) -> Optional[str]
 
 
 def add_evidence(report: SessionDict, said: str) -> None:
-    """Append the sentence ``said`` to the report's evidence (once), its basis the callback's
-    step clock (``system_metrics``)."""
+    """Add the sentence ``said`` to the end of the report's evidence (once), its basis the
+    callback's step clock (``system_metrics``). The lists are replaced, not appended to: the
+    front doors pass shallow copies of cached reports, whose lists must keep the trace's
+    sentences only (a run's files change under an unchanged trace)."""
     if said not in (report.get("evidence") or []):
-        report.setdefault("evidence", []).append(said)
+        report["evidence"] = [*(report.get("evidence") or []), said]
         if "evidence_detail" in report:  # measured by the callback's step clock, not the trace
-            report["evidence_detail"].append({"text": said, "basis": "system_metrics"})
+            report["evidence_detail"] = [*report["evidence_detail"], {"text": said, "basis": "system_metrics"}]
