@@ -20,6 +20,7 @@ sidecars. What is asserted, per backend:
   than the one Keras runs on (Keras 3.15 itself imports JAX, when installed, on every backend);
 * on JAX and PyTorch the advice names none of TensorFlow's knobs.
 """
+import glob
 import json
 import os
 import struct
@@ -87,7 +88,11 @@ def test_the_readme_example_leaves_a_diagnosed_session(fits):
     s = _one(reports, "readme")
     assert s["status"] == "ok" and s["framework"] == FRAMEWORK[backend]
     assert s["step_source"] == STEP_SOURCE[backend] and s["steps"]["count"] >= 4
-    assert s["bottleneck"] in ("cpu", "device", "io") and s["cause"] and s["recommendations"]
+    assert s["cause"] and s["recommendations"]
+    # Keras' own Python between PyTorch's ops is not in a Kineto trace recorded without
+    # with_stack (which slows this step 5x): on a busy machine most of this 2-3 ms step can be
+    # unrecorded, which the report says (unrecorded) rather than guess
+    assert s["bottleneck"] in ("cpu", "device", "io") or (backend, s["cause"]) == ("torch", "unrecorded"), s["cause"]
     assert s["backend"] == backend and s["keras_input"] == "tf.data"
     assert any(f.endswith(TRACE_SUFFIX[backend]) for f in os.listdir(win[0]["session_dir"]))
 
@@ -107,7 +112,7 @@ def test_a_slow_generator_is_input_bound(fits):
 
 
 def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
-    backend, _result, reports = fits
+    backend, result, reports = fits
     s = _one(reports, "compute")
     assert s["steps"]["count"] >= 4, s["steps"]
     assert s["breakdown_pct"]["input"] < 20.0, s["breakdown_pct"]
@@ -117,6 +122,14 @@ def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
     code = " ".join(r.get("code") or "" for r in s["recommendations"])
     if backend != "tensorflow":
         assert "jit_compile=True" not in code and "tf." not in code, code
+    # The step-time trend times the steps themselves, not their dispatch (JAX returns before a
+    # step ran: engines.JaxSteps keeps at most two in flight): steps 21-36, after the window.
+    (trend,) = glob.glob(os.path.join(result["compute"]["log"], "plugins", "bottleneck", "steptimes_*.json"))
+    with open(trend) as f:
+        points = json.load(f)["points"]
+    assert points and all(p["first_step"] >= 21 and p["step"] <= 36 and p["n"] >= 1 for p in points), points
+    profiled = s["steps"]["step_time_ms"]["mean"]
+    assert all(p["p50_ms"] >= 0.3 * profiled for p in points), (profiled, points)
 
 
 def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):

@@ -6,7 +6,8 @@ process (the backend is chosen by ``KERAS_BACKEND`` before Keras is imported):
 Scenarios, in this order (the last one imports TensorFlow, as the README's example does):
 
 ``input``      a slow Python generator (50 ms per batch) feeding a tiny model: input-bound.
-``compute``    in-memory arrays feeding a model of three 1024-wide layers: compute-bound.
+``compute``    in-memory arrays feeding a model of three 1024-wide layers: compute-bound;
+               36 steps, their step times written every 8 steps from step 21.
 ``interrupt``  a ``KeyboardInterrupt`` raised from a batch callback inside the first window
                of a two-window schedule, then a second ``fit`` with the same callback.
 ``busy``       the backend's profiler already started by the user's code: the window is
@@ -74,11 +75,11 @@ def _input(log):
 @scenario("compute")
 def _compute(log):
     rng = np.random.default_rng(0)
-    x, y = rng.random((2560, 512), dtype=np.float32), rng.random((2560, 1), dtype=np.float32)
+    x, y = rng.random((36 * 256, 512), dtype=np.float32), rng.random((36 * 256, 1), dtype=np.float32)
     model = keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(1024, activation="relu") for _ in range(3)]
                              + [keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    cb = BottleneckProfiler(log, profile_steps=(4, 8), analyze=False, system_interval_s=None)
+    cb = BottleneckProfiler(log, profile_steps=(4, 8), analyze=False, system_interval_s=None, step_time_every=8)
     model.fit(x, y, batch_size=256, epochs=1, callbacks=[cb], verbose=0, shuffle=False)
     cb.close()
     return {"log": log, "windows": windows(cb)}

@@ -55,7 +55,6 @@ from .arguments import profiler_options as _options_of
 from .background import BackgroundAnalysis
 from .controller import WindowController, WindowRecord
 from .display import in_notebook
-from .engines import fit_input
 from .interrupts import WATCH, TrainingDriver, fit_frame
 from .job import repeated_profiling_risk
 from .longjob import StepTimeReporter, UncapturedSlowdowns
@@ -280,13 +279,12 @@ class BottleneckProfiler(_Callback):
         self._services = RunServices(self.system_view, self._events.prepare if self.write_step_times else None,
                                      self.profiler_server_port, _start_profiler_server, self._guard, self._log_dir,
                                      self._warn)
-        self._driver, self._input = TrainingDriver(), None  # what feeds the running fit (engines.fit_input)
+        self._driver = TrainingDriver()
+        self._profiler = PROFILERS[self.backend](self.log_dir, options, self.system_metrics, self.sample_interval_s, self._warn)
         self._windows = WindowController(
-            self.tracker, self.windows,
-            PROFILERS[self.backend](self.log_dir, options, self.system_metrics, self.sample_interval_s, self._warn,
-                                    model_of=lambda: self.model, input_of=lambda: self._input),
-            self._driver, self._log_dir, WATCH, self._guard, self._warn, model_of=lambda: self.model,
-            on_published=self._analysis.start if self.analyze else None, on_change=self._reporter.write_trend)
+            self.tracker, self.windows, self._profiler, self._driver, self._log_dir, WATCH, self._guard, self._warn,
+            model_of=lambda: self.model, on_published=self._analysis.start if self.analyze else None,
+            on_change=self._reporter.write_trend)
         self._loop = LoopSteps(self.tracker, self._driver, self._windows, self._guard, self._services.start,
                                self._reporter.end_period)
         ensure_handler()
@@ -316,7 +314,7 @@ class BottleneckProfiler(_Callback):
             self._warn("multiworker_risk", risk)
         frame = fit_frame(sys._getframe(2))
         self._driver.fit_began(frame, is_tf_keras_model(self.model))
-        self._input = fit_input(frame)
+        self._profiler.fit_began(frame, self.model)
         self.tracker.spe = steps_per_execution(self.model)
         for message in long_window_warnings(self.schedule, self.tracker.spe, self.max_window_steps):
             self._warn("cut:" + message[:40], message)  # windows cut at max_window_steps executions
@@ -367,6 +365,7 @@ class BottleneckProfiler(_Callback):
         self._driver.fit_ended()
         self._services.pause()
         self._windows.training_ended()
+        self._profiler.fit_ended()
         if self.tracker.flush_every is not None:
             self._reporter.end_period(self.tracker.seen, self._epoch)
         self._slowdowns.at_end("training ended")

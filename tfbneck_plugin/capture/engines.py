@@ -309,41 +309,75 @@ class MarkedIterator:
             return next(self._it)
 
 
-class InputMarks:
-    """While a window is open on JAX, the model's ``train_function`` is wrapped so that its
-    iterator is a :class:`MarkedIterator`, and so that it returns once its results are
-    computed (``jax.block_until_ready``, inside the annotation :data:`KERAS_STEP_WAIT_EVENT`);
-    :meth:`remove` puts the function back (only if it is still the wrapper: a model rebuilt
-    meanwhile keeps its own).
+class JaxSteps:
+    """A Keras fit's steps on JAX: the model's ``train_function`` wrapped for the whole fit
+    (:meth:`remove` puts it back, only if it is still the wrapper).
 
     Keras' JAX trainer calls ``self.train_function(state, iterator)`` each step and fetches
     the batch inside it (keras/src/backend/jax/trainer.py, ``fit``), so wrapping is the one
     place the fetch can be marked without a change to Keras. JAX dispatches the jitted step
-    asynchronously: without the wait, a step's marker would end when the step was queued, and
-    its computation would run under later markers (or none). With it, each profiled step
-    holds its fetch, its dispatch and its computation, one after the other; outside windows
-    nothing is wrapped and steps overlap as Keras runs them.
+    asynchronously and returns at once, so:
+
+    * **always**, a step returns only once the previous step's results are ready (``logs``:
+      all outputs of one XLA execution become ready together): at most two steps are in
+      flight, the next fetch still overlaps the step before it, and the time between two batch
+      hooks is the step's own. Without it the steps before JAX's queue fills, and those after
+      each window, are timed at their dispatch (measured on a 2-core CPU host: 0.34 ms per
+      step for steps of 42 ms, for the first 35 steps and the 10 after a window), which would
+      mislead the step-time trend and the slowdown trigger;
+    * **while a window is open** (:meth:`marking`), each fetch runs inside
+      ``tfbneck.keras_input/<kind>`` (:class:`MarkedIterator`) and the step waits for its own
+      results inside :data:`KERAS_STEP_WAIT_EVENT`: each profiled step holds its fetch, its
+      dispatch and its computation, one after the other.
+
+    Args:
+      model: the Keras model being trained.
+      kind: what feeds the fit (:func:`input_kind`).
     """
 
     def __init__(self, model: Any, kind: str):
-        self.model, self.kind = model, kind
+        import jax
+        self.model, self.kind, self.marked = model, kind, False
         self.original = getattr(model, "train_function", None)
         self.wrapper = None
-        if callable(self.original):
-            original = self.original
-            import jax
-            wait, annotation = jax.block_until_ready, jax.profiler.TraceAnnotation
+        if not callable(self.original):
+            return
+        original, wait, annotation = self.original, jax.block_until_ready, jax.profiler.TraceAnnotation
+        previous: list = [None]
 
-            def marked(state, iterator, *args, **kwargs):
-                out = original(state, MarkedIterator(iterator, kind), *args, **kwargs)
-                with annotation(KERAS_STEP_WAIT_EVENT):
-                    wait(out)
+        def step(state, iterator, *args, **kwargs):
+            if not self.marked:
+                out = original(state, iterator, *args, **kwargs)
+                if previous[0] is not None:
+                    wait(previous[0])
+                previous[0] = out[0] if isinstance(out, tuple) and out else out
                 return out
+            out = original(state, MarkedIterator(iterator, kind), *args, **kwargs)
+            with annotation(KERAS_STEP_WAIT_EVENT):
+                wait(out)
+            previous[0] = None
+            return out
 
-            self.wrapper = marked
-            model.train_function = marked
+        self.wrapper = step
+        model.train_function = step
+
+    def marking(self) -> "JaxSteps.Marking":
+        """Mark the steps from now on (a window opened); the handle's ``remove()`` stops it."""
+        return JaxSteps.Marking(self)
+
+    class Marking:
+        """A window's marking of the steps (:meth:`JaxSteps.marking`)."""
+
+        def __init__(self, steps: "JaxSteps"):
+            self.steps = steps
+            steps.marked = True
+
+        def remove(self) -> None:
+            self.steps.marked = False
 
     def remove(self) -> None:
+        """Put the model's own ``train_function`` back (the fit ended)."""
+        self.marked = False
         if self.wrapper is not None and getattr(self.model, "train_function", None) is self.wrapper:
             self.model.train_function = self.original
         self.wrapper = None

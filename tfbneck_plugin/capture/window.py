@@ -26,7 +26,7 @@ from ..errors import first_line
 from ..records import FORMAT, SIDECAR_NAME, STAGING_DIR, VERSION, write_sidecar, write_skip_record
 from ..system.sampler import SystemSampler
 from .controller import WindowRecord
-from .engines import InputMarks, JaxEngine, TensorFlowEngine, TorchEngine
+from .engines import JaxEngine, JaxSteps, TensorFlowEngine, TorchEngine, fit_input
 from .job import job_info, session_suffix, with_job
 from .tracker import ClosedWindow
 
@@ -140,7 +140,7 @@ class WindowCapture:
         self.session = None
         self.sampler: Optional[SystemSampler] = None
         self.marker_filter: Optional[LegacyKerasMarkerFilter] = None
-        self.input_marks: Optional[InputMarks] = None
+        self.input_marks: Optional[JaxSteps.Marking] = None
         #: Written in the sidecar: the Keras backend (``backend``) and what fed the fit (``keras_input``).
         self.keras: Dict[str, str] = {}
 
@@ -308,16 +308,35 @@ class WindowProfiler:
       system_metrics: sample the system during windows.
       sample_interval_s: seconds between those samples.
       warn: ``warn(key, message)``, one warning per kind.
-      model_of: returns the model being trained (None outside ``fit``); on JAX its batch
-        fetches are marked while a window is open (:class:`.engines.InputMarks`).
-      input_of: returns what feeds the running fit (:func:`.engines.input_kind`), or None.
+
+    Attributes:
+      input: what feeds the running fit (:func:`.engines.input_kind`), or None.
+      steps: on JAX, the running fit's steps (:class:`.engines.JaxSteps`), or None.
     """
 
-    def __init__(self, log_dir: str, engine: Any, system_metrics: bool, sample_interval_s: float, warn: Warn,
-                 model_of: Callable[[], Any] = lambda: None, input_of: Callable[[], Optional[str]] = lambda: None):
+    def __init__(self, log_dir: str, engine: Any, system_metrics: bool, sample_interval_s: float, warn: Warn):
         self.log_dir, self.engine, self.warn = log_dir, engine, warn
         self.system_metrics, self.sample_interval_s = system_metrics, sample_interval_s
-        self.model_of, self.input_of = model_of, input_of
+        self.input: Optional[str] = None
+        self.steps: Optional[JaxSteps] = None
+
+    def fit_began(self, frame: Any, model: Any) -> None:
+        """A ``fit`` began in ``frame`` (None when not found) with ``model``: what feeds it is
+        noted; on JAX its steps are wrapped (:class:`.engines.JaxSteps`). Never raises."""
+        self.fit_ended()
+        self.input = fit_input(frame)
+        if self.engine.backend == "jax" and model is not None:
+            try:
+                self.steps = JaxSteps(model, self.input or "other")
+            except Exception as err:  # noqa: BLE001 - unmarked steps still profile; training goes on
+                self.warn("jax_steps", f"the steps could not be wrapped ({type(err).__name__}: {first_line(err)}); "
+                                       f"profiled steps may end before their computation")
+
+    def fit_ended(self) -> None:
+        """The ``fit`` ended: the model's own ``train_function`` is put back."""
+        steps, self.steps = self.steps, None
+        if steps is not None:
+            steps.remove()
 
     @property
     def backend(self) -> str:
@@ -337,11 +356,9 @@ class WindowProfiler:
                                           sample_interval_s=self.sample_interval_s, filter_legacy=filter_legacy,
                                           warn=self.warn, engine=self.engine)
         if cap is not None:
-            kind = self.input_of()
-            cap.keras = {"backend": self.backend, **({"input": kind} if kind else {})}
-            model = self.model_of()
-            if self.backend == "jax" and model is not None:
-                cap.input_marks = InputMarks(model, kind or "other")
+            cap.keras = {"backend": self.backend, **({"input": self.input} if self.input else {})}
+            if self.steps is not None:
+                cap.input_marks = self.steps.marking()
         return cap, problem
 
     def marker(self, step: int) -> Any:
