@@ -7,6 +7,9 @@ Three separate commands, so that improving the rules never needs new runs:
     python benchmarks/tutorial_corpus.py score [--out DIR]    # no TensorFlow: analyse, judge, write JSON
     python benchmarks/tutorial_corpus.py table                # the judged half's table, from the JSON
     python benchmarks/tutorial_corpus.py list                 # the runs and their half
+    python benchmarks/tutorial_corpus.py stability [--repeats N] [--load idle|busy] [--out DIR]
+        # each of STABILITY_RUNS N times (profiled fit only, no ablation); then the verdicts'
+        # agreement per script into benchmarks/results/stability.json (merged by load)
 
 A run is one Python process: the script's pipeline and model, trained with
 ``BottleneckProfiler`` (one profiling window, system metrics every 50 ms) and timed by its own
@@ -35,6 +38,7 @@ scripts beside ``../shared/tools/under-load`` (one spinning process per core).
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -287,8 +291,9 @@ def _cached(data, tf, np, batch_hint=None):
     return tf.data.Dataset.from_tensor_slices((xs, ys)).repeat().prefetch(tf.data.AUTOTUNE)
 
 
-def job(name: str, folder: str) -> None:
-    """One run: real and ablation alternately :data:`REPS` times; writes ``times.json``."""
+def job(name: str, folder: str, ablation: bool = True) -> None:
+    """One run: real and ablation alternately :data:`REPS` times; writes ``times.json``.
+    Without ``ablation``: the profiled fit only (what a stability repeat needs)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import numpy as np
@@ -302,17 +307,18 @@ def job(name: str, folder: str) -> None:
     loop = {} if loop else None
     if loop is None:
         model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    cached = _cached(data, tf, np)
-    real, ablation = [], []
-    for rep in range(REPS):
+    cached = _cached(data, tf, np) if ablation else None
+    real, ablation_ms = [], []
+    for rep in range(REPS if ablation else 1):
         profiler = None
         if rep == 0:
             profiler = BottleneckProfiler(os.path.join(folder, "logs"), profile_steps=WINDOW, analyze=False,
                                           sample_interval_s=SAMPLE_INTERVAL_S, verbose=0)
         real.append(_train(model, data, tf, keras, loop, profiler).mean_ms(skip_window=rep == 0))
-        ablation.append(_train(model, cached, tf, keras, loop).mean_ms(skip_window=False))
+        if cached is not None:
+            ablation_ms.append(_train(model, cached, tf, keras, loop).mean_ms(skip_window=False))
     with open(os.path.join(folder, "times.json"), "w") as f:
-        json.dump({"real_ms": real, "ablation_ms": ablation}, f)
+        json.dump({"real_ms": real, "ablation_ms": ablation_ms}, f)
 
 
 def run_folder(out: str, name: str, load: str) -> str:
@@ -339,6 +345,73 @@ def make_runs(out: str, only=None, load: str = "idle") -> None:
             print(f"{name}: failed: {proc.stderr.strip().splitlines()[-3:]}", flush=True)
             continue
         print(f"{name}: made in {time.time() - started:.0f} s", flush=True)
+
+
+# ---- stability: the same script again and again ---------------------------------------------------
+
+#: The scripts a stability measurement repeats: one or two of each family, both truths.
+STABILITY_RUNS = ("imgfolder-aug-smallcnn", "jpeg-cached-smallcnn", "textvec-small", "numpy-gen-heavy",
+                  "pyds-threads-w2", "pyds-procs-w2", "tfrecord-loop-heavy", "inmem-mlp")
+STABILITY_JSON = os.path.join(HERE, "results", "stability.json")
+
+
+def make_repeats(out: str, repeats: int, load: str) -> None:
+    """Each of :data:`STABILITY_RUNS` ``repeats`` times (a profiled fit each, in its own
+    process, the scripts interleaved so that a slow minute of the machine hits all of them),
+    under ``out/stability/load``; repeats already made are kept."""
+    for rep in range(repeats):
+        for name in STABILITY_RUNS:
+            folder = os.path.join(out, "stability", load, f"{name}-r{rep}")
+            if os.path.exists(os.path.join(folder, "times.json")):
+                continue
+            os.makedirs(folder, exist_ok=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "job", name, folder, "--no-ablation"]
+            if load == "busy":
+                cmd = [UNDER_LOAD, "-j", "2"] + cmd
+            started, load_before = time.time(), os.getloadavg()[0]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+            with open(os.path.join(folder, "load.json"), "w") as f:
+                json.dump({"loadavg_1min": [load_before, os.getloadavg()[0]]}, f)
+            print(f"{name} r{rep}: {'made' if proc.returncode == 0 else 'failed'} in {time.time() - started:.0f} s "
+                  f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+
+
+def score_repeats(out: str, load: str) -> list:
+    """Per script: the cause of each repeat, the share that agree with the most common one,
+    and the highest confidence a cause other than that one claimed."""
+    sys.path.insert(0, HERE)
+    from pairs_corpus import analyse_run  # noqa: E402
+    from collections import Counter
+    rows = []
+    for name in STABILITY_RUNS:
+        causes, loads = [], []
+        for folder in sorted(glob.glob(os.path.join(out, "stability", load, f"{name}-r*"))):
+            analysed = analyse_run(folder) if os.path.exists(os.path.join(folder, "times.json")) else None
+            if analysed is not None:
+                causes.append((analysed[0].get("cause"), analysed[0].get("confidence")))
+            if os.path.exists(os.path.join(folder, "load.json")):
+                with open(os.path.join(folder, "load.json")) as f:
+                    loads.extend(json.load(f)["loadavg_1min"])
+        if not causes:
+            continue
+        modal, n = Counter(c for c, _ in causes).most_common(1)[0]
+        others = [conf for c, conf in causes if c != modal]
+        rows.append({"run": name, "load": load, "repeats": len(causes), "cause": modal,
+                     "agreement": round(n / len(causes), 2), "causes": [c for c, _ in causes],
+                     "confidences": [conf for _, conf in causes],
+                     "flipped_max_confidence": max(others) if others else None,
+                     "loadavg": [round(min(loads), 1), round(max(loads), 1)] if loads else None})
+    return rows
+
+
+def save_stability(rows: list, load: str) -> None:
+    kept = []
+    if os.path.exists(STABILITY_JSON):
+        with open(STABILITY_JSON) as f:
+            kept = [r for r in json.load(f)["rows"] if r["load"] != load]
+    os.makedirs(os.path.dirname(STABILITY_JSON), exist_ok=True)
+    with open(STABILITY_JSON, "w") as f:
+        json.dump({"rows": kept + rows}, f, indent=1)
 
 
 # ---- scoring (no TensorFlow) --------------------------------------------------------------------
@@ -430,14 +503,25 @@ def table(rows, which: str = "judged") -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["runs", "score", "table", "list", "job"])
+    ap.add_argument("command", choices=["runs", "score", "table", "list", "job", "stability"])
     ap.add_argument("args", nargs="*")
+    ap.add_argument("--no-ablation", action="store_true", help="job: the profiled fit only")
+    ap.add_argument("--repeats", type=int, default=5, help="stability: repeats of each script")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--only", default="")
-    ap.add_argument("--load", default="idle", choices=["idle", "busy"])
+    ap.add_argument("--load", default="idle", choices=["idle", "busy", "shared"],
+                    help="busy: beside ../shared/tools/under-load; shared: as the machine is, its load average "
+                         "recorded per run (a machine other work uses)")
     a = ap.parse_args(argv)
     if a.command == "job":
-        job(a.args[0], a.args[1])
+        job(a.args[0], a.args[1], ablation=not a.no_ablation)
+    elif a.command == "stability":
+        make_repeats(a.out, a.repeats, a.load)
+        rows = score_repeats(a.out, a.load)
+        save_stability(rows, a.load)
+        for r in rows:
+            print(f"{r['run']}: {r['cause']} in {r['agreement']:.0%} of {r['repeats']}; others up to "
+                  f"{r['flipped_max_confidence']}")
     elif a.command == "list":
         for name in RUNS:
             print(f"{name}: {half(name)}")
