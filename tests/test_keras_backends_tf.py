@@ -109,6 +109,8 @@ def test_a_slow_generator_is_input_bound(fits):
     code = " ".join(r.get("code") or "" for r in s["recommendations"])
     if backend != "tensorflow":
         assert "tf.data" not in code and "tf.function" not in code, code  # not TensorFlow's knobs
+    if backend == "torch":  # Keras feeds PyTorch through its own DataLoader: its knob is a PyDataset's workers
+        assert s["recommendations"][0]["fix"] == "pydataset_workers" and "num_workers" not in code, code
 
 
 def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
@@ -121,7 +123,11 @@ def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
     assert s["keras_input"] == "arrays"
     code = " ".join(r.get("code") or "" for r in s["recommendations"])
     if backend != "tensorflow":
-        assert "jit_compile=True" not in code and "tf." not in code, code
+        assert "tf." not in code, code
+    if backend == "jax":  # Keras already jit-compiles the step on JAX
+        assert "jit_compile=True" not in code, code
+    if backend == "torch":  # Keras' switch for torch.compile; PyTorch's own spelling is not the user's knob
+        assert "model.compile(optimizer, loss, jit_compile=True)" in code and "torch.compile(model" not in code, code
     # The step-time trend times the steps themselves, not their dispatch (JAX returns before a
     # step ran: engines.JaxSteps keeps at most two in flight): steps 21-36, after the window.
     (trend,) = glob.glob(os.path.join(result["compute"]["log"], "plugins", "bottleneck", "steptimes_*.json"))

@@ -91,16 +91,26 @@ def test_pytorch_session_beside_tensorflow_with_perfetto_link(tmp_path):
         chips = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-item')).map(li => "
                                    "[li.dataset.run, li.querySelector('.tfb-chip').textContent])")
         assert sorted(chips) == sorted([[run, KIND_LABELS[r["bottleneck"]]] for run, r in reports.items()])
+        # each says what ran it, and its name wraps at its underscores, not mid-word
+        made_by = tab.frame.evaluate("() => Object.fromEntries(Array.from(document.querySelectorAll('.tfb-item'))"
+                                     ".map(li => [li.dataset.run, [li.querySelector('.tfb-item-framework')"
+                                     ".textContent, li.querySelectorAll('.tfb-item-run wbr').length]]))")
+        assert made_by == {"tf_cpu_bound_input": ["TensorFlow", 3], "pytorch_resnet": ["PyTorch", 1]}, made_by
 
         # The TensorFlow session: XProf's Trace Viewer.
         tab.select(tf_r["run"], tf_r["session"])
         check_verdict(tab, tf_r)
+        assert tab.fl.locator(".tfb-verdict .tfb-framework").inner_text() == "TensorFlow"
+        assert tab.fl.locator(".tfb-fix-first.tfb-fix-optional").count() == 0  # input-bound: a fix, in colour
         assert tab.fl.locator('a[data-kind="session"]').inner_text() == "Open in Trace Viewer"
         assert tab.fl.locator('a[data-kind="perfetto"]').count() == 0
 
         # The PyTorch session: the same card, and the Perfetto UI instead.
         tab.select(torch_r["run"], torch_r["session"])
         check_verdict(tab, torch_r)
+        assert tab.fl.locator(".tfb-verdict .tfb-framework").inner_text() == "PyTorch"
+        assert torch_r["bottleneck"] == "device"  # the healthy state: its first change shown as an option
+        assert tab.fl.locator(".tfb-fix-first.tfb-fix-optional").count() == 1
         link = tab.fl.locator('a[data-kind="perfetto"]')
         assert link.inner_text() == "Open in Perfetto UI"
         assert tab.fl.locator('a[data-kind="session"], a[data-kind="worst"]').count() == 0

@@ -4,10 +4,10 @@
 import { ApiError, fetchComparison, fetchFleet, fetchReport, fetchTrend, listSessions } from "./api.js";
 import { destroyAll } from "./charts.js";
 import { compareView } from "./compare.js";
-import { clear, h } from "./dom.js";
+import { breakable, clear, h } from "./dom.js";
 import { explainLogdirError, explainRequestError } from "./errors.js";
 import { fleetView } from "./fleet.js";
-import { fmtTime, kindLabel, runLabel, setVocabulary } from "./format.js";
+import { fmtTime, frameworkLabel, kindLabel, runLabel, setVocabulary } from "./format.js";
 import { jobView } from "./job.js";
 import { sessionView } from "./session.js";
 import { trendView } from "./trend.js";
@@ -207,7 +207,7 @@ export class App {
 
   renderList() {
     const rows = this.sessions.filter((s) => !this.filter
-      || `${s.run} ${s.session} ${(s.hosts || []).join(" ")}`.toLowerCase().includes(this.filter));
+      || `${s.run} ${s.session} ${(s.hosts || []).join(" ")} ${frameworkLabel(s)}`.toLowerCase().includes(this.filter));
     this.countEl.textContent = String(this.sessions.length);
     clear(this.listEl);
     for (const s of rows) {
@@ -224,10 +224,12 @@ export class App {
         onclick: () => this.select(key),
         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); this.select(key); } },
       },
-      h("div", { class: "tfb-item-top" }, h("span", { class: "tfb-item-run", text: runLabel(s.run) }), chip),
+      // names wrap after their separators, never mid-word
+      h("div", { class: "tfb-item-top" }, h("span", { class: "tfb-item-run" }, breakable(runLabel(s.run), /([_/.-])/)), chip),
       h("div", { class: "tfb-item-meta" },
-        h("span", { class: "tfb-item-session", text: s.session }),
-        (s.hosts || []).length ? h("span", { class: "tfb-item-hosts", text: s.hosts.join(", ") }) : null),
+        h("span", { class: "tfb-item-session" }, breakable(s.session, /(_)/)),
+        (s.hosts || []).length ? h("span", { class: "tfb-item-hosts", text: s.hosts.join(", ") }) : null,
+        frameworkLabel(s) ? h("span", { class: "tfb-item-framework", text: frameworkLabel(s) }) : null),
       s.time ? h("div", { class: "tfb-item-time", text: fmtTime(s.time) }) : null);
       this.listEl.append(li);
     }
@@ -381,7 +383,8 @@ export class App {
 
   noteReport(s, report) {
     // Keep the list's chip in step with what was just shown.
-    Object.assign(s, { state: "ready", status: report.status, bottleneck: report.bottleneck, cause: report.cause });
+    Object.assign(s, { state: "ready", status: report.status, bottleneck: report.bottleneck, cause: report.cause,
+      framework: report.framework, backend: report.backend });
     this.renderList();
   }
 

@@ -35,6 +35,19 @@ export function categoryLabel(cat, report) {
 }
 
 /** A verdict's name: the report's `bottleneck_label` when given, else the vocabulary's. */
+const FRAMEWORK_NAMES = { tensorflow: "TensorFlow", jax: "JAX", pytorch: "PyTorch", torch: "PyTorch" };
+
+/**
+ * What ran the training, from a report or a session row: "Keras 3 on JAX" where the callback
+ * recorded a Keras backend (`backend`), else the trace's framework ("PyTorch", "JAX",
+ * "TensorFlow"); "" when neither is known.
+ */
+export function frameworkLabel(r) {
+  if (!r) return "";
+  if (r.backend) return `Keras 3 on ${FRAMEWORK_NAMES[r.backend] || r.backend}`;
+  return FRAMEWORK_NAMES[r.framework] || "";
+}
+
 export function kindLabel(kind, report) {
   return (report && report.bottleneck_label) || vocabulary.bottleneck_labels[kind] || String(kind || "unknown");
 }

@@ -7,7 +7,7 @@ import { PERFETTO_ORIGIN, kinetoTraceUrl, openInPerfetto } from "./perfetto.js";
 import { opsSection } from "./ops.js";
 import { explainReportError } from "./errors.js";
 import {
-  CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtBytes, fmtMs, fmtPct, kindLabel, runLabel,
+  CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtBytes, fmtMs, fmtPct, frameworkLabel, kindLabel, runLabel,
 } from "./format.js";
 
 /** Text with `backticked` parts shown as code, as the analyzer writes stage names. */
@@ -136,6 +136,7 @@ export function verdictCard(report, { links = true } = {}) {
   h("div", { class: "tfb-verdict-top" },
     h("span", { class: `tfb-kind kind-${kind}`, text: kindLabel(kind, report) }),
     h("span", { class: "tfb-cause-code", text: report.cause || "" }),
+    frameworkLabel(report) ? h("span", { class: "tfb-framework", text: frameworkLabel(report) }) : null,
     kind !== "unknown" ? h("span", { class: "tfb-confidence", title: "How strongly the evidence supports the verdict" },
       h("span", { text: `Confidence ${conf}%` }),
       h("span", { class: "tfb-meter" }, h("span", { style: { width: `${conf}%` } }))) : null),
@@ -175,7 +176,10 @@ function fixFirst(report) {
       if (el) el.scrollIntoView({ behavior: "smooth", block: "start" });
     },
   }, `${recs.length - 1} more change${recs.length > 2 ? "s" : ""} below`) : null;
-  return h("div", { class: "tfb-fix-first", dataset: { fix: r.fix || "" } },
+  // On a device-bound (healthy) verdict nothing is broken: the first change is an option to
+  // try, shown without the alarm colour (its words stay those of every view).
+  const healthy = report.bottleneck === "device";
+  return h("div", { class: "tfb-fix-first" + (healthy ? " tfb-fix-optional" : ""), dataset: { fix: r.fix || "" } },
     h("div", { class: "tfb-fix-head" },
       h("span", { class: "tfb-fix-label", text: "Fix first" }),
       h("strong", { class: "tfb-fix-title" }, richText(r.title || "")),

@@ -455,6 +455,58 @@ JAX_ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
 }
 
 
+# -- Keras on PyTorch -------------------------------------------------------------------------
+# A Keras fit on PyTorch feeds the step through Keras' own DataLoader wrapper around what the
+# user passed (keras/src/trainers/data_adapters/), so DataLoader(num_workers=...) is not the
+# user's knob; jit_compile=True compiles the train step with torch.compile, and
+# steps_per_execution must stay 1 (keras/src/backend/torch/trainer.py).
+
+def _keras_torch_compile(why: str) -> Rec:
+    return rec("torch_compile", "Compile the train step: model.compile(..., jit_compile=True)",
+               why + " On Keras' PyTorch backend jit_compile=True compiles the train step with torch.compile "
+               "(steps_per_execution must stay 1 there); measure it, compilation takes time and does not always pay.",
+               "model.compile(optimizer, loss, jit_compile=True)")
+
+
+def _keras_torch_input(f: Findings, kind: str) -> List[Rec]:
+    return input_advice(f, kind) if f.keras_input == "tf.data" else _keras_workers(f)
+
+
+def _keras_torch_compute(f: Findings) -> List[Rec]:
+    if f.device_kind == "CPU":
+        out = [rec("use_gpu", "Run the model math on a GPU",
+                   "The CPU does the model's math, which is the limit: a GPU (a CUDA build of PyTorch) or more cores "
+                   "shortens the step; a smaller model or batch does less work per step.",
+                   "import torch\nprint(torch.cuda.is_available())   # Keras' PyTorch backend uses the GPU when True"),
+               _keras_torch_compile("On the CPU, torch.compile fuses and vectorises the step's ops.")]
+        load = input_load(f)
+        return (_keras_torch_input(f, "cpu") + out) if load is not None and load.speedup >= INPUT_DOUBT_GAIN else out
+    return [rec("mixed_precision", "Use mixed precision",
+                "bfloat16/float16 math runs several times faster than float32 on GPUs.",
+                "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
+            _keras_torch_compile("Fuses ops: fewer kernels and fewer round trips to GPU memory.")]
+
+
+def _keras_torch_overhead(_f: Findings) -> List[Rec]:
+    return [_keras_torch_compile("Python and op-by-op dispatch take the step's time."),
+            rec("larger_batch", "Raise the batch size",
+                "Each step's fixed Python and dispatch cost is then shared by more examples.", None)]
+
+
+#: cause code -> recommendations for a Keras fit on PyTorch (a Kineto trace whose sidecar
+#: records the Keras backend); causes not listed use PyTorch's own (:mod:`.torch_advice`).
+KERAS_TORCH_ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
+    "input_preprocessing": lambda f: _keras_torch_input(f, "cpu"),
+    "file_read": lambda f: _keras_torch_input(f, "io"),
+    "remote_read": lambda f: _keras_torch_input(f, "network"),
+    "cpu_contention": lambda f: _keras_torch_input(f, "cpu"),
+    "python_overhead": _keras_torch_overhead,
+    "eager_execution": _keras_torch_overhead,
+    "kernel_launch": _keras_torch_overhead,
+    "model_compute": _keras_torch_compute,
+}
+
+
 def _without_tensorflow(recs: List[Rec]) -> List[Rec]:
     """The recommendations whose code uses no TensorFlow API."""
     return [r for r in recs if "tf." not in (r.get("code") or "") and "tensorflow" not in (r.get("code") or "")]
@@ -462,9 +514,12 @@ def _without_tensorflow(recs: List[Rec]) -> List[Rec]:
 
 def advice_for(cause: str, f: Findings) -> List[Rec]:
     """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``), in
-    PyTorch's words for a PyTorch run (:mod:`.torch_advice`), in Keras' and JAX's for a Keras
-    fit on JAX (:data:`JAX_ADVICE`; a tf.data input keeps tf.data's advice)."""
+    PyTorch's words for a PyTorch run (:mod:`.torch_advice`), in Keras' for a Keras fit on
+    PyTorch (:data:`KERAS_TORCH_ADVICE`), in Keras' and JAX's for a Keras fit on JAX
+    (:data:`JAX_ADVICE`); a tf.data input keeps tf.data's advice."""
     if f.framework == "pytorch":
+        if f.keras_input is not None and cause in KERAS_TORCH_ADVICE:
+            return KERAS_TORCH_ADVICE[cause](f)
         return torch_advice.advice_for(cause, f)
     if f.framework == "jax" and f.steps.found:
         if cause in JAX_ADVICE:

@@ -154,8 +154,9 @@ class Findings:
     xla: bool = False                 # XLA executables ran (whatif/fit_to_run: no "compile with XLA")
     slowdown: Optional[Slowdown] = None   # the slowdown trigger opened this window
     loader: Optional[LoaderFacts] = None  # PyTorch's DataLoader (None for other frameworks)
-    keras_input: Optional[str] = None     # a Keras fit on JAX: what fed it (tf.data, PyDataset, generator,
-    #                                       arrays...), from the callback's input marks (analysis.jax_host)
+    keras_input: Optional[str] = None     # a Keras fit on JAX or PyTorch: what fed it (tf.data, PyDataset,
+    #                                       generator, arrays...), from the callback's input marks (analysis.jax_host)
+    #                                       or its sidecar (analysis.torch_host); None outside a Keras fit
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

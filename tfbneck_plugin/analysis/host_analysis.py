@@ -47,12 +47,16 @@ INPUT_BOUND_STEP_PCT = 20.0
 
 class HostAnalysis:
     """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize);
-    ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None."""
+    ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None;
+    ``keras``: ``{"backend", "input"}`` of the Keras fit the callback profiled
+    (trace.keras_marks.recorded_backend), or None."""
 
-    def __init__(self, space: Space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None):
+    def __init__(self, space: Space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None,
+                 keras: Optional[Dict] = None):
         self.space = space
         self.system = system
         self.slowdown = Slowdown(**slowdown) if slowdown else None
+        self.keras = keras
 
     @cached_property
     def host_view(self) -> Optional[hostmod.HostView]:

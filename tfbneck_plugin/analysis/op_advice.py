@@ -58,7 +58,11 @@ def matrix_share(summary: OpSummary, where: str) -> float:
     return 100.0 * matrix / total if total > 0 else 0.0
 
 
-def _compute_note(summary: OpSummary, where: str) -> Optional[str]:
+#: What fuses elementwise ops into fewer kernels, in each framework's words.
+FUSER = {"pytorch": "torch.compile", "jax": "XLA (jax.jit)"}
+
+
+def _compute_note(summary: OpSummary, where: str, framework: str = "tensorflow") -> Optional[str]:
     named = measured_types(summary, where)
     if named is None:
         return None
@@ -68,13 +72,13 @@ def _compute_note(summary: OpSummary, where: str) -> Optional[str]:
     if share >= 50:  # the majority: the matrix math is what to speed up first
         helps = f"matrix math is most of it: {matrix}"
     else:
-        helps = ("the rest (elementwise and optimizer ops) is most of it: XLA fuses those into fewer kernels; "
-                 f"for the matrix math, {matrix}")
+        helps = (f"the rest (elementwise and optimizer ops) is most of it: {FUSER.get(framework, 'XLA')} fuses those "
+                 f"into fewer kernels; for the matrix math, {matrix}")
     return f"Measured op types: {named}; MatMul/Conv ops are {share:.0f} % of the op time, so {helps}."
 
 
 def name_ops(cause: str, recs: List[Recommendation], summary: Optional[OpSummary], blocking: Optional[str],
-             device_kind: str = "CPU") -> List[Recommendation]:
+             device_kind: str = "CPU", framework: str = "tensorflow") -> List[Recommendation]:
     """``recs`` with the first one's detail naming the measured ops. ``summary``: the report's
     ``op_summary``; ``blocking``: the blocking tf.data stage's path; ``device_kind``: the
     breakdown's device (an accelerator whose ops the trace lacks gets no note: the host's
@@ -86,7 +90,7 @@ def name_ops(cause: str, recs: List[Recommendation], summary: Optional[OpSummary
         where = "device" if _groups(summary, "device") else "host"
         if where == "host" and device_kind != "CPU":
             return recs
-        note = _compute_note(summary, where)
+        note = _compute_note(summary, where, framework)
     elif cause in INPUT_CAUSES and blocking:
         named = measured_types(summary, "input_pipeline", blocking)
         if named:

@@ -42,6 +42,9 @@ _WRAPPER_SCOPES = ("StatefulPartitionedCall", "PartitionedCall", "gradient_tape"
 #: function's number), which Keras' ``steps_per_execution`` loop puts before every op of the
 #: step: not layers.
 _CONTROL_FLOW_SCOPES = frozenset({"while", "body", "cond", "then", "else"})
+#: The op type of a device kernel the trace ties to no framework op (a TensorFlow op, an aten
+#: op): named by its kernel only.
+NO_OP_TYPE = "(no op recorded)"
 #: Copies on a device (names CUPTI/roctracer give them; see devices._H2D/_D2H).
 _MEMCPY_PREFIX = ("Memcpy", "Memset", "memcpy", "memset")
 
@@ -462,7 +465,7 @@ def _add_device_line(rows: Dict[str, OpRow], plane, line, idx: np.ndarray, share
             name, kind = split_op_name(op)
         else:
             name = event
-            kind = event.split()[0] if event.startswith(_MEMCPY_PREFIX) else "(no TF op)"
+            kind = event.split()[0] if event.startswith(_MEMCPY_PREFIX) else NO_OP_TYPE
         row = rows.get(name)
         if row is None:
             row = rows[name] = OpRow("device", name, kind)

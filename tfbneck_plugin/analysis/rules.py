@@ -250,7 +250,8 @@ def decide(f: Findings) -> Verdict:
     # What fits this run, with `predicted`, the largest gain first.
     v.recommendations = fit(advice_for(v.cause, f), f)
     blocking = f.pipeline.blocking.path if f.pipeline is not None and f.pipeline.blocking else None
-    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind)  # names the measured ops
+    v.recommendations = name_ops(v.cause, v.recommendations, f.ops, blocking, f.device_kind,  # names the measured ops
+                                 f.framework)
     if f.steps.odd:
         v.evidence.insert(0, f.steps.odd)
     if f.steps.fetch_outside:

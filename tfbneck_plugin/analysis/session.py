@@ -28,14 +28,17 @@ from .system_session import system_only_report
 from .torch_host import TorchHostAnalysis
 
 
-def analyze_space(space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None) -> HostReport:
+def analyze_space(space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None,
+                  keras: Optional[Dict] = None) -> HostReport:
     """The host-level report fields of one XSpace (``trace.xspace.Space``) or Kineto trace
     (``trace.kineto.KinetoSpace``, analysed by :class:`.torch_host.TorchHostAnalysis`);
     ``system``: the sidecar summary (:func:`.sysmetrics.summarize`) or None; ``slowdown``:
-    the trigger that opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None."""
+    the trigger that opened the window (:func:`tfbneck_plugin.records.slowdown_trigger`) or None;
+    ``keras``: the Keras backend and input the callback recorded
+    (:func:`tfbneck_plugin.trace.keras_marks.recorded_backend`) or None."""
     analysis = (TorchHostAnalysis if isinstance(space, KinetoSpace)  # a JAX fit with step markers: jax_host
                 else JaxHostAnalysis if analysable(space) else HostAnalysis)
-    return analysis(space, system, slowdown).report()
+    return analysis(space, system, slowdown, keras).report()
 
 
 def analyze_session(session: Session, opener=None) -> SessionDict:
@@ -56,7 +59,7 @@ def analyze_session(session: Session, opener=None) -> SessionDict:
     if problem is not None:
         return problem
     side = _sidecar_facts(session, opener)
-    hosts, failures = _analyze_hosts(session, side.system, side.slowdown, opener)
+    hosts, failures = _analyze_hosts(session, side, opener)
     if not hosts:
         kind, message = failures[0]
         return error_report(session, kind, message)
@@ -144,14 +147,15 @@ def interrupted_warning(interrupted: Dict) -> str:
             f"({interrupted.get('detected') or 'unknown'}): the report covers those steps only")
 
 
-def _analyze_hosts(session: Session, system, slowdown, opener) -> Tuple[List[HostReport], List[Tuple[str, str]]]:
-    """(host reports, (error_kind, message) of each host that failed)."""
+def _analyze_hosts(session: Session, side: "SidecarFacts", opener) -> Tuple[List[HostReport], List[Tuple[str, str]]]:
+    """(host reports, (error_kind, message) of each host that failed), each host analysed with
+    what the sidecar ``side`` says (system metrics, the slowdown trigger, the Keras backend)."""
     hosts: List[HostReport] = []
     failures: List[Tuple[str, str]] = []
     for f in session.files:
         try:
             space = read_kineto(f, opener) if is_kineto_file(f) else read_space(f, opener)
-            h = analyze_space(space, system, slowdown)
+            h = analyze_space(space, side.system, side.slowdown, side.keras)
             del space
         except TraceReadError as err:
             failures.append((err.kind, str(err)))

@@ -214,7 +214,11 @@ class TorchHostAnalysis(HostAnalysis):
 
     @cached_property
     def findings(self):
-        return dataclasses.replace(super().findings, loader=self.loader)
+        """The shared findings with the DataLoader's facts and, for a Keras fit on PyTorch, what
+        fed it (the callback's record: Keras wraps it in its own DataLoader, whose knobs the user
+        does not hold; the advice then speaks Keras', :mod:`.advice`)."""
+        kind = (self.keras or {}).get("input") or ("other" if self.keras else None)
+        return dataclasses.replace(super().findings, loader=self.loader, keras_input=kind)
 
     @cached_property
     def verdict(self):

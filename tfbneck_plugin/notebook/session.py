@@ -399,7 +399,9 @@ def stages_section(s: Dict) -> str:
     stages = (s.get("input_pipeline") or {}).get("stages") or []
     out = ['<section class="tfb-card tfb-stages"><div class="tfb-h">tf.data pipeline</div>']
     if not stages:
-        out.append('<p class="tfb-muted">No tf.data iterators were recorded in this trace (the input is not a '
+        out.append('<p class="tfb-muted">No tf.data pipeline in this PyTorch trace: what the DataLoader did is in '
+                   'the evidence.</p></section>' if s.get("framework") == "pytorch" else
+                   '<p class="tfb-muted">No tf.data iterators were recorded in this trace (the input is not a '
                    'tf.data pipeline, or it ran outside the profiled window).</p></section>')
         return "".join(out)
     head = "".join(f'<th class="{"num" if 2 <= i <= 4 else ""}">{t}</th>' for i, t in enumerate(

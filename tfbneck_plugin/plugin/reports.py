@@ -36,7 +36,8 @@ ANALYSIS_WORKERS = 2
 #: Reports kept in memory (least recently used dropped first).
 CACHE_ENTRIES = 64
 #: Report fields the session list shows for sessions already analysed.
-SUMMARY_KEYS = ("status", "bottleneck", "cause", "confidence", "error", "error_kind", "device_kind")
+SUMMARY_KEYS = ("status", "bottleneck", "cause", "confidence", "error", "error_kind", "device_kind", "framework",
+                "backend")
 #: The most sibling sessions one look at the session list queues for analysis (so that a
 #: job's workers are grouped without opening each one; see :func:`sibling_sessions`).
 SIBLINGS_PER_LIST = 16
