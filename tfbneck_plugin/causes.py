@@ -61,8 +61,23 @@ CAUSES: Dict[str, Cause] = {
 INPUT_CAUSES = ("input_preprocessing", "cpu_contention", "file_read", "remote_read")
 
 
-def cause_text(code: str) -> str:
-    """The sentence for ``code``; raises KeyError for a code that is not in the table."""
+#: The sentences that name TensorFlow's parts, in PyTorch's words for a PyTorch trace
+#: (torch.utils.data.DataLoader in place of tf.data; torch.compile in place of tf.function).
+PYTORCH_TEXTS: Dict[str, str] = {
+    "input_preprocessing": "The DataLoader's loading (the dataset's __getitem__, transforms, collate) cannot keep "
+                           "up with training.",
+    "cpu_contention": "Other processes on the machine take the CPU cores the DataLoader and the model need.",
+    "python_overhead": "Python overhead on the host between and inside steps.",
+    "eager_execution": "Ops run one by one from Python (eager PyTorch), with no torch.compile.",
+    "retracing": "The model is compiled again in many steps: each step pays for building a new graph.",
+}
+
+
+def cause_text(code: str, framework: str = "tensorflow") -> str:
+    """The sentence for ``code``, in PyTorch's words for ``framework`` ``pytorch``
+    (:data:`PYTORCH_TEXTS`); raises KeyError for a code that is not in the table."""
+    if framework == "pytorch" and code in PYTORCH_TEXTS:
+        return PYTORCH_TEXTS[code]
     return CAUSES[code].text
 
 

@@ -379,9 +379,12 @@ function systemSection(report) {
   const sm = report.system_metrics;
   const section = h("section", { class: "tfb-card tfb-system" }, h("h3", { text: "System during the profiled window" }));
   if (!sm) {
-    section.append(h("p", { class: "tfb-muted" },
-      "Not recorded for this session. Profile with ", h("code", { text: "BottleneckProfiler" }),
-      " to record CPU per core, accelerator utilisation, disk and network beside the trace."));
+    section.append(report.framework === "pytorch" && !report.backend
+      ? h("p", { class: "tfb-muted" }, "Not recorded: torch.profiler records no system metrics. Run the training "
+        + "under ", h("code", { text: "tfbneck watch" }), " to see CPU per core, accelerator utilisation, disk and network.")
+      : h("p", { class: "tfb-muted" },
+        "Not recorded for this session. Profile with ", h("code", { text: "BottleneckProfiler" }),
+        " to record CPU per core, accelerator utilisation, disk and network beside the trace."));
     return section;
   }
   const chips = [

@@ -300,7 +300,7 @@ class HostAnalysis:
                                                self.odd_mask),
             "breakdown_pct": self.breakdown_pct,
             "input_pipeline": host_report.input_pipeline_section(self.pipeline, self.breakdown_pct.get("input", 0.0)),
-            **verdict_fields(v),
+            **verdict_fields(v, self.framework),
             "worst_step": None if v.cause == "not_tensorflow" else host_report.worst_step(steps, parts, self.origin),
             "top_ops": op_report.top_ops(self.ops, self.origin),
             "op_summary": self.op_summary,

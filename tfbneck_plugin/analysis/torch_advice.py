@@ -125,17 +125,41 @@ def _python(_f: Findings) -> List[Rec]:
                  "model = torch.compile(model, mode='reduce-overhead')")]
 
 
+def _measure_workers() -> Rec:
+    """A CPU-only run whose DataLoader workers' work the trace cannot see
+    (:func:`.torch_host.shared_cores_verdict`): time the model on cached batches first."""
+    return _rec("measure_input", "First measure whether the DataLoader's workers take the model's cores",
+                "The model computes on the CPU, and the DataLoader's worker processes load on the same cores, out of "
+                "this trace: their work can look like a slow model. Time the step on cached batches (the model "
+                "alone) against the loader: if cached batches are much faster, the input is the limit (fewer or "
+                "cheaper workers, lighter per-item work, or cache the preprocessed data), not the model.",
+                "import time, itertools\n"
+                "cached = list(itertools.islice(iter(loader), 20))   # batches made once\n"
+                "def per_step(batches):\n"
+                "    t0 = time.perf_counter()\n"
+                "    for x, y in batches:\n"
+                "        train_step(x, y)                            # your loop's step\n"
+                "    return (time.perf_counter() - t0) / len(batches)\n"
+                "print('loader', per_step(itertools.islice(iter(loader), 20)), 'cached', per_step(cached))")
+
+
 def _compute(f: Findings) -> List[Rec]:
+    if not _gpu(f) and f.loader is not None and f.loader.workers and f.system is None:
+        return [_measure_workers()] + _compute_on_cpu()
     if not _gpu(f):
-        return [_rec("use_gpu", "Run the model on a GPU",
-                     "The CPU does the model's math, which is the limit: a GPU (or more cores) shortens the step.",
-                     "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = model.to(device)"),
-                _compile("On the CPU, torch.compile fuses ops and vectorises them; measure it (tfbneck compare) "
-                         "before keeping it.")]
+        return _compute_on_cpu()
     return [_rec("amp", "Use automatic mixed precision (torch.autocast)",
                  "Tensor cores run bf16/fp16 math several times faster than fp32.",
                  "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)"),
             _compile("Fuses ops: fewer kernels and fewer round trips to GPU memory.")]
+
+
+def _compute_on_cpu() -> List[Rec]:
+    return [_rec("use_gpu", "Run the model on a GPU",
+                 "The CPU does the model's math, which is the limit: a GPU (or more cores) shortens the step.",
+                 "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = model.to(device)"),
+            _compile("On the CPU, torch.compile fuses ops and vectorises them; measure it (tfbneck compare) "
+                     "before keeping it.")]
 
 
 def _sync(_f: Findings) -> List[Rec]:

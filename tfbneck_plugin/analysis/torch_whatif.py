@@ -48,11 +48,16 @@ def _loader_workers(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
     load = t.breakdown_ms.get("input", 0.0) / t.batches_per_step
     rest = now - load
     after = max(rest, load / n)
-    return _predicted(f, after, after, min(now, rest + load / n), (
+    # At worst the workers take the model's cores and the two add up; without system metrics the
+    # cores they get are unknown, so that worst case is today's time (on a busy or 2-core machine
+    # workers were measured to gain nothing or less: benchmarks/torch_corpus.py).
+    worst = min(now, rest + load / n) if cores else now
+    return _predicted(f, after, after, worst, (
         f"{k} worker processes load the batches ({load:.1f} ms of loading per batch today, inside the step) beside "
         f"the rest of the step ({rest:.1f} ms): the step becomes the longer of the two, the loading spread over "
-        f"{n} process(es)" + ("" if cores else " (the cores they get are unknown without system metrics)")
-        + "; at worst the workers take the model's cores and the two add up."))
+        f"{n} process(es)" + ("; at worst the workers take the model's cores and the two add up" if cores else
+                              "; the cores they get are unknown without system metrics: at worst they take the "
+                              "model's and nothing is gained") + "."))
 
 
 def _async_copies(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
@@ -85,6 +90,7 @@ WHY_NOT: Dict[str, str] = {
     "larger_batch": "How the step time grows with the batch is not in a trace taken at one batch size.",
     "amp": "How much faster the ops run in 16-bit depends on the hardware and the op mix, not in the trace.",
     "ddp_buckets": "How the all-reduce overlaps the backward pass at other bucket sizes is not in the trace.",
+    "measure_input": "A measurement, not a change: it says whether the input or the model limits the run.",
 }
 
 #: fix id -> the breakdown categories the change can at most remove (its bound).

@@ -64,11 +64,11 @@ def evidence_details(sentences: Iterable[str]) -> List[EvidenceItem]:
     return [{"text": str(s), "basis": basis(s)} for s in sentences]
 
 
-def verdict_fields(v: Verdict) -> VerdictFields:
+def verdict_fields(v: Verdict, framework: str = "tensorflow") -> VerdictFields:
     """The report fields of a verdict, in the report's key order: ``bottleneck``, ``cause``,
-    ``cause_text`` (:func:`tfbneck_plugin.causes.cause_text`), ``confidence`` (0-1),
+    ``cause_text`` (:func:`tfbneck_plugin.causes.cause_text`, in ``framework``'s words), ``confidence`` (0-1),
     ``evidence`` (sentences), ``evidence_detail`` (``{"text", "basis"}`` each) and
     ``recommendations``."""
-    return {"bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause),
+    return {"bottleneck": v.bottleneck, "cause": v.cause, "cause_text": cause_text(v.cause, framework),
             "confidence": v.confidence, "evidence": [str(e) for e in v.evidence],
             "evidence_detail": evidence_details(v.evidence), "recommendations": v.recommendations}

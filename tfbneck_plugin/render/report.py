@@ -229,7 +229,7 @@ def to_table(report: Mapping[str, Any], width: Optional[int] = None) -> str:
         if s.get("status") != "ok":  # one line, never folded: the message is searched for as it is
             lines.append(f"{title}: ERROR {s.get('error')}")
             continue
-        body = [verdict_line(s), *fix_first_lines(s), *(f"  - {e}" for e in s.get("evidence", [])),
+        body = [verdict_line(s), *warning_lines(s), *fix_first_lines(s), *(f"  - {e}" for e in s.get("evidence", [])),
                 *no_system_line(s), *breakdown_line(s), *worker_lines(s)]
         for line in body:  # the fix's code (indented 6) is never folded: it is copied as it is
             lines.extend([line] if line.startswith(CODE_INDENT) else _wrapped(line, width))
@@ -276,9 +276,18 @@ def no_system_line(s: schema.Report) -> List[str]:
     that the verdict and the advice were made without them. [] when the session has them."""
     if s.get("system_metrics") or s.get("kind") in ("system_only", "job"):
         return []
+    if s.get("framework") == "pytorch" and not s.get("backend"):  # torch.profiler's own trace: no sidecar is made
+        return ["  - No system metrics beside this trace (torch.profiler records none): what the CPU, disks and "
+                "network did is unknown; the verdict and the advice come from the trace alone."]
     return ["  - No system metrics beside this trace (tfbneck_system_metrics.json, which BottleneckProfiler "
             "writes): what the CPU, disks and network did is unknown; the verdict and the advice come from "
             "the trace alone."]
+
+
+def warning_lines(s: schema.Report) -> List[str]:
+    """The session's warnings (``warnings``: a host whose trace could not be read beside the
+    others, a window cut short...), one line each under the verdict."""
+    return [f"  warning: {w}" for w in s.get("warnings") or []]
 
 
 def breakdown_line(s: schema.Report) -> List[str]:
