@@ -293,3 +293,19 @@ def test_the_table_fits_the_terminal_it_is_shown_in(tmp_path):
     assert "      ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)" in lines  # the code, whole
     piped = run_cli("analyze", f"{demo}/cpu_bound_input", f"{demo}/compute_bound").stdout.splitlines()
     assert piped[0].split() == TABLE_COLUMNS and max(len(x) for x in piped) > 100
+
+
+def test_a_damaged_host_beside_a_good_one_is_said_in_the_table(tmp_path):
+    """A session whose second host's trace is damaged is analysed from the good one, and the
+    table says so under the verdict (not only the JSON's warnings)."""
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo_logs", "cpu_bound_input")
+    run = tmp_path / "run"
+    shutil.copytree(demo, run)
+    (session,) = (run / "plugins" / "profile").iterdir()
+    (session / "worker1.xplane.pb").write_bytes(b"\x0b" * 100)
+    r = run_cli("analyze", str(run))
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stdout.splitlines() if line.startswith("  warning: ")]
+    assert len(warned) == 1 and "worker1.xplane.pb: not a valid XSpace protobuf" in warned[0], r.stdout
+    lines = r.stdout.splitlines()
+    assert lines.index(warned[0]) == next(i for i, x in enumerate(lines) if "CPU-bound (" in x) + 1

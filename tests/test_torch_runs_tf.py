@@ -71,3 +71,22 @@ def test_compare_calls_the_worker_processes_faster(corpus):
     assert r.returncode == 0, r.stderr[-2000:]
     c = json.loads(r.stdout)
     assert c["verdict"] == "faster", {k: c.get(k) for k in ("verdict", "reason", "time_per_batch_ms")}
+
+
+def test_the_report_speaks_pytorch_and_bounds_the_workers_fix_by_what_it_cannot_see(corpus):
+    """The slow DataLoader's report names the DataLoader, not tf.data; with no system metrics
+    (torch.profiler records none) the cores the workers would get are unknown, so the
+    num_workers prediction's range reaches today's time, and the text says so."""
+    logdir, _rows = corpus
+    r = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", "--format", "json",
+                        str(logdir / "loader0_heavy")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (s,) = json.loads(r.stdout)["sessions"]
+    assert "DataLoader" in s["cause_text"] and "tf.data" not in s["cause_text"], s["cause_text"]
+    fix = s["recommendations"][0]
+    assert fix["fix"] == "num_workers" and "system_metrics" not in s
+    assert fix["predicted"]["range_ms"][1] == pytest.approx(s["steps"]["time_per_batch_ms"], rel=1e-3), fix
+    assert "it may gain nothing" in fix["worth"] and "unknown without system metrics" in fix["predicted"]["basis"]
+    table = subprocess.run([sys.executable, "-m", "tfbneck_plugin.cli", "analyze", str(logdir / "loader0_heavy")],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT).stdout
+    assert "torch.profiler records none" in table and "BottleneckProfiler" not in table
