@@ -60,6 +60,25 @@ def test_a_measurement_that_contradicts_the_verdict_is_the_truth(tmp_path):
         in said
 
 
+def test_a_confirming_measurement_raises_the_confidence_and_an_unsettled_one_changes_nothing(tmp_path):
+    run = str(tmp_path / "cpu_bound_input_fixed")
+    shutil.copytree(os.path.join(DEMO, "cpu_bound_input_fixed"), run)
+    before = _analyze(run)
+    assert before["cause"] == "model_compute" and before["confidence"] < 0.8
+    path = write_input_cost(run, dict(_measurement("model", 1.02, time.time()), unsettled=None))
+    s = _analyze(run)
+    assert s["confidence"] == 0.8
+    (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
+    assert said.endswith(f"it confirms the verdict: confidence 0.8 ({before['confidence']} from the trace alone).")
+    os.unlink(path)
+    why = "the repeats disagree (gains 0.42x to 1.58x, on both sides of 1.1x or 1.25x)"
+    write_input_cost(run, dict(_measurement("unsettled", 1.0, time.time()), unsettled=why))
+    s = _analyze(run)
+    assert s["confidence"] == before["confidence"] and s["input_cost"]["unsettled"] == why
+    (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
+    assert f"nothing is settled: {why}; measure again" in said
+
+
 def test_the_newest_readable_measurement_is_used_and_a_broken_one_is_passed_over(tmp_path):
     run = str(tmp_path / "compute_bound")
     shutil.copytree(os.path.join(DEMO, "compute_bound"), run)

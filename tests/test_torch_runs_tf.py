@@ -71,6 +71,10 @@ def test_compare_calls_the_worker_processes_faster(corpus):
     assert r.returncode == 0, r.stderr[-2000:]
     c = json.loads(r.stdout)
     assert c["verdict"] == "faster", {k: c.get(k) for k in ("verdict", "reason", "time_per_batch_ms")}
+    # the change is seen in the reports (the DataLoader now loads in worker processes) and the
+    # baseline's prediction for it is checked, without --change
+    (comparison,) = c["comparisons"]
+    assert [p["fix"] for p in comparison["predictions"]] == ["num_workers"], comparison["predictions"]
 
 
 def test_the_report_speaks_pytorch_and_bounds_the_workers_fix_by_what_it_cannot_see(corpus):

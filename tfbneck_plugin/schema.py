@@ -228,7 +228,8 @@ class InputCost(TypedDict, total=False):
     cached_ms_per_batch: float                # mean ms per batch on cached copies of its batches
     input_ms_per_batch: float                 # the difference (>= 0): what the input costs a batch
     gain: float                               # real / cached
-    limit: str                                # "input" (gain >= 1.25) | "model" (< 1.1) | "mixed"
+    limit: str                                # "input" (gain >= 1.25) | "model" (< 1.1) | "mixed" | "unsettled"
+    unsettled: Optional[str]                  # why the repeats settle nothing (they disagree), else None
     input_share: float                        # input_ms_per_batch / real_ms_per_batch, 0-1
     steps: int                                # steps timed per fit
     repeats: int                              # alternations of the two fits
@@ -316,6 +317,8 @@ class SessionDict(TypedDict, total=False):
     session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
     window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps,
     #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled)
+    dataloader: Dict[str, object]             # a PyTorch trace's DataLoader: iterator (its class), workers (bool:
+    #                                           worker processes load the batches), wait_ms_per_step
     run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
     input_cost: InputCost                     # the run's newest measurement of its input's cost, where it has one
 

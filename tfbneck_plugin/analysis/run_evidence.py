@@ -141,7 +141,10 @@ def _later_steps(report: SessionDict) -> str:
 
 #: The keys of a measurement the report keeps (``input_cost``), as capture/input_cost.py writes them.
 MEASURED_KEYS = ("real_ms_per_batch", "cached_ms_per_batch", "input_ms_per_batch", "gain", "limit", "input_share",
-                 "steps", "repeats", "backend", "input_kind", "time_unix")
+                 "steps", "repeats", "backend", "input_kind", "time_unix", "unsettled")
+#: The confidence of a verdict that a settled measurement confirms (the measurement is how the
+#: corpora's truths are made: benchmarks/tutorial_corpus.py), at least.
+CONFIRMED_CONFIDENCE = 0.8
 
 
 def measured_disagrees(report: SessionDict, limit: str) -> bool:
@@ -154,25 +157,36 @@ def measured_disagrees(report: SessionDict, limit: str) -> bool:
 
 def write_measured_input(report: SessionDict, measured: Dict) -> None:
     """Write a measurement into ``report`` (in place): ``input_cost`` (its :data:`MEASURED_KEYS`),
-    the sentence :func:`measured_input_evidence`, and, when the measurement contradicts the
-    verdict (:func:`measured_disagrees`), the confidence held at
-    :data:`UNREPRESENTATIVE_CONFIDENCE`."""
+    the sentence :func:`measured_input_evidence`, and the confidence: held at
+    :data:`UNREPRESENTATIVE_CONFIDENCE` when the measurement contradicts the verdict
+    (:func:`measured_disagrees`), raised to :data:`CONFIRMED_CONFIDENCE` when it names the
+    same limit (input, or the model), unchanged when it is ``mixed`` or ``unsettled``."""
     kept = {k: measured[k] for k in MEASURED_KEYS if k in measured}
     report["input_cost"] = kept  # type: ignore[typeddict-item]  # the keys InputCost names, from a JSON file
     conf = report.get("confidence")
-    disagrees = measured_disagrees(report, str(kept.get("limit")))
+    limit = str(kept.get("limit"))
+    disagrees = measured_disagrees(report, limit)
     held = disagrees and isinstance(conf, (int, float)) and conf > UNREPRESENTATIVE_CONFIDENCE
+    confirmed = (limit in ("input", "model") and not disagrees and isinstance(conf, (int, float))
+                 and conf < CONFIRMED_CONFIDENCE)
     if held:
         report["confidence"] = UNREPRESENTATIVE_CONFIDENCE
-    add_evidence(report, measured_input_evidence(report, kept, disagrees, conf if held else None))
+    if confirmed:
+        report["confidence"] = CONFIRMED_CONFIDENCE
+    add_evidence(report, measured_input_evidence(report, kept, disagrees, conf if held else None,
+                                                 conf if confirmed else None))
 
 
-def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_from: Optional[float]) -> str:
+def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_from: Optional[float],
+                            raised_from: Optional[float] = None) -> str:
     """One sentence stating a measurement: both times per batch, the gain, what it says limits
-    the run and, when it contradicts the trace's verdict, that the measurement is the truth."""
+    the run and, when it contradicts the trace's verdict, that the measurement is the truth;
+    when it confirms it, the confidence raised; when its repeats disagree, that it settles nothing."""
     limit = {"input": "the input pipeline limits the run",
              "model": "the model's own steps limit the run, not the input",
-             "mixed": "the input costs part of the run, not all of it"}.get(str(m.get("limit")), "")
+             "mixed": "the input costs part of the run, not all of it",
+             "unsettled": f"nothing is settled: {m.get('unsettled') or 'the repeats disagree'}; measure again on a "
+                          "quieter machine or with more steps"}.get(str(m.get("limit")), "")
     text = (f"Measured by ablation (tfbneck_plugin.measure_input_cost, {m.get('repeats')} alternations of "
             f"{m.get('steps')} steps): the model trained {m['gain']:.2f}x as fast on cached copies of its own batches "
             f"({m['real_ms_per_batch']:.3g} -> {m['cached_ms_per_batch']:.3g} ms per batch), so {limit}")
@@ -181,6 +195,8 @@ def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_
         text += f"; the trace's verdict ({verdict}) says otherwise: trust the measurement"
         if held_from is not None:
             text += f", the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({held_from} from the trace alone)"
+    elif raised_from is not None:
+        text += f"; it confirms the verdict: confidence {CONFIRMED_CONFIDENCE} ({raised_from} from the trace alone)"
     return text + "."
 
 

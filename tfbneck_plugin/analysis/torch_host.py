@@ -212,6 +212,16 @@ class TorchHostAnalysis(HostAnalysis):
     def loader(self) -> Optional[LoaderFacts]:
         return loader_facts(self.view, self.steps)  # type: ignore[arg-type]
 
+    def report(self):
+        """The shared report fields, and ``dataloader``: the DataLoader's iterator class, whether
+        worker processes load the batches, and its wait per steady step (ms), when the trace
+        holds its ``__next__`` calls (what ``tfbneck compare`` reads to see ``num_workers`` change)."""
+        out = super().report()
+        if self.loader is not None:
+            out["dataloader"] = {"iterator": self.loader.iterator, "workers": self.loader.workers,
+                                 "wait_ms_per_step": round(self.loader.wait_ms_per_step, 3)}
+        return out
+
     @cached_property
     def findings(self):
         """The shared findings with the DataLoader's facts and, for a Keras fit on PyTorch, what

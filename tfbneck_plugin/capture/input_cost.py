@@ -50,6 +50,9 @@ CACHED_BATCHES = 16
 #: (benchmarks/tutorial_corpus.py, INPUT_LIMITED and DEVICE_LIMITED).
 INPUT_LIMITED = 1.25
 MODEL_LIMITED = 1.1
+#: Below this gain the cached batches ran slower than the real input by more than the model's
+#: own threshold: removing work cannot slow a step, so the machine changed under the fits.
+NOISE_GAIN = 1 / MODEL_LIMITED
 
 
 class InputCostError(TfbneckError):
@@ -61,6 +64,19 @@ def _limit_word(gain: float) -> str:
     if gain >= INPUT_LIMITED:
         return "input"
     return "model" if gain < MODEL_LIMITED else "mixed"
+
+
+def _settled(gains: List[float]) -> Optional[str]:
+    """None when the repeats' gains (real / cached of each alternation) say the same thing;
+    else why the measurement settles nothing: they fall on different sides of the thresholds,
+    or one has cached batches slower than the real input (:data:`NOISE_GAIN`)."""
+    if min(gains) < NOISE_GAIN:
+        return (f"in one repeat the cached batches ran slower than the real input ({min(gains):.2f}x): the machine's "
+                "load changed under the fits")
+    if len({_limit_word(g) for g in gains}) > 1:
+        return (f"the repeats disagree (gains {min(gains):.2f}x to {max(gains):.2f}x, on both sides of "
+                f"{MODEL_LIMITED}x or {INPUT_LIMITED}x)")
+    return None
 
 
 def _keras():
@@ -192,9 +208,11 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
     Returns:
       ``{"real_ms_per_batch", "cached_ms_per_batch", "input_ms_per_batch", "gain", "limit",
       "input_share", "steps", "repeats", "steps_per_execution", "backend", "input_kind",
-      "real_ms_runs", "cached_ms_runs", "path"}``: mean ms per batch over the timed steps of
-      all repeats on each input; ``gain`` = real / cached; ``limit`` ``"input"`` (gain >=
-      :data:`INPUT_LIMITED`), ``"model"`` (< :data:`MODEL_LIMITED`) or ``"mixed"``;
+      "real_ms_runs", "cached_ms_runs", "unsettled", "path"}``: mean ms per batch over the timed
+      steps of all repeats on each input; ``gain`` = real / cached; ``limit`` ``"input"`` (gain >=
+      :data:`INPUT_LIMITED`), ``"model"`` (< :data:`MODEL_LIMITED`), ``"mixed"``, or
+      ``"unsettled"`` when the repeats disagree (``unsettled`` says how; else None: measure again
+      on a quieter machine, or with more steps or repeats);
       ``input_share`` = (real - cached) / real; ``*_runs``: each fit's mean; ``path``: the
       file written, None without ``log_dir``.
 
@@ -231,12 +249,14 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
         state.restore()
     real_ms, cached_ms = _mean(real_runs), _mean(cached_runs)
     gain = real_ms / cached_ms if cached_ms > 0 else float("inf")
+    unsettled = _settled([r / c if c > 0 else float("inf") for r, c in zip(real_runs, cached_runs)])
     result: Dict[str, Any] = {
         "format": INPUT_COST_FORMAT, "version": 1, "time_unix": time.time(),
         "host": socket.gethostname(), "pid": os.getpid(),
         "real_ms_per_batch": round(real_ms, 4), "cached_ms_per_batch": round(cached_ms, 4),
         "input_ms_per_batch": round(max(real_ms - cached_ms, 0.0), 4), "gain": round(gain, 3),
-        "limit": _limit_word(gain), "input_share": round(max(real_ms - cached_ms, 0.0) / real_ms, 4),
+        "limit": "unsettled" if unsettled else _limit_word(gain), "unsettled": unsettled,
+        "input_share": round(max(real_ms - cached_ms, 0.0) / real_ms, 4),
         "steps": steps, "repeats": repeats, "steps_per_execution": spe, "backend": keras.backend.backend(),
         "input_kind": kind, "real_ms_runs": [round(x, 4) for x in real_runs],
         "cached_ms_runs": [round(x, 4) for x in cached_runs], "path": None}

@@ -96,7 +96,9 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
     is (``tf_function``: offered to eager programs only); a baseline advised to cache its
     preprocessing whose candidate has a ``cache()`` stage (``cache``); a baseline advised to run its Python
     input in several workers whose candidate runs more of them, processes or pool threads, as
-    the sampler saw them (``pydataset_workers``)."""
+    the sampler saw them (``pydataset_workers``); a PyTorch baseline whose DataLoader loaded in
+    the training process and whose candidate's loads in worker processes (``num_workers``: the
+    reports' ``dataloader``)."""
     out = []
     b_steps, c_steps = baseline.get("steps") or {}, candidate.get("steps") or {}
     if (c_steps.get("batches_per_step") or 1) > (b_steps.get("batches_per_step") or 1):
@@ -112,6 +114,9 @@ def detect_changes(baseline: Dict, candidate: Dict) -> List[str]:
         out.append("tf_function")
     if "pydataset_workers" in _fixes(baseline) and _input_workers(candidate) > max(_input_workers(baseline), 1):
         out.append("pydataset_workers")
+    b_loader, c_loader = baseline.get("dataloader") or {}, candidate.get("dataloader") or {}
+    if b_loader and c_loader and not b_loader.get("workers") and c_loader.get("workers"):
+        out.append("num_workers")
     return out
 
 
