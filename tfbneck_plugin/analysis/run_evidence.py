@@ -45,6 +45,11 @@ class RunFacts:
     input_cost: Optional[Dict] = None
 
 
+def _ms(v: float) -> str:
+    """A time in ms to 3 significant digits, without an exponent (1170, not 1.17e+03)."""
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
 def write_run_facts(report: SessionDict, facts: RunFacts) -> None:
     """Write ``facts`` into ``report`` (in place): ``session_time``, ``run_length`` when
     known, and ``window`` when a trend file names the session, with the job-scale sentence
@@ -103,7 +108,7 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     traced, job = steps
     x = traced / job
     text = (f"By the job's own clock (the trend file's periods around this window, unprofiled) a step took "
-            f"{job:.3g} ms; the traced step ({traced:.3g} ms) is {x:.2f}x that")
+            f"{_ms(job)} ms; the traced step ({_ms(traced)} ms) is {x:.2f}x that")
     if x < FASTER_THAN_JOB_X and (report.get("window") or {}).get("kind") == "triggered":
         # the trigger chose the steps inside the slow stretch: advice to profile other steps does not apply
         text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
@@ -113,12 +118,12 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
                  "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
                  f"the input wait; {_later_steps(report)} for the steady state")
     else:
-        text += f", the profiler's own cost included, so the shares above apply to the job's {job:.3g} ms"
+        text += f", the profiler's own cost included, so the shares above apply to the job's {_ms(job)} ms"
     fix = first_fix(report) or {}
     predicted = fix.get("predicted") or {}
     speedup = predicted.get("speedup") if isinstance(predicted, dict) else None
     if isinstance(speedup, (int, float)) and speedup > 0 and x >= FASTER_THAN_JOB_X:
-        text += f"; at the job's scale the fix first would bring it to about {job / speedup:.3g} ms ({speedup:.2f}x)"
+        text += f"; at the job's scale the fix first would bring it to about {_ms(job / speedup)} ms ({speedup:.2f}x)"
     return text + "."
 
 
@@ -189,7 +194,7 @@ def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_
                           "quieter machine or with more steps"}.get(str(m.get("limit")), "")
     text = (f"Measured by ablation (tfbneck_plugin.measure_input_cost, {m.get('repeats')} alternations of "
             f"{m.get('steps')} steps): the model trained {m['gain']:.2f}x as fast on cached copies of its own batches "
-            f"({m['real_ms_per_batch']:.3g} -> {m['cached_ms_per_batch']:.3g} ms per batch), so {limit}")
+            f"({_ms(m['real_ms_per_batch'])} -> {_ms(m['cached_ms_per_batch'])} ms per batch), so {limit}")
     if disagrees:
         verdict = f"{report.get('bottleneck')}/{report.get('cause')}"
         text += f"; the trace's verdict ({verdict}) says otherwise: trust the measurement"
@@ -222,7 +227,7 @@ def uncaptured_evidence(uncaptured: Sequence[Tuple[str, Dict]]) -> Optional[str]
         # The medians, as the callback's console line gives them (the entry's means are the
         # trigger's levels: two pairs of figures for one stretch would read as two stretches).
         was, now = e.get("baseline_p50_ms"), e.get("observed_p50_ms")
-        times = (f", median step {was:.3g} -> {now:.3g} ms"
+        times = (f", median step {_ms(was)} -> {_ms(now)} ms"
                  if isinstance(was, (int, float)) and isinstance(now, (int, float)) else "")
         parts.append(f"steps {e.get('first_step')}-{e.get('last_step')}{times} ({why})")
     more = f" and {len(uncaptured) - 5} more" if len(uncaptured) > 5 else ""

@@ -122,7 +122,7 @@ def _batch_ms(s: schema.Report) -> str:
     """The time per batch (ms, 3 significant digits), the figure rows of runs with different
     ``steps_per_execution`` share: a traced step of k batches is k times one batch's time."""
     v = (s.get("steps") or {}).get("time_per_batch_ms")
-    return "" if not isinstance(v, (int, float)) else f"{v:.3g}"
+    return "" if not isinstance(v, (int, float)) else (f"{v:.3g}" if v < 1000 else f"{v:.0f}")  # never 1.17e+03
 
 
 #: The text table's columns, in order.
