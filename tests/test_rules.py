@@ -591,9 +591,9 @@ def test_the_inputs_share_of_the_cores_names_it_in_any_window_and_doubts_a_devic
     assert doubt.confidence == rules.INPUT_DOUBT_CONFIDENCE
     assert any("may limit it too" in str(e) for e in doubt.evidence)
     fixes = [r["fix"] for r in doubt.recommendations]
-    # A fix with a modelled worth (the input's, bounded by its share of the cores) before XLA,
-    # which no model predicts and which comes with "measure it".
-    assert fixes[-1] == "xla" and fixes.index("xla") > 0, fixes
+    # A fix with a modelled worth (the input's, bounded by its share of the cores) before XLA and
+    # a GPU, which no model predicts (XLA's with "measure it").
+    assert fixes[-2:] == ["xla", "use_gpu"] and fixes.index("xla") > 0, fixes
     assert doubt.recommendations[0].get("bound_ms") is not None, doubt.recommendations[0]
     sure, load = judged(0.5)
     assert sure.cause == "model_compute" and sure.confidence > 0.7 and load.speedup < cpu_share.INPUT_DOUBT_GAIN

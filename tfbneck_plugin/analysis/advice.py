@@ -226,7 +226,7 @@ def _compute(f: Findings) -> List[Rec]:
         out = [rec("xla", "Try XLA on the model math, and measure it",
                    "Use a GPU if you can. On the CPU, XLA compilation may help or hurt: "
                    + XLA_ON_CPU_WARNING + " Keep it only if the job's own step time falls.",
-                   xla + "\n" + _MEASURE_IT)]
+                   xla + "\n" + _MEASURE_IT), _use_gpu()]
         load = input_load(f)
         if load is not None and load.speedup >= INPUT_DOUBT_GAIN:
             # The input's work holds enough of the cores to be worth more than the math's fixes.
@@ -258,11 +258,13 @@ def _measure_xla(f: Findings) -> Rec:
                + " Time the job's steps with jit_compile=False and keep the faster.", code + "\n" + _MEASURE_IT)
 
 
-def _use_gpu() -> Rec:
+def _use_gpu(gpu: str = "a GPU (or a CPU with more cores, or oneDNN's bf16 paths on CPUs that have them)",
+             check: str = "import tensorflow as tf\nprint(tf.config.list_physical_devices('GPU'))") -> Rec:
+    """Move the model's math off the CPU: ``gpu`` names what shortens the step in the
+    framework's words, ``check`` is the code that shows whether one is there."""
     return rec("use_gpu", "Run the model math on a GPU",
-               "The CPU does the model's math, which is the limit: a GPU (or a CPU with more cores, or oneDNN's bf16 "
-               "paths on CPUs that have them) shortens the step; a smaller model or batch does less work per step.",
-               "import tensorflow as tf\nprint(tf.config.list_physical_devices('GPU'))")
+               f"The CPU does the model's math, which is the limit: {gpu} shortens the step; a smaller model or batch "
+               "does less work per step.", check)
 
 
 def _capture(_f: Findings) -> List[Rec]:
@@ -400,16 +402,11 @@ def _jax_several_steps(why: str) -> Rec:
                "model.compile(optimizer, loss, steps_per_execution=32)")
 
 
-def _jax_use_gpu() -> Rec:
-    return rec("use_gpu", "Run the model math on a GPU",
-               "The CPU does the model's math, which is the limit: a GPU (JAX's CUDA wheels), or a CPU with more "
-               "cores, shortens the step; a smaller model or batch does less work per step.",
-               "pip install -U 'jax[cuda12]'   # then, in Python:\nimport jax\nprint(jax.devices())")
-
-
 def _jax_compute(f: Findings) -> List[Rec]:
     if f.device_kind == "CPU":
-        out = [_jax_use_gpu(), rec("xla_cpu_threads", "Let XLA use every core for the model math",
+        out = [_use_gpu("a GPU (JAX's CUDA wheels), or a CPU with more cores,",
+                        "pip install -U 'jax[cuda12]'   # then, in Python:\nimport jax\nprint(jax.devices())"),
+               rec("xla_cpu_threads", "Let XLA use every core for the model math",
                                    "Keras already compiles the step with jax.jit; on the CPU, XLA's own threads "
                                    "run it. Check that the process may use every core (no taskset or container "
                                    "limit below the machine's) and that nothing else holds them.",
@@ -474,10 +471,8 @@ def _keras_torch_input(f: Findings, kind: str) -> List[Rec]:
 
 def _keras_torch_compute(f: Findings) -> List[Rec]:
     if f.device_kind == "CPU":
-        out = [rec("use_gpu", "Run the model math on a GPU",
-                   "The CPU does the model's math, which is the limit: a GPU (a CUDA build of PyTorch) or more cores "
-                   "shortens the step; a smaller model or batch does less work per step.",
-                   "import torch\nprint(torch.cuda.is_available())   # Keras' PyTorch backend uses the GPU when True"),
+        out = [_use_gpu("a GPU (a CUDA build of PyTorch) or more cores",
+                        "import torch\nprint(torch.cuda.is_available())   # Keras' PyTorch backend uses the GPU when True"),
                _keras_torch_compile("On the CPU, torch.compile fuses and vectorises the step's ops.")]
         load = input_load(f)
         return (_keras_torch_input(f, "cpu") + out) if load is not None and load.speedup >= INPUT_DOUBT_GAIN else out
