@@ -10,7 +10,6 @@ job into one report, as the CLI prints them.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -18,7 +17,7 @@ from . import cache
 from .analysis.grouping import group_jobs
 from .analysis.session import analyze_session
 from .errors import path_error_report
-from .logdir import DiscoveryError, Session, find_sessions, label_runs
+from .logdir import DiscoveryError, Session, find_sessions, label_runs, session_identity
 from .runs import annotate
 from .schema import SessionDict
 
@@ -51,7 +50,7 @@ def analyze_uncached(session: Session) -> SessionDict:
 
 def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
     """(sessions, discovery warnings) under ``paths``, each session once (overlapping paths
-    name the same session once), in the order found.
+    name the same session once: :func:`.logdir.session_identity`), in the order found.
 
     Raises:
       DiscoveryError: a path that does not exist or cannot be listed (one line).
@@ -62,7 +61,7 @@ def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
     for path in paths:
         found = find_sessions(path)
         for s in found.sessions:
-            key = os.path.realpath(s.path)
+            key = session_identity(s)
             if key not in seen:
                 seen.add(key)
                 sessions.append(s)
@@ -102,7 +101,7 @@ def find(paths: Sequence[str]) -> Found:
             failed.append(path_error_report(path, err))
             continue
         for s in label_runs(path, found.sessions, several=len(paths) > 1):
-            key = os.path.realpath(s.path)
+            key = session_identity(s)
             if key not in seen:  # overlapping PATHs name the same session once
                 seen.add(key)
                 sessions.append(s)

@@ -21,8 +21,9 @@ window is being recorded and is not listed.
 PyTorch's profiler (``torch.profiler.tensorboard_trace_handler(dir)``) writes one Kineto
 trace per process straight into ``dir``: ``<dir>/<worker>.<time>.pt.trace.json[.gz]``.
 Every folder at any depth that holds such files is a run (``dir`` relative to the path
-given); its files form one session, one host each (the ranks of one job), unless a worker
-name repeats (several profiling cycles of one process): then each file is a session.
+given); its files are split into sessions by :func:`kineto_groups`: the ranks of one job
+(different ranks in ``distributedInfo``, and/or overlapping windows) are one session, one
+host each; each profiling cycle of one worker and each re-run of a script is a session.
 
 A system record (``tfbneck watch --output FILE``, or ``<run>/plugins/bottleneck/system_*.json``
 of a run with no profiled session) is a system-only session: ``Session.system_record``,
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .trace.kineto import KINETO_SUFFIXES, worker_name
+from .trace.kineto_files import kineto_groups, name_parts
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 from .errors import TfbneckError
 
@@ -310,17 +312,47 @@ def _system_records_in(root: str, dirpath: str, filenames: List[str],
 
 
 def kineto_sessions(folder: str, run: str, names: List[str]) -> List[Session]:
-    """The sessions of a folder's Kineto traces (``names``, file names in ``folder``): one
-    session of all of them, named after the folder, when each worker wrote one file (the
-    ranks of a job); one session per file, named after it, when a worker wrote several. A
-    ``.gz`` twin of a plain file is the same trace; the plain one is kept."""
+    """The sessions of a folder's Kineto traces (``names``, file names in ``folder``), as
+    :func:`kineto_groups` splits them. A ``.gz`` twin of a plain file is the same trace; the
+    plain one is kept. Names: a folder that holds one session of several files names it (the
+    ranks of a job, as before); every other session is named after its first file, less the
+    suffix (``<worker>.<time>``, the name the handler gave it), which tells one worker's cycles
+    and re-runs apart and points at the file."""
     present = set(names)
-    files = sorted((n for n in names if not (n.endswith(".gz") and n[:-3] in present)), key=natural_key)
-    workers = [worker_name(n).split(".", 1)[0] for n in files]
-    if len(set(workers)) == len(workers):
-        return [Session(run=run, name=os.path.basename(os.path.normpath(folder)) if len(files) > 1
-                        else worker_name(files[0]), path=folder, files=[os.path.join(folder, n) for n in files])]
-    return [Session(run=run, name=worker_name(n), path=folder, files=[os.path.join(folder, n)]) for n in files]
+    kept = [os.path.join(folder, n) for n in sorted(names, key=natural_key)
+            if not (n.endswith(".gz") and n[:-3] in present)]
+    groups = kineto_groups(kept)
+    out = []
+    for files in groups:
+        name = (os.path.basename(os.path.normpath(folder)) if len(groups) == 1 and len(files) > 1
+                else worker_name(files[0]))
+        out.append(Session(run=run, name=name, path=folder, files=files))
+    return out
+
+
+def session_identity(s: Session) -> Tuple[str, ...]:
+    """What tells two sessions found under overlapping PATHs apart: the folder (links
+    resolved), and for a folder's Kineto traces, which hold several sessions side by side,
+    their files too."""
+    folder = s.path if is_remote(s.path) else os.path.realpath(s.path)
+    if is_kineto_session(s):
+        return (folder,) + tuple(sorted(os.path.basename(f) for f in s.files))
+    return (folder,)
+
+
+def is_kineto_session(s: Session) -> bool:
+    """Whether ``s`` is PyTorch profiler traces (its files ``*.pt.trace.json[.gz]``)."""
+    return bool(s.files) and all(f.endswith(KINETO_SUFFIXES) for f in s.files)
+
+
+def kineto_session_time(s: Session) -> Optional[float]:
+    """When a Kineto session was written (unix s): the latest time its files' names carry
+    (the handler's ``time.time_ns()`` when it wrote each file, the end of its window); None
+    for other sessions, or names without that time."""
+    if not is_kineto_session(s):
+        return None
+    times = [t for t in (name_parts(f)[1] for f in s.files) if t is not None]
+    return max(times) / 1e9 if times else None
 
 
 def _file_session(path: str) -> Session:

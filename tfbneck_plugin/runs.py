@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .analysis.run_evidence import RunFacts, add_evidence, uncaptured_evidence, write_run_facts
-from .logdir import Session, is_remote, open_any, session_folder_time
+from .logdir import Session, is_kineto_session, is_remote, kineto_session_time, open_any, session_folder_time
 from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError, read_record,
                       read_step_times)
 from .schema import SessionDict
@@ -47,7 +47,11 @@ def read_input_cost(path: str, opener=open) -> Dict:
 
 
 def run_dir_of(session: Session) -> str:
-    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL)."""
+    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL); of
+    PyTorch profiler traces, the folder that holds them (``tensorboard_trace_handler(dir)``
+    writes them straight into ``dir``, the run)."""
+    if is_kineto_session(session):
+        return session.path
     if is_remote(session.path):
         return session.path.rstrip("/").rsplit("/", 3)[0]
     parts = session.path.rstrip(os.sep).rsplit(os.sep, 3)  # string work: called for every session of a fleet
@@ -90,9 +94,13 @@ _named_time = functools.lru_cache(maxsize=65536)(session_folder_time)
 
 def session_time(s: Session) -> float:
     """When the session was recorded (unix seconds): the time its folder is named after
-    (local time, as the profiler names it), else its newest trace file's modification
+    (local time, as the profiler names it), or for PyTorch traces the time their file names
+    carry (:func:`.logdir.kineto_session_time`), else its newest trace file's modification
     time, else 0."""
     named = _named_time(s.name[:19])  # the time part of the name
+    if named is not None:
+        return named
+    named = kineto_session_time(s)
     if named is not None:
         return named
     newest = 0.0

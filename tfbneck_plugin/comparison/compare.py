@@ -93,11 +93,17 @@ def per_batch_times(report: Dict) -> np.ndarray:
 
 
 def _run_name(report: Dict) -> str:
-    """The run's name; for a run given as the path itself (``.``), its folder's name."""
+    """The run's name; for a run given as the path itself (``.``), its folder's name: the one
+    above ``plugins/profile/<session>``, or the folder itself for PyTorch traces (written
+    straight into the run's folder)."""
     run = report.get("run") or ""
     if run not in ("", ".") or not report.get("path"):
         return run
-    folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.normpath(report["path"]))))
+    folder = os.path.normpath(report["path"])
+    profile = os.path.dirname(folder)
+    in_profile = os.path.basename(profile) == "profile" and os.path.basename(os.path.dirname(profile)) == "plugins"
+    if in_profile or not os.path.isdir(folder):
+        folder = os.path.dirname(os.path.dirname(profile))
     return os.path.basename(folder) or run
 
 
@@ -269,6 +275,14 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
 
 # ---- two paths -----------------------------------------------------------------------------
 
+def _oldest_first(s) -> Tuple:
+    """Sort key, oldest session first: by name (TensorFlow names session folders by time);
+    PyTorch traces, whose names start with the worker (re-runs have other pids), by the time
+    their file names carry first."""
+    from ..logdir import kineto_session_time
+    return (kineto_session_time(s) or 0.0, s.name)
+
+
 def _sessions_per_run(path: str, side: str) -> Tuple[Dict[str, list], List[str]]:
     """run name -> its sessions, oldest first (session folders are named by time), and notes.
     ``side`` ("the baseline" or "the candidate") starts the error when ``path`` holds none.
@@ -286,9 +300,9 @@ def _sessions_per_run(path: str, side: str) -> Tuple[Dict[str, list], List[str]]
         by_run.setdefault(s.run, []).append(s)
     notes = [f"{path}: {p}" for p in found.problems]
     for run, sessions in by_run.items():
-        sessions.sort(key=lambda s: s.name)
+        sessions.sort(key=_oldest_first)
         if len(sessions) > 1:
-            notes.append(f"{os.path.join(path, run)}: {len(sessions)} sessions; compared the latest, "
+            notes.append(f"{os.path.normpath(os.path.join(path, run))}: {len(sessions)} sessions; compared the latest, "
                          f"{sessions[-1].name} (the others' step times are evidence)")
     if not by_run:
         raise CompareError(f"{side}: {no_session_message([path])}")

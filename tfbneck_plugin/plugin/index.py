@@ -187,6 +187,8 @@ class SessionIndex:
             found = [s] if is_remote(s.path) else find_sessions(s.path).sessions
         except DiscoveryError:
             found = []
+        if len(found) > 1:  # a folder of PyTorch traces holds several sessions: this one by name
+            found = [f for f in found if f.name == s.name]
         if not found:
             raise RouteError(404, f"session {s.run}/{s.name} no longer exists in the logdir")
         fresh = dataclasses.replace(found[0], run=s.run, name=s.name)

@@ -1,0 +1,213 @@
+"""How a folder's PyTorch profiler traces become sessions (logdir.kineto_groups): the ranks of
+one job are one session; a re-run into the same folder and each profiling cycle of one process
+are sessions of their own; and analyze, the API, fleet, compare and the tab list the same ones.
+
+The quick tests read real traces written once by tests/data/kineto_sessions/make.py
+(torch 2.13.0+cpu, torch.profiler with tensorboard_trace_handler; gzipped); the test marked
+``tf`` writes them again with torch here."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from urllib.parse import quote
+
+import pytest
+
+from conftest import SHARED, need_shared
+from tfbneck_plugin import batch
+from tfbneck_plugin.logdir import find_sessions
+from tfbneck_plugin.trace.kineto_files import KinetoFileFacts, file_facts, kineto_groups, name_parts, one_job
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MADE = os.path.join(HERE, "data", "kineto_sessions")
+TORCH_TRACES = os.path.join(SHARED, "realtraces-torch")
+S = 1e9  # ns
+
+
+def _logdir(tmp_path, *scenarios, plain=()):
+    """The made traces of ``scenarios`` copied under ``tmp_path/logs`` (the files of the
+    scenarios in ``plain`` decompressed, as the handler writes them without use_gzip)."""
+    logs = tmp_path / "logs"
+    for sc in scenarios:
+        shutil.copytree(os.path.join(MADE, sc), logs / sc)
+        if sc in plain:
+            for f in (logs / sc).iterdir():
+                (logs / sc / f.name[:-3]).write_bytes(gzip.decompress(f.read_bytes()))
+                f.unlink()
+    return logs
+
+
+def _found(path):
+    return {(s.run, s.name): s.hosts for s in find_sessions(str(path)).sessions}
+
+
+# ---- the rule ----------------------------------------------------------------------------------
+
+def _ranked(r, w=(0, S)):
+    return "w%d" % r, KinetoFileFacts(rank=r, world_size=2, window_ns=w)
+
+
+def _bare(name, w):
+    return name, KinetoFileFacts(window_ns=w)
+
+
+def test_rule_on_what_the_files_say():
+    ranked, bare = _ranked, _bare
+    assert one_job(ranked(0), ranked(1))
+    assert not one_job(ranked(0), ranked(0))                                  # the same rank twice: two runs
+    assert one_job(ranked(0, (0, S)), ranked(1, (2 * S, 3 * S)))             # 1 s apart: clocks of two machines
+    assert not one_job(ranked(0, (0, S)), ranked(1, (4 * S, 5 * S)))         # a later run's rank 1
+    assert not one_job(ranked(0), ("w9", KinetoFileFacts(rank=1, world_size=4, window_ns=(0, S))))
+    assert one_job(bare("a", (0, S)), bare("b", (S / 2, 2 * S)))              # overlapping processes
+    assert not one_job(bare("a", (0, S)), bare("b", (1.1 * S, 2 * S)))        # a re-run, even 0.1 s later
+    assert not one_job(bare("a", (0, S)), bare("a", (0, S)))                  # one worker: its cycles
+    assert one_job(ranked(0, None), ranked(1, None))                          # the ranks say so
+    assert not one_job(bare("a", None), bare("b", (0, S)))                    # a file that says nothing
+
+
+def test_facts_read_from_the_real_files():
+    ddp = os.path.join(MADE, "ddp")
+    names = sorted(os.listdir(ddp))
+    facts = [file_facts(os.path.join(ddp, n)) for n in names]
+    assert [(f.rank, f.world_size) for f in facts] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    assert name_parts(names[0]) == ("vm_9089", 1796636605715273252)
+    for n, f in zip(names, facts):  # the window ends before the handler names the file
+        start, end = f.window_ns
+        assert 0.1 * S < end - start < 1 * S and start < name_parts(n)[1]
+    rerun = [file_facts(os.path.join(MADE, "rerun", n)) for n in sorted(os.listdir(os.path.join(MADE, "rerun")))]
+    assert all(f.rank is None for f in rerun) and rerun[0].window_ns[1] < rerun[1].window_ns[0]
+
+
+def test_a_file_that_is_no_trace_says_nothing(tmp_path):
+    for name, data in (("a.pt.trace.json", b""), ("b.pt.trace.json", b"\x00\x01 not json"),
+                       ("c.pt.trace.json.gz", b"not gzip")):
+        (tmp_path / name).write_bytes(data)
+        assert file_facts(str(tmp_path / name)) == KinetoFileFacts()
+
+
+# ---- discovery ---------------------------------------------------------------------------------
+
+def test_reruns_cycles_ranks_and_processes(tmp_path):
+    logs = _logdir(tmp_path, "rerun", "cycles", "ddp", "together", plain=("rerun", "cycles"))
+    assert _found(logs) == {
+        ("rerun", "vm_9036.1796636592051681391"): ["vm_9036.1796636592051681391"],
+        ("rerun", "vm_9064.1796636595646383422"): ["vm_9064.1796636595646383422"],
+        ("cycles", "vm_9033.1796636598270829498"): ["vm_9033.1796636598270829498"],
+        ("cycles", "vm_9033.1796636598492195146"): ["vm_9033.1796636598492195146"],
+        # two ranks (distributedInfo), two cycles each: paired by time
+        ("ddp", "vm_9089.1796636605715273252"): ["vm_9089.1796636605715273252", "vm_9090.1796636605717501929"],
+        ("ddp", "vm_9089.1796636605976335111"): ["vm_9089.1796636605976335111", "vm_9090.1796636605976367264"],
+        # two processes at once, no process group: their windows overlap
+        ("together", "together"): ["vm_9141.1796636615081678277", "vm_9142.1796636615090704171"],
+    }
+
+
+def test_a_broken_file_beside_a_run_is_its_own_session(tmp_path):
+    logs = _logdir(tmp_path, "rerun")
+    (logs / "rerun" / "vm_1.1796636599000000000.pt.trace.json").write_text('{"traceEvents": [')
+    found = _found(logs)
+    assert len(found) == 3 and all(len(h) == 1 for h in found.values())
+
+
+def test_the_real_jobs_stay_one_session(tmp_path):
+    real = need_shared(TORCH_TRACES, "../shared/realtraces-torch (real PyTorch traces)")
+    for folder, hosts in (("sampled_128gpu", ["rank-0", "rank-1"]), ("nccl_2gpu", ["nccl_data"]),
+                          ("distributed_info_missing", ["distributed_info_not_found"])):
+        [s] = find_sessions(os.path.join(real, folder)).sessions
+        assert s.hosts == hosts
+    # all three in one folder: the 128-GPU job's two ranks stay together, the others are apart
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for folder in ("sampled_128gpu", "nccl_2gpu", "distributed_info_missing"):
+        for n in os.listdir(os.path.join(real, folder)):
+            shutil.copy(os.path.join(real, folder, n), mixed / n)
+    groups = kineto_groups([str(p) for p in mixed.iterdir()])
+    assert sorted([os.path.basename(f) for f in g] for g in groups) == [
+        ["distributed_info_not_found.pt.trace.json.gz"], ["nccl_data.pt.trace.json.gz"],
+        ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]]
+
+
+# ---- every front door lists the same sessions ----------------------------------------------------
+
+def test_analyze_and_the_api_list_each_cycle_and_each_rerun(tmp_path):
+    from tfbneck_plugin import api
+    logs = _logdir(tmp_path, "rerun", "cycles")
+    reports, _ = batch.analyze_paths([str(logs)], use_cache=False, progress=False)
+    got = {(r["run"], r["session"]): r for r in reports}
+    assert set(got) == set(_found(logs))
+    for r in reports:  # each its own verdict, of one host: no straggler among runs that are not ranks
+        assert r["status"] == "ok" and len(r["hosts"]) == 1
+        assert not any("straggler" in e for e in r["evidence"])
+    assert sorted((s.run, s.session) for s in api.analyze(str(logs))) == sorted(got)
+
+
+def test_fleet_counts_each_run_folder(tmp_path):
+    from tfbneck_plugin.fleet_view.report import build, collect
+    logs = _logdir(tmp_path, "rerun", "cycles", "ddp", "together")
+    items, contexts, problems = collect([str(logs)], use_cache=False)
+    fleet = build(items, contexts, problems=problems)
+    assert fleet["sessions"] == 7 and fleet["runs_total"] == 4
+    assert sorted((r["run"], r["path"], r["sessions"]) for r in fleet["runs"]) == [
+        (sc, str(logs / sc), n) for sc, n in (("cycles", 2), ("ddp", 2), ("rerun", 2), ("together", 1))]
+    assert sorted(g["group"] for g in fleet["groups"]) == ["cycles", "ddp", "rerun", "together"]
+
+
+def test_compare_takes_the_latest_cycle(tmp_path):
+    from tfbneck_plugin.comparison.compare import compare
+    logs = _logdir(tmp_path, "rerun", "cycles")
+    out = compare(str(logs / "rerun"), str(logs / "cycles"), use_trend=False)
+    [c] = out["comparisons"]
+    assert (c["baseline"]["run"], c["baseline"]["session"]) == ("rerun", "vm_9064.1796636595646383422")
+    assert (c["candidate"]["run"], c["candidate"]["session"]) == ("cycles", "vm_9033.1796636598492195146")
+    assert any(n.startswith(f"{logs / 'cycles'}: 2 sessions") for n in out["notes"])
+
+
+def test_the_tab_lists_and_serves_each_cycle(tmp_path):
+    from tensorboard.plugins import base_plugin
+
+    from support.plugin_helpers import PREFIX, RecordingAnalyzer, wsgi_client
+    from tfbneck_plugin.plugin import BottleneckPlugin
+    logs = _logdir(tmp_path, "cycles")
+    rec = RecordingAnalyzer()
+    try:
+        p = BottleneckPlugin(base_plugin.TBContext(logdir=str(logs)), analyze=rec)
+        client = wsgi_client(p)
+        p._index.current(wait_s=60)
+        rows = json.loads(client.get(f"{PREFIX}/sessions").get_data(as_text=True))
+        rows = rows["sessions"] if isinstance(rows, dict) else rows
+        names = sorted(r["session"] for r in rows if r["run"] == "cycles")
+        assert names == ["vm_9033.1796636598270829498", "vm_9033.1796636598492195146"]
+        for name in names:  # each report is of its own file
+            for _ in range(100):
+                resp = client.get(f"{PREFIX}/report?run=cycles&session={quote(name, safe='')}")
+                if resp.status_code != 202:
+                    break
+                rec.release.set()
+            assert resp.status_code == 200, resp.get_data(as_text=True)
+        analysed = {(run, name): [os.path.basename(f) for f in files] for run, name, files in rec.calls}
+        assert analysed == {("cycles", n): [n + ".pt.trace.json.gz"] for n in names}
+    finally:
+        rec.release.set()
+
+
+# ---- made here with torch ------------------------------------------------------------------------
+
+@pytest.mark.tf
+def test_traces_made_with_torch_here(tmp_path):
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, os.path.join(MADE, "make.py"), str(tmp_path), "rerun", "cycles"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = find_sessions(str(tmp_path)).sessions
+    assert sorted((s.run, len(s.files)) for s in found) == [("cycles", 1), ("cycles", 1), ("rerun", 1), ("rerun", 1)]
+    reruns = [s for s in found if s.run == "rerun"]
+    assert len({name_parts(s.files[0])[0] for s in reruns}) == 2     # two pids
+    cycles = [s for s in found if s.run == "cycles"]
+    assert len({name_parts(s.files[0])[0] for s in cycles}) == 1     # one worker, two files
+    reports, _ = batch.analyze_paths([str(tmp_path)], use_cache=False, progress=False)
+    assert len(reports) == 4 and all(r["status"] == "ok" and len(r["hosts"]) == 1 for r in reports)
