@@ -95,6 +95,8 @@ def test_the_readme_example_leaves_a_diagnosed_session(fits):
     assert s["bottleneck"] in ("cpu", "device", "io") or (backend, s["cause"]) == ("torch", "unrecorded"), s["cause"]
     assert s["backend"] == backend and s["keras_input"] == "tf.data"
     assert any(f.endswith(TRACE_SUFFIX[backend]) for f in os.listdir(win[0]["session_dir"]))
+    # the run's own files (its trend file, in <run>/plugins/bottleneck) are found on every backend
+    assert (s.get("window") or {}).get("steps") == [10, 14] and s.get("run_length"), (s.get("window"), backend)
     if backend != "tensorflow" and s["cause"] in INPUT_CAUSES:  # tf.data's stages are not in this trace
         assert s["recommendations"][0]["fix"] == "time_tf_data", [r["fix"] for r in s["recommendations"]]
 

@@ -47,10 +47,11 @@ def read_input_cost(path: str, opener=open) -> Dict:
 
 
 def run_dir_of(session: Session) -> str:
-    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL); of
-    PyTorch profiler traces, the folder that holds them (``tensorboard_trace_handler(dir)``
-    writes them straight into ``dir``, the run)."""
-    if is_kineto_session(session):
+    """The run's folder of a session ``<run>/plugins/profile/<session>`` (path or URL),
+    BottleneckProfiler's on every Keras backend; of PyTorch profiler traces elsewhere, the folder
+    that holds them (``tensorboard_trace_handler(dir)`` writes them straight into ``dir``, the run)."""
+    if is_kineto_session(session) and session.path.replace("\\", "/").rstrip("/").split("/")[-3:-1] != [
+            "plugins", "profile"]:
         return session.path
     if is_remote(session.path):
         return session.path.rstrip("/").rsplit("/", 3)[0]

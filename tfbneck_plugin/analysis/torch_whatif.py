@@ -91,6 +91,8 @@ WHY_NOT: Dict[str, str] = {
     "amp": "How much faster the ops run in 16-bit depends on the hardware and the op mix, not in the trace.",
     "ddp_buckets": "How the all-reduce overlaps the backward pass at other bucket sizes is not in the trace.",
     "measure_input": "A measurement, not a change: it says whether the input or the model limits the run.",
+    # (a tf.data pipeline feeding a Keras fit on JAX or PyTorch: its stages are in neither trace)
+    "time_tf_data": "A measurement first: the tf.data pipeline's stages are not in this trace.",
 }
 
 #: fix id -> the breakdown categories the change can at most remove (its bound).

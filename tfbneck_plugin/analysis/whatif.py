@@ -468,7 +468,6 @@ WHY_NOT: Dict[str, str] = {
     "tfdata_ops": "How fast TensorFlow ops would do the Python code's work is not in the trace.",
     "augment_on_device": "How long the augmentation would take on the accelerator is not in the trace.",
     "parallel_reads": "How many reads the storage serves at once is not in the trace.",
-    "time_tf_data": "The tf.data pipeline's stages are not in a JAX or PyTorch trace.",
     "local_copy": "The local disk's speed is not in the trace.",
     "larger_files": "The storage's cost per file open, apart from per byte, is not in the trace.",
     "free_cores": "What the other processes would leave free is not in the trace.",
