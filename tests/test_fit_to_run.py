@@ -243,3 +243,18 @@ def test_an_input_that_takes_the_models_cores_gets_less_work_or_more_cores_and_n
     inside = _stage("Iterator::Root::Map", self_ms=139.0)
     f, recs = advised(starved, _pipeline(inside))
     assert cpu_share.input_cores_ms(f) is None and recs["cache"]["bound_ms"] == pytest.approx(21.1 - 1.7)
+
+
+def test_a_keras_fit_on_pytorch_gets_keras_knobs_not_torch_profilers():
+    """A Kineto trace of a Keras fit (the callback recorded what fed it): its DataLoader is
+    Keras' own, so input waits get a PyDataset's workers, an unrecorded step gets torch.compile
+    through jit_compile=True and another backend to look with, never torch.profiler's
+    with_stack, which the callback does not take on PyTorch."""
+    f = _findings(step_ms=10.0, input_ms=6.0)
+    f.framework, f.keras_input = "pytorch", "generator"
+    assert [r["fix"] for r in advice_for("input_preprocessing", f)] == ["pydataset_workers"]
+    assert [r["fix"] for r in advice_for("unrecorded", f)] == ["torch_compile", "keras_other_backend"]
+    assert "jit_compile=True" in advice_for("unrecorded", f)[0]["code"]
+    f.keras_input = None  # torch.profiler's own trace of a PyTorch loop: PyTorch's knobs
+    assert advice_for("unrecorded", f)[0]["fix"] in ("python_tracer", "step_markers")
+    assert advice_for("input_preprocessing", f)[0]["fix"] in ("num_workers", "more_workers")

@@ -501,6 +501,19 @@ def _keras_torch_overhead(_f: Findings) -> List[Rec]:
                 "Each step's fixed Python and dispatch cost is then shared by more examples.", None)]
 
 
+def _keras_torch_unrecorded(_f: Findings) -> List[Rec]:
+    """Most of the step unrecorded in a Keras fit on PyTorch: Keras' own Python between
+    PyTorch's ops, which torch.profiler records only with stacks, which the callback does not
+    turn on there (it slowed that step 5x: docs/keras_backends.md)."""
+    return [_keras_torch_compile("Most of each step passed with nothing recorded: Keras' own Python between "
+                                 "PyTorch's ops, which PyTorch's profiler does not record by default. Compiling "
+                                 "the step removes most of it."),
+            rec("keras_other_backend", "See the step's Python on another Keras backend",
+                "The same script with KERAS_BACKEND=tensorflow or jax is profiled with every op and Python's share "
+                "recorded: if its verdict is python_overhead there, the Python around the step is the limit here "
+                "too.", "KERAS_BACKEND=jax python train.py   # the same BottleneckProfiler, another backend")]
+
+
 #: cause code -> recommendations for a Keras fit on PyTorch (a Kineto trace whose sidecar
 #: records the Keras backend); causes not listed use PyTorch's own (:mod:`.torch_advice`).
 KERAS_TORCH_ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
@@ -512,6 +525,7 @@ KERAS_TORCH_ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
     "eager_execution": _keras_torch_overhead,
     "kernel_launch": _keras_torch_overhead,
     "model_compute": _keras_torch_compute,
+    "unrecorded": _keras_torch_unrecorded,
 }
 
 

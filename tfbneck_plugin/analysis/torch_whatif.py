@@ -93,6 +93,7 @@ WHY_NOT: Dict[str, str] = {
     "measure_input": "A measurement, not a change: it says whether the input or the model limits the run.",
     # (a tf.data pipeline feeding a Keras fit on JAX or PyTorch: its stages are in neither trace)
     "time_tf_data": "A measurement first: the tf.data pipeline's stages are not in this trace.",
+    "keras_other_backend": "A measurement on another backend, not a change.",
 }
 
 #: fix id -> the breakdown categories the change can at most remove (its bound).
