@@ -410,3 +410,24 @@ def test_runs_of_different_models_are_said_to_be_two_programs(tmp_path):
     assert [p["credited"] for p in credited([dict(p) for p in two], allowed=False)] == [False, False]
     untold = compare(os.path.join(DEMO_LOGS, "cpu_bound_input"), str(tmp_path / "cpu_bound_input_fixed"))
     assert untold["comparisons"][0]["caveat"] is None  # the shipped baseline records no model
+
+
+def test_a_window_its_own_job_clock_shows_unrepresentative_cannot_carry_a_verdict():
+    """One window's steps fed from a buffer filled before it (the job's own step around the
+    window far slower than the traced one) do not show a change: a significant step-level
+    difference is inconclusive, and the line says which side and why."""
+    from tfbneck_plugin.batch import analyze_one, find
+    from tfbneck_plugin.comparison.compare import compare_reports
+    (b_s,) = find([SEQUENTIAL]).sessions
+    (c_s,) = find([PARALLEL]).sessions
+    before, after = dict(analyze_one(b_s)), dict(analyze_one(c_s))
+    plain = compare_reports(before, after)
+    assert plain["verdict"] == "faster" and plain["evidence"]["level"] == "steps"
+    traced = after["steps"]["time_per_batch_ms"] * (after["steps"].get("batches_per_step") or 1)
+    after["window"] = {"index": 0, "kind": "scheduled", "trigger": None, "steps": [6, 10], "job_step_ms": traced / 0.3}
+    c = compare_reports(before, after)
+    assert c["verdict"] == "inconclusive", c["verdict"]
+    assert c["evidence"]["missing"].startswith("the candidate's traced steps (") and "0.30x its job's own step" in \
+        c["evidence"]["missing"], c["evidence"]["missing"]
+    after["window"]["job_step_ms"] = traced * 1.1  # within the profiler's own cost: the window stands
+    assert compare_reports(before, after)["verdict"] == "faster"

@@ -36,7 +36,7 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from ..runs import run_dir_of
 from .ops import op_changes, text_lines as op_text_lines
 from ..trace.timeline import time_stats
 from ..errors import TfbneckError
+from ..schema import SessionDict
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -250,6 +251,9 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         load["cpu_change_pct"] = evid.cpu_change(*timings)
     missing_why = evid.missing_line(lvl, *timings)
     verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why, test["ratio_ci"])
+    off = _unrepresentative_side(baseline, candidate) if lvl == "steps" else None
+    if off is not None and verdict in ("faster", "slower"):
+        verdict, missing = "inconclusive", off
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
     caveat = different_models(baseline, candidate)
@@ -271,6 +275,23 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "op_changes": op_changes(baseline, candidate, significance, ALPHA),
     }
 
+
+
+def _unrepresentative_side(baseline: Dict, candidate: Dict) -> Optional[str]:
+    """The line saying why one window's steps cannot carry a verdict, when a side's own job
+    clock shows its traced steps were not the job's steady state
+    (:func:`..analysis.run_evidence.unrepresentative`: steps fed from a buffer filled before
+    the window), else None."""
+    from ..analysis.run_evidence import traced_and_job_step_ms, unrepresentative
+    for name, side in (("baseline", baseline), ("candidate", candidate)):
+        r = cast(SessionDict, side)  # compare's reports are the JSON dicts analyze writes
+        if unrepresentative(r):
+            traced, job = traced_and_job_step_ms(r) or (0.0, 1.0)
+            return (f"the {name}'s traced steps ({traced:.3g} ms) were {traced / job:.2f}x its job's own step around "
+                    f"the window ({job:.3g} ms): they drew on batches buffered before it, so the windows' steps "
+                    "do not show the change; compare runs long enough for the trend's periods (several "
+                    "step_time_every periods per side), or profile later steps")
+    return None
 
 
 # ---- two paths -----------------------------------------------------------------------------
