@@ -106,7 +106,8 @@ export function opsSection(report) {
   const all = foldInstances(report.top_ops || []);
   const section = h("section", { class: "tfb-card tfb-ops" }, h("h3", { text: "Which operations take the time" }));
   if (!all.length) {
-    section.append(h("p", { class: "tfb-muted", text: "No TensorFlow ops were recorded in the steady steps." }));
+    const ops = { pytorch: "PyTorch ops", jax: "XLA ops" }[report.framework] || "TensorFlow ops";
+    section.append(h("p", { class: "tfb-muted", text: `No ${ops} were recorded in the steady steps.` }));
     return section;
   }
   const summary = report.op_summary || {};

@@ -33,7 +33,8 @@ def ops_section(s: Dict) -> str:
     summary = s.get("op_summary") or {}
     out = ['<section class="tfb-card tfb-ops"><div class="tfb-h">Which operations take the time</div>']
     if not rows:
-        out.append('<p class="tfb-muted">No TensorFlow ops were recorded in the steady steps.</p></section>')
+        ops = {"pytorch": "PyTorch ops", "jax": "XLA ops"}.get(str(s.get("framework")), "TensorFlow ops")
+        out.append(f'<p class="tfb-muted">No {ops} were recorded in the steady steps.</p></section>')
         return "".join(out)
     head = "".join(f'<th class="{"num" if i >= 3 else ""}">{t}</th>' for i, t in enumerate(
         ["Op", "Type", "Where", "Self ms/step", "%", "Calls/step"]))
