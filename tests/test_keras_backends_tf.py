@@ -51,7 +51,11 @@ _RESULTS = {}
 @pytest.fixture(scope="module", params=BACKENDS)
 def fits(request, tmp_path_factory):
     """``(backend, job result, {scenario: [session reports]})`` for one backend."""
-    backend = request.param
+    return _fits_of(request.param, tmp_path_factory)
+
+
+def _fits_of(backend, tmp_path_factory):
+    """The job's scenarios on ``backend``, run once per test session (:func:`fits`)."""
     if backend not in _RESULTS:
         pytest.importorskip(backend)
         out = tmp_path_factory.mktemp(f"keras-{backend}")
@@ -270,3 +274,31 @@ def test_summaries_without_tensorflow_are_read_by_tensorboard_as_written(tmp_pat
     assert (ev.step, scalar.tag, scalar.simple_value) == (14, "bottleneck/input_pct", 62.5)
     assert (text.tag, text.tensor.string_val, text.metadata.plugin_data.plugin_name) == \
         ("bottleneck/verdict", [b"**input-bound**"], "text")
+
+
+@pytest.mark.browser
+def test_the_tab_lists_the_three_backends_runs_side_by_side_each_with_its_backend(tmp_path, tmp_path_factory):
+    """The README example's run on each backend, in one logdir: the tab lists the three, each
+    with its verdict and "Keras 3 on <backend>", and the verdict card says it too."""
+    import shutil
+    from support.browser_tab import Tab
+    from support.plugin_helpers import TensorBoard, chromium_context
+    logdir = tmp_path / "logs"
+    for backend in BACKENDS:
+        _backend, result, _reports = _fits_of(backend, tmp_path_factory)
+        shutil.copytree(result["readme"]["log"], logdir / f"readme_{backend}")
+    said = {"jax": "Keras 3 on JAX", "torch": "Keras 3 on PyTorch", "tensorflow": "Keras 3 on TensorFlow"}
+    with chromium_context() as ctx, TensorBoard(str(logdir)) as tb:
+        tab = Tab(ctx, tb, "backends")
+        tab.frame.wait_for_function("() => document.querySelectorAll('.tfb-item .tfb-chip:not(.tfb-chip-busy)')"
+                                    ".length === 3", timeout=180_000)
+        shown = tab.frame.evaluate("() => Object.fromEntries(Array.from(document.querySelectorAll('.tfb-item'))"
+                                   ".map(li => [li.dataset.run, (li.querySelector('.tfb-item-framework') || {})"
+                                   ".textContent]))")
+        assert shown == {f"readme_{b}": said[b] for b in BACKENDS}, shown
+        for backend in BACKENDS:
+            session = tab.frame.evaluate(f"() => document.querySelector('.tfb-item[data-run=\"readme_{backend}\"]')"
+                                         ".dataset.session")
+            tab.select(f"readme_{backend}", session)
+            assert tab.fl.locator(".tfb-verdict .tfb-framework").inner_text() == said[backend]
+        tab.close()
