@@ -73,8 +73,11 @@ def test_slow_input_is_measured_to_limit_and_a_model_fed_from_memory_is_not(tmp_
     assert os.path.exists(slow["path"]) and slow["path"].startswith(str(tmp_path / "logs" / "plugins" / "bottleneck"))
     with open(slow["path"]) as f:
         assert json.load(f)["gain"] == slow["gain"]
-    assert compute["limit"] != "input" and compute["gain"] < 1.25, compute  # cached copies gain it nothing
-    # two repeats: "model", "mixed", or "unsettled" when they fall on both sides of a threshold, said why
+    # cached copies gain it nothing: "model" or "mixed"; on a busy machine the two repeats may fall on both
+    # sides of a threshold, and then the measurement says it settles nothing, and why
+    assert compute["limit"] in ("model", "mixed", "unsettled"), compute
     assert (compute["limit"] == "unsettled") == (compute["unsettled"] is not None), compute
+    if compute["limit"] != "unsettled":
+        assert compute["gain"] < 1.25, compute
     assert compute["input_kind"] == "tf.data" and compute["path"] is None
     assert "already in memory" in out["arrays"] and "tf.data.Dataset, PyDataset or generator" in out["arrays"]

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from tfbneck_plugin.analysis.sysmetrics import TREE_KEYS, summarize
@@ -131,14 +132,17 @@ def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
     n = (os.cpu_count() or 1) + 2
     results = {}
     for kind in ("none", "sleep", "spin"):
-        deadline = time.monotonic() + 1.7
+        deadline = time.monotonic() + 1.7 + (1.0 if kind == "sleep" else 0.0)  # time to fall asleep
         target = _spin_until if kind == "spin" else (lambda d: time.sleep(max(d - time.monotonic(), 0)))
         kids = [ctx.Process(target=target, args=(deadline,)) for _ in range(n if kind != "none" else 0)]
         for k in kids:
             k.start()
         # Sample once the children run: forking them is CPU work that waits in the run queue
-        # on a busy machine, sleeping children or not.
+        # on a busy machine, sleeping children or not (so wait until the sleepers sleep).
         time.sleep(0.3)
+        while kind == "sleep" and time.monotonic() < deadline - 1.2 and not all(
+                psutil.Process(k.pid).status() == psutil.STATUS_SLEEPING for k in kids):
+            time.sleep(0.02)
         sampler = SystemSampler(interval_s=0.1).start()
         time.sleep(1.0)
         side = sampler.stop()
