@@ -227,11 +227,7 @@ def _compute(f: Findings) -> List[Rec]:
                    "Use a GPU if you can. On the CPU, XLA compilation may help or hurt: "
                    + XLA_ON_CPU_WARNING + " Keep it only if the job's own step time falls.",
                    xla + "\n" + _MEASURE_IT), _use_gpu()]
-        load = input_load(f)
-        if load is not None and load.speedup >= INPUT_DOUBT_GAIN:
-            # The input's work holds enough of the cores to be worth more than the math's fixes.
-            out = input_advice(f, "cpu") + out
-        return out
+        return input_first_if_it_holds_the_cores(f, out, input_advice)
     return [rec("mixed_precision", "Use mixed precision",
                 "Tensor cores run fp16/bf16 math several times faster than fp32.",
                 "keras.mixed_precision.set_global_policy('mixed_float16')"),
@@ -256,6 +252,15 @@ def _measure_xla(f: Findings) -> Rec:
     return rec("measure_xla", "Check that XLA pays here: run the same steps without it",
                "The step already runs XLA executables. On the CPU XLA may help or hurt: " + XLA_ON_CPU_WARNING
                + " Time the job's steps with jit_compile=False and keep the faster.", code + "\n" + _MEASURE_IT)
+
+
+def input_first_if_it_holds_the_cores(f: Findings, out: List[Rec],
+                                      input_recs: Callable[[Findings, str], List[Rec]]) -> List[Rec]:
+    """A CPU-computed model's recommendations ``out``, after the input's (``input_recs(f, "cpu")``)
+    when the input's work holds enough of the cores to be worth more than the math's fixes
+    (:func:`.cpu_share.input_load`'s speedup at least :data:`.cpu_share.INPUT_DOUBT_GAIN`)."""
+    load = input_load(f)
+    return input_recs(f, "cpu") + out if load is not None and load.speedup >= INPUT_DOUBT_GAIN else out
 
 
 def _use_gpu(gpu: str = "a GPU (or a CPU with more cores, or oneDNN's bf16 paths on CPUs that have them)",
@@ -411,10 +416,7 @@ def _jax_compute(f: Findings) -> List[Rec]:
                                    "run it. Check that the process may use every core (no taskset or container "
                                    "limit below the machine's) and that nothing else holds them.",
                                    "import os\nprint(len(os.sched_getaffinity(0)), 'cores available')")]
-        load = input_load(f)
-        if load is not None and load.speedup >= INPUT_DOUBT_GAIN:
-            out = _jax_input(f, "cpu") + out
-        return out
+        return input_first_if_it_holds_the_cores(f, out, _jax_input)
     return [rec("mixed_precision", "Use mixed precision",
                 "bfloat16/float16 math runs several times faster than float32 on GPUs and TPUs.",
                 "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
@@ -487,8 +489,7 @@ def _keras_torch_compute(f: Findings) -> List[Rec]:
         out = [_use_gpu("a GPU (a CUDA build of PyTorch) or more cores",
                         "import torch\nprint(torch.cuda.is_available())   # Keras' PyTorch backend uses the GPU when True"),
                _keras_torch_compile("On the CPU, torch.compile fuses and vectorises the step's ops.")]
-        load = input_load(f)
-        return (_keras_torch_input(f, "cpu") + out) if load is not None and load.speedup >= INPUT_DOUBT_GAIN else out
+        return input_first_if_it_holds_the_cores(f, out, _keras_torch_input)
     return [rec("mixed_precision", "Use mixed precision",
                 "bfloat16/float16 math runs several times faster than float32 on GPUs.",
                 "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
