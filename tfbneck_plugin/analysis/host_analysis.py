@@ -203,10 +203,24 @@ class HostAnalysis:
             return opsmod.OpTable([], 0, 0.0, 0.0)
         order = np.argsort(starts)
         win_s, win_e = starts[order], ends[order]
-        rows = opsmod.host_ops(self.view, self.pipeline, win_s, win_e) if self.view is not None else []
+        rows = self.host_op_rows(win_s, win_e) if self.view is not None else []
         planes = [(devmod.device_kind(p.name), p) for p in self.space.planes if devmod.device_kind(p.name)]
-        dev_rows, busy = opsmod.device_ops(planes, win_s, win_e)
-        return opsmod.OpTable(rows + dev_rows, n, step_ps, busy)
+        dev_rows, busy = opsmod.device_ops(planes, win_s, win_e, self.op_launchers)
+        return opsmod.OpTable(rows + dev_rows, n, step_ps, busy, self.op_scope)
+
+    def host_op_rows(self, win_s: np.ndarray, win_e: np.ndarray) -> List[opsmod.OpRow]:
+        """Host and input-pipeline op rows of the sorted windows (:func:`.ops.host_ops`; ps totals)."""
+        return opsmod.host_ops(self.view, self.pipeline, win_s, win_e) if self.view is not None else []
+
+    @property
+    def op_launchers(self) -> opsmod.Launchers:
+        """The op behind each device event (:data:`.ops.Launchers`): TensorFlow's stats."""
+        return opsmod.tf_launchers
+
+    @property
+    def op_scope(self):
+        """An op row's layer scope (:attr:`.ops.OpTable.scope`): from TensorFlow's op name."""
+        return opsmod.name_scope
 
     @cached_property
     def op_summary(self) -> OpSummary:

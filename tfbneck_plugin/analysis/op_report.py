@@ -11,7 +11,7 @@ from typing import Dict, List, Literal, Optional
 import numpy as np
 
 from ..schema import OpGroup, OpSummary, TopOp
-from .ops import WHERE, OpRow, OpTable, scope_of
+from .ops import WHERE, OpRow, OpTable
 
 #: Rows kept per place (device, host, input pipeline) and per grouped view: what a
 #: ``key_averages().table(row_limit=...)`` shows, with room for ``--row-limit``.
@@ -45,7 +45,7 @@ def op_row(r: OpRow, table: OpTable, origin: int) -> TopOp:
     out: TopOp = {"name": r.name, "type": r.type, "where": r.where,
            "self_ms_per_step": _ms(r.self_ps, n), "total_ms_per_step": _ms(r.total_ps, n),
            "pct": _pct(r.self_ps, table, r.where), "count_per_step": round(r.count / max(n, 1), 2),
-           "scope": scope_of(r.name),
+           "scope": table.scope(r),
            "self_ms_steps": np.round(r.per_step / 1e9, 3).tolist() if r.per_step is not None else [],
            "longest": {"start_ms": round((r.longest_start_ps - origin) / 1e9, 3),
                        "duration_ms": round(r.longest_ps / 1e9, 3)}}
@@ -109,7 +109,7 @@ def op_summary(table: OpTable) -> OpSummary:
         "self_ms_per_step": totals,
         "top10_pct": top10,
         "by_type": _grouped(table, lambda r: (r.where, r.stage, r.type or r.name), "type"),
-        "by_scope": _grouped(table, lambda r: (r.where, r.stage, s) if (s := scope_of(r.name)) else None, "scope"),
+        "by_scope": _grouped(table, lambda r: (r.where, r.stage, s) if (s := table.scope(r)) else None, "scope"),
     }
 
 

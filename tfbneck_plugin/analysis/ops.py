@@ -24,7 +24,7 @@ breakdown), and every time is averaged per steady step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -56,6 +56,7 @@ class OpRow:
     name: str
     type: str
     stage: Optional[str] = None            # input_pipeline: the tf.data stage whose function ran it
+    scope: Optional[str] = None            # a layer scope kept apart from the name (PyTorch's modules)
     self_ps: float = 0.0
     total_ps: float = 0.0
     count: int = 0
@@ -74,15 +75,22 @@ class OpRow:
             self.longest_ps, self.longest_start_ps = int(longest), int(longest_start)
 
 
+def name_scope(row: "OpRow") -> Optional[str]:
+    """The layer scope of a TensorFlow op row: :func:`scope_of` its name."""
+    return scope_of(row.name)
+
+
 @dataclass
 class OpTable:
     """Every op of one host over the steady steps. ``steps``: how many windows the totals
     cover (steady steps, or 1 for a trace without steps); ``step_ps``: their mean length;
-    ``device_busy_ps``: device busy time inside them (all devices)."""
+    ``device_busy_ps``: device busy time inside them (all devices); ``scope``: a row's layer
+    scope, or None (TensorFlow's: from the op's name, :func:`name_scope`)."""
     rows: List[OpRow]
     steps: int
     step_ps: float
     device_busy_ps: float
+    scope: Callable[[OpRow], Optional[str]] = name_scope
 
 
 def split_op_name(text: str) -> Tuple[str, str]:
@@ -408,10 +416,24 @@ def launching_op(text: Optional[str]) -> Optional[str]:
     return inner if is_op_name(inner) else None
 
 
-def device_ops(planes, win_s: np.ndarray, win_e: np.ndarray) -> Tuple[List[OpRow], float]:
+#: What launched each of some device events: ``(plane, line, event indices) -> [(op name, op
+#: type) or None]``, one entry per event (None: no op recorded; the row is the event's name).
+Launchers = Callable[[object, object, np.ndarray], Sequence[Optional[Tuple[str, str]]]]
+
+
+def tf_launchers(plane, line, idx: np.ndarray) -> List[Optional[Tuple[str, str]]]:
+    """TensorFlow's :data:`Launchers`: the op the event's stats name (:data:`_OP_STATS`),
+    split into name and type (:func:`split_op_name`)."""
+    ops = [launching_op(t) for t in _string_stat(plane, line, idx, _OP_STATS)]
+    return [split_op_name(o) if o is not None else None for o in ops]
+
+
+def device_ops(planes, win_s: np.ndarray, win_e: np.ndarray,
+               launchers: Launchers = tf_launchers) -> Tuple[List[OpRow], float]:
     """Device op rows (ps totals) and the devices' busy time inside the windows (ps).
 
-    ``planes``: (kind, Plane) of each GPU/TPU plane."""
+    ``planes``: (kind, Plane) of each GPU/TPU plane; ``launchers``: the op behind each
+    event (:data:`Launchers`; TensorFlow's stats by default)."""
     rows: Dict[str, OpRow] = {}
     busy = 0.0
     for kind, plane in planes:
@@ -432,19 +454,19 @@ def device_ops(planes, win_s: np.ndarray, win_e: np.ndarray) -> Tuple[List[OpRow
             n = len(line)
             m = np.flatnonzero(step[offset:offset + n] >= 0)
             _add_device_line(rows, plane, line, m, share[offset:offset + n][m], step[offset:offset + n][m],
-                             len(win_s))
+                             len(win_s), launchers)
             offset += n
     return list(rows.values()), busy
 
 
 def _add_device_line(rows: Dict[str, OpRow], plane, line, idx: np.ndarray, share: np.ndarray,
-                     step: np.ndarray, n_steps: int) -> None:
+                     step: np.ndarray, n_steps: int, launchers: Launchers = tf_launchers) -> None:
     """Credit the events ``idx`` of one device line (their self time ``share``) to their ops,
     one (op, kernel) pair at a time."""
     if not len(idx):
         return
-    ops = [launching_op(t) for t in _string_stat(plane, line, idx, _OP_STATS)]
-    op_ids: Dict[Optional[str], int] = {}
+    ops = launchers(plane, line, idx)
+    op_ids: Dict[Optional[Tuple[str, str]], int] = {}
     op_code = np.fromiter((op_ids.setdefault(o, len(op_ids)) for o in ops), dtype=np.int64, count=len(ops))
     name_id = line.name_id[idx].astype(np.int64)
     base = int(name_id.max()) + 1
@@ -462,7 +484,7 @@ def _add_device_line(rows: Dict[str, OpRow], plane, line, idx: np.ndarray, share
     for k, key in enumerate(uniq.tolist()):
         op, event = op_of[key // base], plane.event_names.get(key % base, "")
         if op is not None:
-            name, kind = split_op_name(op)
+            name, kind = op
         else:
             name = event
             kind = event.split()[0] if event.startswith(_MEMCPY_PREFIX) else NO_OP_TYPE

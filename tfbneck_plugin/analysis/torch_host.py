@@ -20,6 +20,29 @@ model math          ``cpu_op`` events (aten ops) outside the DataLoader's wait: 
                     on GPU hosts NCCL's kernels (``ncclKernel_*``, ``ncclDevKernel_*``) are
                     the device side (:mod:`.devices`).
 steps               ``ProfilerStep#N`` annotations (``prof.step()``), on the training thread.
+
+The op table (:mod:`.ops`' rows, as ``prof.key_averages().table()`` counts them):
+
+``host``    one row per event name on the host threads (aten ops ``cpu_op``, the
+            ``record_function`` annotations such as ``Optimizer.step#SGD.step`` or the
+            DataLoader's ``enumerate(DataLoader)#...__next__``, runtime calls such as
+            ``cudaLaunchKernel``), grouped by name as ``key_averages()`` groups its events.
+            Its type is its name (``aten::mm``): a PyTorch op has no name apart from its type.
+            Self time is the event's duration less the events nested directly in it on its
+            thread, as torch's ``FunctionEvent.self_cpu_time_total`` is (torch/autograd/
+            profiler_util.py: ``cpu_time_total`` less its ``cpu_children``). Not rows: the
+            ``ProfilerStep#N`` step markers.
+``device``  kernels, copies and memsets, each credited to the host event that launched it:
+            the innermost row event around the runtime call (``cudaLaunchKernel``...) whose
+            ``correlation`` id the kernel carries (kineto writes it on both), as
+            ``key_averages()`` credits a kernel's device time to the op around its launch. A kernel
+            whose launch is not in the trace is its own row (:data:`.ops.NO_OP_TYPE`).
+
+The Python events ``with_stack=True`` records (``python_function``) are rows too, as
+``key_averages()`` lists them; among them, ``nn.Module: <class>_<k>`` around each module's
+forward gives the events inside it their layer scope (:func:`_module_scopes`), and rows are
+then kept apart by scope; without them a row has no scope.
+Times are ps; only events starting inside the windows count (:func:`.ops.host_ops`).
 """
 from __future__ import annotations
 
@@ -27,13 +50,14 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..trace import timeline
 from ..trace.kineto import OP_CATEGORIES, RUNTIME_CATEGORIES, KinetoSpace
 from . import host as hostmod
+from . import ops as opsmod
 from . import steps as stepsmod
 from .findings import LoaderFacts
 from .host_analysis import HostAnalysis
@@ -208,6 +232,20 @@ class TorchHostAnalysis(HostAnalysis):
         calls = sum(len(idx) for _li, idx in view.select(view.ids(("nccl",), lambda n: n.startswith("nccl:"))))
         return dataclasses.replace(base, nccl_calls=calls) if calls else base
 
+    def host_op_rows(self, win_s: np.ndarray, win_e: np.ndarray):
+        """Host op rows as ``key_averages()`` counts them (:func:`host_ops`)."""
+        return host_ops(self.view, win_s, win_e, self.space.time_quantum_ps)  # type: ignore[arg-type]
+
+    @cached_property
+    def op_launchers(self):
+        """Kernels credited to the op that launched them, by correlation id (:class:`KinetoLaunchers`)."""
+        return KinetoLaunchers(self.space, self.view)
+
+    @property
+    def op_scope(self):
+        """No layer scopes in PyTorch's op names (:func:`.row_scope`)."""
+        return row_scope
+
     @cached_property
     def loader(self) -> Optional[LoaderFacts]:
         return loader_facts(self.view, self.steps)  # type: ignore[arg-type]
@@ -265,3 +303,207 @@ def shared_cores_verdict(v, f):
     return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
 
 
+def host_ids(view: TorchHostView) -> np.ndarray:
+    """Metadata ids of every host event: the tree torch builds holds them all (the
+    ``ProfilerStep#N`` markers too, which are not rows)."""
+    return view.ids(("torch-host-events",), lambda n: True)
+
+
+#: The ``python_function`` event ``torch.profiler(with_modules=True)`` (or ``with_stack=True``)
+#: records around a module's forward: ``nn.Module: Linear_0`` (the class, then its index).
+MODULE_PREFIX = "nn.Module: "
+#: How many modules, from the outermost, name a row's layer scope (as :func:`.ops.scope_of`
+#: keeps TensorFlow's first two name scopes: the model, then its layer or block).
+SCOPE_DEPTH = 2
+
+
+def _module_scopes(names: Dict[int, str], ids: np.ndarray, parent: np.ndarray, scope_code) -> np.ndarray:
+    """The layer scope code of each event of one thread (``ids``: metadata ids, ``parent``:
+    :func:`thread_parents`): the ``nn.Module`` events around it, outermost first, the first
+    :data:`SCOPE_DEPTH` joined by ``/`` (``Sequential_0/Linear_1``), through
+    ``scope_code(text) -> int``; 0 outside any module. Shape (n,)."""
+    n = len(ids)
+    is_mod = np.fromiter((names.get(int(i), "").startswith(MODULE_PREFIX) for i in ids), dtype=bool, count=n)
+    code = np.zeros(n, dtype=np.int64)
+    if not is_mod.any():
+        return code
+    path: Dict[int, List[str]] = {}
+    for k in range(n):  # a parent comes before its children in a line's order (by start, enclosing first)
+        p = int(parent[k])
+        up = path.get(p, []) if p >= 0 else []
+        if is_mod[k]:
+            path[k] = up + [names[int(ids[k])][len(MODULE_PREFIX):]]
+        elif up:
+            path[k] = up
+        if up:
+            code[k] = scope_code("/".join(up[:SCOPE_DEPTH]))
+    return code
+
+
+def thread_parents(s: np.ndarray, e: np.ndarray, quantum_ps: int = 0) -> np.ndarray:
+    """The parent of each event [s, e) of one thread (index, -1 at top level), as torch builds
+    the tree whose self times ``key_averages()`` reports (torch/autograd/profiler_util.py
+    ``EventList._populate_cpu_children``: events by start, longest first, on a stack; an
+    arriving event closes for good each open event it starts after or ends after, and is the
+    child of the first one left). Properly nested events (the usual case) take
+    :func:`.trace.timeline.nesting_parents`; a thread where events overrun their parent (a
+    ``record_function`` opened inside Python frames and closed after them, as
+    ``Optimizer.step#SGD.step`` is with ``with_stack=True``) takes :func:`_stack_parents`.
+
+    Kineto writes times since the epoch in microseconds as doubles (a quarter microsecond
+    apart at 1.7e15 us, ``quantum_ps``: :attr:`.kineto.KinetoSpace.time_quantum_ps`) beside
+    exact durations, so an overrun of no more than ``quantum_ps`` is rounding: an event that
+    starts that close to its parent's end follows the parent, one that ends that close after
+    it is inside it. Shape (n,)."""
+    parent = timeline.nesting_parents(s, e)
+    kid = np.flatnonzero(parent >= 0)
+    up = parent[kid]
+    over = e[kid] > e[up]
+    if not over.any():
+        return parent
+    kid, up = kid[over], up[over]
+    if (e[kid] - e[up] > quantum_ps).any():
+        return _stack_parents(s, e, quantum_ps)
+    after = e[up] - s[kid] <= quantum_ps
+    if not after.any():
+        return parent
+    moved = s.copy()
+    moved[kid[after]] = e[up[after]]
+    return timeline.nesting_parents(moved, e)
+
+
+def _stack_parents(s: np.ndarray, e: np.ndarray, quantum_ps: int) -> np.ndarray:
+    """:func:`thread_parents` by torch's stack, one event at a time (a Python loop: only for
+    threads whose events do not nest)."""
+    order = np.lexsort((-e, s))
+    starts, ends = s.tolist(), e.tolist()
+    parent = [-1] * len(starts)
+    stack: List[int] = []
+    for k in order.tolist():
+        sk, ek = starts[k], ends[k]
+        while stack:
+            p = stack[-1]
+            ep = ends[p]
+            if sk >= ep or ek > ep + quantum_ps or (ek > ep and ep - sk <= quantum_ps):
+                stack.pop()
+            else:
+                parent[k] = p
+                break
+        stack.append(k)
+    return np.asarray(parent, dtype=np.int64)
+
+
+def _self_time(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Duration less the durations of the direct children (``parent``: :func:`thread_parents`),
+    each clipped to its parent's end, ps."""
+    child = np.flatnonzero(parent >= 0)
+    inner = np.minimum(e[child], e[parent[child]]) - s[child]
+    return (e - s) - np.bincount(parent[child], weights=inner, minlength=len(s)).astype(np.int64)
+
+
+def host_ops(view: TorchHostView, win_s: np.ndarray, win_e: np.ndarray, quantum_ps: int = 0) -> List[opsmod.OpRow]:
+    """Host op rows of the sorted windows [win_s, win_e) (ps totals; module docstring):
+    one per event name, or per event name and layer scope where the trace holds
+    ``nn.Module`` events (:func:`_module_scopes`); ``quantum_ps``: :func:`thread_parents`'."""
+    plane = view.plane
+    parts = []
+    scopes: Dict[str, int] = {"": 0}
+    texts: List[Optional[str]] = [None]
+
+    def scope_code(text: str) -> int:
+        if text not in scopes:
+            scopes[text] = len(texts)
+            texts.append(text)
+        return scopes[text]
+
+    markers = view.step_ids()
+    for li, idx in view.select(host_ids(view)):
+        line = plane.lines[li]
+        s = line.start_ps[idx]
+        e = s + line.dur_ps[idx]
+        step = opsmod.window_of(s, win_s, win_e)
+        ids = line.name_id[idx].astype(np.int64)
+        step[np.isin(ids, markers)] = -1  # in the tree, not rows
+        if not (step >= 0).any():
+            continue
+        parent = thread_parents(s, e, quantum_ps)
+        parts.append((ids, _module_scopes(plane.event_names, ids, parent, scope_code), _self_time(s, e, parent), s, e,
+                      step))
+    if not parts:
+        return []
+    ids, codes, selfs, s, e, step = (np.concatenate(x) for x in zip(*parts))
+    n_codes = len(texts)
+    keys = ids * n_codes + codes
+    outside = step < 0  # only the ops that start inside a window count: the others are keyed apart
+    drop = None
+    if outside.any():
+        drop = int(keys.max()) + 1
+        keys[outside] = drop
+        step[outside] = 0
+    rows: Dict = {}
+
+    def make(key: int) -> opsmod.OpRow:
+        name_id, code = divmod(key, n_codes)
+        name = plane.event_names.get(name_id, "")
+        return opsmod.OpRow("host", name, name, scope=texts[code])
+
+    opsmod._aggregate(rows, keys, make, selfs, s, e, step, len(win_s), drop)
+    return list(rows.values())
+
+
+class KinetoLaunchers:
+    """:data:`.ops.Launchers` of a Kineto trace: the host row event around the runtime call
+    whose ``correlation`` id a device event carries (module docstring)."""
+
+    def __init__(self, space: KinetoSpace, view: Optional[TorchHostView]):
+        self.space = space
+        self.names = view.plane.event_names if view is not None else {}
+        self.corr, self.op = self._launches(view)
+
+    def _launches(self, view: Optional[TorchHostView]) -> Tuple[np.ndarray, np.ndarray]:
+        """(sorted correlation ids of the runtime calls, metadata id of the op around each, -1
+        for a call outside any op)."""
+        empty = np.zeros(0, dtype=np.int64)
+        if view is None:
+            return empty, empty
+        corrs, ops = [], []
+        markers = view.step_ids()
+        for li, idx in view.select(host_ids(view)):
+            corr = self.space.correlations.get((view.plane.name, li))
+            if corr is None:
+                continue
+            c = corr[idx]
+            calls = np.flatnonzero(c >= 0)
+            if not len(calls):
+                continue
+            line = view.plane.lines[li]
+            s = line.start_ps[idx]
+            parent = thread_parents(s, s + line.dur_ps[idx], self.space.time_quantum_ps)[calls]
+            op = np.where(parent >= 0, line.name_id[idx][np.maximum(parent, 0)], -1)
+            corrs.append(c[calls])
+            ops.append(np.where(np.isin(op, markers), -1, op))  # launched by the step itself: no op
+        if not corrs:
+            return empty, empty
+        corr, op = np.concatenate(corrs), np.concatenate(ops)
+        order = np.argsort(corr, kind="stable")
+        return corr[order], op[order]
+
+    def __call__(self, plane, line, idx: np.ndarray) -> List[Optional[Tuple[str, str]]]:
+        out: List[Optional[Tuple[str, str]]] = [None] * len(idx)
+        k = next((i for i, l in enumerate(plane.lines) if l is line), None)
+        corr = self.space.correlations.get((plane.name, k)) if k is not None else None
+        if corr is None or not len(self.corr):
+            return out
+        c = corr[idx]
+        j = np.minimum(np.searchsorted(self.corr, c), len(self.corr) - 1)
+        op = np.where((self.corr[j] == c) & (c >= 0), self.op[j], -1)
+        for n, m in enumerate(op.tolist()):
+            if m >= 0:
+                name = self.names.get(m, "")
+                out[n] = (name, name)
+        return out
+
+
+def row_scope(row: opsmod.OpRow) -> Optional[str]:
+    """A PyTorch op row's layer scope: the ``nn.Module`` events around it (:func:`host_ops`), None without."""
+    return row.scope

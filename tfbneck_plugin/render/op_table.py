@@ -13,6 +13,8 @@ from ..schema import SessionDict, TopOp
 #: ``--sort`` choices: which place's ops come first (each sorted by self time).
 SORTS = {"self": (), "device": ("device",), "host": ("host", "input_pipeline")}
 WHERE_LABEL = {"device": "device", "host": "host", "input_pipeline": "tf.data"}
+#: The framework whose ops a report's rows are, by its ``framework`` field (TensorFlow's otherwise).
+FRAMEWORK_LABEL = {"pytorch": "PyTorch"}
 
 
 def sorted_ops(report: SessionDict, sort: str = "self", row_limit: int = 10) -> List[TopOp]:
@@ -34,11 +36,16 @@ def to_text(report: SessionDict, sort: str = "self", row_limit: int = 10, name_w
     title = f"{report.get('run')}/{report.get('session')}"
     rows = sorted_ops(report, sort, row_limit)
     if not rows:
-        return f"{title}: no TensorFlow ops in the steady steps\n"
+        return f"{title}: no {FRAMEWORK_LABEL.get(report.get('framework') or '', 'TensorFlow')} ops in the steady steps\n"
     cols = ["Name", "Type", "Where", "Self ms/step", "Self %", "Calls/step", "Total ms/step", "Kernels"]
     cells = [[_name(r, name_width), r["type"], WHERE_LABEL.get(r["where"], r["where"]), f"{r['self_ms_per_step']:.3f}",
               f"{r['pct']:.1f}", f"{r['count_per_step']:g}", f"{r['total_ms_per_step']:.3f}",
               ", ".join(k[:40] for k in r.get("kernels") or [])[:60]] for r in rows]
+    if report.get("framework") == "pytorch":  # a PyTorch op's type is its name: one column says it
+        scoped = any(r.get("scope") for r in rows)  # nn.Module scopes: an op's rows kept apart by module
+        cols[1:2] = ["Module"] if scoped else []
+        for row, r in zip(cells, rows):
+            row[1:2] = [r.get("scope") or ""] if scoped else []
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     rule = "  ".join("-" * w for w in widths)
     out = [f"{title}: top ops over {summary.get('steps')} steady steps of {summary.get('step_ms')} ms "

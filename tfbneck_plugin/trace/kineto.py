@@ -93,6 +93,14 @@ class KinetoSpace(Space):
     says about its run.
 
     ``categories``: metadata id of the host plane -> the events' category (``cpu_op``...).
+    ``correlations``: (plane name, line index) -> the CUPTI/roctracer ``correlation`` id of each
+    event of that line (in the line's order), -1 where an event has none; only lines holding
+    runtime calls or device activity are present. A kernel, copy or memset carries the id
+    of the runtime call that launched it (``cudaLaunchKernel``...), on the host thread that
+    made it (kineto's ``libkineto/src/output_json.cpp`` writes ``args.correlation`` on both).
+    ``time_quantum_ps``: how far apart the doubles holding the file's start times lie at its
+    latest time (a quarter microsecond for times since the epoch, 1.7e15 us; half a
+    nanosecond for times since boot): two starts closer than that may be in either order.
     ``distributed``: the ``distributedInfo`` keys present (``backend``, ``rank``,
     ``world_size``), empty when the file has none. ``device_names``: device index -> the
     name ``deviceProperties`` gives (``NVIDIA A100-PG509-200``). ``skipped``: complete
@@ -102,6 +110,8 @@ class KinetoSpace(Space):
     distributed: Dict[str, object] = field(default_factory=dict)
     device_names: Dict[int, str] = field(default_factory=dict)
     skipped: int = 0
+    correlations: Dict[Tuple[str, int], np.ndarray] = field(default_factory=dict)
+    time_quantum_ps: int = 0
 
     @property
     def profiler(self) -> str:
@@ -254,12 +264,14 @@ def _chunked_events(path: str, data: bytes, slices):
 
 class _Columns:
     """One line's events while the file is read: parallel lists."""
-    __slots__ = ("ts", "dur", "ids")
+    __slots__ = ("ts", "dur", "ids", "corr", "linked")
 
     def __init__(self):
         self.ts: List[float] = []
         self.dur: List[float] = []
         self.ids: List[int] = []
+        self.corr: List[int] = []       # correlation id (runtime calls, device activity), -1 if none
+        self.linked = False             # whether any event of the line has one
 
 
 def _int_id(value, fallback: int) -> int:
@@ -310,9 +322,11 @@ def _collect(events) -> _Collected:
             continue
         name = e.get("name")
         name = name if isinstance(name, str) else str(name)
+        corr = -1
         if cat in DEVICE_CATEGORIES:
             args = e.get("args")
             args = args if isinstance(args, dict) else {}
+            corr = args.get("correlation", -1)
             dev = _int_id(args.get("device", e.get("pid")), 0)
             stream = _int_id(args.get("stream", e.get("tid")), 0)
             cols = dev_lines.get((dev, stream))
@@ -330,9 +344,17 @@ def _collect(events) -> _Collected:
             mid = host_ids.get(ck)
             if mid is None:
                 mid = host_ids[ck] = len(host_ids) + 1
+            if cat in RUNTIME_CATEGORIES:
+                args = e.get("args")
+                corr = args.get("correlation", -1) if isinstance(args, dict) else -1
         cols.ts.append(ts)  # type: ignore[arg-type]  # checked numeric above
         cols.dur.append(dur)
         cols.ids.append(mid)
+        if type(corr) is not int:
+            corr = -1
+        elif corr >= 0:
+            cols.linked = True
+        cols.corr.append(corr)
     return _Collected(host_lines, dev_lines, host_ids, dev_ids, thread_names, skipped)
 
 
@@ -346,13 +368,17 @@ def _to_space(path: str, events, meta: dict) -> KinetoSpace:
         raise TraceReadError(path, "not a PyTorch profiler (Kineto) trace: it holds no complete (ph X) events",
                              kind="corrupt")
     first = min(min(cols.ts) for cols in every)
+    last = max(max(max(cols.ts), -min(cols.ts)) for cols in every)
+    quantum_ps = int(np.ceil(float(np.spacing(np.float64(last))) * 1e6))
     base_us = int(np.floor(first / ORIGIN_PERIOD_US)) * ORIGIN_PERIOD_US
 
     planes: List[Plane] = []
     lines = []
+    correlations: Dict[Tuple[str, int], np.ndarray] = {}
     for k, ((pid, tid), cols) in enumerate(sorted(host_lines.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))):
         name = c.thread_names.get((pid, tid)) or f"thread {tid}"
-        lines.append(_line(_int_id(tid, k), f"{name} ({pid}/{tid})" if len(host_lines) > 1 else name, cols, base_us))
+        lines.append(_line(_int_id(tid, k), f"{name} ({pid}/{tid})" if len(host_lines) > 1 else name, cols, base_us,
+                           correlations, ("/host:CPU", k)))
     host_names = {i: n for (_c, n), i in host_ids.items()}
     if lines:
         planes.append(Plane(id=0, name="/host:CPU", lines=lines, event_names=host_names, stat_names={},
@@ -361,8 +387,9 @@ def _to_space(path: str, events, meta: dict) -> KinetoSpace:
     vendor = _vendor(device_names, host_names)
     dev_names = {i: n for n, i in dev_ids.items()}
     for dev in sorted({d for d, _s in dev_lines}):
-        dl = [_line(stream, f"Stream #{stream}", dev_lines[(d, stream)], base_us)
-              for d, stream in sorted(dev_lines) if d == dev]
+        keys = [(d, stream) for d, stream in sorted(dev_lines) if d == dev]
+        dl = [_line(stream, f"Stream #{stream}", dev_lines[(d, stream)], base_us, correlations,
+                    (f"/device:GPU:{dev}", k)) for k, (d, stream) in enumerate(keys)]
         proto = XPlane(id=dev + 1, name=f"/device:GPU:{dev}")
         if vendor:
             proto.stat_metadata[1].id = 1
@@ -375,21 +402,26 @@ def _to_space(path: str, events, meta: dict) -> KinetoSpace:
     hostname = meta.get("host_name")
     return KinetoSpace(path=path, planes=planes, hostnames=[hostname] if isinstance(hostname, str) else [],
                        errors=[], warnings=[], categories={i: c for (c, _n), i in host_ids.items()},
-                       distributed=distributed, device_names=device_names, skipped=skipped)
+                       distributed=distributed, device_names=device_names, skipped=skipped,
+                       correlations=correlations, time_quantum_ps=quantum_ps)
 
 
-def _line(line_id: int, name: str, cols: _Columns, base_us: int) -> Line:
+def _line(line_id: int, name: str, cols: _Columns, base_us: int, correlations: Dict[Tuple[str, int], np.ndarray],
+          key: Tuple[str, int]) -> Line:
     """A line's columns: ps since ``base_us`` (:data:`ORIGIN_PERIOD_US`), as exact as the
     double a JSON number parses to (1 ns for times since boot, 4.5e12 us; a quarter
     microsecond for times since the epoch, 1.7e15 us), sorted
     by start, longer events first at equal starts (enclosing before enclosed, as nesting
-    needs)."""
+    needs). The events' correlation ids, in the same order, go to ``correlations[key]``
+    when the line has any."""
     ts = np.asarray(cols.ts, dtype=np.float64)
     dur = np.maximum(np.asarray(cols.dur, dtype=np.float64), 0.0)
     start = np.rint((ts - base_us) * 1e6).astype(np.int64)
     dur_ps = np.rint(dur * 1e6).astype(np.int64)
     ids = np.asarray(cols.ids, dtype=np.int64)
     order = np.lexsort((-dur_ps, start))
+    if cols.linked:
+        correlations[key] = np.asarray(cols.corr, dtype=np.int64)[order]
     n = len(order)
     empty = np.zeros(0, dtype=np.uint8)
     zeros = np.zeros(n, dtype=np.int32)
