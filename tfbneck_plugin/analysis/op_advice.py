@@ -18,8 +18,10 @@ from typing import List, Optional
 from ..schema import OpGroup, OpSummary, Recommendation
 
 #: Op types that are matrix math (MatMul, BatchMatMulV2, _FusedMatMul, _MklMatMul, Conv2D,
-#: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm).
-MATRIX_RE = re.compile(r"MatMul|Conv|Einsum|^dot|convolution|gemm", re.I)
+#: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm; PyTorch's
+#: aten::mm, addmm, bmm, baddbmm, addbmm, matmul, _scaled_mm and the convolutions).
+MATRIX_RE = re.compile(r"MatMul|Conv|Einsum|^dot|convolution|gemm|^aten::(_scaled_)?(add|badd)?b?mm$|^aten::matmul$",
+                       re.I)
 #: Causes whose first recommendation names the model's op types / the input function's op types.
 COMPUTE_CAUSES = ("model_compute",)
 INPUT_CAUSES = ("input_preprocessing", "cpu_contention")
