@@ -90,8 +90,8 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     def op(r):
         return (r["where"], matched_name(r["name"]))
 
-    def scope(r):
-        s = scope_of(r["name"])
+    def scope(r):  # the report's own (PyTorch's modules, TensorFlow's name scopes), else from the name
+        s = r["scope"] if "scope" in r else scope_of(r["name"])
         return (r["where"], _without_instances(s.split("/"))) if s else None
 
     def kind(r):
