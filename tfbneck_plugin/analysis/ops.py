@@ -138,6 +138,19 @@ def _in_windows(t: np.ndarray, win_s: np.ndarray, win_e: np.ndarray) -> np.ndarr
     return window_of(t, win_s, win_e) >= 0
 
 
+def key_outside_apart(keys: np.ndarray, step: np.ndarray) -> Optional[int]:
+    """Only the ops that start inside a window count: the events whose ``step`` is -1 get one
+    key of their own (returned, for :func:`_aggregate` to leave out) and step 0, in place;
+    None when every event is inside a window."""
+    outside = step < 0
+    if not outside.any():
+        return None
+    drop = int(keys.max()) + 1
+    keys[outside] = drop
+    step[outside] = 0
+    return drop
+
+
 def _nested_self(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Self time of properly nested intervals on one thread: duration minus direct children."""
     dur = e - s
@@ -237,13 +250,7 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
         at += n
     if at:
         keys, selfs, s, e, step = keys[:at], selfs[:at], s[:at], e[:at], step[:at]
-        outside = step < 0  # only the ops that start inside a window count: the others are keyed apart
-        drop = None
-        if outside.any():
-            drop = int(keys.max()) + 1
-            keys[outside] = drop
-            step[outside] = 0
-        _aggregate(rows, keys, make, selfs, s, e, step, len(win_s), drop)
+        _aggregate(rows, keys, make, selfs, s, e, step, len(win_s), key_outside_apart(keys, step))
     return list(rows.values())
 
 

@@ -434,12 +434,7 @@ def host_ops(view: TorchHostView, win_s: np.ndarray, win_e: np.ndarray, quantum_
     ids, codes, selfs, s, e, step = (np.concatenate(x) for x in zip(*parts))
     n_codes = len(texts)
     keys = ids * n_codes + codes
-    outside = step < 0  # only the ops that start inside a window count: the others are keyed apart
-    drop = None
-    if outside.any():
-        drop = int(keys.max()) + 1
-        keys[outside] = drop
-        step[outside] = 0
+    drop = opsmod.key_outside_apart(keys, step)
     rows: Dict = {}
 
     def make(key: int) -> opsmod.OpRow:
