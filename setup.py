@@ -61,7 +61,7 @@ setup(
         # that by falling back to s3fs 0.4.2 (2020). tests/test_min_versions.py fails when
         # the s3fs installed is more than a year old.
         "test": ["tensorboard-plugin-profile>=2.13",
-                 "pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.5", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
+                 "pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.8", "hypothesis>=6", "playwright>=1.65", "ruff>=0.17.6",
                  "mypy>=2.4.1,<2.5",  # pinned to a minor: a new mypy may find new errors (mypy.ini, tests/run.sh)
                  "tensorflow>=2.16.1", "tf-keras>=2.16", "moto[server]>=5", "s3fs>=2026.1", "gcsfs>=2026.1",
                  "apache-beam>=2.50", "pandas>=1.5.1", "nbclient>=0.10.0", "nbformat>=5.10.0", "ipykernel>=6.29.0",

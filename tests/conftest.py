@@ -134,12 +134,36 @@ def pytest_configure(config):
         raise pytest.UsageError("the quick tier was asked for, but TensorFlow was imported before the tests began")
 
 
+#: Files whose tests hold one of these markers run first (lower first): pytest-xdist's
+#: ``--dist loadfile`` hands whole files to the workers in collection order, so a long file met
+#: last (the README's fresh-venv run, ~3 minutes, sorts late by name) keeps one worker busy
+#: after the other has finished. Longest first is the classic greedy order for two machines.
+LONG_FILE_MARKERS = ("readme", "browser")
+
+
+def _file_rank(items) -> dict:
+    """``{test file: rank}``: the index in :data:`LONG_FILE_MARKERS` of the first marker any
+    of the file's tests holds, else ``len(LONG_FILE_MARKERS)``."""
+    rank: dict = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        mine = min([i for i, m in enumerate(LONG_FILE_MARKERS) if m in marks] or [len(LONG_FILE_MARKERS)])
+        path = str(item.path)
+        rank[path] = min(rank.get(path, mine), mine)
+    return rank
+
+
 def pytest_collection_modifyitems(config, items):
-    if not QUICK:
-        return
-    keep = [item for item in items if in_quick_tier(item)]
-    config.hook.pytest_deselected(items=[item for item in items if not in_quick_tier(item)])
-    items[:] = keep
+    if QUICK:
+        keep = [item for item in items if in_quick_tier(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not in_quick_tier(item)])
+        items[:] = keep
+    rank = _file_rank(items)
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(str(item.path), i)
+    # Stable: each file's tests stay together and in their order (module-scoped fixtures).
+    items.sort(key=lambda item: (rank[str(item.path)], first_seen[str(item.path)]))
 
 
 @pytest.hookimpl(hookwrapper=True)

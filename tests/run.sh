@@ -38,7 +38,7 @@ fi
 if [ "$TIER" = quick ]; then
   # TFBNECK_TEST_TIER=quick: tests/conftest.py selects the tier's tests and makes any import of
   # TensorFlow fail, in the tests and in the processes they start; two workers, a file each.
-  TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest tests -n 2 --dist loadfile "$@"
+  TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder "$@"
 fi
 status=0
 # Each phase's wall time on stderr, so a slow suite says where its time went.
@@ -54,18 +54,24 @@ min_log=build/min-versions.log
 min_t0=$SECONDS
 TFBNECK_MIN_WORKERS=1 bash tests/run_min_versions.sh "$@" >"$min_log" 2>&1 &
 min_pid=$!
-trap 'pkill -P "$min_pid" 2>/dev/null; kill "$min_pid" 2>/dev/null; exit 130' INT TERM
-# The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py).
-"$VENV/bin/python" -m mypy || status=$?
-phase_done "mypy"
+trap 'pkill -P "$min_pid" 2>/dev/null; kill "$min_pid" ${mypy_pid:-} 2>/dev/null; exit 130' INT TERM
+# The type checker over the whole package (mypy.ini; the report's types are tfbneck_plugin/schema.py),
+# beside the first tests (one core for ~25 s); its output is printed when they end.
+mypy_log=build/mypy.log
+"$VENV/bin/python" -m mypy >"$mypy_log" 2>&1 &
+mypy_pid=$!
 # Every test that starts no TensorFlow job, and the README's blocks (mostly a pip install in a
 # fresh venv): two workers, a file each, so the README's run overlaps the rest.
-"$VENV/bin/python" -m pytest tests -m "not tf or readme" -n 2 --dist loadfile "$@" \
+"$VENV/bin/python" -m pytest tests -m "not tf or readme" -n 2 --dist loadfile --no-loadscope-reorder "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
-phase_done "tests without TensorFlow"
+phase_done "tests without TensorFlow (mypy beside them)"
+mypy_status=0
+wait "$mypy_pid" || mypy_status=$?
+cat "$mypy_log"
+[ "$mypy_status" -eq 0 ] || [ "$status" -ne 0 ] || status=$mypy_status
 # The TensorFlow jobs: two at a time (a file each), then those marked serial one at a time (they
 # time steps or measure CPU shares and need the machine to themselves).
-"$VENV/bin/python" -m pytest tests -m "tf and not readme and not serial" -n 2 --dist loadfile "$@" \
+"$VENV/bin/python" -m pytest tests -m "tf and not readme and not serial" -n 2 --dist loadfile --no-loadscope-reorder "$@" \
   || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 phase_done "TensorFlow tests two at a time"
 min_status=0

@@ -63,7 +63,10 @@ echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm
 status=0
 # test_storage_packages_are_current checks the main environment's s3fs: here it is the floor on purpose.
 # The manual's build (marker docs) needs the docs extra, which declares no floor of the package's own.
-"$VENV/bin/python" -m pytest tests -m "not tf and not browser and not docs" -p no:cacheprovider -n "${TFBNECK_MIN_WORKERS:-2}" --dist loadfile \
+# The fuzz tests with a quarter of their examples (the main environment runs them all): hypothesis's
+# floor and the reader's robustness on the floors are tested, in less of the machine.
+TFBNECK_FUZZ_EXAMPLES=${TFBNECK_FUZZ_EXAMPLES:-50} \
+"$VENV/bin/python" -m pytest tests -m "not tf and not browser and not docs" -p no:cacheprovider -n "${TFBNECK_MIN_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
   --deselect tests/test_min_versions.py::test_storage_packages_are_current "$@" || status=$?
 
 # --- 2. The [tensorflow] extra's floors -----------------------------------------------------

@@ -47,7 +47,7 @@ def _quick_ratio_in_a_fresh_process() -> float:
 
 def test_analysis_per_event_within_1_5x_of_the_saved_ratio():
     """Analysis / protobuf parse of the same small real trace, in one fresh process, interleaved
-    (median of 7 pairs): both run on this machine now, so the ratio moves with the analysis's
+    (the fastest of 7 runs each): both run on this machine now, so the ratio moves with the analysis's
     cost per event, not with the machine's speed or load. Fails when it exceeds 1.5 x the
     ratio saved by ``bench_analyze.py --quick --save`` with the same numpy and protobuf releases
     (the ratio moves with them: the lowest-versions job has its own); one retry absorbs a burst

@@ -154,10 +154,12 @@ def test_a_slowdown_opens_a_window_by_itself_with_the_input_verdict(job):
     # begins at the first step the trigger watched.
     (armed,) = [e for e in trend(r)["trigger_state"]["log"] if e.get("event") == "armed"][:1]
     assert run[0] <= max(first_slow, armed["step"] + 1) and trig["steps"][0] == why["detected_at_step"] == run[-1] + 1
-    # On an idle machine it armed on the early steps' level, by the first slow step at the latest:
-    # the 0.25 s of clean steps it needs (baseline.MIN_BASELINE_SECONDS, ~350 steps of 0.7 ms after
-    # the warm-up and the scheduled window) can end on that very step.
-    assert armed["step"] <= first_slow or armed["busy_machine"], armed
+    # On an idle machine it armed on the early steps' level, about when the slow steps began: the
+    # 0.25 s of clean steps it needs (baseline.MIN_BASELINE_SECONDS, ~350 steps of 0.7 ms after
+    # the warm-up and the scheduled window) can end on that very step or, the baseline taking
+    # its level from a median, a step or two into the stretch (a CI run armed at 399, the first
+    # slow step 398) with the early level kept (the next assertion).
+    assert armed["step"] <= first_slow + 2 or armed["busy_machine"], armed
     assert armed["busy_machine"] or armed["baseline_p50_ms"] < 2 * early, (armed, early)
     # Where it begins is the stretch's first step beyond the threshold: the heavy elements are
     # made a few steps ahead (parallel calls, prefetch), so steps just before the switch can be
