@@ -253,7 +253,7 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
     assert "is 0.67x that" in text
     assert ("profile_steps=" in text) == (kind == "scheduled")
     from tfbneck_plugin.analysis.run_evidence import unrepresentative
-    assert unrepresentative(report) == (kind == "scheduled")   # caps the verdict's confidence (annotate)
+    assert unrepresentative(report) == (kind == "scheduled")   # caps the verdict's confidence (write_run_facts)
     if kind == "scheduled":
         # The advice fits the run: a window of as many steps, twice as far in, inside the run.
         report["window"]["steps"] = [20, 24]

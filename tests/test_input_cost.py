@@ -98,18 +98,16 @@ def test_the_newest_readable_measurement_is_used_and_a_broken_one_is_passed_over
 
 
 def test_the_run_sentences_never_reach_the_cached_report(tmp_path):
-    """The front doors add what a run's files say to a shallow copy of a cached report: the
+    """The batch driver adds what a run's files say to a shallow copy of a cached report: the
     cached report's evidence lists stay the trace's own."""
-    from tfbneck_plugin.batch import analyze_one, find
-    from tfbneck_plugin.runs import annotate
+    from tfbneck_plugin.batch import analyze_one, find, reports_in_runs
     run = str(tmp_path / "cpu_bound_input")
     shutil.copytree(os.path.join(DEMO, "cpu_bound_input"), run)
     write_input_cost(run, _measurement("model", 1.03, time.time()))
     (session,) = find([run]).sessions
     cached = analyze_one(session)
     evidence, detail = list(cached["evidence"]), list(cached["evidence_detail"])
-    shown = cached.copy()
-    annotate([shown], [session])
+    (shown,) = reports_in_runs([session], analyze=lambda _s: cached)
     assert any(e.startswith("Measured by ablation") for e in shown["evidence"])
     assert cached["evidence"] == evidence and cached["evidence_detail"] == detail
     assert cached["confidence"] != shown["confidence"] == 0.6

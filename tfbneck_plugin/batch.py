@@ -1,24 +1,31 @@
 """The batch driver: discovery and analysis of many sessions, behind every front door.
 
-The CLI (``tfbneck analyze``), the Python API (:func:`tfbneck_plugin.api.analyze`), the Beam
-pipeline, the TensorBoard plugin, ``tfbneck compare`` and the callback's background analysis
-all analyse a session through :func:`analyze_one`, the one place where a session becomes a
-report (a report cache belongs there). :func:`discover` finds the sessions under several
-paths, :func:`analyze_many` analyses a list of them (in parallel processes, with a progress
-bar on stderr), and :func:`analyze_paths` does both and groups the workers of a multi-worker
-job into one report, as the CLI prints them.
+A session's finished report is made here, in two steps: the report of its trace
+(:func:`analyze_one`, through the persistent report cache: the trace's files do not change),
+then what its run's step-time trend files say written into a copy of it (session time, window,
+the run's length, the input-cost measurement, slow stretches the trigger did not profile: the
+facts :mod:`.runs` reads, the sentences :mod:`.analysis.run_evidence` writes; a run's files grow
+as it trains, so they are read each time and never cached). :func:`reports_in_runs` does both
+and is what the front doors call: the CLI (``tfbneck analyze``), the Python API
+(:func:`tfbneck_plugin.api.analyze`), the Beam pipeline, the TensorBoard plugin,
+``tfbneck compare``, ``tfbneck watch``'s captures and the callback's background analysis.
+:func:`discover` finds the sessions under several paths, :func:`analyze_many` finishes a list
+of them (analysed in parallel processes, with a progress bar on stderr), and
+:func:`analyze_paths` does both and groups the workers of a multi-worker job into one report,
+as the CLI prints them.
 """
 from __future__ import annotations
 
 import sys
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import cache
 from .analysis.grouping import group_jobs
+from .analysis.run_evidence import add_evidence, uncaptured_evidence, write_run_facts
 from .analysis.session import analyze_session
 from .errors import path_error_report
 from .logdir import DiscoveryError, Session, find_sessions, label_runs, session_identity
-from .runs import annotate
+from .runs import RunContext, read_run, run_dir_of, run_facts
 from .schema import SessionDict
 
 #: Show a progress bar on stderr from this many sessions on.
@@ -33,8 +40,8 @@ def no_session_message(paths: Sequence[str]) -> str:
 
 
 def analyze_one(session: Session, opener: Optional[Callable] = None, use_cache: bool = True) -> SessionDict:
-    """The report of one session (:func:`.analysis.session.analyze_session`): every front
-    door analyses a session here. With ``use_cache`` (and the default opener) the report
+    """The report of one session's trace (:func:`.analysis.session.analyze_session`), before
+    its run's facts (:func:`reports_in_runs` adds them). With ``use_cache`` (and the default opener) the report
     comes from the persistent report cache when the same files were analysed by the same
     analyzer, and goes there otherwise (:func:`.cache.cached_analyze`). Never raises for
     bad input (``status: "error"``)."""
@@ -46,6 +53,44 @@ def analyze_one(session: Session, opener: Optional[Callable] = None, use_cache: 
 def analyze_uncached(session: Session) -> SessionDict:
     """:func:`analyze_one` without the report cache (picklable, for process pools)."""
     return analyze_session(session)
+
+
+def reports_in_runs(sessions: Sequence[Session],
+                    analyze: Callable[[Session], SessionDict] = analyze_one) -> List[SessionDict]:
+    """The finished reports of ``sessions``, in their order: each one's report of its trace
+    (``analyze``, default :func:`analyze_one`; the TensorBoard tab passes the reports its
+    background threads made) with what its run's step-time trend files say
+    (:func:`_with_run_facts`). Each report is a new dict: the one ``analyze`` returned (a
+    cached report) is left as it was. Never raises for bad input (as ``analyze``)."""
+    return _with_run_facts([analyze(s) for s in sessions], sessions)
+
+
+def _with_run_facts(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> List[SessionDict]:
+    """Shallow copies of ``reports`` (``reports[i]`` the report of ``sessions[i]``) with what
+    their runs' trend files say, each run folder's files read once (:func:`.runs.read_run`):
+    each complete session's :func:`.runs.run_facts`, written with the sentences they support
+    (:func:`.analysis.run_evidence.write_run_facts`); the newest analysed session of each run
+    (``status: ok``, latest ``session_time``, the later one of equal times) gets
+    :func:`.analysis.run_evidence.uncaptured_evidence` in its evidence. The writers replace
+    the fields and lists they change, so the reports given keep theirs. Never raises."""
+    shown: List[SessionDict] = [r.copy() for r in reports]
+    contexts: Dict[str, RunContext] = {}
+    newest: Dict[str, Tuple[float, SessionDict]] = {}  # run folder -> its newest analysed session
+    for report, s in zip(shown, sessions):
+        if s.incomplete:
+            continue
+        d = run_dir_of(s)
+        ctx = contexts.get(d)
+        if ctx is None:
+            ctx = contexts[d] = read_run(d)
+        write_run_facts(report, run_facts(ctx, s))
+        if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
+            newest[d] = (report["session_time"] or 0, report)
+    for d, (_t, report) in newest.items():  # once per run: on its newest session
+        said = uncaptured_evidence(contexts[d].uncaptured)
+        if said:
+            add_evidence(report, said)
+    return shown
 
 
 def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
@@ -113,14 +158,12 @@ def find(paths: Sequence[str]) -> Found:
 
 def analyze_many(sessions: List[Session], jobs: int = 1, use_cache: bool = True,
                  progress: bool = True) -> List[SessionDict]:
-    """The reports of ``sessions``, in their order; ``jobs`` > 1 analyses them in that many
-    processes. A tqdm progress bar goes to stderr from :data:`PROGRESS_FROM` sessions when
-    ``progress`` (the Python API passes False: in a notebook a stderr bar is a red block).
-    ``use_cache``: read and fill the report cache (then trimmed to its bound). Each report
-    gets what its run's step-time trend files say (:func:`.runs.annotate`: session time,
-    window kind and trigger, the run's length)."""
-    results = _analyze_each(sessions, jobs, use_cache, progress)
-    annotate(results, sessions)
+    """The finished reports of ``sessions``, in their order, as :func:`reports_in_runs`
+    makes them; ``jobs`` > 1 analyses the traces in that many processes. A tqdm progress
+    bar goes to stderr from :data:`PROGRESS_FROM` sessions when ``progress`` (the Python API
+    passes False: in a notebook a stderr bar is a red block). ``use_cache``: read and fill
+    the report cache (then trimmed to its bound)."""
+    results = _with_run_facts(_analyze_each(sessions, jobs, use_cache, progress), sessions)
     if use_cache:
         cache.trim()
     return results

@@ -2,7 +2,8 @@
 long it trained (batches and time), and which window (kind, trigger) each profiling session
 was. The files are those ``BottleneckProfiler`` writes (``<run>/plugins/bottleneck/
 steptimes_*.json``, format in :mod:`tfbneck_plugin.records`). No TensorFlow here; nothing
-is written.
+is written. The batch driver reads each run's context here (:func:`read_run`) and writes each
+session's :func:`run_facts` into its report (:func:`tfbneck_plugin.batch.reports_in_runs`).
 
 A run's length, from each trend file (one per training process that used the run's folder):
 batches = the last point's ``step`` (the last batch of its period, 1-based); time = batches
@@ -16,13 +17,12 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from .analysis.run_evidence import RunFacts, add_evidence, uncaptured_evidence, write_run_facts
+from .analysis.run_evidence import RunFacts
 from .logdir import Session, is_kineto_session, is_remote, kineto_session_time, open_any, session_folder_time
 from .records import (STEP_TIMES_DIR, STEP_TIMES_PREFIX, STEP_TIMES_SUFFIX, Outcome, SidecarError, read_record,
                       read_step_times)
-from .schema import SessionDict
 
 #: A measurement of the input pipeline's cost by ablation, in the run's folder:
 #: ``<run>/plugins/bottleneck/input_cost_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``, written by
@@ -127,7 +127,7 @@ class RunContext:
       uncaptured: ``(trend file, log entry)`` of each slow stretch the slowdown trigger
         confirmed but did not profile (its ``outcome`` begins "not captured"; records.py).
       input_cost: the newest readable input-cost measurement in the run's folder
-        (:func:`tfbneck_plugin.records.read_input_cost`), None when there is none.
+        (:func:`read_input_cost`), None when there is none.
     """
     batches: Optional[int] = None
     time_ms: Optional[float] = None
@@ -231,28 +231,3 @@ def run_facts(ctx: RunContext, s: Session) -> RunFacts:
         length = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
     return RunFacts(session_time=session_time(s) or None, window=window_of(ctx, s.name), run_length=length,
                     input_cost=ctx.input_cost)
-
-
-def annotate(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> None:
-    """Add to each report what its run's trend files say (in place), each run's files read
-    once: its :func:`run_facts`, written with the sentences they support
-    (:func:`~tfbneck_plugin.analysis.run_evidence.write_run_facts`); the newest analysed
-    session of each run gets
-    :func:`~tfbneck_plugin.analysis.run_evidence.uncaptured_evidence` in its evidence.
-    ``reports[i]`` is the report of ``sessions[i]``. Never raises."""
-    contexts: Dict[str, RunContext] = {}
-    newest: Dict[str, Tuple[float, SessionDict]] = {}  # run folder -> its newest analysed session
-    for report, s in zip(reports, sessions):
-        if s.incomplete:
-            continue
-        d = run_dir_of(s)
-        ctx = contexts.get(d)
-        if ctx is None:
-            ctx = contexts[d] = read_run(d)
-        write_run_facts(report, run_facts(ctx, s))
-        if report.get("status") == "ok" and (d not in newest or (report["session_time"] or 0) >= newest[d][0]):
-            newest[d] = (report["session_time"] or 0, report)
-    for d, (_t, report) in newest.items():  # once per run: on its newest session
-        said = uncaptured_evidence(contexts[d].uncaptured)
-        if said:
-            add_evidence(report, said)

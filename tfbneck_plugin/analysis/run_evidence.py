@@ -8,7 +8,8 @@ step clock, not the trace: their basis is ``system_metrics``.
 
 The facts come after the trace's analysis, not inside it: the report of a session's trace is
 cached by its trace files (:mod:`tfbneck_plugin.cache`, the tab's report store), while a run's
-trend files grow as it trains, so each front door writes them on the report it shows.
+trend files grow as it trains, so the batch driver writes them on a copy of the cached report
+each time it is asked for one (:func:`tfbneck_plugin.batch.reports_in_runs`).
 
 A run's folder may also hold a measurement of its input pipeline's cost by ablation
 (:mod:`tfbneck_plugin.capture.input_cost`): the report shows the newest
@@ -37,7 +38,7 @@ class RunFacts:
         trend file names the session.
       run_length: ``{"batches", "time_ms"}`` of the whole run, None when unknown.
       input_cost: the run's newest input-cost measurement
-        (:func:`tfbneck_plugin.records.read_input_cost`), None when it has none.
+        (:func:`tfbneck_plugin.runs.read_input_cost`), None when it has none.
     """
     session_time: Optional[float] = None
     window: Optional[Dict] = None
@@ -240,7 +241,7 @@ def uncaptured_evidence(uncaptured: Sequence[Tuple[str, Dict]]) -> Optional[str]
 def add_evidence(report: SessionDict, said: str) -> None:
     """Add the sentence ``said`` to the end of the report's evidence (once), its basis the
     callback's step clock (``system_metrics``). The lists are replaced, not appended to: the
-    front doors pass shallow copies of cached reports, whose lists must keep the trace's
+    batch driver passes shallow copies of cached reports, whose lists must keep the trace's
     sentences only (a run's files change under an unchanged trace)."""
     if said not in (report.get("evidence") or []):
         report["evidence"] = [*(report.get("evidence") or []), said]

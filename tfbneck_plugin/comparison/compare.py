@@ -1,7 +1,8 @@
 """``tfbneck compare BASELINE CANDIDATE``: did a change make training faster or slower, by
 how much, how sure, where the time went, and was it what the baseline's advice predicted.
 
-No TensorFlow: both sides are analysed from their traces (:func:`.batch.analyze_one`).
+No TensorFlow: both sides are analysed from their traces, with what their runs' trend files say
+(:func:`.batch.reports_in_runs`).
 
 The comparison of two session reports (:func:`compare_reports`):
 
@@ -400,14 +401,11 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from ..batch import analyze_one
-    from ..runs import annotate
+    from ..batch import analyze_one, reports_in_runs
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
-        shown = [analyze_one(b_sessions[-1]).copy(), analyze_one(c_sessions[-1]).copy()]
-        annotate(shown, [b_sessions[-1], c_sessions[-1]])  # the jobs' clocks
-        rb, rc = (dict(r) for r in shown)
+        rb, rc = (dict(r) for r in reports_in_runs([b_sessions[-1], c_sessions[-1]]))  # with the jobs' clocks
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
             timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),

@@ -1,6 +1,6 @@
 """Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
 
-The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.analyze_one`,
+The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.reports_in_runs`,
 discovery by :func:`tfbneck_plugin.batch.discover`), distributed by Beam: the
 DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
 ``--beam-options``). The pipeline::
@@ -25,7 +25,6 @@ from .. import batch
 from ..errors import path_error_report
 from ..logdir import DiscoveryError, label_runs, natural_key
 from ..render.report import CSV_COLUMNS, csv_row
-from ..runs import annotate
 from ..schema import SessionDict
 
 
@@ -57,8 +56,8 @@ def analyze_keyed(item):
     key, session = item
     if isinstance(session, dict):  # a discovery error record
         return key, session
-    report = dict(batch.analyze_one(session))  # through the report cache: a local runner's rerun reads JSON
-    annotate([report], [session])  # what the run's trend files say, as the local run adds it
+    # through the report cache (a local runner's rerun reads JSON), with the run's facts, as the local run
+    (report,) = batch.reports_in_runs([session])
     return key, report
 
 

@@ -1,6 +1,7 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
-``batch.analyze_one`` (the one analysis of a session) runs on a small pool of daemon threads, the newest
+``batch.analyze_one`` (the report of a session's trace; the routes add what its run's trend files
+say through ``batch.reports_in_runs``) runs on a small pool of daemon threads, the newest
 request first; background requests (the session list's verdict badges) come after every
 request someone waits for, the most recent session first. A request never waits for
 another session's analysis: it waits at most a given time for its own, then the route

@@ -23,8 +23,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..render import report as report_mod
-from ..batch import analyze_one
-from ..runs import annotate
+from ..batch import analyze_one, reports_in_runs
 from ..logdir import Session, find_sessions, is_remote, open_any
 from ..trace.kineto import is_kineto_file
 from ..trace.tracefile import read_bytes
@@ -215,9 +214,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         if report is None:
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
-        shown = report.copy()
-        annotate([shown], [session])  # what the run's trend files say, as `tfbneck analyze` adds it
-        return 200, report_mod.build_report([shown]), source
+        shown = reports_in_runs([session], analyze=lambda _s: report)  # with its run's facts, as `tfbneck analyze`
+        return 200, report_mod.build_report(shown), source
 
     def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
         """``/job?run=R&session=S``: the one report of the multi-worker job whose worker
@@ -323,9 +321,9 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
 
         body: Dict[str, Any] = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
-        shown = [r.copy() for r in reports]
-        annotate(shown, sessions)  # the jobs' own clocks around the windows, as `tfbneck compare` reads them
-        before, after = (dict(r) for r in shown)
+        analysed = {s.key: r for s, r in zip(sessions, reports)}
+        # the jobs' own clocks around the windows, as `tfbneck compare` reads them
+        before, after = (dict(r) for r in reports_in_runs(sessions, analyze=lambda s: analysed[s.key]))
         try:
             timings = None
             if before.get("status") == "ok" and after.get("status") == "ok":

@@ -2,7 +2,8 @@
 without touching the training code. A trace is captured from the process's TensorFlow
 profiler server through XProf's own capture client (``xprof.convert._pywrap_profiler_plugin.trace``,
 what the Profile tab's capture button calls; no TensorFlow in the watcher), written into the
-logdir as a normal session, and analysed."""
+logdir as a normal session, and analysed as every front door analyses a session
+(:func:`captured_report`)."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from ..records import write_sidecar
+
+if TYPE_CHECKING:
+    from ..logdir import Session
+    from ..schema import SessionDict
 
 #: The options XProf's capture button sends by default (xprof 2.24 ``profile_plugin.py``,
 #: ``capture_route``): host tracer level 2, device tracer on, Python tracer off, no delay.
@@ -92,14 +97,24 @@ class Capturer:
             if self.sidecar_for is not None:
                 time.sleep(1.1)  # the sample covering the capture's end is taken within a second
                 write_sidecar(new[-1].path, self.sidecar_for(t0, t1))
-            from ..batch import analyze_one  # the driver every front door uses, cache included
-            report = analyze_one(new[-1])
+            report = captured_report(new[-1])
             result.update(session=new[-1].path, bottleneck=report.get("bottleneck"), cause=report.get("cause"),
                           status=report.get("status"))
         except Exception as err:  # noqa: BLE001 - a failed capture is a line in the panel, not a crash
             msg = str(err) if isinstance(err, RuntimeError) else f"{type(err).__name__}: {err}"
             result["error"] = " ".join(msg.split())[:300]
         self.results.append(result)
+
+
+def captured_report(session: Session) -> SessionDict:
+    """The finished report of a captured session, as every front door makes it
+    (:func:`tfbneck_plugin.batch.reports_in_runs`: the trace's report through the report
+    cache, with what the run's trend files in the logdir say: a training process whose
+    BottleneckProfiler writes into the same logdir leaves its step clock, input-cost
+    measurement and slow stretches there). Never raises for a bad trace (``status: error``)."""
+    from ..batch import reports_in_runs
+    (report,) = reports_in_runs([session])
+    return report
 
 
 #: The capture client, run in a child process: XProf's C library prints to the standard
