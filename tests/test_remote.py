@@ -1,5 +1,7 @@
-"""Remote logdirs: a real S3-compatible server (moto) on 127.0.0.1, read through s3:// URLs;
-unreachable, silent and refusing stores answered fast with one line (issue 12.2)."""
+"""Remote logdirs: a real S3-compatible server (moto) on 127.0.0.1, read through s3:// URLs
+(TensorFlow's sessions and PyTorch's Kineto traces, found as in a local logdir); unreachable,
+silent and refusing stores answered fast with one line (issue 12.2)."""
+import gzip
 import json
 import os
 import re
@@ -14,9 +16,13 @@ import time
 import pytest
 
 from conftest import DEMO_LOGS, tfbneck_cmd
+from tfbneck_plugin.logdir import find_sessions
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install '.[remote]' in the tfbneck clone)")
 BUCKET = "fleet-logs"
+#: Real PyTorch profiler traces (tests/data/kineto_sessions/make.py): a DDP job's ranks, one
+#: process's cycles, a re-run, two processes profiled together.
+MADE_TORCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "kineto_sessions")
 #: The bound issue 12 sets for a store that cannot be reached (the default limit is 10 s).
 FAIL_FAST_S = 20.0
 
@@ -101,13 +107,11 @@ class SilentServer:
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on loopback holding demo_logs under s3://fleet-logs/logs/."""
+def moto_s3():
+    """A moto S3 server on loopback with an empty bucket BUCKET: (endpoint URL, boto3 client)."""
     moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
     if not os.path.exists(moto):
         pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    if not os.path.exists(os.path.join(DEMO_LOGS, "EXPECTED.json")):
-        pytest.skip("demo_logs/ has not been generated")
     boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -118,15 +122,28 @@ def s3(tmp_path_factory):
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
                               aws_secret_access_key="testing", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
-        for d, _, files in os.walk(DEMO_LOGS):
-            for f in files:
-                full = os.path.join(d, f)
-                key = "logs/" + os.path.relpath(full, DEMO_LOGS).replace(os.sep, "/")
-                client.upload_file(full, BUCKET, key)
-        yield endpoint
+        yield endpoint, client
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def upload_tree(client, local_dir, prefix):
+    """Every file under ``local_dir`` to s3://BUCKET/``prefix``/ (same relative paths)."""
+    for d, _, files in os.walk(local_dir):
+        for f in files:
+            full = os.path.join(d, f)
+            client.upload_file(full, BUCKET, prefix + "/" + os.path.relpath(full, local_dir).replace(os.sep, "/"))
+
+
+@pytest.fixture(scope="module")
+def s3(moto_s3):
+    """The moto server's endpoint, with demo_logs under s3://fleet-logs/logs/."""
+    if not os.path.exists(os.path.join(DEMO_LOGS, "EXPECTED.json")):
+        pytest.skip("demo_logs/ has not been generated")
+    endpoint, client = moto_s3
+    upload_tree(client, DEMO_LOGS, "logs")
+    return endpoint
 
 
 def local_report():
@@ -159,6 +176,91 @@ def test_s3_errors_name_the_cause(s3):
     assert "Unable to locate credentials" in line
     url = "nosuchscheme://bucket/logs"
     assert_one_line_error(*run_cli(["analyze", url]), url, "unknown URL scheme")
+
+
+@pytest.fixture(scope="module")
+def s3_torch(moto_s3, tmp_path_factory):
+    """The made PyTorch traces in a local logdir and under s3://fleet-logs/torch/: (endpoint,
+    local logdir). ``ddp``'s files decompressed (a plain file's facts are read at its two ends,
+    a .gz one's as a stream); ``together`` holds a plain file beside its .gz twin."""
+    endpoint, client = moto_s3
+    logs = tmp_path_factory.mktemp("torch") / "torch"
+    shutil.copytree(MADE_TORCH, logs, ignore=shutil.ignore_patterns("*.py"))
+    for f in list((logs / "ddp").iterdir()):
+        (logs / "ddp" / f.name[:-3]).write_bytes(gzip.decompress(f.read_bytes()))
+        f.unlink()
+    twin = sorted((logs / "together").iterdir())[0]
+    (logs / "together" / twin.name[:-3]).write_bytes(gzip.decompress(twin.read_bytes()))
+    upload_tree(client, str(logs), "torch")
+    return endpoint, logs
+
+
+def _found(path):
+    return {(s.run, s.name): [os.path.basename(f) for f in s.files] for s in find_sessions(str(path)).sessions}
+
+
+@pytest.fixture
+def in_process_s3(s3_torch, monkeypatch):
+    """This process's environment pointed at the moto server (as s3_env does for a child)."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in s3_env(s3_torch[0]).items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    return s3_torch
+
+
+def test_s3_logdir_finds_pytorch_traces_as_a_local_one(in_process_s3):
+    """The same sessions as the local copy (logdir.kineto_groups on what the files say, read
+    through the store): a job's ranks one session per cycle, a process's cycles and a re-run
+    apart; one trace given by its URL is one session, as one local file is."""
+    _, logs = in_process_s3
+    url = f"s3://{BUCKET}/torch"
+    local, remote = _found(logs), _found(url)
+    assert remote == local
+    hosts = {}
+    for (run, _), files in local.items():
+        hosts.setdefault(run, []).append(len(files))
+    assert {run: sorted(n) for run, n in hosts.items()} == {"cycles": [1, 1], "ddp": [2, 2], "rerun": [1, 1],
+                                                            "together": [2]}
+    [together] = [files for (run, _), files in local.items() if run == "together"]
+    assert len([f for f in together if not f.endswith(".gz")]) == 1  # the plain twin, not its .gz
+    for s in find_sessions(url).sessions:
+        assert s.path == f"{url}/{s.run}" and all(f.startswith(s.path + "/") for f in s.files)
+    one = sorted((logs / "rerun").iterdir())[0]
+    assert _found(f"{url}/rerun/{one.name}") == _found(one) == {("rerun", one.name.split(".pt.")[0]): [one.name]}
+
+
+def test_a_store_error_while_reading_the_traces_facts_is_one_line(in_process_s3, monkeypatch):
+    """A client error other than OSError while a folder's traces are told apart (the listing
+    went well): DiscoveryError, one line with its cause, as for the listing."""
+    import tfbneck_plugin.logdir as logdir
+    endpoint_error = type("EndpointConnectionError", (Exception,), {})
+
+    def facts(url):
+        raise endpoint_error(f'Could not connect to the endpoint URL: "{url}"')
+
+    monkeypatch.setattr(logdir, "remote_facts", lambda fs, listing: facts)
+    with pytest.raises(logdir.DiscoveryError) as err:
+        find_sessions(f"s3://{BUCKET}/torch")
+    assert err.value.cause == "host_unreachable" and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"s3://{BUCKET}/torch/")
+
+
+def test_cli_reads_pytorch_traces_from_s3(s3_torch):
+    endpoint, logs = s3_torch
+    status, out, lines, _ = run_cli(["analyze", "--no-cache", f"s3://{BUCKET}/torch", "--format", "json"],
+                                    env=s3_env(endpoint), timeout=180)
+    assert status == 0, lines
+    remote = {(s["run"], s["session"]): s for s in json.loads(out)["sessions"]}
+    status, out, lines, _ = run_cli(["analyze", "--no-cache", str(logs), "--format", "json"], timeout=180)
+    assert status == 0, lines
+    local = {(s["run"], s["session"]): s for s in json.loads(out)["sessions"]}
+    assert set(remote) == set(local) and len(remote) == 7
+    for key, s in remote.items():
+        assert s["status"] == "ok" and s["framework"] == "pytorch", (key, s.get("error"))
+        for field in ("hosts", "bottleneck", "cause", "confidence", "breakdown_pct", "steps"):
+            assert s[field] == local[key][field], (key, field)
 
 
 def test_s3_permission_denied():

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .trace.kineto import KINETO_SUFFIXES, worker_name
-from .trace.kineto_files import kineto_groups, name_parts
+from .trace.kineto_files import kineto_groups, name_parts, remote_facts
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 from .errors import TfbneckError
 
@@ -311,21 +311,24 @@ def _system_records_in(root: str, dirpath: str, filenames: List[str],
     return out
 
 
-def kineto_sessions(folder: str, run: str, names: List[str]) -> List[Session]:
+def kineto_sessions(folder: str, run: str, names: List[str], facts=None) -> List[Session]:
     """The sessions of a folder's Kineto traces (``names``, file names in ``folder``), as
     :func:`kineto_groups` splits them. A ``.gz`` twin of a plain file is the same trace; the
     plain one is kept. Names: a folder that holds one session of several files names it (the
     ranks of a job, as before); every other session is named after its first file, less the
     suffix (``<worker>.<time>``, the name the handler gave it), which tells one worker's cycles
-    and re-runs apart and points at the file."""
+    and re-runs apart and points at the file. ``folder``: a local path or an fsspec URL; ``facts``:
+    as :func:`kineto_groups` takes it (a remote folder's: ``remote_facts``, through the store)."""
     present = set(names)
-    kept = [os.path.join(folder, n) for n in sorted(names, key=natural_key)
+    remote = is_remote(folder)
+    folder = folder.rstrip("/") if remote else folder
+    kept = [(f"{folder}/{n}" if remote else os.path.join(folder, n)) for n in sorted(names, key=natural_key)
             if not (n.endswith(".gz") and n[:-3] in present)]
-    groups = kineto_groups(kept)
+    groups = kineto_groups(kept, facts)
+    label = folder.rsplit("/", 1)[-1] if remote else os.path.basename(os.path.normpath(folder))
     out = []
     for files in groups:
-        name = (os.path.basename(os.path.normpath(folder)) if len(groups) == 1 and len(files) > 1
-                else worker_name(files[0]))
+        name = label if len(groups) == 1 and len(files) > 1 else worker_name(files[0])
         out.append(Session(run=run, name=name, path=folder, files=files))
     return out
 
@@ -497,7 +500,8 @@ def open_any(path: str, mode: str = "rb"):
 
 
 def _list_remote(url: str):
-    """``(fs, root, files)``: every file under ``url`` (or ``[root]`` for one file).
+    """``(fs, root, files)``: every file under ``url`` (or ``root`` alone when it is one file),
+    as a dict path (without the scheme) -> what the store's listing says of it (fsspec's ``info``).
 
     Reaching the store, finding credentials and the first listing request share one time
     limit (``remote.timeout_s()``); the full listing that follows has per-request limits.
@@ -525,7 +529,7 @@ def _list_remote(url: str):
             if remote.classify(url, err).cause == "bucket_missing":
                 raise
         fs, root = state["fs"], state["root"]
-        files = [root] if fs.isfile(root) else fs.find(root)
+        files = {root: fs.info(root)} if fs.isfile(root) else fs.find(root, detail=True)
     except Exception as err:  # credentials, permissions, network: say which, in one line
         fs = state.get("fs")
         e = remote.classify(url, err, anonymous=fs is not None and remote.is_anonymous(fs))
@@ -547,8 +551,21 @@ def _find_remote(url: str) -> Discovery:
     elif len(parts) >= 3 and parts[-3:-1] == ["plugins", "profile"] or \
             (len(parts) >= 4 and parts[-4:-2] == ["plugins", "profile"] and fs.isfile(root)):
         base = root.split("/plugins/profile/")[0].rsplit("/", 1)[0]
+    read = remote_facts(fs, files)
+
+    def facts(url: str):
+        try:
+            return read(url)
+        except Exception as err:  # a client's own error (file_facts keeps OSError): one line, as the listing's
+            from . import remote
+            e = remote.classify(url, err)
+            raise DiscoveryError(str(e), e.cause) from None
+    if list(files) == [root] and root.endswith(KINETO_SUFFIXES):  # one PyTorch trace given: as locally
+        folder, name = f"{scheme}://{root}".rsplit("/", 1)
+        return Discovery(kineto_sessions(folder, folder_label(folder), [name], facts)[:1], [])
     names = set(files)
     by_dir: Dict[str, Session] = {}
+    kineto: Dict[str, List[str]] = {}  # folder -> its Kineto traces' names
     for f in sorted(files):
         session_dir, name = f.rsplit("/", 1)
         rel = session_dir[len(base):].strip("/").split("/") if session_dir.startswith(base) else []
@@ -561,6 +578,11 @@ def _find_remote(url: str) -> Discovery:
                 if len(rel) == i + 2 and name == SKIPPED_NAME:
                     s.skipped = f"{scheme}://{f}"
             continue
+        # PyTorch's traces make any folder a run but plugins/profile/<session>/ and below (as locally)
+        if name.endswith(KINETO_SUFFIXES) and not any(rel[i:i + 2] == ["plugins", "profile"]
+                                                      for i in range(len(rel) - 2)):
+            kineto.setdefault(session_dir, []).append(name)
+            continue
         if len(rel) < 3 or rel[-3:-1] != ["plugins", "profile"]:
             continue
         run = "/".join(rel[:-3]) or "."
@@ -568,5 +590,8 @@ def _find_remote(url: str) -> Discovery:
         _add_file(s, name, f"{scheme}://{f}", {n.rsplit("/", 1)[-1] for n in names if n.startswith(session_dir + "/")}
                   if name.endswith(".gz") else ())
     sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped or s.incomplete]
+    for folder, kineto_names in kineto.items():
+        rel = [part for part in folder[len(base):].split("/") if part] if folder.startswith(base) else []
+        sessions.extend(kineto_sessions(f"{scheme}://{folder}", "/".join(rel) or ".", kineto_names, facts))
     sessions.sort(key=session_order)
     return Discovery(sessions, [])

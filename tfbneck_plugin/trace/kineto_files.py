@@ -140,25 +140,54 @@ def file_facts(path: str, opener=None) -> KinetoFileFacts:
     return KinetoFileFacts(rank=rank, world_size=world, window_ns=window)
 
 
-#: Facts of files already read, by (path, size, mtime in ns): the tab lists the logdir again
-#: every few seconds. Emptied when it reaches this many files (our bound).
+#: Facts of files already read, by path and what tells a changed file (:func:`cached_file_facts`):
+#: the tab lists the logdir again every few seconds. Emptied when it reaches this many files (our bound).
 _FACTS_CACHE_MAX = 4096
-_facts_cache: Dict[Tuple[str, int, int], KinetoFileFacts] = {}
+_facts_cache: Dict[Tuple, KinetoFileFacts] = {}
 
 
-def cached_file_facts(path: str) -> KinetoFileFacts:
-    """:func:`file_facts` of a local file, kept while its size and modification time stay."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return KinetoFileFacts()
-    key = (path, st.st_size, st.st_mtime_ns)
+def cached_file_facts(path: str, opener=None, stamp: Optional[Tuple] = None) -> KinetoFileFacts:
+    """:func:`file_facts`, kept while the file stays as it was.
+
+    Args:
+      path: a local path, or a URL when ``opener`` opens it.
+      opener: as :func:`file_facts`' (default: local regular files only).
+      stamp: what tells a changed file (a remote file's: what its store's listing says of
+        it); default the local file's size and modification time in ns (``os.stat``).
+        Never raises (as :func:`file_facts`), unless ``opener`` raises other than OSError.
+    """
+    if stamp is None:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return KinetoFileFacts()
+        stamp = (st.st_size, st.st_mtime_ns)
+    key = (path,) + tuple(stamp)
     hit = _facts_cache.get(key)
     if hit is None:
         if len(_facts_cache) >= _FACTS_CACHE_MAX:
             _facts_cache.clear()
-        hit = _facts_cache[key] = file_facts(path)
+        hit = _facts_cache[key] = file_facts(path, opener)
     return hit
+
+
+def remote_facts(fs, listing: Dict[str, Dict]):
+    """``facts(url)`` of files in a remote store, for :func:`kineto_groups`: each file's
+    :class:`KinetoFileFacts` read through ``fs`` (an fsspec file system; a plain file at its two
+    ends in blocks of :data:`FACTS_HEAD_BYTES`, not the store's default, 50 MiB for s3fs), kept
+    while what the store's ``listing`` (path without the scheme -> fsspec ``info``) says of the
+    file stays the same. ``facts`` raises what the store's client raises other than OSError."""
+
+    def opener(url: str, mode: str = "rb"):
+        path = url.split("://", 1)[1]
+        return fs.open(path, mode) if path.endswith(".gz") else fs.open(path, mode, block_size=FACTS_HEAD_BYTES)
+
+    def facts(url: str) -> KinetoFileFacts:
+        info = listing.get(url.split("://", 1)[1]) or {}
+        stamp = tuple(sorted((str(k), str(v)) for k, v in info.items() if k != "name"))
+        return cached_file_facts(url, opener, stamp=stamp) if stamp else file_facts(url, opener)
+
+    return facts
 
 
 #: How far apart (ns) the windows of two files that both name their rank (``distributedInfo``)
