@@ -1,7 +1,8 @@
-"""README.md's accuracy section, rendered from the corpora's saved results (no runs, no TensorFlow):
+"""README.md's accuracy section, rendered from the corpora's saved results (no runs, no TensorFlow),
+and the two PyTorch tables of docs/pytorch.md (between its ``realtraces`` and ``torch_corpus`` markers):
 
-    python benchmarks/accuracy_readme.py            # rewrite the block between the accuracy markers
-    python benchmarks/accuracy_readme.py --check    # exit 1 when README.md's block differs
+    python benchmarks/accuracy_readme.py            # rewrite the blocks between the markers
+    python benchmarks/accuracy_readme.py --check    # exit 1 when a block differs
 
 Sources, each made by its own benchmark (their docstrings say how, and which half is judged):
 
@@ -12,6 +13,9 @@ Sources, each made by its own benchmark (their docstrings say how, and which hal
   changing one thing; the validation half's predicted against measured time per batch.
 - ``benchmarks/results/torch_corpus.json`` (``benchmarks/torch_corpus.py --json``), where
   present: PyTorch runs made by script with their truth by ablation.
+- ``benchmarks/results/torch_realtraces.json`` (``benchmarks/torch_realtraces.py``), where
+  present: the real PyTorch traces' verdicts, evidence and how each was checked
+  (``tests/test_torch_realtraces.py`` keeps the file what the analyzer gives now).
 - ``benchmarks/results/stability.json`` (``benchmarks/tutorial_corpus.py stability``), where
   present: the same tutorial-style scripts run again and again, the cause of each run.
 
@@ -31,6 +35,7 @@ README = os.path.join(REPO, "README.md")
 TUTORIAL = os.path.join(HERE, "tutorial_corpus.json")
 PAIRS = os.path.join(HERE, "pairs_corpus.json")
 TORCH = os.path.join(HERE, "results", "torch_corpus.json")
+TORCH_REAL = os.path.join(HERE, "results", "torch_realtraces.json")
 STABILITY = os.path.join(HERE, "results", "stability.json")
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -79,17 +84,64 @@ def pairs_lines(data: dict) -> list:
             f"{', '.join(v['wrong_direction']) or 'none'} ([every pair](docs/predictions.md))."]
 
 
-def torch_lines(rows: list) -> list:
-    """PyTorch runs made by script, judged half, with their truth by ablation."""
-    judged = [r for r in rows if r.get("half") == "judged" and r.get("judged") in ("right", "wrong")]
-    if not judged:
+def torch_lines(rows: list, real: list = None) -> list:
+    """PyTorch: the judged half of the runs made by script, with their truth by ablation
+    (``rows``), and the real traces' table (``real``), either where present."""
+    judged = [r for r in rows or [] if r.get("half") == "judged" and r.get("judged") in ("right", "wrong")]
+    said = []
+    if judged:
+        right = sum(1 for r in judged if r["judged"] == "right")
+        sure_wrong = sum(1 for r in judged if r["judged"] == "wrong" and (r.get("confidence") or 0) >= 0.7)
+        unclear = sum(1 for r in rows if r.get("half") == "judged" and r.get("judged") == "ambiguous")
+        tc = _torch_corpus()
+        left = (f" ({unclear} whose ablation gain was between {tc.NOT_BOUND:.2f}x and {tc.INPUT_BOUND:.2f}x "
+                "left out)") if unclear else ""
+        said.append(f"runs made by script (the judged half of `benchmarks/torch_corpus.py`: `torch.profiler` traces "
+                    f"of DataLoader, worker-process, compute-bound and DDP-over-gloo loops on the CPU, truth by "
+                    f"ablation): **{right} of {len(judged)} right, {sure_wrong} wrong at confidence 0.7 or more**"
+                    f"{left}")
+    if real:
+        said.append(f"{len(real)} real traces from Holistic Trace Analysis' test data "
+                    "(`benchmarks/torch_realtraces.py`; `tests/test_torch_realtraces.py` checks the table against "
+                    "the analyzer), each a report or a one-line reason")
+    if not said:
         return []
-    right = sum(1 for r in judged if r["judged"] == "right")
-    sure_wrong = sum(1 for r in judged if r["judged"] == "wrong" and (r.get("confidence") or 0) >= 0.7)
-    return [f"**PyTorch runs** (the judged half of `benchmarks/torch_corpus.py`: `torch.profiler` traces of "
-            f"DataLoader, worker-process, compute-bound and DDP-over-gloo loops on the CPU, truth by ablation): "
-            f"**{right} of {len(judged)} right, {sure_wrong} wrong at confidence 0.7 or more** "
-            "([PyTorch traces](docs/pytorch.md))."]
+    out = ["**PyTorch** ([PyTorch traces](docs/pytorch.md)): " + "; ".join(said) + ("." if not real else ":")]
+    if real:
+        out += ["", "| trace | verdict (confidence) | evidence | how it was checked |", "|---|---|---|---|"]
+        for r in real:
+            out.append(f"| `{r['folder']}`: {r['what']} | {real_verdict(r)} | {real_evidence(r)} | {r['checked']} |")
+    return out
+
+
+def _torch_corpus():
+    """benchmarks/torch_corpus.py as a module (stdlib only at import; its runs import torch)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import torch_corpus
+    return torch_corpus
+
+
+def real_verdict(r: dict) -> str:
+    """A real trace's verdict cell: ``bottleneck / cause (confidence)``, its steps; or the error."""
+    if r["status"] != "ok":
+        return f"{r['status']}: {r['error']}"
+    steps = f"{r['steps']} step{'s' if r['steps'] != 1 else ''}" if r["steps"] else "no steps marked"
+    hosts = f", {len(r['hosts'])} hosts" if len(r.get("hosts") or []) > 1 else ""
+    return f"{r['bottleneck']} / {r['cause']} ({r['confidence']}), {steps}{hosts}"
+
+
+def real_evidence(r: dict) -> str:
+    """A real trace's evidence cell: its largest shares of the step (of the window without
+    steps), or for a verdict of ``unknown`` its first evidence sentence; then the first fix."""
+    if r["status"] != "ok":
+        return "-"
+    if r["bottleneck"] == "unknown" and r.get("lead"):
+        said = r["lead"].rstrip(".")
+    else:
+        said = ", ".join(f"{label[0].lower() + label[1:] if label[1:2].islower() else label} {pct:g} %"
+                         for _, label, pct in r["shares"]) + (" of the step" if r["steps"] else " of the window")
+    return said + (f"; first fix `{r['fix']}`" if r.get("fix") else "")
 
 
 def stability_lines(data: dict) -> list:
@@ -121,45 +173,99 @@ def render() -> str:
         parts.append("\n".join(tutorial_lines(tutorial)))
     if stability and stability_lines(stability):
         parts.append("\n".join(stability_lines(stability)))
-    if pairs:
-        parts.append("\n".join(pairs_lines(pairs)))
-    if torch:
-        lines = torch_lines(torch)
-        if lines:
-            parts.append("\n".join(lines))
+    real = _load(TORCH_REAL)
+    lines = torch_lines(torch, real)
+    if lines:
+        parts.append("\n".join(lines))
     missing = ([] if stability else ["the verdict's stability over repeats of one script"]) + [
         "XLA (`jit_compile`) switched on and off across models"]
-    parts.append(f"Not yet in a corpus: {'; '.join(missing)}. No model predicts XLA's worth, so on a CPU host its advice "
+    # the last paragraph: the fixes' worth, then (same paragraph, its own line) what no corpus has yet
+    fixes = "\n".join(pairs_lines(pairs)) + "\n" if pairs else ""
+    parts.append(fixes + f"Not yet in a corpus: {'; '.join(missing)}. No model predicts XLA's worth, so on a CPU host its advice "
                  "says to measure it (it slowed five of seven tutorial-style scripts, by 1.1x to 11x). Generated by "
-                 "`python benchmarks/accuracy_readme.py` from the files above; more: "
+                 "`python benchmarks/accuracy_readme.py` from the files above; more, with the confidence's "
+                 "calibration, the slowdown trigger on 75 real runs and what the callback costs: "
                  "[accuracy and performance](docs/accuracy.md).")
     return "\n\n".join(parts) + "\n"
 
 
-def readme_block(readme: str = README) -> str:
-    with open(readme, encoding="utf-8") as f:
+#: The PyTorch page, whose two tables are rendered here too.
+PYTORCH_DOC = os.path.join(REPO, "docs", "pytorch.md")
+
+
+def pytorch_doc_blocks() -> dict:
+    """``docs/pytorch.md``'s generated blocks, by marker name (``<!-- NAME:begin -->``): the
+    real traces' table, with what each trace is, and the runs made by script, every row."""
+    real, corpus = _load(TORCH_REAL), _load(TORCH)
+    out = {}
+    if real:
+        rows = ["| folder | what it is | verdict (confidence) | evidence | how it was checked |",
+                "|---|---|---|---|---|"]
+        rows += [f"| `{r['folder']}` | {r['what']} | {real_verdict(r)} | {real_evidence(r)} | {r['checked']} |"
+                 for r in real]
+        out["realtraces"] = "\n".join(rows) + "\n"
+    if corpus:
+        lines = [_torch_corpus().table(corpus), ""]
+        for half in ("fit", "judged"):
+            hr = [r for r in corpus if r["half"] == half and r["judged"] != "ambiguous"]
+            lines.append(f"- {half} half: {sum(r['judged'] == 'right' for r in hr)}/{len(hr)} right (ambiguous left out)")
+        bad = [r["run"] for r in corpus if r["judged"] == "wrong" and (r.get("confidence") or 0) >= 0.7]
+        lines.append(f"- wrong at confidence >= 0.7: {', '.join(bad) or 'none'}")
+        out["torch_corpus"] = "\n".join(lines) + "\n"
+    return out
+
+
+def _markers(name: str):
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def block_of(path: str, begin: str = BEGIN, end: str = END) -> str:
+    """The text between two marker lines of ``path``. Raises ValueError when a marker is missing."""
+    with open(path, encoding="utf-8") as f:
         text = f.read()
-    return text[text.index(BEGIN) + len(BEGIN) + 1:text.index(END)]
+    return text[text.index(begin) + len(begin) + 1:text.index(end)]
+
+
+def write_block(path: str, body: str, begin: str = BEGIN, end: str = END) -> None:
+    """Put ``body`` between the marker lines of ``path``."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    i, j = text.index(begin) + len(begin) + 1, text.index(end)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:i] + body + text[j:])
+
+
+def readme_block(readme: str = README) -> str:
+    return block_of(readme)
 
 
 def write_readme(readme: str = README) -> None:
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    i, j = text.index(BEGIN) + len(BEGIN) + 1, text.index(END)
-    with open(readme, "w", encoding="utf-8") as f:
-        f.write(text[:i] + render() + text[j:])
+    write_block(readme, render())
+
+
+def stale() -> list:
+    """The generated blocks that differ from what the files give: ``README.md`` and
+    ``docs/pytorch.md#NAME`` for each (empty when all are current)."""
+    out = [] if readme_block() == render() else ["README.md"]
+    for name, body in pytorch_doc_blocks().items():
+        if block_of(PYTORCH_DOC, *_markers(name)) != body:
+            out.append(f"docs/pytorch.md#{name}")
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when README.md's block is not what the files give")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when README.md's block or docs/pytorch.md's are not what the files give")
     a = ap.parse_args(argv)
     if a.check:
-        same = readme_block() == render()
-        print("README.md's accuracy block is current" if same else
-              "README.md's accuracy block differs: run python benchmarks/accuracy_readme.py")
-        return 0 if same else 1
+        late = stale()
+        print("README.md's accuracy block and docs/pytorch.md's tables are current" if not late else
+              f"{', '.join(late)} differ: run python benchmarks/accuracy_readme.py")
+        return 1 if late else 0
     write_readme()
+    for name, body in pytorch_doc_blocks().items():
+        write_block(PYTORCH_DOC, body, *_markers(name))
     print(render())
     return 0
 

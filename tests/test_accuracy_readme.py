@@ -14,6 +14,21 @@ def test_readme_accuracy_block_is_rendered_from_the_saved_results():
         "README's accuracy block differs from the corpora's results: run python benchmarks/accuracy_readme.py"
 
 
+def test_the_pytorch_pages_tables_are_rendered_from_the_saved_results():
+    for name, body in accuracy_readme.pytorch_doc_blocks().items():
+        assert accuracy_readme.block_of(accuracy_readme.PYTORCH_DOC, *accuracy_readme._markers(name)) == body, \
+            f"docs/pytorch.md's {name} table differs from its saved results: run python benchmarks/accuracy_readme.py"
+
+
+def test_the_pytorch_line_counts_the_judged_half_only():
+    rows = [dict(run="a", half="judged", judged="right", confidence=0.5),
+            dict(run="b", half="judged", judged="wrong", confidence=0.75),
+            dict(run="c", half="fit", judged="wrong", confidence=0.9),
+            dict(run="d", half="judged", judged="ambiguous", confidence=0.9)]
+    [line] = accuracy_readme.torch_lines(rows)
+    assert "**1 of 2 right, 1 wrong at confidence 0.7 or more**" in line
+
+
 def test_the_block_counts_the_judged_half_only():
     import json
     with open(accuracy_readme.TUTORIAL, encoding="utf-8") as f:
