@@ -156,3 +156,27 @@ def test_only_the_driver_writes_a_runs_facts_into_reports():
                 with open(path, encoding="utf-8") as f:
                     callers += [f"{where}: {m.group(1)}" for m in writers.finditer(f.read())]
     assert callers == []
+
+
+def test_run_mates_are_the_sessions_that_decide_a_shown_sessions_report(tmp_path):
+    """A front door that shows one session of a logdir (the tab's routes) gives the driver the
+    session and its run's newer sessions when the run's trend files record a slow stretch not
+    profiled (the one fact another session decides): its finished report is then the one the
+    whole logdir's run gives it. Without such a stretch, the session alone."""
+    sessions, _ = batch.discover([_run_with_two_windows(tmp_path / "a")])
+    older, newer = sorted(sessions, key=lambda s: s.name)
+    assert batch.run_mates([older], sessions) == [older, newer]
+    assert batch.run_mates([newer], sessions) == [newer]
+    assert batch.run_mates([older], [newer]) == [newer, older]  # one the listing lacks comes last
+    whole = dict(zip((s.key for s in sessions), batch.analyze_many(sessions, use_cache=False, progress=False)))
+    for s in (older, newer):
+        mates = batch.run_mates([s], sessions)
+        assert batch.reports_in_runs(mates, analyze=batch.analyze_uncached)[mates.index(s)] == whole[s.key]
+    import shutil
+    plain = os.path.join(str(tmp_path / "b"), "cpu_bound_input")
+    shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), plain)
+    profile = os.path.join(plain, "plugins", "profile")
+    (first,) = os.listdir(profile)
+    shutil.copytree(os.path.join(profile, first), os.path.join(profile, "2026_11_30_12_25_00_steps40-44"))
+    sessions, _ = batch.discover([plain])
+    assert batch.run_mates([sessions[0]], sessions) == [sessions[0]]

@@ -136,6 +136,85 @@ def test_a_worker_deleted_since_unlists_the_job(logdir):
     assert len(rows) == 3 and STRAGGLER[1] not in {(r["run"], r["session"]) for r in rows}
 
 
+def _trend_file(run_dir, windows, log=()):
+    """A BottleneckProfiler step-time trend file in ``run_dir`` (records.py's format): 200
+    batches timed, ``windows`` (session name -> the job's own step around it, ms), and the
+    slowdown trigger's ``log``."""
+    folder = run_dir / "plugins" / "bottleneck"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"format": "tfbneck.step_times", "version": 1, "source": "BottleneckProfiler", "host": "vm", "pid": 7,
+            "ended": True, "steps_per_execution": 1, "points": [{"step": 200, "mean_ms": 40.0, "n": 200}],
+            "windows": [{"index": i, "kind": "scheduled", "steps": [6, 12], "status": "profiled", "session": name,
+                         "trigger": None, "overhead": {"job_step_ms": job_ms, "x": 1.1}}
+                        for i, (name, job_ms) in enumerate(windows.items())],
+            "trigger_state": {"log": list(log)}}
+    (folder / "steptimes_2026_11_30_11_55_00_vm_7.json").write_text(json.dumps(data))
+
+
+#: A slow stretch the slowdown trigger confirmed but did not profile (records.py's log entry).
+UNCAPTURED = {"first_step": 100, "last_step": 140, "baseline_p50_ms": 40.0, "observed_p50_ms": 90.0,
+              "outcome": "not captured: max_captures reached"}
+
+
+@pytest.fixture
+def logdir_with_trends(logdir):
+    """The multi-worker logdir with a trend file in each straggler worker's run: the job's own
+    step around each window far above the traced one (the job report says the window did not
+    see the steady state), the run's length, and in worker 1's run a slow stretch not
+    profiled and a later session of that run (a copy of a demo session, no job's worker) that
+    the CLI says the stretch on."""
+    for run, session in STRAGGLER:
+        _trend_file(logdir / run, {session: 5000.0}, log=[UNCAPTURED] if run.endswith("worker1") else [])
+    later = logdir / STRAGGLER[1][0] / "plugins" / "profile" / "2026_11_30_12_30_00_steps6-10"
+    demo = os.path.join(paths.DEMO_LOGS, "cpu_bound_input", "plugins", "profile")
+    (name,) = os.listdir(demo)
+    shutil.copytree(os.path.join(demo, name), later)
+    return logdir
+
+
+def _cli_json(logdir, tmp_path):
+    from tfbneck_plugin.cli.main import main as cli_main
+    out = tmp_path / "cli.json"
+    assert cli_main(["analyze", str(logdir), "--format", "json", "--output", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_job_route_gives_the_job_report_tfbneck_analyze_gives(logdir_with_trends, tmp_path):
+    """``/job`` finishes each worker with its run's facts before grouping, as ``tfbneck
+    analyze`` does: the route's job report equals the CLI's JSON entry for that job, window,
+    session time, run length and the job-clock sentences included."""
+    plugin = _plugin(logdir_with_trends)
+    _listing(plugin, lambda rows: len(rows) == 5)
+    _report(plugin, *STRAGGLER[0])
+    _listing(plugin, lambda rows: any(r.get("kind") == "job" for r in rows))
+    code, body, _ = plugin.job_impl({"run": STRAGGLER[1][0], "session": STRAGGLER[1][1]}, wait_s=60.0)
+    assert code == 200
+    (tab,) = body["sessions"]
+    printed = _cli_json(logdir_with_trends, tmp_path)
+    (cli,) = [r for r in printed["sessions"] if r.get("kind") == "job" and r["run"] == "straggler"]
+    assert json.loads(json.dumps(tab)) == cli
+    assert body["version"] == printed["version"]
+    assert tab["window"]["job_step_ms"] == 5000.0 and tab["run_length"]["batches"] == 200 and tab["session_time"]
+    assert [e for e in tab["evidence"] if "did not see the job's steady state" in e]  # both workers' own clocks
+
+
+def test_session_route_says_a_runs_slow_stretch_where_tfbneck_analyze_does(logdir_with_trends):
+    """``/report`` of a worker that is not its run's newest session gives the report the batch
+    driver gives it among all the logdir's sessions (``tfbneck analyze`` before it groups
+    workers): the slow stretch not profiled is said once, on the run's newest session, in the
+    tab as in the CLI."""
+    from tfbneck_plugin import batch
+    plugin = _plugin(logdir_with_trends)
+    _listing(plugin, lambda rows: len(rows) == 5)
+    sessions, _ = batch.discover([str(logdir_with_trends)])
+    expected = {s.key: r for s, r in zip(sessions, batch.analyze_many(sessions, progress=False))}
+    said = "The slowdown trigger saw"
+    for key in [STRAGGLER[1], (STRAGGLER[1][0], "2026_11_30_12_30_00_steps6-10")]:
+        assert json.loads(json.dumps(_report(plugin, *key))) == json.loads(json.dumps(expected[key]))
+    assert not [e for e in expected[STRAGGLER[1]]["evidence"] if e.startswith(said)]
+    assert [e for e in expected[(STRAGGLER[1][0], "2026_11_30_12_30_00_steps6-10")]["evidence"] if e.startswith(said)]
+
+
 # ----------------------------------------------------------------------------------------
 # The tab in a real TensorBoard and Chromium
 # ----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .analysis.run_evidence import add_evidence, uncaptured_evidence, write_run_
 from .analysis.session import analyze_session
 from .errors import path_error_report
 from .logdir import DiscoveryError, Session, find_sessions, label_runs, session_identity
-from .runs import RunContext, read_run, run_dir_of, run_facts
+from .runs import RunContext, read_run, run_dir_of, run_facts, session_time
 from .schema import SessionDict
 
 #: Show a progress bar on stderr from this many sessions on.
@@ -63,6 +63,40 @@ def reports_in_runs(sessions: Sequence[Session],
     (:func:`_with_run_facts`). Each report is a new dict: the one ``analyze`` returned (a
     cached report) is left as it was. Never raises for bad input (as ``analyze``)."""
     return _with_run_facts([analyze(s) for s in sessions], sessions)
+
+
+def run_mates(sessions: Sequence[Session], among: Sequence[Session]) -> List[Session]:
+    """What a front door that shows only some sessions of a logdir gives :func:`reports_in_runs`
+    so that their finished reports equal those of a call with all of ``among`` (the logdir's
+    sessions, as ``tfbneck analyze LOGDIR`` finishes them): ``sessions`` and the sessions of
+    ``among`` that can take a run's slow stretches not profiled from them. That sentence is
+    the one fact another session decides (it goes on the run's newest analysed session, the
+    later one of equal times), so these are the complete sessions of ``among`` in a run folder
+    of ``sessions`` recorded no earlier (:func:`.runs.session_time`) than the earliest of
+    ``sessions`` there, when that folder's trend files record such a stretch. Sessions are
+    matched by ``key`` (run, session name); the ones given replace those of ``among``.
+
+    Returns:
+      a new list in ``among``'s order (the order decides ties), then the sessions of
+      ``sessions`` that ``among`` lacks. Reads the trend files (:func:`.runs.read_run`) of
+      only the run folders that hold such newer sessions, each once; never raises.
+    """
+    given = {s.key: s for s in sessions}
+    earliest: Dict[str, float] = {}  # run folder -> the earliest time of `sessions` there
+    for s in sessions:
+        if not s.incomplete:
+            d = run_dir_of(s)
+            earliest[d] = min(earliest.get(d, float("inf")), session_time(s))
+    newer: Dict[str, List[Session]] = {}  # run folder -> its sessions in `among` that may be newer
+    for s in among:
+        if s.key not in given and not s.incomplete and earliest:
+            d = run_dir_of(s)
+            if d in earliest and session_time(s) >= earliest[d]:
+                newer.setdefault(d, []).append(s)
+    mates = {s.key for d, found in newer.items() if read_run(d).uncaptured for s in found}
+    out = [given.get(s.key, s) for s in among if s.key in given or s.key in mates]
+    listed = {s.key for s in out}
+    return out + [s for s in sessions if s.key not in listed]
 
 
 def _with_run_facts(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> List[SessionDict]:

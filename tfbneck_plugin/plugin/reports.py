@@ -1,7 +1,7 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
-``batch.analyze_one`` (the report of a session's trace; the routes add what its run's trend files
-say through ``batch.reports_in_runs``) runs on a small pool of daemon threads, the newest
+``batch.analyze_one`` (the report of a session's trace; :meth:`ReportService.finished` adds what
+its run's trend files say through ``batch.reports_in_runs``) runs on a small pool of daemon threads, the newest
 request first; background requests (the session list's verdict badges) come after every
 request someone waits for, the most recent session first. A request never waits for
 another session's analysis: it waits at most a given time for its own, then the route
@@ -23,12 +23,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
-from ..batch import analyze_one
+from ..batch import analyze_one, reports_in_runs, run_mates
 from ..cache import fingerprint  # the same key as the persistent report cache
 from ..errors import error_report, first_line
 from ..logdir import Session
 from ..schema import SessionDict
-from .index import session_time
+from .index import SessionIndex, session_time
+from .query import RouteError
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,43 @@ class ReportService:
         if fut.done():
             return fut.result(), "miss"
         return None, "analysing"
+
+    def finished(self, sessions: List[Session], index: SessionIndex,
+                 wait_s: float) -> Tuple[Optional[List[SessionDict]], str]:
+        """The finished reports of ``sessions`` (as they are on disk now), in their order, as
+        ``tfbneck analyze LOGDIR`` gives them: their reports here with what their runs' trend
+        files say, through the batch driver (``batch.reports_in_runs``), given the sessions of
+        ``index``'s last scan that decide them (``batch.run_mates``: the newer sessions of a
+        run whose trend files record a slow stretch not profiled, which the CLI says on the
+        run's newest session only). Every report needed is queued before any is waited for,
+        each at most ``wait_s`` seconds.
+
+        Returns:
+          ``(reports, source)``, ``source`` ``hit`` when each of ``sessions`` came from the
+          cache, else ``miss``; ``(None, "analysing")`` while a report needed is analysed.
+        """
+        given = {s.key for s in sessions}
+        needed: List[Session] = []
+        for s in run_mates(sessions, list(index.current(wait_s=0).sessions.values())):
+            try:
+                needed.append(s if s.key in given else index.fresh(s))
+            except RouteError:
+                pass  # gone since the scan: `tfbneck analyze` would not see it either
+        asked = [(s, *self.request(s, wait_s=0)) for s in needed]  # queue every one before waiting
+        analysed: Dict[Tuple[str, str], SessionDict] = {}
+        sources = set()
+        for s, report, source in asked:
+            if report is None:  # analysed for this request: a miss, whatever the cache holds by now
+                report, _ = self.request(s, wait_s=wait_s)
+                if report is None:
+                    return None, "analysing"
+                source = "miss"
+            analysed[s.key] = report
+            if s.key in given:
+                sources.add(source)
+        shown = reports_in_runs(needed, analyze=lambda s: analysed[s.key])
+        by_key = {s.key: r for s, r in zip(needed, shown)}
+        return [by_key[s.key] for s in sessions], "hit" if sources == {"hit"} else "miss"
 
     def latest(self, key: Tuple[str, str]) -> Optional[Dict]:
         """The :data:`SUMMARY_KEYS` of the last report made for (run, session), fresh or

@@ -196,10 +196,11 @@ class BottleneckPlugin(base_plugin.TBPlugin):
           wait_s: how long to wait for the analysis (seconds; default ``report_wait_s``).
 
         Returns:
-          ``(200, {"version", "sessions": [report]}, source)`` in the CLI's JSON contract, or
+          ``(200, {"version", "sessions": [report]}, source)`` in the CLI's JSON contract, the
+          report ``tfbneck analyze LOGDIR`` gives the session (:meth:`.ReportService.finished`), or
           ``(202, {"status": "analysing", "run", "session", "retry_after_ms"}, "analysing")``
-          while it is being analysed. ``source``: ``hit`` (cache) or ``miss`` (analysed for
-          this request).
+          while it (or a newer session of its run that decides it) is being analysed.
+          ``source``: ``hit`` (cache) or ``miss`` (analysed for this request).
 
         Raises:
           RouteError: 400 for a missing, malformed or escaping parameter; 404 for a run or
@@ -210,11 +211,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
         check_session_name(name)
         session = self._index.fresh(self._index.lookup(run, name))
         wait = self._report_wait_s if wait_s is None else wait_s
-        report, source = self._reports.request(session, wait_s=wait)
-        if report is None:
+        shown, source = self._reports.finished([session], self._index, wait)
+        if shown is None:
             return 202, {"status": "analysing", "run": run, "session": name,
                          "retry_after_ms": RETRY_AFTER_MS}, source
-        shown = reports_in_runs([session], analyze=lambda _s: report)  # with its run's facts, as `tfbneck analyze`
         return 200, report_mod.build_report(shown), source
 
     def job_impl(self, params: Mapping[str, str], wait_s: Optional[float] = None) -> Tuple[int, Dict, str]:
@@ -227,8 +227,10 @@ class BottleneckPlugin(base_plugin.TBPlugin):
 
         Returns:
           ``(200, {"version", "sessions": [job report]}, source)`` (``kind: "job"``,
-          ``analysis.grouping.job_report``), its workers re-read as they are on disk now; or
-          ``(202, {"status": "analysing", ...}, "analysing")`` while a worker is analysed.
+          ``analysis.grouping.job_report``), its workers re-read as they are on disk now and
+          finished with their runs' facts (:meth:`.ReportService.finished`): the job report
+          ``tfbneck analyze LOGDIR`` gives; or ``(202, {"status": "analysing", ...},
+          "analysing")`` while a worker (or a newer session of its run that decides it) is analysed.
           ``source``: ``hit`` when every worker's report came from the cache, else ``miss``.
 
         Raises:
@@ -246,21 +248,15 @@ class BottleneckPlugin(base_plugin.TBPlugin):
                                   "(or its job's other workers are not analysed yet)")
         wait = self._report_wait_s if wait_s is None else wait_s
         workers = [self._index.fresh(self._index.lookup(*key)) for key in job_members(job)]
-        for w in workers:  # queue every worker before waiting for any
-            self._reports.request(w, wait_s=0)
-        reports, sources = [], set()
-        for w in workers:
-            report, source = self._reports.request(w, wait_s=wait)
-            if report is None:
-                return 202, {"status": "analysing", "run": run, "session": name,
-                             "retry_after_ms": RETRY_AFTER_MS}, source
-            reports.append(report)
-            sources.add(source)
-        fresh = regroup(reports)
+        reports, source = self._reports.finished(workers, self._index, wait)
+        if reports is None:
+            return 202, {"status": "analysing", "run": run, "session": name,
+                         "retry_after_ms": RETRY_AFTER_MS}, source
+        fresh = regroup(reports)  # the workers with their runs' facts, grouped as `tfbneck analyze` groups them
         if fresh is None:
             raise RouteError(404, f"the workers of {job['session']} no longer form one job (their files changed); "
                                   "reload the session list")
-        return 200, report_mod.build_report([fresh]), "hit" if sources == {"hit"} else "miss"
+        return 200, report_mod.build_report([fresh]), source
 
     def trend_impl(self, params: Mapping[str, str]) -> Tuple[int, Dict, str]:
         """``/trend`` or ``/trend?run=R``: the step-time trend of every run (or of run R).
