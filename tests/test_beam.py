@@ -90,3 +90,42 @@ def test_beam_unreachable_store_fails_fast(tmp_path):
     (row,) = read_results(str(tmp_path / "out"))
     assert row == path_error_report(url, DiscoveryError(cause, "host_unreachable"))
     assert beam_s < 20.0 and local_s < 20.0, (beam_s, local_s)  # issue 12's bound, start-up included
+
+
+def _fleet_with_a_slow_stretch(root):
+    """Two runs: the demo's cpu_bound_input with a second, later session of the same trace
+    and a slow stretch its trend file records as not captured, and compute_bound as shipped."""
+    for run in ("cpu_bound_input", "compute_bound"):
+        shutil.copytree(os.path.join(DEMO_LOGS, run), os.path.join(root, run))
+    profile = os.path.join(root, "cpu_bound_input", "plugins", "profile")
+    (first,) = os.listdir(profile)
+    shutil.copytree(os.path.join(profile, first), os.path.join(profile, "2026_11_30_12_25_00_steps40-44"))
+    folder = os.path.join(root, "cpu_bound_input", "plugins", "bottleneck")
+    (trend,) = [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("steptimes_")]
+    with open(trend) as f:
+        t = json.load(f)
+    t["trigger_state"] = {"log": [{"first_step": 20, "last_step": 31, "baseline_p50_ms": 12.0,
+                                   "observed_p50_ms": 30.0, "outcome": "not captured: max_captures reached"}]}
+    with open(trend, "w") as f:
+        json.dump(t, f)
+
+
+def test_beam_says_a_runs_slow_stretch_once_as_the_local_run(tmp_path):
+    """A run with two sessions and a slow stretch the trigger did not profile: the pipeline
+    finishes the run's sessions together, so the stretch is said once, on the run's newest
+    session, and Beam's reports equal the local run's."""
+    root = tmp_path / "logs"
+    _fleet_with_a_slow_stretch(str(root))
+    local = subprocess.run(tfbneck_cmd() + ["analyze", str(root), "--format", "json"], capture_output=True,
+                           text=True, timeout=300)
+    assert local.returncode == 0, local.stderr[-3000:]
+    beam = subprocess.run(tfbneck_cmd() + ["analyze", str(root), "--format", "json", "--runner", "beam",
+                                           "--beam-output", str(tmp_path / "out" / "sessions")],
+                          capture_output=True, text=True, timeout=600)
+    assert beam.returncode == 0, beam.stderr[-3000:]
+    a, b = json.loads(local.stdout), json.loads(beam.stdout)
+    said = {(s["run"], s["session"]): [e for e in s["evidence"] if e.startswith("The slowdown trigger saw")]
+            for s in a["sessions"]}
+    assert len(said) == 3 and sum(len(v) for v in said.values()) == 1
+    assert said[("cpu_bound_input", "2026_11_30_12_25_00_steps40-44")]
+    assert a == b

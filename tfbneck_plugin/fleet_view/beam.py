@@ -1,17 +1,23 @@
 """Fleet-wide analysis as an Apache Beam pipeline (``tfbneck analyze --runner beam``).
 
-The same per-session analysis as the local run (:func:`tfbneck_plugin.batch.reports_in_runs`,
-discovery by :func:`tfbneck_plugin.batch.discover`), distributed by Beam: the
-DirectRunner locally, Dataflow / Flink / Spark unchanged (pass their options with
-``--beam-options``). The pipeline::
+The same reports as the local run, made by the same batch driver (discovery by
+:func:`tfbneck_plugin.batch.discover`, each trace's report by
+:func:`tfbneck_plugin.batch.analyze_one`, each run's sessions finished together by
+:func:`tfbneck_plugin.batch.reports_in_runs`), distributed by Beam: the DirectRunner
+locally, Dataflow / Flink / Spark unchanged (pass their options with ``--beam-options``).
+The pipeline::
 
-    Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(analyze_session)
+    Create(PATHs) -> FlatMap(find sessions) -> Reshuffle -> Map(report of each trace)
+        -> GroupByKey(path index, run folder) -> FlatMap(finish the run's sessions)
         -> JSON lines  <prefix>-SSSSS-of-NNNNN.jsonl   (one {"key": [path index, run, session],
                                                          "report": {...}} object per line)
         -> CSV         <prefix>.csv                    (one row per session, report.CSV_COLUMNS)
 
-Discovery runs inside the pipeline, so a fleet's thousands of logdirs are listed by the
-workers, not the launcher. Requires ``pip install '.[beam]' in the tfbneck clone``.
+The traces, the costly part, are analysed one per element, in parallel across sessions; a
+run's sessions then meet on one worker because a run's facts are not one session's: its
+trend files' slow stretches not profiled are said once, on its newest session, as the local
+run says them. Discovery runs inside the pipeline, so a fleet's thousands of logdirs are
+listed by the workers, not the launcher. Requires ``pip install '.[beam]' in the tfbneck clone``.
 """
 from __future__ import annotations
 
@@ -23,8 +29,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from .. import batch
 from ..errors import path_error_report
-from ..logdir import DiscoveryError, label_runs, natural_key
+from ..logdir import DiscoveryError, Session, label_runs, natural_key, session_order
 from ..render.report import CSV_COLUMNS, csv_row
+from ..runs import run_dir_of
 from ..schema import SessionDict
 
 
@@ -52,13 +59,38 @@ def discover(indexed_path: Tuple[int, str], remote_timeout_s: Optional[float] = 
         yield (index, s.run, s.name), s
 
 
-def analyze_keyed(item):
+#: An element between the analysis and the finishing: (path index, "run", run folder) or, for a
+#: PATH that could not be searched, (path index, "error", PATH), then (key, Session or error
+#: record, the trace's report or None).
+RunKey = Tuple[int, str, str]
+Analysed = Tuple[Tuple[int, str, str], object, Optional[SessionDict]]
+
+
+def analyze_trace(item: Tuple[Tuple[int, str, str], object]) -> Tuple[RunKey, Analysed]:
+    """((path index, run, session), Session) -> (its run's key, (key, session, the report of
+    its trace)): :func:`tfbneck_plugin.batch.analyze_one`, through the report cache (a local
+    runner's rerun reads JSON). A discovery error record passes with its own key. Never
+    raises for bad input (the report says why)."""
     key, session = item
-    if isinstance(session, dict):  # a discovery error record
-        return key, session
-    # through the report cache (a local runner's rerun reads JSON), with the run's facts, as the local run
-    (report,) = batch.reports_in_runs([session])
-    return key, report
+    if isinstance(session, dict):
+        return (key[0], "error", key[1]), (key, session, None)
+    return (key[0], "run", run_dir_of(cast(Session, session))), (key, session, batch.analyze_one(cast(Session, session)))
+
+
+def finish_run(item: Tuple[RunKey, Iterable[Analysed]]) -> List[Tuple[Tuple[int, str, str], SessionDict]]:
+    """A run's analysed sessions -> ((path index, run, session), finished report) each: the
+    reports :func:`tfbneck_plugin.batch.reports_in_runs` makes of the run's sessions given
+    together, in the local run's order (:func:`tfbneck_plugin.logdir.session_order`; it breaks
+    ties between sessions of one time), so that its run's facts are written as the local run
+    writes them. An error record is returned as it came."""
+    (_index, kind, _where), members = item
+    if kind == "error":
+        return [(key, cast(SessionDict, record)) for key, record, _ in members]
+    ordered = sorted(members, key=lambda m: session_order(cast(Session, m[1])))
+    traced = {id(session): report for _key, session, report in ordered}
+    finished = batch.reports_in_runs([cast(Session, session) for _key, session, _ in ordered],
+                                     analyze=lambda s: cast(SessionDict, traced[id(s)]))
+    return [(key, report) for (key, _s, _r), report in zip(ordered, finished)]
 
 
 def to_csv_row(result: SessionDict) -> str:
@@ -85,7 +117,9 @@ def run(paths: List[str], output_prefix: str, beam_options: Optional[str] = None
                    | "Paths" >> beam.Create(list(enumerate(paths)))
                    | "FindSessions" >> beam.FlatMap(discover, remote.timeout_s(), len(paths) > 1)
                    | "Spread" >> beam.Reshuffle()
-                   | "Analyze" >> beam.Map(analyze_keyed))
+                   | "Analyze" >> beam.Map(analyze_trace)
+                   | "ByRun" >> beam.GroupByKey()
+                   | "Finish" >> beam.FlatMap(finish_run))
         (results
          | "JSON" >> beam.Map(lambda kv: json.dumps({"key": list(kv[0]), "report": kv[1]}, sort_keys=True))
          | "WriteJSONL" >> beam.io.WriteToText(output_prefix, file_name_suffix=".jsonl"))
