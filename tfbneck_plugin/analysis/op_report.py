@@ -1,5 +1,5 @@
-"""The report's ``top_ops`` and ``op_summary`` (README "Which operations take the time"),
-from an :class:`.ops.OpTable`: per-step times in ms, shares, and the grouped views (by op
+"""The report's ``top_ops`` and ``op_summary`` (the manual's "Which operations take the time",
+docs/ops.md), from an :class:`.ops.OpTable`: per-step times in ms, shares, and the grouped views (by op
 type, by layer scope, the share of the ten costliest ops). Shapes only: every number comes
 from :mod:`.ops`.
 """
