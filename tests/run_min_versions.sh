@@ -40,6 +40,20 @@ new_venv() {  # new_venv DIR: a venv with uv in it (uv resolves in seconds where
   "$1/bin/python" -m pip install -q --upgrade pip uv 2>&1 | grep -v "is ignored" >&2 || true
 }
 
+install_checkout() {  # install_checkout DIR: this checkout, editable, into DIR's venv. Where the
+  # checkout's C extension is already built from its current source (tests/run.sh's main install),
+  # the build is skipped (CC=false; the extension is optional in setup.py) and that one is used:
+  # rebuilding it writes the .so in place, under the main environment's test processes that have
+  # it loaded.
+  local so
+  so=$(ls tfbneck_plugin/trace/_wirescan*.so 2>/dev/null | head -n 1)
+  if [ -n "$so" ] && [ "$so" -nt tfbneck_plugin/trace/_wirescan.c ]; then
+    CC=false "$1/bin/uv" pip install -q -p "$1/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+  else
+    "$1/bin/uv" pip install -q -p "$1/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+  fi
+}
+
 versions() {  # versions DIR NAME...: "name version, ..." of what DIR's venv holds
   local dir=$1; shift
   "$dir/bin/python" -c 'import sys, importlib.metadata as m; print(", ".join(f"{n} {m.version(n)}" for n in sys.argv[1:]))' "$@"
@@ -57,7 +71,7 @@ new_venv "$VENV"
 "$VENV/bin/python" tests/min_versions.py xprof remote beam gpu test --exclude tensorflow,tf-keras,jax,torch > "$VENV/pins.txt"
 echo "$HINTS" >> "$VENV/pins.txt"
 "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$VENV/pins.txt"
-"$VENV/bin/uv" pip install -q -p "$VENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+install_checkout "$VENV"
 echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm tensorboard \
   tensorboard-plugin-profile fsspec scipy s3fs gcsfs apache-beam nvidia-ml-py)"
 status=0
@@ -75,7 +89,7 @@ new_venv "$TFVENV"
 "$TFVENV/bin/python" tests/min_versions.py tensorflow --raw > "$TFVENV/requirements.txt"
 printf 'pytest>=7\npytest-timeout>=2.1\n%s\n' "$HINTS" >> "$TFVENV/requirements.txt"
 "$TFVENV/bin/uv" pip install -q -p "$TFVENV/bin/python" --resolution lowest-direct -r "$TFVENV/requirements.txt"
-"$TFVENV/bin/uv" pip install -q -p "$TFVENV/bin/python" --no-deps --reinstall-package tfbneck-plugin -e .
+install_checkout "$TFVENV"
 echo "run_min_versions.sh: TensorFlow floors: $(versions "$TFVENV" tensorflow tf-keras numpy protobuf tensorboard)"
 "$TFVENV/bin/python" -m pytest tests/test_tf_floor.py -p no:cacheprovider "$@" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 exit "$status"

@@ -98,9 +98,12 @@ ANALYZER_PARTS = ("analysis", "trace", "causes.py", "errors.py", "logdir.py", "r
 
 def analyzer_version() -> str:
     """``__version__`` plus a stamp of the analyzer's source (names, sizes, mtimes of the
-    ``.py`` and extension files of :data:`ANALYZER_PARTS`): a development checkout whose
+    ``.py`` and ``.c`` files of :data:`ANALYZER_PARTS`): a development checkout whose
     analyzer changed never reads a report its old code made, while edits elsewhere (the
-    CLI, the tab) keep the cache. Computed once per process (~1 ms)."""
+    CLI, the tab) keep the cache. The built extension (``.so``/``.pyd``) is not stamped: it
+    gives the same results as the numpy path it speeds up, and rebuilding it from the same
+    ``.c`` (another environment's install of the same checkout) must not orphan the cache.
+    Computed once per process (~1 ms)."""
     global _analyzer_stamp
     if _analyzer_stamp is None:
         root = os.path.dirname(os.path.abspath(__file__))
@@ -111,7 +114,7 @@ def analyzer_version() -> str:
                 os.path.join(folder, n) for folder, dirs, names in os.walk(full) for n in names
                 if "__pycache__" not in folder)
             for path in files:
-                if path.endswith((".py", ".so", ".pyd")):
+                if path.endswith((".py", ".c")):
                     st = os.stat(path)
                     h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns};".encode())
         _analyzer_stamp = f"{__version__}+{h.hexdigest()[:16]}"
