@@ -31,7 +31,7 @@ between the ``bench_analyze`` marker lines (tests/test_bench_analyze.py keeps th
 
 ``--quick`` measures the ratio the quick test tier guards: in one process, interleaved,
 the analysis of a small real trace (tests/data/cache_filling_window, read from its bytes)
-against protobuf's parse of the same bytes, each the fastest of 7 runs; a ratio, so it moves
+against protobuf's parse of the same bytes, each the least CPU time of 7 runs; a ratio, so it moves
 with the analysis per event and not with the machine's speed. It does move with the numpy and
 protobuf releases (the floors' numpy 1.23 and protobuf 4.21: ~23 where numpy 2 and protobuf 6
 give ~11.5 on the same machine), so ``--save`` keeps one ratio per pair of their versions.
@@ -146,24 +146,25 @@ def measure(tool: str, trace: str) -> dict:
 
 
 def quick_ratio(path: str = QUICK_TRACE, repeat: int = 7) -> float:
-    """(analysis of the trace's bytes) / (protobuf's parse of the same bytes), each the fastest
-    of ``repeat`` interleaved runs in this process: the per-event cost of the analysis in units
-    of the parse. The fastest run is the one other processes interrupted least (timeit's rule),
-    so the ratio holds on a busy machine, where a preempted run would move a median. The first
-    pair warms both up and is dropped."""
+    """(analysis of the trace's bytes) / (protobuf's parse of the same bytes), each the least
+    CPU time (``time.process_time``: this process, all its threads) of ``repeat`` interleaved
+    runs: the per-event cost of the analysis in units of the parse. CPU time, not wall time: on
+    a busy machine every run of the analysis (tens of ms) is preempted, the short parse mostly
+    not, which tripled a wall-time ratio beside other work (67 against 24); a process's CPU time
+    does not count the time others held its core. The first pair warms both up and is dropped."""
     from tfbneck_plugin.analysis.session import analyze_space
     from tfbneck_plugin.trace import decoder, xspace
 
     data = open(path, "rb").read()
     parses, analyses = [], []
     for k in range(repeat + 1):
-        t = time.perf_counter()
+        t = time.process_time()
         for _ in range(3):
             xspace.XSpace().ParseFromString(data)
-        parse = time.perf_counter() - t
-        t = time.perf_counter()
+        parse = time.process_time() - t
+        t = time.process_time()
         analyze_space(decoder.decode_space(data, path))
-        analysis = time.perf_counter() - t
+        analysis = time.process_time() - t
         if k:
             parses.append(parse / 3)
             analyses.append(analysis)

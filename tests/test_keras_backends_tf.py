@@ -144,8 +144,11 @@ def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
     with open(trend) as f:
         points = json.load(f)["points"]
     assert points and all(p["first_step"] >= 21 and p["step"] <= 36 and p["n"] >= 1 for p in points), points
+    # Dispatch alone would be ~100x shorter than the profiled steps; the profiled steps may be
+    # several times the unprofiled ones (the profiler's own cost, larger on PyTorch, and a busy
+    # machine during the window: 201 ms against under 60 ms beside other work).
     profiled = s["steps"]["step_time_ms"]["mean"]
-    assert all(p["p50_ms"] >= 0.3 * profiled for p in points), (profiled, points)
+    assert all(p["p50_ms"] >= 0.1 * profiled for p in points), (profiled, points)
 
 
 def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):

