@@ -271,8 +271,8 @@ class TorchHostAnalysis(HostAnalysis):
     @cached_property
     def verdict(self):
         """The shared rules' verdict, less sure where the trace cannot see a cost
-        (:func:`shared_cores_verdict`)."""
-        return shared_cores_verdict(super().verdict, self.findings)
+        (:func:`shared_cores_verdict`, :func:`unseen_load_verdict`)."""
+        return unseen_load_verdict(shared_cores_verdict(super().verdict, self.findings), self.findings)
 
 
 #: The most confidence a verdict other than input-bound keeps on a CPU-only run whose
@@ -301,6 +301,33 @@ def shared_cores_verdict(v, f):
             f"workers' loading, so the confidence is at most {SHARED_CORES_MAX_CONFIDENCE}. Feeding the model "
             f"cached batches for a few steps, or system metrics (tfbneck watch --pid), would tell.")
     return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
+
+
+#: The most confidence a model_compute verdict keeps on a CPU-only PyTorch run without system
+#: metrics: under 0.7, the confidence at which a wrong verdict is not allowed. Not fitted: a
+#: bound on what the trace can show. torch.profiler records no system metrics, and the model's
+#: ops run on several intra-op threads, which slow far more than a single-threaded loader when
+#: other processes hold the cores (a thread that loses its core stalls the others at each op's
+#: end), so a busy machine can make a loading-bound run read as compute-bound: a single-process
+#: DataLoader run read model_compute at 0.85 beside other work while cached batches made it
+#: 4.6x faster.
+UNSEEN_LOAD_MAX_CONFIDENCE = 0.65
+
+
+def unseen_load_verdict(v, f):
+    """``v`` with its confidence capped at :data:`UNSEEN_LOAD_MAX_CONFIDENCE` and one more
+    evidence sentence, where a ``model_compute`` verdict stands on a CPU-only trace (no
+    accelerator traced) with no system metrics beside it: whether other processes took the
+    cores is unknown, and their load inflates the model's multi-threaded ops more than the
+    input's work. Every other verdict is returned unchanged."""
+    if (f.device_kind != "CPU" or f.system is not None or v.cause != "model_compute"
+            or v.confidence <= UNSEEN_LOAD_MAX_CONFIDENCE):
+        return v
+    note = (f"Whether other processes took these cores is not in the trace (torch.profiler records no system "
+            f"metrics): on a busy machine the model's ops, spread over several threads, slow down far more than "
+            f"the input's work, so the confidence is at most {UNSEEN_LOAD_MAX_CONFIDENCE}. Feeding the model "
+            f"cached batches for a few steps, or system metrics during the run (tfbneck watch --pid), would tell.")
+    return dataclasses.replace(v, confidence=UNSEEN_LOAD_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
 
 
 def host_ids(view: TorchHostView) -> np.ndarray:
