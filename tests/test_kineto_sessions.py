@@ -195,6 +195,53 @@ def test_the_tab_lists_and_serves_each_cycle(tmp_path):
         rec.release.set()
 
 
+# ---- the unfinished cycle schedule() without repeat= leaves at exit --------------------------------
+
+TAIL_KEPT = "vm_23165.1796647924809006988"
+TAIL_CUT = "vm_23165.1796647924924226564.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_a_cycle_cut_short_is_no_session_but_a_problem(tmp_path, plain):
+    """make.py ``tail``: schedule(wait=1, warmup=1, active=3), no repeat=, seven steps. The
+    second file holds one ProfilerStep#7 marker and no activity: not a session (it would be
+    the run's latest, with no verdict), one problem line naming it, its cause and the fix."""
+    logs = _logdir(tmp_path, "tail", plain=("tail",) if plain else ())
+    cut = TAIL_CUT if not plain else TAIL_CUT[:-3]
+    found = find_sessions(str(logs))
+    assert [(s.run, s.name) for s in found.sessions] == [("tail", TAIL_KEPT)]
+    [line] = found.problems
+    assert line.startswith(str(logs / "tail" / cut) + ": left out: holds ProfilerStep#7 and no activity")
+    assert "repeat=1" in line and "\n" not in line
+    assert file_facts(str(logs / "tail" / cut)).markers_only == ("ProfilerStep#7",)
+    assert file_facts(os.path.join(MADE, "tail", TAIL_KEPT + ".pt.trace.json.gz")).markers_only == ()
+
+
+def test_a_cycle_cut_short_given_as_path_is_one_line(tmp_path):
+    from tfbneck_plugin.logdir import DiscoveryError
+    logs = _logdir(tmp_path, "tail")
+    with pytest.raises(DiscoveryError, match=r"nothing to analyse: holds ProfilerStep#7 .*repeat=1"):
+        find_sessions(str(logs / "tail" / TAIL_CUT))
+
+
+def test_fleet_compare_and_the_api_take_the_cycle_with_a_verdict(tmp_path):
+    """The run's latest session in fleet, compare and the API's ``r[run][-1]`` is the recorded
+    cycle, not the marker-only file written after it."""
+    from tfbneck_plugin import api
+    from tfbneck_plugin.comparison.compare import compare
+    from tfbneck_plugin.fleet_view.report import build, collect
+    logs = _logdir(tmp_path, "tail", "rerun")
+    items, contexts, problems = collect([str(logs)], use_cache=False)
+    fleet = build(items, contexts, problems=problems)
+    [row] = [r for r in fleet["runs"] if r["run"] == "tail"]
+    assert (row["session"], row["status"], row["sessions"]) == (TAIL_KEPT, "ok", 1)
+    out = compare(str(logs / "rerun"), str(logs / "tail"), use_trend=False)
+    assert out["comparisons"][0]["candidate"]["session"] == TAIL_KEPT
+    r = api.analyze(str(logs))
+    assert r["tail"].get("session") == TAIL_KEPT and r["tail"].get("status") == "ok"  # its one session
+    assert any("repeat=1" in p for p in r.problems)
+
+
 # ---- made here with torch ------------------------------------------------------------------------
 
 @pytest.mark.tf

@@ -222,7 +222,10 @@ def test_s3_logdir_finds_pytorch_traces_as_a_local_one(in_process_s3):
     for (run, _), files in local.items():
         hosts.setdefault(run, []).append(len(files))
     assert {run: sorted(n) for run, n in hosts.items()} == {"cycles": [1, 1], "ddp": [2, 2], "rerun": [1, 1],
-                                                            "together": [2]}
+                                                            "together": [2], "tail": [1]}
+    # the marker-only file after tail's cycle (make.py): a problem, through the store as locally
+    assert [p.split(": ", 1)[1] for p in find_sessions(url).problems] == \
+        [p.split(": ", 1)[1] for p in find_sessions(str(logs)).problems if "/tail/" in p]
     [together] = [files for (run, _), files in local.items() if run == "together"]
     assert len([f for f in together if not f.endswith(".gz")]) == 1  # the plain twin, not its .gz
     for s in find_sessions(url).sessions:
@@ -256,7 +259,7 @@ def test_cli_reads_pytorch_traces_from_s3(s3_torch):
     status, out, lines, _ = run_cli(["analyze", "--no-cache", str(logs), "--format", "json"], timeout=180)
     assert status == 0, lines
     local = {(s["run"], s["session"]): s for s in json.loads(out)["sessions"]}
-    assert set(remote) == set(local) and len(remote) == 7
+    assert set(remote) == set(local) and len(remote) == 8
     for key, s in remote.items():
         assert s["status"] == "ok" and s["framework"] == "pytorch", (key, s.get("error"))
         for field in ("hosts", "bottleneck", "cause", "confidence", "breakdown_pct", "steps"):

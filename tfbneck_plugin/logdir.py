@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .trace.kineto import KINETO_SUFFIXES, worker_name
-from .trace.kineto_files import kineto_groups, name_parts, remote_facts
+from .trace.kineto import KINETO_SUFFIXES
+from .trace.kineto_files import name_parts, remote_facts, split_sessions
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 from .errors import TfbneckError
 
@@ -246,7 +246,7 @@ def find_sessions(path: str) -> Discovery:
             continue
         kineto = [n for n in filenames if n.endswith(KINETO_SUFFIXES)]
         if kineto:
-            sessions.extend(kineto_sessions(dirpath, _relrun(path, dirpath), kineto))
+            sessions.extend(kineto_sessions(dirpath, _relrun(path, dirpath), kineto, problems=problems))
         if os.path.basename(dirpath) == "profile" and os.path.basename(os.path.dirname(dirpath)) == "plugins":
             run = _relrun(path, os.path.dirname(os.path.dirname(dirpath)))
             for d in list(dirnames):
@@ -311,26 +311,25 @@ def _system_records_in(root: str, dirpath: str, filenames: List[str],
     return out
 
 
-def kineto_sessions(folder: str, run: str, names: List[str], facts=None) -> List[Session]:
-    """The sessions of a folder's Kineto traces (``names``, file names in ``folder``), as
-    :func:`kineto_groups` splits them. A ``.gz`` twin of a plain file is the same trace; the
-    plain one is kept. Names: a folder that holds one session of several files names it (the
-    ranks of a job, as before); every other session is named after its first file, less the
-    suffix (``<worker>.<time>``, the name the handler gave it), which tells one worker's cycles
-    and re-runs apart and points at the file. ``folder``: a local path or an fsspec URL; ``facts``:
-    as :func:`kineto_groups` takes it (a remote folder's: ``remote_facts``, through the store)."""
+def kineto_sessions(folder: str, run: str, names: List[str], facts=None, problems: Optional[List[str]] = None,
+                    size_of=None, given: bool = False) -> List[Session]:
+    """The sessions of a folder's Kineto traces (``names``: file names in ``folder``, a local path
+    or an fsspec URL), split and named by :func:`.trace.kineto_files.split_sessions` (``facts``,
+    ``size_of``: as it takes them; a remote folder's facts: ``remote_facts``). A ``.gz`` twin of a
+    plain file is the same trace; the plain one is kept. A file of step markers only is no session:
+    its one-line reason goes to ``problems``, or is raised (DiscoveryError) for the file ``given``."""
     present = set(names)
     remote = is_remote(folder)
     folder = folder.rstrip("/") if remote else folder
     kept = [(f"{folder}/{n}" if remote else os.path.join(folder, n)) for n in sorted(names, key=natural_key)
             if not (n.endswith(".gz") and n[:-3] in present)]
-    groups = kineto_groups(kept, facts)
     label = folder.rsplit("/", 1)[-1] if remote else os.path.basename(os.path.normpath(folder))
-    out = []
-    for files in groups:
-        name = label if len(groups) == 1 and len(files) > 1 else worker_name(files[0])
-        out.append(Session(run=run, name=name, path=folder, files=files))
-    return out
+    left_out: List[str] = []
+    groups = split_sessions(kept, label, facts, left_out, size_of, given)
+    if given and left_out:
+        raise DiscoveryError(left_out[0])
+    (problems if problems is not None else []).extend(left_out)
+    return [Session(run=run, name=name, path=folder, files=files) for name, files in groups]
 
 
 def session_identity(s: Session) -> Tuple[str, ...]:
@@ -370,7 +369,7 @@ def _file_session(path: str) -> Session:
             return _system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))
     if path.endswith(KINETO_SUFFIXES):
         folder = os.path.dirname(os.path.abspath(path))
-        return kineto_sessions(folder, folder_label(folder), [os.path.basename(path)])[0]
+        return kineto_sessions(folder, folder_label(folder), [os.path.basename(path)], given=True)[0]
     if not path.endswith(XPLANE_SUFFIXES):
         raise DiscoveryError(f"{path}: neither an .xplane.pb trace file, a PyTorch profiler trace (.pt.trace.json) "
                              "nor a tfbneck system record (tfbneck watch --output)")
@@ -560,9 +559,12 @@ def _find_remote(url: str) -> Discovery:
             from . import remote
             e = remote.classify(url, err)
             raise DiscoveryError(str(e), e.cause) from None
+    def size_of(url: str) -> Optional[int]:
+        return (files.get(url.split("://", 1)[1]) or {}).get("size")
+    problems: List[str] = []
     if list(files) == [root] and root.endswith(KINETO_SUFFIXES):  # one PyTorch trace given: as locally
         folder, name = f"{scheme}://{root}".rsplit("/", 1)
-        return Discovery(kineto_sessions(folder, folder_label(folder), [name], facts)[:1], [])
+        return Discovery(kineto_sessions(folder, folder_label(folder), [name], facts, size_of=size_of, given=True), [])
     names = set(files)
     by_dir: Dict[str, Session] = {}
     kineto: Dict[str, List[str]] = {}  # folder -> its Kineto traces' names
@@ -592,6 +594,7 @@ def _find_remote(url: str) -> Discovery:
     sessions = [s for s in by_dir.values() if s.files or s.legacy_files or s.skipped or s.incomplete]
     for folder, kineto_names in kineto.items():
         rel = [part for part in folder[len(base):].split("/") if part] if folder.startswith(base) else []
-        sessions.extend(kineto_sessions(f"{scheme}://{folder}", "/".join(rel) or ".", kineto_names, facts))
+        sessions.extend(kineto_sessions(f"{scheme}://{folder}", "/".join(rel) or ".", kineto_names, facts, problems,
+                                        size_of))
     sessions.sort(key=session_order)
-    return Discovery(sessions, [])
+    return Discovery(sessions, problems)

@@ -17,9 +17,11 @@ import re
 import stat
 import zlib
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from .kineto import worker_name
+import orjson
+
+from .kineto import SKIPPED_CATEGORIES, worker_name
 from .tracefile import MAX_TRACE_BYTES
 
 #: Where :func:`file_facts` looks: the first and the last this many bytes of the JSON (our
@@ -49,10 +51,14 @@ class KinetoFileFacts:
     (``ts`` in microseconds plus ``baseTimeNanoseconds`` when the file has it): the earliest
     ``ts`` and the latest ``ts + dur`` among the events in those bytes, which hold the
     whole-window ``Trace`` span and the ``Record Window End`` instant where PyTorch writes
-    them (since 2021); None when no time was found (an empty or broken file)."""
+    them (since 2021); None when no time was found (an empty or broken file).
+    ``markers_only``: the ``ProfilerStep#N`` names of a file that records nothing else
+    (:func:`markers_only`), read only when its whole JSON lies within the first
+    :data:`FACTS_HEAD_BYTES`; empty otherwise."""
     rank: Optional[int] = None
     world_size: Optional[int] = None
     window_ns: Optional[Tuple[float, float]] = None
+    markers_only: Tuple[str, ...] = ()
 
 
 def name_parts(filename: str) -> Tuple[str, Optional[int]]:
@@ -137,7 +143,81 @@ def file_facts(path: str, opener=None) -> KinetoFileFacts:
             starts.append(ts)
             ends.append(ts + (float(t.group(2)) if t.group(2) else 0.0))
     window = (min(starts) * 1000.0 + base_ns, max(ends) * 1000.0 + base_ns) if starts else None
-    return KinetoFileFacts(rank=rank, world_size=world, window_ns=window)
+    whole = len(head) < FACTS_HEAD_BYTES and (tail is head or tail == head)
+    return KinetoFileFacts(rank=rank, world_size=world, window_ns=window,
+                           markers_only=markers_only(head) if whole else ())
+
+
+#: Complete events that are neither activity nor a step marker (:data:`.kineto.SKIPPED_CATEGORIES`:
+#: the whole-window ``Trace`` span, device-row copies of annotations, stream waits, flows).
+_NOT_ACTIVITY = SKIPPED_CATEGORIES
+_STEP_MARKER = re.compile(r"^ProfilerStep#\d+$")
+
+
+def markers_only(data: bytes) -> Tuple[str, ...]:
+    """The ``ProfilerStep#N`` names of a Kineto trace (``data``: its whole JSON) whose complete
+    events are those step markers only (besides :data:`_NOT_ACTIVITY`), in the file's order;
+    ``()`` for a trace that records any other activity, has no marker, or does not parse.
+
+    Such a file is what ``torch.profiler.profile(schedule=schedule(wait, warmup, active))``
+    without ``repeat=`` leaves when the loop goes on past the first cycle: ``repeat=0`` starts
+    the cycle again until the loop ends, and the profiler saves the unfinished cycle when the
+    ``with`` block exits, one marker of a step it did not record the ops of
+    (torch/profiler/profiler.py, ``schedule`` and ``profile.__exit__``; seen with torch 2.13,
+    tests/data/kineto_sessions/make.py ``tail``)."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ()
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        return ()
+    steps: List[str] = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") in _NOT_ACTIVITY:
+            continue
+        name = e.get("name")
+        if not (isinstance(name, str) and _STEP_MARKER.match(name)):
+            return ()
+        steps.append(name)
+    return tuple(steps)
+
+
+def cut_short_reason(path: str, steps: Tuple[str, ...], fate: str = "left out") -> str:
+    """The one line said of a Kineto file that holds step markers only (:func:`markers_only`):
+    ``fate`` (what becomes of it: left out of the sessions, :func:`split_sessions`),
+    what it is, why PyTorch wrote it, and the fix."""
+    shown = ", ".join(steps[:3]) + (", ..." if len(steps) > 3 else "")
+    return (f"{path}: {fate}: holds {shown} and no activity (a profiling cycle cut short: "
+            "torch.profiler.schedule without repeat= starts its cycle again until the loop ends, "
+            "and the profiler saves the unfinished one at exit); pass schedule(..., repeat=1) to "
+            "record one cycle")
+
+
+def without_cut_short(paths: List[str], facts=None, size_of=None, problems: Optional[List[str]] = None,
+                      given: bool = False) -> List[str]:
+    """``paths`` less the Kineto files that hold ``ProfilerStep#N`` markers and no activity
+    (:func:`markers_only`: the unfinished cycle ``schedule()`` without ``repeat=`` leaves at
+    exit), whose one-line reasons (:func:`cut_short_reason`) go to ``problems`` when given.
+    Only files under :data:`FACTS_HEAD_BYTES` are looked at (``size_of(path)``: bytes, None when
+    unknown; default ``os.stat``), so a listing reads no large file; their facts come from
+    ``facts`` (default :func:`cached_file_facts`). ``given``: the one file the user named."""
+    kept = []
+    for p in paths:
+        size = (size_of or _local_size)(p)
+        steps = (facts or cached_file_facts)(p).markers_only if isinstance(size, int) and size < FACTS_HEAD_BYTES else ()
+        if not steps:
+            kept.append(p)
+        elif problems is not None:
+            problems.append(cut_short_reason(p, steps, fate="nothing to analyse" if given else "left out"))
+    return kept
+
+
+def _local_size(path: str) -> Optional[int]:
+    try:
+        return os.stat(path).st_size
+    except (OSError, ValueError):
+        return None
 
 
 #: Facts of files already read, by path and what tells a changed file (:func:`cached_file_facts`):
@@ -249,3 +329,17 @@ def kineto_groups(paths: List[str], facts=None) -> List[List[str]]:
         else:
             groups.append([i])
     return [[files[i] for i in sorted(g)] for g in groups]
+
+
+def split_sessions(paths: List[str], label: str, facts=None, problems: Optional[List[str]] = None,
+                   size_of: Optional[Callable[[str], Optional[int]]] = None,
+                   given: bool = False) -> List[Tuple[str, List[str]]]:
+    """A folder's Kineto files (``paths``, in the order hosts are listed) as sessions, each
+    ``(name, files)``: :func:`kineto_groups`' split (``facts`` as it takes them) of the files
+    :func:`without_cut_short` keeps (``problems``, ``size_of``, ``given`` as it takes them).
+    A folder that holds one session of several files names it ``label`` (the folder's name);
+    every other session is named after its first file, less the suffix (``<worker>.<time>``,
+    the name the handler gave it), which tells one worker's cycles and re-runs apart and points
+    at the file."""
+    groups = kineto_groups(without_cut_short(paths, facts, size_of, problems, given), facts)
+    return [(label if len(groups) == 1 and len(files) > 1 else worker_name(files[0]), files) for files in groups]

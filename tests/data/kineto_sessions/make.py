@@ -1,7 +1,7 @@
 """Writes small real PyTorch profiler traces (torch.profiler, tensorboard_trace_handler) for
 the discovery tests: how a folder's Kineto files become sessions (tfbneck_plugin/logdir.py).
 
-    python make.py OUT [SCENARIO ...]     scenarios: rerun cycles ddp together (default: all)
+    python make.py OUT [SCENARIO ...]     scenarios: rerun cycles ddp together tail (default: all)
 
 Each scenario writes ``OUT/<scenario>/``:
 
@@ -12,6 +12,10 @@ Each scenario writes ``OUT/<scenario>/``:
             profiling two cycles: two sessions of two hosts each, paired by time.
   together  two processes profiling at the same time without a process group (no
             distributedInfo, overlapping windows): one session of two hosts.
+  tail      one process, ``schedule(wait=1, warmup=1, active=3)`` without ``repeat=`` (0: the
+            cycle starts again until the loop ends) and a loop two steps longer than the
+            cycle: the handler writes the cycle's trace, then at exit a second file holding
+            only a ``ProfilerStep#N`` marker, no activity: one session, and one file left out.
 
 A tiny model on the CPU, a few steps with a short sleep each (so that the windows of
 processes started together overlap): about 2 s per scenario on 2 cores, files of 20-60 kB.
@@ -25,7 +29,7 @@ import time
 STEP_SLEEP_S = 0.05
 
 
-def _train(logdir, repeat=1, gzip=False, barrier=None):
+def _train(logdir, repeat=1, gzip=False, barrier=None, tail=False):
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     torch.manual_seed(0)
@@ -35,10 +39,11 @@ def _train(logdir, repeat=1, gzip=False, barrier=None):
         model = torch.nn.parallel.DistributedDataParallel(model)
     if barrier is not None:
         barrier.wait()
-    sched = schedule(wait=0, warmup=1, active=3, repeat=repeat)
+    sched = (schedule(wait=1, warmup=1, active=3) if tail else
+             schedule(wait=0, warmup=1, active=3, repeat=repeat))
     with profile(activities=[ProfilerActivity.CPU], schedule=sched,
                  on_trace_ready=tensorboard_trace_handler(logdir, use_gzip=gzip)) as prof:
-        for _ in range(4 * repeat):
+        for _ in range(7 if tail else 4 * repeat):
             x = torch.randn(8, 16)
             opt.zero_grad()
             model(x).pow(2).mean().backward()
@@ -77,6 +82,8 @@ def main(out, scenarios):
                 subprocess.run([sys.executable, __file__, "--one", logdir], check=True)
         elif name == "cycles":
             _train(logdir, repeat=2)
+        elif name == "tail":
+            _train(logdir, gzip=True, tail=True)
         elif name == "ddp":
             mp.spawn(_ddp_rank, args=(2, _free_port(), logdir), nprocs=2, join=True)
         elif name == "together":
@@ -97,4 +104,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--one":
         _train(sys.argv[2])
     else:
-        main(sys.argv[1], sys.argv[2:] or ["rerun", "cycles", "ddp", "together"])
+        main(sys.argv[1], sys.argv[2:] or ["rerun", "cycles", "ddp", "together", "tail"])
