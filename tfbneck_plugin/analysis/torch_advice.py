@@ -125,22 +125,49 @@ def _python(_f: Findings) -> List[Rec]:
                  "model = torch.compile(model, mode='reduce-overhead')")]
 
 
+#: Time per batch from the loader over time per batch on cached batches, from which the input
+#: limits the run (1.25) and under which it does not (1.1): the thresholds of
+#: ``tfbneck_plugin.measure_input_cost`` (capture/input_cost.py ``INPUT_LIMITED`` and
+#: ``MODEL_LIMITED``, the tutorial corpus's definitions, benchmarks/tutorial_corpus.py).
+INPUT_LIMITED_GAIN = 1.25
+MODEL_LIMITED_GAIN = 1.1
+#: Batches the snippet times on each side, after warm-up batches that start the workers and
+#: fill their prefetch queue (as ``measure_input_cost`` times 30 steps after 5).
+MEASURE_STEPS = 30
+MEASURE_WARMUP = 5
+
+
 def _measure_workers() -> Rec:
     """A CPU-only run whose DataLoader workers' work the trace cannot see
-    (:func:`.torch_host.shared_cores_verdict`): time the model on cached batches first."""
+    (:func:`.torch_host.shared_cores_verdict`): time the model on cached batches first.
+    The code runs as printed given the user's ``loader`` (at least
+    :data:`MEASURE_WARMUP` + :data:`MEASURE_STEPS` batches) and ``train_step(x, y)``
+    (tests/test_torch_snippets_tf.py runs it)."""
+    n, warm = MEASURE_STEPS, MEASURE_WARMUP
     return _rec("measure_input", "First measure whether the DataLoader's workers take the model's cores",
                 "The model computes on the CPU, and the DataLoader's worker processes load on the same cores, out of "
-                "this trace: their work can look like a slow model. Time the step on cached batches (the model "
-                "alone) against the loader: if cached batches are much faster, the input is the limit (fewer or "
-                "cheaper workers, lighter per-item work, or cache the preprocessed data), not the model.",
-                "import time, itertools\n"
-                "cached = list(itertools.islice(iter(loader), 20))   # batches made once\n"
-                "def per_step(batches):\n"
-                "    t0 = time.perf_counter()\n"
-                "    for x, y in batches:\n"
-                "        train_step(x, y)                            # your loop's step\n"
-                "    return (time.perf_counter() - t0) / len(batches)\n"
-                "print('loader', per_step(itertools.islice(iter(loader), 20)), 'cached', per_step(cached))")
+                "this trace: their work can look like a slow model. Time the step on the loader's batches against "
+                f"the same step on cached batches (the model alone), each after {warm} warm-up batches (the workers' "
+                f"start): loader time / cached time of {INPUT_LIMITED_GAIN}x or more says the input limits the run "
+                "(fewer or cheaper workers, lighter per-item work, or cache the preprocessed data); under "
+                f"{MODEL_LIMITED_GAIN}x the model does, and the verdict stands.",
+                "import itertools, time\n"
+                f"def per_step(batches, n={n}, warm={warm}):\n"
+                "    it = iter(batches)                  # a loader's iterator starts its workers\n"
+                "    for x, y in itertools.islice(it, warm):\n"
+                "        train_step(x, y)                # warm-up, not timed\n"
+                "    t0, k = time.perf_counter(), 0\n"
+                "    for x, y in itertools.islice(it, n):\n"
+                "        train_step(x, y)                # your loop's step\n"
+                "        k += 1\n"
+                "    return (time.perf_counter() - t0) / k\n"
+                f"cached = list(itertools.islice(iter(loader), {n + warm}))   # batches made once\n"
+                "real, alone = per_step(loader), per_step(cached)\n"
+                "gain = real / alone\n"
+                "print(f'loader {real * 1e3:.1f} ms/step, cached {alone * 1e3:.1f} ms/step: {gain:.2f}x:',\n"
+                f"      'the input limits the run' if gain >= {INPUT_LIMITED_GAIN} else\n"
+                f"      'the model limits it, not the input' if gain < {MODEL_LIMITED_GAIN} else\n"
+                "      'between the two: run it again')")
 
 
 def _compute(f: Findings) -> List[Rec]:
