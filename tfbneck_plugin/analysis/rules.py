@@ -200,6 +200,11 @@ def unrecorded(f: Findings) -> Optional[Verdict]:
         "device: the trace cannot say what limited it."])
 
 
+#: How :func:`model_compute`'s compute sentence ends: a verdict that holds its confidence down
+#: for a cost the trace cannot see rewords it (:func:`.torch_host.shared_cores_verdict`).
+DESIRED_STATE = "the model's math is the limit, which is the desired state."
+
+
 def model_compute(f: Findings) -> Verdict:
     """The last rule, always applies: the device (or the CPU doing the model math) is the limit,
     the healthy state; confident from ``DEVICE_BOUND_PCT`` of device compute on.
@@ -210,8 +215,7 @@ def model_compute(f: Findings) -> Verdict:
         ev.append(f"Input wait is {inp:.1f}%: moderate (between {INPUT_MODERATE_PCT:.0f}% and "
                   f"{INPUT_BOUND_PCT:.0f}%), not the limit.")
     word = device_word(f)
-    ev.append(f"{word[0].upper() + word[1:]} computes {comp:.1f}% of the step: the model's math is the limit, "
-              "which is the desired state.")
+    ev.append(f"{word[0].upper() + word[1:]} computes {comp:.1f}% of the step: {DESIRED_STATE}")
     conf = confidence(comp, DEVICE_BOUND_PCT) if comp >= DEVICE_BOUND_PCT else 0.5
     load = cpu_share.input_load(f)
     if load is not None and load.speedup >= cpu_share.INPUT_DOUBT_GAIN:

@@ -62,6 +62,7 @@ from . import steps as stepsmod
 from .findings import LoaderFacts
 from .host_analysis import HostAnalysis
 from .placement import Placement
+from .rules import DESIRED_STATE
 
 #: ``prof.step()``'s annotation (torch/profiler/profiler.py: ``"ProfilerStep#" + str(step_num)``).
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -300,7 +301,20 @@ def shared_cores_verdict(v, f):
             f"not in this trace (only the training process is profiled): part of the model's time may be the "
             f"workers' loading, so the confidence is at most {SHARED_CORES_MAX_CONFIDENCE}. Feeding the model "
             f"cached batches for a few steps, or system metrics (tfbneck watch --pid), would tell.")
-    return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
+    return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE,
+                               evidence=[_measured_only(e) for e in v.evidence] + [note])
+
+
+def _measured_only(sentence):
+    """The compute sentence of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`)
+    said as what is measured, for a verdict held down by :func:`shared_cores_verdict`: the
+    training process's ops, the workers' share of the same cores unknown, so not "the desired
+    state". Any other sentence (and its kind: :class:`.evidence.Inferred`...) as it is."""
+    if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
+        return sentence
+    return type(sentence)(sentence[:-len(DESIRED_STATE)] + "the training process's own ops, as the trace measures "
+                          "them; how much of these cores the DataLoader's workers take is not in the trace, so "
+                          "whether the model's math is the limit is not known.")
 
 
 #: The most confidence a model_compute verdict keeps on a CPU-only PyTorch run without system
