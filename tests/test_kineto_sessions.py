@@ -242,6 +242,41 @@ def test_fleet_compare_and_the_api_take_the_cycle_with_a_verdict(tmp_path):
     assert any("repeat=1" in p for p in r.problems)
 
 
+# ---- a trace saved by prof.export_chrome_trace, named as PATH -------------------------------------
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_a_trace_saved_by_export_chrome_trace_is_read_when_named(tmp_path, name):
+    """make.py ``export``: prof.export_chrome_trace("trace.json"), the handler's JSON under the
+    script's own name. Named as PATH it is one PyTorch session; a folder is still searched by
+    the .pt.trace.json suffix only."""
+    data = open(os.path.join(MADE, "export", "trace.json.gz"), "rb").read()
+    (tmp_path / name).write_bytes(data if name.endswith(".gz") else gzip.decompress(data))
+    [s] = find_sessions(str(tmp_path / name)).sessions
+    assert (s.name, s.files) == ("trace", [str(tmp_path / name)])
+    reports, _ = batch.analyze_paths([str(tmp_path / name)], use_cache=False, progress=False)
+    [r] = reports
+    assert r["status"] == "ok" and r["framework"] == "pytorch" and r["steps"]["count"] >= 2, r.get("error")
+    assert find_sessions(str(tmp_path)).sessions == []
+
+
+def test_other_json_named_as_path_is_the_same_one_line_error(tmp_path):
+    from tfbneck_plugin.logdir import DiscoveryError
+    for name, text in (("chrome.json", '{"traceEvents": [], "displayTimeUnit": "ms"}'),  # no kineto key
+                       ("list.json", '[{"ph": "X"}]'), ("notes.json", '{"schemaVersion": 1}')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DiscoveryError, match=r"neither an \.xplane\.pb trace file, a PyTorch profiler trace"):
+            find_sessions(str(tmp_path / name))
+
+
+def test_the_empty_folder_error_and_the_api_help_name_pytorch_traces(tmp_path):
+    import tfbneck_plugin
+    from tfbneck_plugin.logdir import DiscoveryError
+    with pytest.raises(DiscoveryError) as err:
+        batch.analyze_paths([str(tmp_path)])
+    assert "*.pt.trace.json[.gz]" in str(err.value) and "*.xplane.pb" in str(err.value)
+    assert ".pt.trace.json[.gz]" in tfbneck_plugin.analyze.__doc__ and "export_chrome_trace" in tfbneck_plugin.analyze.__doc__
+
+
 # ---- made here with torch ------------------------------------------------------------------------
 
 @pytest.mark.tf

@@ -150,8 +150,11 @@ def analyze(path_or_paths: Union[PathLike, Iterable[PathLike]], jobs: int = 1) -
     silently (no progress bar: in a notebook one on stderr shows as an error block).
 
     Args:
-      path_or_paths: a logdir (searched at any depth for ``<run>/plugins/profile/<session>/``),
-        a session folder or one ``.xplane.pb`` file; or a list of those. fsspec URLs
+      path_or_paths: a logdir (searched at any depth for TensorFlow's and JAX's
+        ``<run>/plugins/profile/<session>/*.xplane.pb`` and PyTorch's ``<run>/*.pt.trace.json[.gz]``,
+        any folder holding those being a run), a session folder, or one trace file (``.xplane.pb``,
+        ``.pt.trace.json[.gz]``, or a PyTorch trace saved under another ``.json[.gz]`` name by
+        ``prof.export_chrome_trace``); or a list of those. fsspec URLs
         (``gs://``, ``s3://``...) work as in the CLI (``pip install '.[remote]' in the tfbneck clone``).
       jobs: sessions analysed in parallel processes (0 = one per CPU core; default 1).
     Returns:

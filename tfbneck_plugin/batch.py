@@ -31,7 +31,8 @@ from .schema import SessionDict
 #: Show a progress bar on stderr from this many sessions on.
 PROGRESS_FROM = 4
 #: Where sessions are looked for, as the messages say it.
-SESSION_LAYOUT = "<run>/plugins/profile/<session>/*.xplane.pb, or a system record from tfbneck watch --output"
+SESSION_LAYOUT = ("<run>/plugins/profile/<session>/*.xplane.pb, PyTorch's <run>/*.pt.trace.json[.gz], "
+                  "or a system record from tfbneck watch --output")
 
 
 def no_session_message(paths: Sequence[str]) -> str:

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .trace.kineto import KINETO_SUFFIXES
+from .trace.kineto import KINETO_SUFFIXES, is_kineto_file, looks_like_kineto
 from .trace.kineto_files import name_parts, remote_facts, split_sessions
 from .records import SIDECAR_NAME, SKIPPED_NAME, STAGING_DIR, STEP_TIMES_DIR, SYSTEM_RUN_FORMAT, read_skip_record
 from .errors import TfbneckError
@@ -343,8 +343,8 @@ def session_identity(s: Session) -> Tuple[str, ...]:
 
 
 def is_kineto_session(s: Session) -> bool:
-    """Whether ``s`` is PyTorch profiler traces (its files ``*.pt.trace.json[.gz]``)."""
-    return bool(s.files) and all(f.endswith(KINETO_SUFFIXES) for f in s.files)
+    """Whether ``s`` is PyTorch profiler traces (:func:`.trace.kineto.is_kineto_file`)."""
+    return bool(s.files) and all(is_kineto_file(f) for f in s.files)
 
 
 def kineto_session_time(s: Session) -> Optional[float]:
@@ -367,7 +367,7 @@ def _file_session(path: str) -> Session:
             raise DiscoveryError(f"{path}: cannot read ({err.strerror or err})") from None
         if head == SYSTEM_RECORD_HEAD:
             return _system_session(path, folder_label(os.path.dirname(os.path.abspath(path))))
-    if path.endswith(KINETO_SUFFIXES):
+    if path.endswith(KINETO_SUFFIXES) or looks_like_kineto(path):  # a PyTorch trace saved by export_chrome_trace too
         folder = os.path.dirname(os.path.abspath(path))
         return kineto_sessions(folder, folder_label(folder), [os.path.basename(path)], given=True)[0]
     if not path.endswith(XPLANE_SUFFIXES):

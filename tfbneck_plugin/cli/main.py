@@ -60,9 +60,10 @@ def _add_analyze_parser(sub) -> None:
     from ..render import op_table
     from ..render.report import RENDERERS
     a = sub.add_parser("analyze", help="diagnose the profiling sessions under one or more logdirs",
-                       description="Find profiling sessions (<run>/plugins/profile/<session>/*.xplane.pb) under "
-                                   "each PATH and diagnose each one.")
-    a.add_argument("paths", nargs="+", metavar="PATH", help="a logdir, a session folder or one .xplane.pb file")
+                       description="Find profiling sessions (<run>/plugins/profile/<session>/*.xplane.pb, "
+                                   "PyTorch's <run>/*.pt.trace.json[.gz]) under each PATH and diagnose each one.")
+    a.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a logdir, a session folder or one trace file (.xplane.pb, .pt.trace.json[.gz], a PyTorch .json)")
     a.add_argument("--format", choices=sorted(RENDERERS), default="table", help="output format (default: table)")
     a.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of standard output")
     a.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
@@ -105,7 +106,8 @@ def _add_fleet_parser(sub) -> None:
                                    "and runs per verdict, runs ranked by recoverable time with the fix that recovers "
                                    "it, groups, and a trend over the sessions' dates. Reports come from the report "
                                    "cache when the traces did not change.")
-    f.add_argument("paths", nargs="+", metavar="PATH", help="a logdir, a session folder or one .xplane.pb file")
+    f.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a logdir, a session folder or one trace file (.xplane.pb, .pt.trace.json[.gz], a PyTorch .json)")
     f.add_argument("--group-by", metavar="REGEX",
                    help="group runs by the first capture group of REGEX searched in the run name, e.g. 'exp-(\\w+)-'")
     f.add_argument("--group-level", type=int, default=1, metavar="N",
@@ -177,7 +179,8 @@ def _add_compare_parser(sub) -> None:
                                    "separate the code from run-to-run noise or machine load), the breakdown per "
                                    "category, the verdicts, and the baseline's predicted "
                                    "gain of the change against the measured one.")
-    c.add_argument("baseline", metavar="BASELINE", help="a logdir, run folder, session folder or .xplane.pb file")
+    c.add_argument("baseline", metavar="BASELINE", help="a logdir, run folder, session folder or trace file (.xplane.pb, "
+                   ".pt.trace.json[.gz], a PyTorch .json)")
     c.add_argument("candidate", metavar="CANDIDATE", help="the same for the run after the change")
     c.add_argument("--format", choices=sorted(COMPARE_RENDERERS), default="table", help="output format (default: table)")
     c.add_argument("--output", "-o", metavar="FILE", help="write the comparison to FILE instead of standard output")

@@ -37,8 +37,11 @@ Errors: every failure raises :class:`.xspace.TraceReadError`, one line naming th
 """
 from __future__ import annotations
 
+import gzip
 import os
 import re
+import stat
+import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
@@ -72,16 +75,56 @@ _DIGITS = re.compile(r"-?\d+")
 ORIGIN_PERIOD_US = 30 * 86400 * 1_000_000
 
 
+#: Names a Kineto trace takes when the script saves it itself (``prof.export_chrome_trace("trace.json")``
+#: writes the same JSON as the handler, torch/profiler/profiler.py): such a file is read as one
+#: when the user names it and its start says so (:func:`looks_like_kineto`). A logdir is searched
+#: by :data:`KINETO_SUFFIXES` only, so a folder's other ``.json`` files are never read as traces.
+EXPORTED_SUFFIXES = (".json", ".json.gz")
+#: Bytes of a named ``.json`` file :func:`looks_like_kineto` reads: the top-level keys kineto
+#: writes before ``traceEvents`` (``schemaVersion``, ``deviceProperties``: about 1 kB per GPU,
+#: ``distributedInfo``) fit (our bound).
+SNIFF_BYTES = 64 * 1024
+#: Top-level keys of kineto's JSON (libkineto/src/output_json.cpp) beside ``traceEvents``; one of
+#: them tells its trace from another Chrome trace (TensorFlow's ``*.trace.json.gz`` has neither).
+_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+
+
 def is_kineto_file(name: str) -> bool:
-    """Whether a file name is a Kineto trace's (``*.pt.trace.json`` or ``*.pt.trace.json.gz``)."""
-    return str(name).endswith(KINETO_SUFFIXES)
+    """Whether a session's trace file is a Kineto trace, by its name: ``*.pt.trace.json[.gz]``,
+    or a ``.json[.gz]`` named as PATH that :func:`looks_like_kineto` accepted (a session's other
+    files are ``.xplane.pb``)."""
+    return str(name).endswith(KINETO_SUFFIXES + EXPORTED_SUFFIXES)
+
+
+def looks_like_kineto(path: str) -> bool:
+    """Whether the local file ``path``, named ``.json`` or ``.json.gz``, begins as a Kineto trace:
+    a JSON object whose first :data:`SNIFF_BYTES` (inflated for ``.gz``) name ``traceEvents`` and
+    one of :data:`_KINETO_KEYS`. False for other names, files that are not regular (a FIFO would
+    block) and files that cannot be read; never raises."""
+    path = str(path)
+    if not path.endswith(EXPORTED_SUFFIXES):
+        return False
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as raw:
+            if path.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw) as f:
+                    head = f.read(SNIFF_BYTES)
+            else:
+                head = raw.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error, ValueError):
+        return False
+    head = head.lstrip()
+    return head.startswith(b"{") and b'"traceEvents"' in head and any(k in head for k in _KINETO_KEYS)
 
 
 def worker_name(filename: str) -> str:
     """``host_123.1700000000000.pt.trace.json.gz`` -> ``host_123.1700000000000``: the file's
-    name less the Kineto suffix (the handler's ``<worker>.<time>``)."""
+    name less the Kineto suffix (the handler's ``<worker>.<time>``); a trace saved as
+    ``trace.json[.gz]`` (:data:`EXPORTED_SUFFIXES`) -> ``trace``."""
     base = os.path.basename(str(filename))
-    for suffix in sorted(KINETO_SUFFIXES, key=len, reverse=True):
+    for suffix in sorted(KINETO_SUFFIXES, key=len, reverse=True) + sorted(EXPORTED_SUFFIXES, key=len, reverse=True):
         if base.endswith(suffix):
             return base[: -len(suffix)]
     return base

@@ -1,7 +1,7 @@
 """Writes small real PyTorch profiler traces (torch.profiler, tensorboard_trace_handler) for
 the discovery tests: how a folder's Kineto files become sessions (tfbneck_plugin/logdir.py).
 
-    python make.py OUT [SCENARIO ...]     scenarios: rerun cycles ddp together tail (default: all)
+    python make.py OUT [SCENARIO ...]     scenarios: rerun cycles ddp together tail export (default: all)
 
 Each scenario writes ``OUT/<scenario>/``:
 
@@ -16,6 +16,9 @@ Each scenario writes ``OUT/<scenario>/``:
             cycle starts again until the loop ends) and a loop two steps longer than the
             cycle: the handler writes the cycle's trace, then at exit a second file holding
             only a ``ProfilerStep#N`` marker, no activity: one session, and one file left out.
+  export    one process, one cycle of three steps saved by ``prof.export_chrome_trace`` (in
+            ``on_trace_ready``) under a name of the script's (``trace.json``, kept gzipped as
+            ``trace.json.gz``).
 
 A tiny model on the CPU, a few steps with a short sleep each (so that the windows of
 processes started together overlap): about 2 s per scenario on 2 cores, files of 20-60 kB.
@@ -52,6 +55,28 @@ def _train(logdir, repeat=1, gzip=False, barrier=None, tail=False):
             prof.step()
 
 
+def _export(logdir):
+    import gzip
+    import shutil
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    path = os.path.join(logdir, "trace.json")
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            opt.step()
+            time.sleep(STEP_SLEEP_S)
+            prof.step()
+    with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(path)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,6 +109,8 @@ def main(out, scenarios):
             _train(logdir, repeat=2)
         elif name == "tail":
             _train(logdir, gzip=True, tail=True)
+        elif name == "export":
+            _export(logdir)
         elif name == "ddp":
             mp.spawn(_ddp_rank, args=(2, _free_port(), logdir), nprocs=2, join=True)
         elif name == "together":
@@ -104,4 +131,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--one":
         _train(sys.argv[2])
     else:
-        main(sys.argv[1], sys.argv[2:] or ["rerun", "cycles", "ddp", "together", "tail"])
+        main(sys.argv[1], sys.argv[2:] or ["rerun", "cycles", "ddp", "together", "tail", "export"])
