@@ -157,6 +157,25 @@ def test_fleet_counts_each_run_folder(tmp_path):
     assert sorted(g["group"] for g in fleet["groups"]) == ["cycles", "ddp", "rerun", "together"]
 
 
+def test_fleet_names_cpu_compute_as_analyze_does(tmp_path):
+    """CPU-only runs: the fleet's compute category is "Model compute on the CPU", as each
+    report names it; runs of several device kinds keep "Device compute"."""
+    from tfbneck_plugin.api import Fleet
+    from tfbneck_plugin.fleet_view.render import to_markdown, to_table
+    from tfbneck_plugin.fleet_view.report import build, collect
+    from tfbneck_plugin.notebook.fleet import fleet_html
+    logs = _logdir(tmp_path, "rerun", "cycles")
+    items, contexts, problems = collect([str(logs)], use_cache=False)
+    fleet = build(items, contexts, problems=problems)
+    assert fleet["device_kind"] == "CPU"
+    assert fleet["category_labels"]["device_compute"] == "Model compute on the CPU"
+    for text in (to_table(fleet), to_markdown(fleet), fleet_html(Fleet(fleet))):
+        assert "Model compute on the CPU" in text and "Device compute" not in text
+    items[0] = dict(items[0], device_kind="GPU")
+    mixed = build(items, contexts, problems=problems)
+    assert mixed["device_kind"] is None and "Device compute" in to_table(mixed)
+
+
 def test_compare_takes_the_latest_cycle(tmp_path):
     from tfbneck_plugin.comparison.compare import compare
     logs = _logdir(tmp_path, "rerun", "cycles")

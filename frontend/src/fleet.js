@@ -18,11 +18,13 @@ export function fmtDuration(ms) {
   return `${(ms / 3600000).toFixed(2)} h`;
 }
 
-function groupChart(groups) {
+/** `f`: the fleet report, whose `category_labels` name the categories as `tfbneck analyze` does
+ * for its one device kind ("Model compute on the CPU"). */
+function groupChart(groups, f) {
   const canvas = h("canvas", { class: "tfb-fleet-groups-canvas", "aria-label": "Time by category per group" });
   const labels = groups.map((g) => g.group);
   const datasets = CATEGORIES.map((c) => ({
-    label: categoryLabel(c), backgroundColor: CATEGORY_COLORS[c], stack: "t",
+    label: categoryLabel(c, f), backgroundColor: CATEGORY_COLORS[c], stack: "t",
     data: groups.map((g) => Number((g.categories_pct || {})[c] || 0)),
   }));
   requestAnimationFrame(() => makeChart(canvas, {
@@ -40,11 +42,11 @@ function groupChart(groups) {
   return h("div", { class: "tfb-chart tfb-fleet-groups", style: { height: `${Math.min(600, 80 + 28 * groups.length)}px` } }, canvas);
 }
 
-function trendChart(days) {
+function trendChart(days, f) {
   const canvas = h("canvas", { class: "tfb-fleet-trend-canvas", "aria-label": "Category shares per day" });
   const dated = days.filter((d) => d.date !== "unknown");
   const datasets = CATEGORIES.map((c) => ({
-    label: categoryLabel(c), backgroundColor: CATEGORY_COLORS[c], borderColor: CATEGORY_COLORS[c], fill: true,
+    label: categoryLabel(c, f), backgroundColor: CATEGORY_COLORS[c], borderColor: CATEGORY_COLORS[c], fill: true,
     data: dated.map((d) => Number((d.categories_pct || {})[c] || 0)), pointRadius: 2, stack: "t",
   }));
   requestAnimationFrame(() => makeChart(canvas, {
@@ -148,7 +150,7 @@ export function fleetView(f, onOpen) {
       h("p", { class: "tfb-muted tfb-fleet-headline", text: headline(f) }),
       top && top.recoverable_ms > 0 ? h("p", { class: "tfb-fleet-top" }, "Fix first: ", h("strong", { text: runLabel(top.run) }),
         ` — ${top.fix_title || top.fix}${top.fix_worth ? ` (${top.fix_worth})` : ""}, ${fmtDuration(top.recoverable_ms)} to recover`) : null,
-      h("h3", { text: "Time by category per group" }), groupChart(f.groups || [])),
+      h("h3", { text: "Time by category per group" }), groupChart(f.groups || [], f)),
     h("section", { class: "tfb-card tfb-fleet-runs" },
       h("h2", { text: "Runs ranked by recoverable time" }),
       h("p", { class: "tfb-muted-small", text: "(time per batch now − the best fix's predicted time per batch) × the run's "
@@ -156,7 +158,7 @@ export function fleetView(f, onOpen) {
         + (top ? ` Top run: ${fmtMs(top.time_per_batch_ms, 2)} per batch now.` : "") }),
       runTable(f.runs || [], onOpen)),
     h("section", { class: "tfb-card tfb-fleet-trend-card" },
-      h("h2", { text: "Trend over the sessions' dates" }), trendChart(f.trend || [])),
+      h("h2", { text: "Trend over the sessions' dates" }), trendChart(f.trend || [], f)),
     (f.basis || []).map((p) => h("p", { class: "tfb-muted-small tfb-fleet-basis", text: p })),
     (f.problems || []).map((p) => h("p", { class: "tfb-problem", text: p })));
 }

@@ -9,7 +9,8 @@ import json
 from typing import Dict, List
 
 from ..analysis.breakdown import CATEGORIES
-from ..schema import bottleneck_label, category_label
+from ..schema import bottleneck_label
+from ..schema import category_label as schema_label
 
 #: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
 TOP_RUNS = 20
@@ -91,6 +92,8 @@ def _table(header: List[str], rows: List[List], md: bool) -> List[str]:
 
 def _sections(f: Dict, md: bool) -> List[str]:
     title = (lambda t: f"\n## {t}\n") if md else (lambda t: f"\n{t}")
+    labels = f.get("category_labels") or {}
+    category_label = lambda c: labels.get(c) or schema_label(c)  # noqa: E731 - as the fleet names it
     hours = f["accelerator_hours"]
     out = [title(f"Where the time goes (share of the profiled steps; accelerator-hours over the "
                  f"{hours['runs_with_length']} of {hours['runs']} runs whose length a trend file gives)")]

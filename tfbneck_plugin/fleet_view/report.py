@@ -34,6 +34,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 from ..version import __version__
 from ..analysis.breakdown import CATEGORIES
 from ..logdir import natural_key
+from ..schema import category_label
 from ..runs import RunContext, window_of
 
 #: Group of a run that ``group_by`` does not match.
@@ -216,7 +217,10 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
       "by_kind"}, "skipped_windows", "by_bottleneck", "runs_by_bottleneck", "by_cause":
       {"kind/cause": {"sessions", "runs"}}, "categories_ms", "categories_pct",
       "accelerator_hours": {"runs_with_length", "runs", "total", "by_category"}, "groups",
-      "trend", "runs", "basis", "problems"}``; ``runs`` ranked by ``recoverable_ms`` (ms),
+      "trend", "runs", "basis", "problems", "device_kind", "category_labels"}``: ``device_kind``
+      the one device kind of the analysed sessions (None when they differ or none has one),
+      ``category_labels`` each category's name for it (:func:`tfbneck_plugin.schema.category_label`,
+      as ``tfbneck analyze`` names it: "Model compute on the CPU" for CPU-only runs); ``runs`` ranked by ``recoverable_ms`` (ms),
       each with ``run``, ``path``, ``group``, ``bottleneck``, ``cause``, ``fix`` (the best
       fix's id), ``fix_title``, ``fix_worth`` (the session report's ``worth`` string),
       ``fix_basis`` (``predicted``, or ``bound``: a change with no
@@ -245,6 +249,9 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
            "skipped_windows": {"sessions": errors.get("skipped", 0),
                                "in_trend_files": sum(c.skipped_windows for c in contexts.values())}}
     out.update(_verdict_counts(items, runs))
+    kinds = {i.get("device_kind") for i in items if i.get("status") == "ok"}
+    device_kind = next(iter(kinds)) if len(kinds) == 1 else None  # several kinds: "Device compute"
+    out.update(device_kind=device_kind, category_labels={c: category_label(c, device_kind) for c in CATEGORIES})
     out.update(categories_ms=cats, categories_pct=_pct(cats), accelerator_hours=_hours(runs),
                groups=_groups(runs), trend=_trend(items), runs=runs, basis=_basis(runs), problems=list(problems))
     return out

@@ -36,10 +36,12 @@ def fleet_html(f: Dict) -> str:
             f"{f['skipped_windows']['in_trend_files']} in trend files. Accelerator-hours: "
             f"{hours['total']:.3f} over the {hours['runs_with_length']} of {hours['runs']} runs whose length "
             f"a trend file gives.</p>")
-    overall = (f"<h4>Where the time goes (share of the profiled steps)</h4>{total_bar_svg(f['categories_pct'], None)}"
-               f"{legend_html(f['categories_pct'], None)}")
+    kind = f.get("device_kind")  # the fleet's one device kind, if one: its compute named as analyze names it
+    overall = (f"<h4>Where the time goes (share of the profiled steps)</h4>{total_bar_svg(f['categories_pct'], kind)}"
+               f"{legend_html(f['categories_pct'], kind)}")
     groups = "".join(f"<tr><td><code>{_e(g['group'])}</code></td><td>{g['runs']}</td><td>{g['sessions']}</td>"
-                     f"<td>{mini_bar_svg(g['categories_pct'])}</td><td>{fmt_pct(g['categories_pct'].get('input'))}</td>"
+                     f"<td>{mini_bar_svg(g['categories_pct'], device_kind=kind)}</td>"
+                     f"<td>{fmt_pct(g['categories_pct'].get('input'))}</td>"
                      f"<td>{_e(fmt_duration(g['recoverable_ms']))}</td></tr>" for g in f["groups"])
     runs = "".join(_run_row(i, r) for i, r in enumerate(f["runs"][:TOP_RUNS], 1))
     more = len(f["runs"]) - TOP_RUNS

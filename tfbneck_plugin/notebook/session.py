@@ -272,15 +272,16 @@ def _tick_label(v: float) -> str:
     return f"{v:g}" if v < 1e5 else f"{v:.3g}"
 
 
-def mini_bar_svg(pct: Dict, width: int = 140, height: int = 12) -> str:
-    """A small 100 % bar of a session's breakdown, for the one-row-per-session table."""
+def mini_bar_svg(pct: Dict, width: int = 140, height: int = 12, device_kind: Optional[str] = None) -> str:
+    """A small 100 % bar of a session's breakdown, for the one-row-per-session table
+    (``device_kind``: for the label of ``device_compute``, :func:`category_label`)."""
     segs = _segments(pct)
     total = sum(v for _, v in segs) or 1.0
     rects, x = [], 0.0
     for c, v in segs:
         w = width * v / total
         rects.append(f'<rect x="{x:.2f}" width="{w:.2f}" height="{height}" fill="{CATEGORY_COLORS[c]}">'
-                     f'<title>{_e(category_label(c, None))}: {fmt_pct(v)}</title></rect>')
+                     f'<title>{_e(category_label(c, device_kind))}: {fmt_pct(v)}</title></rect>')
         x += w
     return (f'<svg class="tfb-chart tfb-mini-bar" xmlns="http://www.w3.org/2000/svg" width="{width}" '
             f'height="{height}" viewBox="0 0 {width} {height}">{"".join(rects)}</svg>')
