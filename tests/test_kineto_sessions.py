@@ -312,3 +312,26 @@ def test_traces_made_with_torch_here(tmp_path):
     assert len({name_parts(s.files[0])[0] for s in cycles}) == 1     # one worker, two files
     reports, _ = batch.analyze_paths([str(tmp_path)], use_cache=False, progress=False)
     assert len(reports) == 4 and all(r["status"] == "ok" and len(r["hosts"]) == 1 for r in reports)
+
+
+def test_compare_passes_over_a_later_tensorflow_window_without_a_verdict(tmp_path):
+    """A run whose newest window was skipped (BottleneckProfiler's tfbneck_skipped.json, no
+    trace): compare takes the latest window with a verdict, as fleet does, and says which it
+    passed over and why; it raised CompareError ('cannot be compared') on the skipped one."""
+    from support.paths import DEMO_LOGS
+    from tfbneck_plugin.comparison.compare import compare
+    runs = {}
+    for name in ("pair_map_parallel", "pair_map_prefetch"):
+        src = os.path.join(DEMO_LOGS, name)
+        if not os.path.isdir(src):
+            pytest.skip("demo_logs/ has no before/after pairs (python demo_logs/make_demo_logs.py)")
+        runs[name] = tmp_path / name
+        shutil.copytree(src, runs[name])
+    skipped = runs["pair_map_prefetch"] / "plugins" / "profile" / "2099_01_01_00_00_00"
+    skipped.mkdir()
+    (skipped / "tfbneck_skipped.json").write_text(json.dumps({"reason": "training ended before the window"}))
+    out = compare(str(runs["pair_map_parallel"]), str(runs["pair_map_prefetch"]), use_trend=False)
+    [c] = out["comparisons"]
+    assert c["candidate"]["session"] == "2026_11_30_12_20_39_steps6-10" and out["verdict"] != "error"
+    [note] = [n for n in out["notes"] if "compared the latest with a verdict" in n]
+    assert "2099_01_01_00_00_00, later, has none" in note and "training ended before the window" in note

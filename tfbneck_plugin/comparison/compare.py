@@ -37,7 +37,7 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from .ops import op_changes, text_lines as op_text_lines
 from ..trace.timeline import time_stats
 from ..errors import TfbneckError
 from ..schema import SessionDict
+
+if TYPE_CHECKING:
+    from ..logdir import Session
 
 #: Significance level of the test (the conventional 5 %; our choice).
 ALPHA = 0.05
@@ -321,19 +324,40 @@ def _sessions_per_run(path: str, side: str) -> Tuple[Dict[str, list], List[str]]
     for s in found.sessions:
         by_run.setdefault(s.run, []).append(s)
     notes = [f"{path}: {p}" for p in found.problems]
-    for run, sessions in by_run.items():
+    for sessions in by_run.values():
         sessions.sort(key=_oldest_first)
-        if len(sessions) > 1:
-            notes.append(f"{os.path.normpath(os.path.join(path, run))}: {len(sessions)} sessions; compared the latest, "
-                         f"{sessions[-1].name} (the others' step times are evidence)")
     if not by_run:
         raise CompareError(f"{side}: {no_session_message([path])}")
     return by_run, notes
 
 
+def latest_with_verdict(sessions: List["Session"], analyze) -> Tuple["Session", List["Session"]]:
+    """The session of a run to compare (``sessions`` oldest first; ``analyze``: ``Session ->
+    report``): the latest whose report has a verdict (``status`` ok), as fleet takes a run's
+    latest session with a report (:mod:`tfbneck_plugin.fleet_view.report`), so that a later
+    window that has none (a skipped or incomplete BottleneckProfiler window, a trace that
+    cannot be read) does not stand for the run; the latest when none has. Returns (that
+    session, the later ones passed over)."""
+    for k in range(len(sessions) - 1, -1, -1):
+        if (analyze(sessions[k]) or {}).get("status") == "ok":
+            return sessions[k], list(sessions[k + 1:])
+    return sessions[-1], []
+
+
+def _side_note(run_path: str, sessions: list, pick, passed: list, analyze) -> Optional[str]:
+    """The note saying which of a run's several sessions is compared (None for one session)."""
+    if len(sessions) < 2:
+        return None
+    note = (f"{run_path}: {len(sessions)} sessions; compared the latest{' with a verdict' if passed else ''}, "
+            f"{pick.name} (the others' step times are evidence)")
+    for s in passed:
+        note += f"; {s.name}, later, has none ({(analyze(s) or {}).get('error') or 'no report'})"
+    return note
+
+
 def _matched(baseline: str, candidate: str):
     """[(baseline sessions, candidate sessions)] and notes: one run each, else the runs of
-    the same name; each side's sessions oldest first (the latest is compared)."""
+    the same name; each side's sessions oldest first (:func:`latest_with_verdict` is compared)."""
     base, notes_b = _sessions_per_run(baseline, "the baseline")
     cand, notes_c = _sessions_per_run(candidate, "the candidate")
     if len(base) == 1 and len(cand) == 1:
@@ -382,8 +406,8 @@ def side_timings(run_sessions: list, compared, report: Dict, use_trend: bool = T
 def compare(baseline: str, candidate: str, change: Optional[str] = None, use_trend: bool = True) -> Dict:
     """Compare the sessions under two paths (logdirs, run folders, session folders, local or
     remote, as ``tfbneck analyze`` takes them): one session each, or the runs of the same
-    name (the latest session of each run, with the run's other windows and its step-time
-    trend as evidence: :mod:`.compare_evidence`).
+    name (the latest session of each run that has a verdict, :func:`latest_with_verdict`, with
+    the run's other windows and its step-time trend as evidence: :mod:`.compare_evidence`).
 
     Args:
       baseline, candidate: the paths.
@@ -405,11 +429,18 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
-        rb, rc = (dict(r) for r in reports_in_runs([b_sessions[-1], c_sessions[-1]]))  # with the jobs' clocks
+        picks = []
+        for path, sessions in ((baseline, b_sessions), (candidate, c_sessions)):
+            pick, passed = latest_with_verdict(sessions, analyze_one)
+            picks.append(pick)
+            note = _side_note(os.path.normpath(os.path.join(path, pick.run)), sessions, pick, passed, analyze_one)
+            notes.extend([note] if note else [])
+        b_pick, c_pick = picks
+        rb, rc = (dict(r) for r in reports_in_runs([b_pick, c_pick]))  # with the jobs' clocks
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
-            timings = (side_timings(b_sessions, b_sessions[-1], rb, use_trend, analyze=analyze_one),
-                       side_timings(c_sessions, c_sessions[-1], rc, use_trend, analyze=analyze_one))
+            timings = (side_timings(b_sessions, b_pick, rb, use_trend, analyze=analyze_one),
+                       side_timings(c_sessions, c_pick, rc, use_trend, analyze=analyze_one))
         comparisons.append(compare_reports(rb, rc, change, timings))
     top = decisive(comparisons)
     return {"baseline": baseline, "candidate": candidate, "change_pct": top["change_pct"], "p_value": top["p_value"],
