@@ -40,6 +40,8 @@ def test_a_compute_bound_cpu_trace_without_system_metrics_stays_under_0_7(tmp_pa
     assert r["breakdown_pct"]["device_compute"] >= 90.0
     assert r["confidence"] == pytest.approx(UNSEEN_LOAD_MAX_CONFIDENCE) and UNSEEN_LOAD_MAX_CONFIDENCE < 0.7
     assert any("torch.profiler records no system metrics" in e for e in r["evidence"])
+    assert not any("desired state" in e for e in r["evidence"])
+    assert any("unless other processes took the cores" in e for e in r["evidence"])
 
 
 def test_an_input_bound_cpu_trace_is_left_alone(tmp_path):

@@ -341,7 +341,18 @@ def unseen_load_verdict(v, f):
             f"metrics): on a busy machine the model's ops, spread over several threads, slow down far more than "
             f"the input's work, so the confidence is at most {UNSEEN_LOAD_MAX_CONFIDENCE}. Feeding the model "
             f"cached batches for a few steps, or system metrics during the run (tfbneck watch --pid), would tell.")
-    return dataclasses.replace(v, confidence=UNSEEN_LOAD_MAX_CONFIDENCE, evidence=list(v.evidence) + [note])
+    return dataclasses.replace(v, confidence=UNSEEN_LOAD_MAX_CONFIDENCE,
+                               evidence=[_unless_load(e) for e in v.evidence] + [note])
+
+
+def _unless_load(sentence):
+    """The compute sentence of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`)
+    with the doubt :func:`unseen_load_verdict` holds it down for; any other sentence (and its
+    kind) as it is."""
+    if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
+        return sentence
+    return type(sentence)(sentence[:-len(DESIRED_STATE)] + "the model's math is the limit in this trace, unless "
+                          "other processes took the cores, which the trace does not record.")
 
 
 def host_ids(view: TorchHostView) -> np.ndarray:
