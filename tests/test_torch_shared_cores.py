@@ -1,16 +1,18 @@
-"""The evidence of a verdict held down because the DataLoader's worker processes share the
-model's CPU cores out of the trace (tfbneck_plugin/analysis/torch_host.py: shared_cores_verdict):
-it says what is measured, not that the model's math is the limit. Traces written as Kineto writes
-them (the event spellings of tests/test_kineto.py), analysed by the real reader."""
+"""Verdicts on CPU-only PyTorch traces held down for what the trace cannot see
+(tfbneck_plugin/analysis/torch_host.py): the DataLoader's worker processes sharing the model's
+cores (shared_cores_verdict), other processes' load (unseen_load_verdict). Each says what is
+measured, not that the model's math is the limit. Traces written as Kineto writes them (the
+event spellings of tests/test_kineto.py), analysed by the real reader."""
 import json
 
 from tfbneck_plugin.analysis.rules import DESIRED_STATE
 from tfbneck_plugin.analysis.session import analyze_space
-from tfbneck_plugin.analysis.torch_host import SHARED_CORES_MAX_CONFIDENCE
+from tfbneck_plugin.analysis.torch_host import SHARED_CORES_MAX_CONFIDENCE, UNSEEN_LOAD_MAX_CONFIDENCE
 from tfbneck_plugin.trace.kineto import read_kineto
 
 PID = TID = 4242
 WORKERS = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _x(cat, name, ts, dur):
@@ -49,8 +51,22 @@ def test_held_down_for_the_workers_the_evidence_says_what_is_measured(tmp_path):
     assert any("worker processes run on the same CPU cores" in e for e in r["evidence"])
 
 
-def test_a_single_process_loader_keeps_the_sentence(tmp_path):
-    """Not held down for the workers (num_workers=0): the rules' sentence as it was."""
-    r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json",
-                                            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")))
-    assert r["cause"] == "model_compute" and _compute_sentence(r).endswith(DESIRED_STATE)
+def test_a_single_process_loader_is_held_down_for_the_unseen_load_only(tmp_path):
+    """num_workers=0: no workers to doubt, but no system metrics either: capped at
+    UNSEEN_LOAD_MAX_CONFIDENCE (under 0.7) with its own sentence, and the compute sentence
+    says the doubt instead of the desired state."""
+    r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", SINGLE)))
+    assert (r["device_kind"], r["bottleneck"], r["cause"]) == ("CPU", "device", "model_compute")
+    assert r["breakdown_pct"]["device_compute"] >= 90.0
+    assert r["confidence"] == UNSEEN_LOAD_MAX_CONFIDENCE < 0.7
+    assert not any("worker processes run on the same CPU cores" in e for e in r["evidence"])
+    assert any("torch.profiler records no system metrics" in e for e in r["evidence"])
+    first = _compute_sentence(r)
+    assert DESIRED_STATE not in first and first.endswith("unless other processes took the cores, which the trace "
+                                                         "does not record.")
+
+
+def test_an_input_bound_cpu_trace_is_left_alone(tmp_path):
+    r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", SINGLE, wait_us=7_000.0)))
+    assert r["cause"] == "input_preprocessing"
+    assert not any("torch.profiler records no system metrics" in e for e in r["evidence"])
