@@ -157,7 +157,24 @@ def profiler_steps(view: Optional[TorchHostView]) -> stepsmod.StepSearch:
     order = np.argsort(starts, kind="stable")
     steps = stepsmod.Steps(source="profiler_step", numbers=numbers[order], starts=starts[order], ends=ends[order],
                            graph_build_ps=np.zeros(len(idx), dtype=np.int64), training_line=li)
-    return stepsmod.StepSearch(steps, [], li)
+    return stepsmod.StepSearch(_without_a_cut_last_step(view, steps), [], li)
+
+
+def _without_a_cut_last_step(view: TorchHostView, steps: stepsmod.Steps) -> stepsmod.Steps:
+    """``steps`` less its last step where that step ran no op outside the DataLoader's fetch and
+    issued no work to a device (no runtime launch call):
+    ``prof.step()`` opened it, the loop fetched a batch and ended (or the profiler stopped)
+    before any training, and torch.profiler closed it at its stop, so it holds a fetch and
+    nothing recorded, not a training step. Counted in ``dropped_partial``. One step, or a last
+    step with any op (on any thread) outside the fetch, is kept."""
+    if steps.count < 2:
+        return steps
+    s, e = np.array([steps.starts[-1]]), np.array([steps.ends[-1]])
+    for work in (view.model_executor_intervals(), timeline.union(*view.launch_intervals())):
+        if timeline.overlap_per_window(work, s, e)[0] > 0:
+            return steps
+    return dataclasses.replace(steps, numbers=steps.numbers[:-1], starts=steps.starts[:-1], ends=steps.ends[:-1],
+                               graph_build_ps=steps.graph_build_ps[:-1], dropped_partial=steps.dropped_partial + 1)
 
 
 def _busiest_line(view: TorchHostView) -> Optional[int]:
