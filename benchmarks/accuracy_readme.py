@@ -1,5 +1,6 @@
 """README.md's accuracy section, rendered from the corpora's saved results (no runs, no TensorFlow),
-and the two PyTorch tables of docs/pytorch.md (between its ``realtraces`` and ``torch_corpus`` markers):
+the two PyTorch tables of docs/pytorch.md (between its ``realtraces`` and ``torch_corpus`` markers)
+and the XLA pairs' table of docs/accuracy.md (between its ``xla_pairs`` markers):
 
     python benchmarks/accuracy_readme.py            # rewrite the blocks between the markers
     python benchmarks/accuracy_readme.py --check    # exit 1 when a block differs
@@ -18,6 +19,9 @@ Sources, each made by its own benchmark (their docstrings say how, and which hal
   (``tests/test_torch_realtraces.py`` keeps the file what the analyzer gives now).
 - ``benchmarks/results/stability.json`` (``benchmarks/tutorial_corpus.py stability``), where
   present: the same tutorial-style scripts run again and again, the cause of each run.
+- ``benchmarks/results/xla_pairs.json`` (``benchmarks/xla_pairs.py runs``), where present: the
+  same model and input with XLA (``jit_compile``) off and on, on the CPU; a paragraph in the
+  README, every pair in ``docs/accuracy.md`` (between its ``xla_pairs`` markers).
 
 Nothing here is fitted: the numbers are the judged halves' as the benchmarks saved them.
 """
@@ -37,6 +41,7 @@ PAIRS = os.path.join(HERE, "pairs_corpus.json")
 TORCH = os.path.join(HERE, "results", "torch_corpus.json")
 TORCH_REAL = os.path.join(HERE, "results", "torch_realtraces.json")
 STABILITY = os.path.join(HERE, "results", "stability.json")
+XLA = os.path.join(HERE, "results", "xla_pairs.json")
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
 
@@ -165,6 +170,47 @@ def stability_lines(data: dict) -> list:
             f"gave their script's most common cause; the others: {'; '.join(flips) or 'none'}."]
 
 
+def _xla_pairs():
+    """benchmarks/xla_pairs.py as a module (stdlib only at import; its runs import TensorFlow)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import xla_pairs
+    return xla_pairs
+
+
+def xla_line(data: dict) -> str:
+    """One sentence of the XLA pairs: how many XLA made faster, slower (with the range of the
+    slowdowns, on / off), or left unclear (``xla_pairs.direction``), and the largest each way. Pairs whose on side
+    Keras did not compile with XLA are left out and counted as such."""
+    rows = [r for r in data["pairs"] if r["compiled"]]
+    faster = sorted((r for r in rows if r["direction"] == "faster"), key=lambda r: -r["speedup"])
+    slower = sorted((r for r in rows if r["direction"] == "slower"), key=lambda r: r["speedup"])
+    unclear = [r for r in rows if r["direction"] == "unclear"]
+    fits = sum(1 for r in rows if r["api"] == "fit")
+    apis = [f"{fits} with `model.compile`"] if fits else []
+    if len(rows) > fits:
+        apis.append(f"{len(rows) - fits} custom loop{'s' if len(rows) - fits > 1 else ''} with `tf.function`")
+    said = []
+    if faster:
+        said.append(f"faster in {len(faster)} (by up to {faster[0]['speedup']:.2f}x, {faster[0]['name']})")
+    if slower:
+        lo, hi = 1 / slower[-1]["speedup"], 1 / slower[0]["speedup"]
+        span = f"{hi:.2f}x" if len(slower) == 1 else f"from {lo:.2f}x to {hi:.2f}x"
+        said.append(f"slower in {len(slower)} ({span} the time per batch, {slower[0]['name']} the most)")
+    if unclear:
+        said.append(f"unclear in {len(unclear)} (fastest or median rounds within "
+                    f"{round((data['same_within'] - 1) * 100)} %, or on opposite sides)")
+    left = len(data["pairs"]) - len(rows)
+    cores = data["machine"]["cores"]
+    tf = ", ".join(data["tensorflow"])
+    return (f"**XLA switched on and off** (`benchmarks/xla_pairs.py`: {len(rows)} pairs on a {cores}-core CPU, "
+            f"TensorFlow {tf}, the same model and input with `jit_compile` off and on: {', '.join(apis)}; "
+            f"the fastest of {data['rounds']} interleaved rounds a side): XLA was " + ", ".join(said)
+            + (f"; {left} left out (Keras did not compile {'it' if left == 1 else 'them'} with XLA)" if left else "")
+            + " ([every pair](docs/accuracy.md#xla-switched-on-and-off)). No model predicts XLA's worth, so on a "
+              "CPU host its advice says to measure it.")
+
+
 def render() -> str:
     """The block between the markers."""
     parts = []
@@ -177,12 +223,16 @@ def render() -> str:
     lines = torch_lines(torch, real)
     if lines:
         parts.append("\n".join(lines))
-    missing = ([] if stability else ["the verdict's stability over repeats of one script"]) + [
-        "XLA (`jit_compile`) switched on and off across models"]
-    # the last paragraph: the fixes' worth, then (same paragraph, its own line) what no corpus has yet
+    xla = _load(XLA)
+    missing = ([] if stability else ["the verdict's stability over repeats of one script"]) + (
+        [] if xla else ["XLA (`jit_compile`) switched on and off across models"])
+    # the last paragraph: the fixes' worth, then (same paragraph, its own line) XLA's pairs and
+    # what no corpus has yet
     fixes = "\n".join(pairs_lines(pairs)) + "\n" if pairs else ""
-    parts.append(fixes + f"Not yet in a corpus: {'; '.join(missing)}. No model predicts XLA's worth, so on a CPU host its advice "
-                 "says to measure it (it slowed five of seven tutorial-style scripts, by 1.1x to 11x). Generated by "
+    said = xla_line(xla) + " " if xla else ""
+    if missing:
+        said += f"Not yet in a corpus: {'; '.join(missing)}. "
+    parts.append(fixes + said + "Generated by "
                  "`python benchmarks/accuracy_readme.py` from the files above; more, with the confidence's "
                  "calibration, the slowdown trigger on 75 real runs and what the callback costs: "
                  "[accuracy and performance](docs/accuracy.md).")
@@ -213,6 +263,30 @@ def pytorch_doc_blocks() -> dict:
         lines.append(f"- wrong at confidence >= 0.7: {', '.join(bad) or 'none'}")
         out["torch_corpus"] = "\n".join(lines) + "\n"
     return out
+
+
+#: The accuracy page, whose table of the XLA pairs is rendered here too.
+ACCURACY_DOC = os.path.join(REPO, "docs", "accuracy.md")
+
+
+def accuracy_doc_blocks() -> dict:
+    """``docs/accuracy.md``'s generated blocks, by marker name: every XLA pair (``xla_pairs``),
+    where ``benchmarks/results/xla_pairs.json`` is present."""
+    xla = _load(XLA)
+    if not xla:
+        return {}
+    m = xla["machine"]
+    where = (f"{m['cores']} cores of an {m['cpu']} ({m['os']}), TensorFlow {', '.join(xla['tensorflow'])}, "
+             f"load average {xla['loadavg'][0]:.1f}-{xla['loadavg'][1]:.1f}")
+    how = (f"{xla['rounds']} rounds a side of {xla['steps_per_round']} batches, the first {xla['skipped_steps']} "
+           f"not timed, after a warm-up of {xla['warmup_steps']}; bold: faster or slower, the fastest and the "
+           f"median rounds both beyond {round((xla['same_within'] - 1) * 100)} % the same way")
+    said = xla_line(xla).replace(" ([every pair](docs/accuracy.md#xla-switched-on-and-off))", "")
+    return {"xla_pairs": f"{where}; {how}.\n\n" + _xla_pairs().table(xla) + "\n\n" + said + "\n"}
+
+
+#: Each page with generated blocks besides the README, and the function that renders them.
+DOC_BLOCKS = ((PYTORCH_DOC, pytorch_doc_blocks), (ACCURACY_DOC, accuracy_doc_blocks))
 
 
 def _markers(name: str):
@@ -247,25 +321,28 @@ def stale() -> list:
     """The generated blocks that differ from what the files give: ``README.md`` and
     ``docs/pytorch.md#NAME`` for each (empty when all are current)."""
     out = [] if readme_block() == render() else ["README.md"]
-    for name, body in pytorch_doc_blocks().items():
-        if block_of(PYTORCH_DOC, *_markers(name)) != body:
-            out.append(f"docs/pytorch.md#{name}")
+    for path, blocks in DOC_BLOCKS:
+        for name, body in blocks().items():
+            if block_of(path, *_markers(name)) != body:
+                out.append(f"{os.path.relpath(path, REPO)}#{name}")
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true",
-                    help="exit 1 when README.md's block or docs/pytorch.md's are not what the files give")
+                    help="exit 1 when README.md's block or docs/pytorch.md's or docs/accuracy.md's are not what "
+                         "the files give")
     a = ap.parse_args(argv)
     if a.check:
         late = stale()
-        print("README.md's accuracy block and docs/pytorch.md's tables are current" if not late else
+        print("README.md's accuracy block and the docs' generated tables are current" if not late else
               f"{', '.join(late)} differ: run python benchmarks/accuracy_readme.py")
         return 1 if late else 0
     write_readme()
-    for name, body in pytorch_doc_blocks().items():
-        write_block(PYTORCH_DOC, body, *_markers(name))
+    for path, blocks in DOC_BLOCKS:
+        for name, body in blocks().items():
+            write_block(path, body, *_markers(name))
     print(render())
     return 0
 
