@@ -40,6 +40,10 @@ def _reference(path):
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
                    if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation")
+    # A last step with no event inside is no training step (the profiler stopped in it): left out.
+    if len(steps) >= 2 and not any(steps[-1][0] <= e["ts"] < steps[-1][1] for e in events
+                                   if not e["name"].startswith("ProfilerStep#")):
+        steps = steps[:-1]
 
     def inside(t):
         return any(a <= t < b for a, b in steps)
