@@ -10,6 +10,7 @@ from tfbneck_plugin.analysis.session import analyze_session
 from tfbneck_plugin.cli.main import main as cli_main
 from tfbneck_plugin.logdir import DiscoveryError
 from support.paths import DATA, DEMO_LOGS, ROOT
+from support.run_dirs import run_with_two_windows
 
 
 def test_overlapping_paths_name_each_session_once():
@@ -49,26 +50,6 @@ def test_parallel_analysis_gives_the_same_reports():
     assert batch.analyze_many(sessions[:3], jobs=2) == batch.analyze_many(sessions[:3], jobs=1)
 
 
-def _run_with_two_windows(root) -> str:
-    """A copy of the shipped cpu_bound_input run with a second, later session of the same
-    trace, and a slow stretch its trend file records as not captured."""
-    import shutil
-    run = os.path.join(str(root), "cpu_bound_input")
-    shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), run)
-    profile = os.path.join(run, "plugins", "profile")
-    (first,) = os.listdir(profile)
-    shutil.copytree(os.path.join(profile, first), os.path.join(profile, "2026_11_30_12_25_00_steps40-44"))
-    (trend,) = [os.path.join(run, "plugins", "bottleneck", n) for n in os.listdir(os.path.join(run, "plugins",
-                                                                                                  "bottleneck"))]
-    with open(trend) as f:
-        t = json.load(f)
-    t["trigger_state"] = {"log": [{"first_step": 20, "last_step": 31, "baseline_p50_ms": 12.0,
-                                   "observed_p50_ms": 30.0, "outcome": "not captured: max_captures reached"}]}
-    with open(trend, "w") as f:
-        json.dump(t, f)
-    return run
-
-
 def test_reports_in_runs_writes_each_runs_facts_on_new_dicts(tmp_path, monkeypatch):
     """The driver's finished reports: the trace's report with what the run's trend files say
     (session time, the window that recorded it), the slow stretch not captured said once, on
@@ -76,7 +57,7 @@ def test_reports_in_runs_writes_each_runs_facts_on_new_dicts(tmp_path, monkeypat
     cache's) left as they were."""
     import copy
     from tfbneck_plugin import runs
-    sessions, _ = batch.discover([_run_with_two_windows(tmp_path)])
+    sessions, _ = batch.discover([run_with_two_windows(tmp_path)])
     older, newer = sorted(sessions, key=lambda s: s.name)
     given = {s.name: batch.analyze_uncached(s) for s in sessions}
     before = copy.deepcopy(given)
@@ -163,7 +144,7 @@ def test_run_mates_are_the_sessions_that_decide_a_shown_sessions_report(tmp_path
     session and its run's newer sessions when the run's trend files record a slow stretch not
     profiled (the one fact another session decides): its finished report is then the one the
     whole logdir's run gives it. Without such a stretch, the session alone."""
-    sessions, _ = batch.discover([_run_with_two_windows(tmp_path / "a")])
+    sessions, _ = batch.discover([run_with_two_windows(tmp_path / "a")])
     older, newer = sorted(sessions, key=lambda s: s.name)
     assert batch.run_mates([older], sessions) == [older, newer]
     assert batch.run_mates([newer], sessions) == [newer]

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from conftest import DEMO_LOGS, tfbneck_cmd
+from support.run_dirs import run_with_two_windows
 
 pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip install '.[beam]' in the tfbneck clone)")
 
@@ -95,19 +96,8 @@ def test_beam_unreachable_store_fails_fast(tmp_path):
 def _fleet_with_a_slow_stretch(root):
     """Two runs: the demo's cpu_bound_input with a second, later session of the same trace
     and a slow stretch its trend file records as not captured, and compute_bound as shipped."""
-    for run in ("cpu_bound_input", "compute_bound"):
-        shutil.copytree(os.path.join(DEMO_LOGS, run), os.path.join(root, run))
-    profile = os.path.join(root, "cpu_bound_input", "plugins", "profile")
-    (first,) = os.listdir(profile)
-    shutil.copytree(os.path.join(profile, first), os.path.join(profile, "2026_11_30_12_25_00_steps40-44"))
-    folder = os.path.join(root, "cpu_bound_input", "plugins", "bottleneck")
-    (trend,) = [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("steptimes_")]
-    with open(trend) as f:
-        t = json.load(f)
-    t["trigger_state"] = {"log": [{"first_step": 20, "last_step": 31, "baseline_p50_ms": 12.0,
-                                   "observed_p50_ms": 30.0, "outcome": "not captured: max_captures reached"}]}
-    with open(trend, "w") as f:
-        json.dump(t, f)
+    run_with_two_windows(root)
+    shutil.copytree(os.path.join(DEMO_LOGS, "compute_bound"), os.path.join(root, "compute_bound"))
 
 
 def test_beam_says_a_runs_slow_stretch_once_as_the_local_run(tmp_path):

@@ -318,20 +318,22 @@ def shared_cores_verdict(v, f):
             f"not in this trace (only the training process is profiled): part of the model's time may be the "
             f"workers' loading, so the confidence is at most {SHARED_CORES_MAX_CONFIDENCE}. Feeding the model "
             f"cached batches for a few steps, or system metrics (tfbneck watch --pid), would tell.")
-    return dataclasses.replace(v, confidence=SHARED_CORES_MAX_CONFIDENCE,
-                               evidence=[_measured_only(e) for e in v.evidence] + [note])
+    return _held_down(v, SHARED_CORES_MAX_CONFIDENCE, note,
+                      "the training process's own ops, as the trace measures them; how much of these cores the "
+                      "DataLoader's workers take is not in the trace, so whether the model's math is the limit is "
+                      "not known.")
 
 
-def _measured_only(sentence):
-    """The compute sentence of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`)
-    said as what is measured, for a verdict held down by :func:`shared_cores_verdict`: the
-    training process's ops, the workers' share of the same cores unknown, so not "the desired
-    state". Any other sentence (and its kind: :class:`.evidence.Inferred`...) as it is."""
-    if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
-        return sentence
-    return type(sentence)(sentence[:-len(DESIRED_STATE)] + "the training process's own ops, as the trace measures "
-                          "them; how much of these cores the DataLoader's workers take is not in the trace, so "
-                          "whether the model's math is the limit is not known.")
+def _held_down(v, cap: float, note: str, doubt: str):
+    """``v`` at confidence ``cap`` with ``note`` added to its evidence, and the compute sentence
+    of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`) ending in ``doubt``
+    instead: a verdict held down for a cost the trace cannot see is not "the desired state".
+    Any other sentence (and its kind: :class:`.evidence.Inferred`...) as it is."""
+    def reworded(sentence):
+        if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
+            return sentence
+        return type(sentence)(sentence[:-len(DESIRED_STATE)] + doubt)
+    return dataclasses.replace(v, confidence=cap, evidence=[reworded(e) for e in v.evidence] + [note])
 
 
 #: The most confidence a model_compute verdict keeps on a CPU-only PyTorch run without system
@@ -358,18 +360,9 @@ def unseen_load_verdict(v, f):
             f"metrics): on a busy machine the model's ops, spread over several threads, slow down far more than "
             f"the input's work, so the confidence is at most {UNSEEN_LOAD_MAX_CONFIDENCE}. Feeding the model "
             f"cached batches for a few steps, or system metrics during the run (tfbneck watch --pid), would tell.")
-    return dataclasses.replace(v, confidence=UNSEEN_LOAD_MAX_CONFIDENCE,
-                               evidence=[_unless_load(e) for e in v.evidence] + [note])
-
-
-def _unless_load(sentence):
-    """The compute sentence of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`)
-    with the doubt :func:`unseen_load_verdict` holds it down for; any other sentence (and its
-    kind) as it is."""
-    if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
-        return sentence
-    return type(sentence)(sentence[:-len(DESIRED_STATE)] + "the model's math is the limit in this trace, unless "
-                          "other processes took the cores, which the trace does not record.")
+    return _held_down(v, UNSEEN_LOAD_MAX_CONFIDENCE, note,
+                      "the model's math is the limit in this trace, unless other processes took the cores, which "
+                      "the trace does not record.")
 
 
 def host_ids(view: TorchHostView) -> np.ndarray:
