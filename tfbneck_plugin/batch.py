@@ -5,12 +5,13 @@ A session's finished report is made here, in two steps: the report of its trace
 then what its run's step-time trend files say written into a copy of it (session time, window,
 the run's length, the input-cost measurement, slow stretches the trigger did not profile: the
 facts :mod:`.runs` reads, the sentences :mod:`.analysis.run_evidence` writes; a run's files grow
-as it trains, so they are read each time and never cached). :func:`reports_in_runs` does both
-and is what the front doors call: the CLI (``tfbneck analyze``), the Python API
-(:func:`tfbneck_plugin.api.analyze`), the Beam pipeline, the TensorBoard plugin,
-``tfbneck compare``, ``tfbneck watch``'s captures and the callback's background analysis.
-:func:`discover` finds the sessions under several paths, :func:`analyze_many` finishes a list
-of them (analysed in parallel processes, with a progress bar on stderr), and
+as it trains, so they are read each time and never cached): :func:`with_run_facts`. The front
+doors take one of three ways to both steps: :func:`analyze_many` (the CLI, the Python API
+:func:`tfbneck_plugin.api.analyze`, the callback's background analysis: the traces analysed in
+parallel processes, with a progress bar on stderr), :func:`reports_in_runs` (``tfbneck compare``,
+``tfbneck watch``'s captures), or :func:`with_run_facts` on the trace reports they made
+themselves (the TensorBoard plugin's background threads, the Beam pipeline's steps).
+:func:`discover` finds the sessions under several paths, and
 :func:`analyze_paths` does both and groups the workers of a multi-worker job into one report,
 as the CLI prints them.
 """
@@ -42,7 +43,7 @@ def no_session_message(paths: Sequence[str]) -> str:
 
 def analyze_one(session: Session, opener: Optional[Callable] = None, use_cache: bool = True) -> SessionDict:
     """The report of one session's trace (:func:`.analysis.session.analyze_session`), before
-    its run's facts (:func:`reports_in_runs` adds them). With ``use_cache`` (and the default opener) the report
+    its run's facts (:func:`with_run_facts` adds them). With ``use_cache`` (and the default opener) the report
     comes from the persistent report cache when the same files were analysed by the same
     analyzer, and goes there otherwise (:func:`.cache.cached_analyze`). Never raises for
     bad input (``status: "error"``)."""
@@ -59,15 +60,14 @@ def analyze_uncached(session: Session) -> SessionDict:
 def reports_in_runs(sessions: Sequence[Session],
                     analyze: Callable[[Session], SessionDict] = analyze_one) -> List[SessionDict]:
     """The finished reports of ``sessions``, in their order: each one's report of its trace
-    (``analyze``, default :func:`analyze_one`; the TensorBoard tab passes the reports its
-    background threads made) with what its run's step-time trend files say
-    (:func:`_with_run_facts`). Each report is a new dict: the one ``analyze`` returned (a
+    (``analyze``, default :func:`analyze_one`) with what its run's step-time trend files say
+    (:func:`with_run_facts`). Each report is a new dict: the one ``analyze`` returned (a
     cached report) is left as it was. Never raises for bad input (as ``analyze``)."""
-    return _with_run_facts([analyze(s) for s in sessions], sessions)
+    return with_run_facts([analyze(s) for s in sessions], sessions)
 
 
 def run_mates(sessions: Sequence[Session], among: Sequence[Session]) -> List[Session]:
-    """What a front door that shows only some sessions of a logdir gives :func:`reports_in_runs`
+    """What a front door that shows only some sessions of a logdir gives :func:`with_run_facts`
     so that their finished reports equal those of a call with all of ``among`` (the logdir's
     sessions, as ``tfbneck analyze LOGDIR`` finishes them): ``sessions`` and the sessions of
     ``among`` that can take a run's slow stretches not profiled from them. That sentence is
@@ -100,9 +100,10 @@ def run_mates(sessions: Sequence[Session], among: Sequence[Session]) -> List[Ses
     return out + [s for s in sessions if s.key not in listed]
 
 
-def _with_run_facts(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> List[SessionDict]:
-    """Shallow copies of ``reports`` (``reports[i]`` the report of ``sessions[i]``) with what
-    their runs' trend files say, each run folder's files read once (:func:`.runs.read_run`):
+def with_run_facts(reports: Sequence[SessionDict], sessions: Sequence[Session]) -> List[SessionDict]:
+    """The finished reports of ``sessions`` whose trace reports were already made (the tab's
+    background threads, a Beam step): shallow copies of ``reports`` (``reports[i]`` the report
+    of ``sessions[i]``) with what their runs' trend files say, each run folder's files read once (:func:`.runs.read_run`):
     each complete session's :func:`.runs.run_facts`, written with the sentences they support
     (:func:`.analysis.run_evidence.write_run_facts`); the newest analysed session of each run
     (``status: ok``, latest ``session_time``, the later one of equal times) gets
@@ -193,12 +194,12 @@ def find(paths: Sequence[str]) -> Found:
 
 def analyze_many(sessions: List[Session], jobs: int = 1, use_cache: bool = True,
                  progress: bool = True) -> List[SessionDict]:
-    """The finished reports of ``sessions``, in their order, as :func:`reports_in_runs`
+    """The finished reports of ``sessions``, in their order, as :func:`with_run_facts`
     makes them; ``jobs`` > 1 analyses the traces in that many processes. A tqdm progress
     bar goes to stderr from :data:`PROGRESS_FROM` sessions when ``progress`` (the Python API
     passes False: in a notebook a stderr bar is a red block). ``use_cache``: read and fill
     the report cache (then trimmed to its bound)."""
-    results = _with_run_facts(_analyze_each(sessions, jobs, use_cache, progress), sessions)
+    results = with_run_facts(_analyze_each(sessions, jobs, use_cache, progress), sessions)
     if use_cache:
         cache.trim()
     return results

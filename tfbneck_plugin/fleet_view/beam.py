@@ -3,7 +3,7 @@
 The same reports as the local run, made by the same batch driver (discovery by
 :func:`tfbneck_plugin.batch.discover`, each trace's report by
 :func:`tfbneck_plugin.batch.analyze_one`, each run's sessions finished together by
-:func:`tfbneck_plugin.batch.reports_in_runs`), distributed by Beam: the DirectRunner
+:func:`tfbneck_plugin.batch.with_run_facts`), distributed by Beam: the DirectRunner
 locally, Dataflow / Flink / Spark unchanged (pass their options with ``--beam-options``).
 The pipeline::
 
@@ -79,7 +79,7 @@ def analyze_trace(item: Tuple[Tuple[int, str, str], object]) -> Tuple[RunKey, An
 
 def finish_run(item: Tuple[RunKey, Iterable[Analysed]]) -> List[Tuple[Tuple[int, str, str], SessionDict]]:
     """A run's analysed sessions -> ((path index, run, session), finished report) each: the
-    reports :func:`tfbneck_plugin.batch.reports_in_runs` makes of the run's sessions given
+    reports :func:`tfbneck_plugin.batch.with_run_facts` makes of the run's sessions given
     together, in the local run's order (:func:`tfbneck_plugin.logdir.session_order`; it breaks
     ties between sessions of one time), so that its run's facts are written as the local run
     writes them. An error record is returned as it came."""
@@ -87,9 +87,8 @@ def finish_run(item: Tuple[RunKey, Iterable[Analysed]]) -> List[Tuple[Tuple[int,
     if kind == "error":
         return [(key, cast(SessionDict, record)) for key, record, _ in members]
     ordered = sorted(members, key=lambda m: session_order(cast(Session, m[1])))
-    traced = {id(session): report for _key, session, report in ordered}
-    finished = batch.reports_in_runs([cast(Session, session) for _key, session, _ in ordered],
-                                     analyze=lambda s: cast(SessionDict, traced[id(s)]))
+    finished = batch.with_run_facts([cast(SessionDict, report) for _key, _session, report in ordered],
+                                    [cast(Session, session) for _key, session, _report in ordered])
     return [(key, report) for (key, _s, _r), report in zip(ordered, finished)]
 
 

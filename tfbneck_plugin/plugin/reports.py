@@ -1,7 +1,7 @@
 """The Bottleneck tab's reports: analyses on background threads, and their cache.
 
 ``batch.analyze_one`` (the report of a session's trace; :meth:`ReportService.finished` adds what
-its run's trend files say through ``batch.reports_in_runs``) runs on a small pool of daemon threads, the newest
+its run's trend files say through ``batch.with_run_facts``) runs on a small pool of daemon threads, the newest
 request first; background requests (the session list's verdict badges) come after every
 request someone waits for, the most recent session first. A request never waits for
 another session's analysis: it waits at most a given time for its own, then the route
@@ -23,7 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from ..analysis.grouping import CLOCK_TOLERANCE_S, candidate, group_jobs, wall_window
-from ..batch import analyze_one, reports_in_runs, run_mates
+from ..batch import analyze_one, run_mates, with_run_facts
 from ..cache import fingerprint  # the same key as the persistent report cache
 from ..errors import error_report, first_line
 from ..logdir import Session
@@ -142,7 +142,7 @@ class ReportService:
                  wait_s: float) -> Tuple[Optional[List[SessionDict]], str]:
         """The finished reports of ``sessions`` (as they are on disk now), in their order, as
         ``tfbneck analyze LOGDIR`` gives them: their reports here with what their runs' trend
-        files say, through the batch driver (``batch.reports_in_runs``), given the sessions of
+        files say, through the batch driver (``batch.with_run_facts``), given the sessions of
         ``index``'s last scan that decide them (``batch.run_mates``: the newer sessions of a
         run whose trend files record a slow stretch not profiled, which the CLI says on the
         run's newest session only). Every report needed is queued before any is waited for,
@@ -171,7 +171,7 @@ class ReportService:
             analysed[s.key] = report
             if s.key in given:
                 sources.add(source)
-        shown = reports_in_runs(needed, analyze=lambda s: analysed[s.key])
+        shown = with_run_facts([analysed[s.key] for s in needed], needed)
         by_key = {s.key: r for s, r in zip(needed, shown)}
         return [by_key[s.key] for s in sessions], "hit" if sources == {"hit"} else "miss"
 

@@ -23,7 +23,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..render import report as report_mod
-from ..batch import analyze_one, reports_in_runs
+from ..batch import analyze_one, with_run_facts
 from ..logdir import Session, find_sessions, is_remote, open_any
 from ..trace.kineto import is_kineto_file
 from ..trace.tracefile import read_bytes
@@ -317,9 +317,8 @@ class BottleneckPlugin(base_plugin.TBPlugin):
             return self._reports.request(self._index.fresh(other), wait_s=wait)[0]
 
         body: Dict[str, Any] = {"version": __version__, "before": list(keys[0]), "after": list(keys[1])}
-        analysed = {s.key: r for s, r in zip(sessions, reports)}
         # the jobs' own clocks around the windows, as `tfbneck compare` reads them
-        before, after = (dict(r) for r in reports_in_runs(sessions, analyze=lambda s: analysed[s.key]))
+        before, after = (dict(r) for r in with_run_facts(reports, sessions))
         try:
             timings = None
             if before.get("status") == "ok" and after.get("status") == "ok":
