@@ -70,3 +70,31 @@ def test_an_input_bound_cpu_trace_is_left_alone(tmp_path):
     r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", SINGLE, wait_us=7_000.0)))
     assert r["cause"] == "input_preprocessing"
     assert not any("torch.profiler records no system metrics" in e for e in r["evidence"])
+
+
+def test_workers_behind_on_a_cpu_host_name_the_input_with_no_bound_from_the_wait(tmp_path):
+    """Worker processes that keep the loop waiting 15 % of the step (over WORKERS_BEHIND_PCT,
+    under XProf's 20 %) on a CPU-only host: the input is named, low in confidence (the workers'
+    loading is not in the trace), its gain from the wait alone stated, and no input change is
+    bounded by the wait (the workers also take the model's cores)."""
+    from tfbneck_plugin.analysis.input_rules import WORKERS_BEHIND_PCT
+    r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", WORKERS, wait_us=1_500.0)))
+    inp = r["breakdown_pct"]["input"]
+    assert WORKERS_BEHIND_PCT < inp < 20.0
+    assert (r["bottleneck"], r["cause"]) == ("cpu", "input_preprocessing")
+    assert r["confidence"] < 0.5
+    [behind] = [e for e in r["evidence"] if "the worker processes are behind" in e]
+    assert f"{1 / (1 - inp / 100):.2f}x faster" in behind
+    assert any("load on the cores the model's math uses" in e for e in r["evidence"])
+    fixes = [x["fix"] for x in r["recommendations"]]
+    assert fixes[0] == "cheaper_transforms" and "more_workers" in fixes
+    assert all(x.get("bound_ms") is None for x in r["recommendations"] if x["fix"] in ("cheaper_transforms", "more_workers"))
+    more = next(x for x in r["recommendations"] if x["fix"] == "more_workers")
+    assert "On a CPU-only host the workers load on the cores the model's math uses" in more["detail"]
+
+
+def test_a_single_process_loader_waiting_as_long_stays_model_compute(tmp_path):
+    """The same 15 % wait with num_workers=0: the wait is all the loading costs (it runs on the
+    training thread, in the trace), under XProf's 20 %: model compute, held down as before."""
+    r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", SINGLE, wait_us=1_500.0)))
+    assert r["cause"] == "model_compute" and r["confidence"] == UNSEEN_LOAD_MAX_CONFIDENCE

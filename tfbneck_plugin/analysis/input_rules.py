@@ -1,6 +1,7 @@
 """The input pipeline's verdicts: the step waits for its batch (:func:`input_bound`), or the
 pipeline, running beside the step on a CPU-only host, takes the cores the model's math needs
-(:func:`input_takes_cores`, :func:`input_slows_model`, :func:`input_shares_cores`).
+(:func:`input_takes_cores`, :func:`input_slows_model`, :func:`input_shares_cores`,
+:func:`loader_workers_behind`).
 
 Each rule is a function of one host's :class:`.findings.Findings` that returns a
 :class:`.verdict.Verdict` or None; :data:`.rules.RULES` orders them among the others. What a
@@ -270,6 +271,47 @@ def input_shares_cores(f: Findings) -> Optional[Verdict]:
                                           f"instead of {load.step_ms:.3g} ({load.speedup:.2f}x faster, as the same "
                                           "model fed cached batches would run): the input takes the cores the model's "
                                           "math needs, and preparing the data is what limits the step.")])
+
+
+#: Least input wait (% of the step) at which DataLoader worker processes on a CPU-only host are
+#: called the limit (:func:`loader_workers_behind`): the wait by itself is then worth 1.1x
+#: (a step of T that waits w*T takes (1 - w)*T without it), the gain under which a fix is not
+#: worth making (our choice, the line benchmarks/torch_corpus.py draws between "not input-bound"
+#: and "ambiguous"); not fitted. Under XProf's 20 % (``INPUT_BOUND_PCT``) because there the wait
+#: is not all the input costs: the workers that are late load the whole time, on the model's cores.
+WORKERS_BEHIND_PCT = 100.0 * (1.0 - 1.0 / 1.1)
+
+
+def loader_workers_behind(f: Findings) -> Optional[Verdict]:
+    """A PyTorch DataLoader's worker processes, on a CPU-only host (no accelerator traced), keep
+    the training loop waiting for its batch :data:`WORKERS_BEHIND_PCT` or more of the step, with
+    no system metrics beside the trace: ``cpu``/``input_preprocessing``.
+
+    Workers that are late have no batch ready, so they are loading the whole time, and on a
+    CPU-only host they load on the cores the model's math uses (torch/utils/data/dataloader.py:
+    each worker fills its ``prefetch_factor`` slots as fast as it can). The step then loses the
+    wait, which the trace measures, and a part of its compute time to the workers, which it does
+    not (only the training process is profiled): the input costs at least the wait, the gain
+    from it alone at least 1 / (1 - wait). With system metrics the workers' cores are measured
+    and :func:`input_shares_cores` decides instead. The confidence loses
+    :data:`PYTHON_STAGE_PENALTY`, as :func:`input_bound`'s for a DataLoader: loading runs the
+    dataset's Python, which the trace cannot split into computing and reading."""
+    loader = f.loader
+    if loader is None or not loader.workers or f.device_kind != "CPU" or f.system is not None:
+        return None
+    inp = f.share("input")
+    if inp < WORKERS_BEHIND_PCT:
+        return None
+    gain = 1.0 / max(1.0 - inp / 100.0, 1e-9)
+    return Verdict("cpu", "input_preprocessing", confidence(inp, WORKERS_BEHIND_PCT, PYTHON_STAGE_PENALTY),
+                   context(f) + [
+        f"The training loop waits for its next batch {inp:.1f}% of the step (the DataLoader's __next__): the worker "
+        f"processes are behind, and without that wait alone the step would be {gain:.2f}x faster.",
+        loader_sentence(loader),
+        Inferred("Workers that are behind load without pause, and on this CPU-only host they load on the cores the "
+                 "model's math uses; their work is not in the trace (only the training process is profiled), so the "
+                 "input costs more than the wait: part of the model's time is the workers' loading too."),
+        LOADER_INPUT])
 
 
 def input_load_sentence(f: Findings, load: "cpu_share.InputLoad") -> str:

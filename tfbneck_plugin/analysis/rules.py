@@ -17,7 +17,7 @@ from .evidence import Inferred, context, device_word, launch_sentence, step_note
 from .findings import Findings
 from .fit_to_run import fit
 from .input_rules import (cache_fill_sentence, input_bound, input_load_sentence, input_shares_cores, input_slows_model,
-                          input_takes_cores)
+                          input_takes_cores, loader_workers_behind)
 from .op_advice import name_ops
 from .placement import PLUGGABLE_HOST_ALLOCATOR
 from .thresholds import (COLLECTIVE_BOUND_PCT, DEVICE_BOUND_PCT, HOST_OVERHEAD_PCT, INPUT_BOUND_PCT,
@@ -229,7 +229,7 @@ def model_compute(f: Findings) -> Verdict:
 #: The rules in the order they are tried; the last always applies.
 RULES: List[Rule] = [not_tensorflow, device_trace_missing, model_on_cpu, no_activity, retracing, input_bound,
                      gradient_sync, host_device_transfer, kernel_launch, input_takes_cores, input_slows_model,
-                     input_shares_cores, host_overhead, unrecorded, model_compute]
+                     input_shares_cores, loader_workers_behind, host_overhead, unrecorded, model_compute]
 
 
 #: Highest confidence of a verdict over a window in which no step was found: the breakdown

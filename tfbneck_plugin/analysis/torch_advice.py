@@ -37,10 +37,13 @@ def _gpu(f: Findings) -> bool:
 def _workers(f: Findings) -> List[Rec]:
     loader = f.loader
     if loader is not None and loader.workers:
+        shared = ("" if _gpu(f) else " On a CPU-only host the workers load on the cores the model's math uses: "
+                  "more of them help only while a core sits idle (num_workers + torch.get_num_threads() up to the "
+                  "cores you have); measure it (tfbneck compare).")
         return [_rec("more_workers", "Give the DataLoader more worker processes, and let them run further ahead",
                      "The batches already come from worker processes, and the loop still waits for them: more "
                      "workers (up to the cores the model leaves free) and a deeper prefetch_factor keep more batches "
-                     "in flight.",
+                     "in flight." + shared,
                      f"loader = DataLoader(ds, batch_size=bs, num_workers={2 * DEFAULT_WORKERS}, prefetch_factor=4,\n"
                      "                    persistent_workers=True)")]
     return [_rec("num_workers", "Load batches in DataLoader worker processes (num_workers)",
@@ -75,9 +78,13 @@ def _input(f: Findings, kind: str) -> List[Rec]:
                         "Every batch waits on storage: copy the data set to local SSD before training, or pack "
                         "small files into shards (WebDataset tar shards, one file per thousands of samples).", None))
     else:
-        out.append(_rec("cheaper_transforms", "Do less work per sample in the dataset",
-                        "Decode once and cache the result, move augmentation to the GPU (torchvision.transforms.v2 "
-                        "on CUDA tensors), or let collate stack tensors rather than convert Python objects.", None))
+        cheaper = _rec("cheaper_transforms", "Do less work per sample in the dataset",
+                       "Decode once and cache the result, move augmentation to the GPU (torchvision.transforms.v2 "
+                       "on CUDA tensors), or let collate stack tensors rather than convert Python objects.", None)
+        # Worker processes on a CPU-only host load on the model's cores: more of them move the
+        # work between processes, less work per sample removes it.
+        shared = not _gpu(f) and f.loader is not None and f.loader.workers
+        out.insert(0, cheaper) if shared else out.append(cheaper)
     out += _pin(f)
     if f.loader is not None and f.loader.workers:
         out.append(_persistent(f))
