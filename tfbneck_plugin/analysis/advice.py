@@ -234,13 +234,14 @@ def _compute(f: Findings) -> List[Rec]:
             rec("xla", "Compile with XLA", "Fuses ops, fewer kernels and memory round trips.", xla)]
 
 
-#: What XLA did on a CPU-only host: seven tutorial-style training scripts (image folder with
-#: augmentation, cached JPEGs, TextVectorization, numpy generator, PyDataset, TFRecord loop,
-#: in-memory arrays) on a shared 2-core machine, each run with and without jit_compile=True:
-#: five slowed by 1.1x to 11x (a TextVectorization classifier 5.1 -> 41 ms per step), one sped
-#: up 1.37x. No model predicts which (whatif.WHY_NOT["xla"]): hence "measure it".
-XLA_ON_CPU_WARNING = ("of seven small training scripts measured on a 2-core CPU host, jit_compile=True slowed five "
-                      "(1.1x to 11x) and sped one up (1.37x).")
+#: What XLA did on a CPU-only host: benchmarks/xla_pairs.py's 11 pairs (the same model and
+#: input with jit_compile off and on, 9 through model.compile and 2 custom loops through
+#: tf.function; a shared 2-core machine; the fastest of 7 interleaved rounds a side, in
+#: docs/accuracy.md): 5 faster (up to 2.04x, a TextVectorization GRU), 5 slower (every CNN,
+#: down to 0.30x the speed, and a 1x128 MLP), 1 unclear. No model predicts which
+#: (whatif.WHY_NOT["xla"]): hence "measure it".
+XLA_ON_CPU_WARNING = ("of 11 models measured with jit_compile off and on on a 2-core CPU host, XLA slowed five "
+                      "(every CNN among them, down to 0.30x the speed) and sped five up (up to 2.04x).")
 #: The "measure it" step that comes with a change whose worth the trace cannot predict.
 _MEASURE_IT = ("# measure it: the job's own step time with and without the change, over the same steps\n"
                "# (tfbneck compare logs_before logs_after), before keeping it")
