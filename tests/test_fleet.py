@@ -67,7 +67,8 @@ def _expected_runs(sessions, made):
     report's first recommendation (the fix every view names first), by its prediction, or
     with no model but a bound at the middle of [bound, now]; recoverable = the run's own time (from its
     trend file: batches / steps_per_execution x the points' mean) x (1 - 1 / speedup), else
-    (now - best) x the profiled batches."""
+    (now - best) x the profiled batches. A first fix with neither a prediction nor a bound:
+    unknown (None), not 0; no recommendation at all: 0."""
     trend = {m["run"]: m["trend"] for m in made}
     out = {}
     for run in {s["run"] for s in sessions}:
@@ -84,7 +85,8 @@ def _expected_runs(sessions, made):
                 expect = (r["bound_ms"] + now) / 2
                 options.append((expect, round(now / expect, 2), r["fix"]))
         if not options:
-            out[run] = (0.0, None)
+            first = last["recommendations"][0]["fix"] if last["recommendations"] else None
+            out[run] = (None if first else 0.0, first)
             continue
         best, speedup, fix = min(options, key=lambda o: o[0])
         t = trend.get(run)
@@ -117,14 +119,21 @@ def test_fleet_sums_and_ranking_match_the_reports(fleet_dir, per_session):
     assert f["by_bottleneck"] == kinds
     # The top of the ranking is the run a hand calculation puts there, with its fix.
     expected = _expected_runs(per_session, fleet_dir["made"])
-    top_run, (top_ms, top_fix) = max(expected.items(), key=lambda kv: kv[1][0])
+    top_run, (top_ms, top_fix) = max(((k, v) for k, v in expected.items() if v[0] is not None), key=lambda kv: kv[1][0])
     assert top_ms > 0
     assert f["runs"][0]["run"] == top_run and f["runs"][0]["fix"] == top_fix
     assert f["runs"][0]["recoverable_ms"] == pytest.approx(top_ms, rel=1e-9)
     for r in f["runs"]:
-        if r["run"] in expected:
+        if r["run"] in expected and expected[r["run"]][0] is None:
+            assert r["recoverable_ms"] is None and r["fix"] == expected[r["run"]][1], r["run"]
+        elif r["run"] in expected:
             assert r["recoverable_ms"] == pytest.approx(expected[r["run"]][0], rel=1e-9, abs=1e-9), r["run"]
-    assert [r["recoverable_ms"] for r in f["runs"]] == sorted((r["recoverable_ms"] for r in f["runs"]), reverse=True)
+    # Ranked: time to recover (most first), then unknown worth, then none to recover, then no report.
+    tier = [0 if (r["recoverable_ms"] or 0) > 0 else 1 if r["status"] == "ok" and r["recoverable_ms"] is None
+            else 2 if r["status"] == "ok" else 3 for r in f["runs"]]
+    assert tier == sorted(tier) and tier.count(1) > 0 and tier[-1] == 3
+    known = [r["recoverable_ms"] for r in f["runs"] if (r["recoverable_ms"] or 0) > 0]
+    assert known == sorted(known, reverse=True)
     # Skipped windows the trend files record, and runs whose length is known.
     made = fleet_dir["made"]
     assert f["skipped_windows"]["in_trend_files"] == sum(
@@ -184,6 +193,15 @@ def test_formats_and_fleet_csv(fleet_dir):
     assert {row["window_trigger"] for row in rows} >= {"slowdown", ""}
     table = cli("fleet", fleet_dir["root"], env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]}).stdout
     assert "Fix these first" in table and rows[0]["run"] in table
+    # The run whose trace is not a trace is named, with the line analyze gives for it.
+    [broken] = [row for row in rows if row["status"] == "error"]
+    assert broken["run"] == "vision/exp-broken-9999" and broken["recoverable_ms"] == ""
+    assert broken["error"].startswith(os.path.join(fleet_dir["root"], "vision", "exp-broken-9999"))
+    assert "\n" not in broken["error"]
+    assert f"vision/exp-broken-9999/2026_11_02_00_00_00: ERROR {broken['error']}" in table
+    # Runs whose first fix has no predicted worth read "no model", never "0 ms".
+    unknown = [row for row in rows if row["status"] == "ok" and row["recoverable_ms"] == ""]
+    assert unknown and all(row["fix_worth"].startswith("no prediction") for row in unknown)
     md = cli("fleet", fleet_dir["root"], "--format", "markdown", env={"TFBNECK_CACHE_DIR": fleet_dir["cache"]}).stdout
     assert md.startswith("# tfbneck fleet") and "| category | share |" in md
 
@@ -212,7 +230,7 @@ def test_api_fleet_is_the_cli_json(fleet_dir, monkeypatch):
     f = tfb.fleet(fleet_dir["root"], group_by=PATTERN)
     assert json.loads(f.to_json()) == _fleet_json(fleet_dir, "--group-by", PATTERN)
     df = f.to_dataframe()
-    assert list(df["run"])[:3] == [r["run"] for r in f["runs"][:3]] and df["recoverable_ms"].is_monotonic_decreasing
+    assert list(df["run"])[:3] == [r["run"] for r in f["runs"][:3]] and df["recoverable_ms"].dropna().is_monotonic_decreasing
     html = f._repr_html_()
     assert "Fix these first" in html and f["runs"][0]["run"] in html and "<script" not in html
     with pytest.raises(ValueError, match="not a regular expression"):

@@ -14,6 +14,7 @@ import pytest
 from conftest import DEMO_LOGS, tfbneck_cmd
 from support.browser_tab import Tab
 from support.fleet_logs import build_fleet, real_sessions
+from support.kineto_loop import SINGLE, TRACE, cpu_loop
 from support.plugin_helpers import TensorBoard, chromium_context
 
 #: A real browser; ``quick``: the quick tier runs these too (its browser tests).
@@ -46,6 +47,12 @@ def rows(tab):
                               "[tr.dataset.run, tr.dataset.cause, Number(tr.dataset.rank)])")
 
 
+def cells(tab, cls):
+    """``{run: text}`` of the table's cells of class ``cls``."""
+    return dict(tab.frame.evaluate("(cls) => Array.from(document.querySelectorAll('.tfb-fleet-run')).map(tr => "
+                                   "[tr.dataset.run, tr.querySelector('.' + cls).textContent])", cls))
+
+
 def open_fleet(tab):
     tab.fl.locator(".tfb-tab[data-mode=fleet]").click()
     tab.frame.wait_for_function("() => { const v = document.querySelector('.tfb-fleet-view'); "
@@ -64,6 +71,13 @@ def test_fleet_view_shows_the_cli_numbers(ctx, fleet_tb):
     assert tab.fl.locator(".tfb-fleet-groups-canvas").get_attribute("data-groups") == str(len(want["groups"]))
     top = want["runs"][0]
     assert top["recoverable_ms"] > 0 and top["run"] in tab.fl.locator(".tfb-fleet-top").inner_text()
+    # The Worth column: each run's worth as the CLI prints it; an unknown recoverable time reads
+    # "no model", never "0 ms", and those runs rank after every run with time to recover.
+    assert cells(tab, "tfb-fleet-worth") == {r["run"]: r["fix_worth"] or "–" for r in want["runs"]}
+    unknown = [r["run"] for r in want["runs"] if r["recoverable_ms"] is None]
+    assert unknown and all(cells(tab, "tfb-fleet-recoverable")[run] == "no model" for run in unknown)
+    ranks = {r[0]: r[2] for r in rows(tab)}
+    assert min(ranks[run] for run in unknown) > max(ranks[r["run"]] for r in want["runs"] if (r["recoverable_ms"] or 0) > 0)
     tab.shot("view")
     # Filter by cause: only that cause's runs, in rank order.
     cause = top["cause"]
@@ -75,10 +89,9 @@ def test_fleet_view_shows_the_cli_numbers(ctx, fleet_tb):
     head = tab.fl.locator("th[data-key=recoverable_ms]")
     head.click()
     assert rows(tab)[0][0] == top["run"]
-    head.click()
-    smallest = min(r["recoverable_ms"] for r in want["runs"])
+    head.click()  # smallest first: the runs of unknown worth, then the smallest known
     first = next(r for r in want["runs"] if r["run"] == rows(tab)[0][0])
-    assert first["recoverable_ms"] == smallest
+    assert first["recoverable_ms"] is None
     # A run opens its latest session's report.
     tab.fl.locator(f".tfb-fleet-run[data-run='{top['run']}'] a.tfb-fleet-open").click()
     tab.frame.wait_for_function("(run) => { const s = document.querySelector('.tfb-session'); "
@@ -100,3 +113,32 @@ def test_fleet_view_groups_by_pattern(ctx, fleet_tb):
                                 arg=len(groups), timeout=60_000)
     tab.shot("grouped")
     tab.close()
+
+
+def test_fleet_view_names_each_session_without_a_report(ctx, tmp_path):
+    """PyTorch traces a crashed or still-writing profiler left (empty, cut in the middle, not
+    JSON) beside a good one: each broken run's row and the list under the table say which file
+    and what is wrong, in the words of ``tfbneck fleet --format json``; the good run's first fix
+    has no predicted worth and reads "no model"."""
+    logs, cache = tmp_path / "logs", tmp_path / "cache"
+    good = cpu_loop(logs / "compute" / TRACE, SINGLE, 300.0).read_bytes()
+    for name, data in (("empty", b""), ("cut", good[: len(good) // 2]), ("notjson", b"not JSON\n")):
+        (logs / name).mkdir()
+        (logs / name / TRACE).write_bytes(data)
+    env = {"TFBNECK_CACHE_DIR": str(cache)}
+    r = subprocess.run(tfbneck_cmd() + ["fleet", str(logs), "--format", "json"], capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, **env))
+    want = json.loads(r.stdout)
+    assert r.returncode == 1 and len(want["failed"]) == 3, r.stderr[-2000:]
+    with TensorBoard(str(logs), env=env) as tb:
+        tab = Tab(ctx, tb, "fleet-failed")
+        open_fleet(tab)
+        errors = {r["run"]: r["error"] for r in want["runs"] if r["status"] != "ok"}
+        assert {run: text for run, text in cells(tab, "tfb-fleet-fix").items() if run in errors} == errors
+        assert cells(tab, "tfb-fleet-recoverable")["compute"] == "no model"
+        items = tab.frame.evaluate("() => Array.from(document.querySelectorAll('.tfb-fleet-failed-item'))"
+                                   ".map(li => li.textContent)")
+        assert items == [f"{x['run']}/{x['session']}: {x['error']}" for x in want["failed"]]
+        tab.shot("failed")
+        assert not tab.errors
+        tab.close()

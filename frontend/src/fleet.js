@@ -8,6 +8,10 @@ import { h } from "./dom.js";
 import { CATEGORIES, CATEGORY_COLORS, categoryLabel, fmtMs, fmtPct, fmtTime, kindLabel, runLabel } from "./format.js";
 
 const ROWS_SHOWN = 200;
+/** Sessions without a report named below the table (the headline counts them all). */
+const FAILED_SHOWN = 20;
+/** A run whose first fix has no predicted worth: its recoverable time is unknown, not 0. */
+const NO_MODEL = "no model";
 
 /** A duration in ms in the unit that reads best (as the CLI's fmt_duration). */
 export function fmtDuration(ms) {
@@ -16,6 +20,15 @@ export function fmtDuration(ms) {
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
   if (ms < 3600000) return `${(ms / 60000).toFixed(1)} min`;
   return `${(ms / 3600000).toFixed(2)} h`;
+}
+
+/** A run's recoverable time as the CLI's table shows it (fmt_recoverable): `~` where it counts a
+ * change with no model halfway to its bound, "no model" where the first fix has no predicted worth,
+ * "–" for a run with no report. */
+export function fmtRecoverable(r) {
+  const rec = r.recoverable_ms;
+  if (typeof rec === "number" && Number.isFinite(rec)) return (r.fix_basis === "bound" && rec > 0 ? "~" : "") + fmtDuration(rec);
+  return r.status === "ok" ? NO_MODEL : "–";
 }
 
 /** `f`: the fleet report, whose `category_labels` name the categories as `tfbneck analyze` does
@@ -89,12 +102,18 @@ function runRow(r, onOpen) {
       r.sessions > 1 ? h("span", { class: "tfb-muted-small", text: ` ${r.sessions} sessions` }) : null),
     h("td", {}, h("span", { class: `tfb-chip kind-${r.status === "ok" ? r.bottleneck || "unknown" : "error"}`,
       text: r.status === "ok" ? kindLabel(r.bottleneck) : "error" }), r.cause ? h("span", { text: ` ${r.cause}` }) : null),
-    h("td", { class: "tfb-fleet-fix", title: r.fix || "" }, h("span", { text: r.fix_title || r.fix || "–" }),
-      r.fix ? h("code", { class: "tfb-fix-code", text: r.fix }) : null),
+    r.status === "ok"
+      ? h("td", { class: "tfb-fleet-fix", title: r.fix || "" }, h("span", { text: r.fix_title || r.fix || "–" }),
+        r.fix ? h("code", { class: "tfb-fix-code", text: r.fix }) : null)
+      // No report: the one line that says which file and what is wrong, as `tfbneck analyze` says it.
+      : h("td", { class: "tfb-fleet-fix tfb-fleet-error", text: r.error || "no report" }),
     // The session report's own words for the fix's worth (its `worth`), sorted by the speedup that ranks it.
     h("td", { class: "tfb-fleet-worth", text: r.fix_worth || "–" }),
-    h("td", { class: "num", text: fmtDuration(r.recoverable_ms) + (r.length_known ? "" : " (profiled)"),
-      title: r.length_known ? "over the whole run (its step-time trend file)" : "over the profiled batches only (no trend file)" }),
+    h("td", { class: "num tfb-fleet-recoverable",
+      text: fmtRecoverable(r) + (typeof r.recoverable_ms === "number" && !r.length_known ? " (profiled)" : ""),
+      title: typeof r.recoverable_ms !== "number"
+        ? (r.status === "ok" ? "unknown: the first fix has no predicted worth (no model, no bound); not 0" : "no report")
+        : r.length_known ? "over the whole run (its step-time trend file)" : "over the profiled batches only (no trend file)" }),
     h("td", { class: "num", text: r.batches === null || r.batches === undefined ? "–" : String(r.batches) }),
     h("td", { class: "num", text: r.session_time ? fmtTime(r.session_time) : "–" }));
 }
@@ -128,6 +147,17 @@ function runTable(runs, onOpen) {
       h("thead", {}, h("tr", {}, heads)), body)));
 }
 
+/** The sessions without a report, each with its one-line error (the first FAILED_SHOWN). */
+function failedList(f) {
+  const failed = f.failed || [];
+  if (!failed.length) return null;
+  const total = (f.errors || {}).sessions || failed.length;
+  return h("div", { class: "tfb-fleet-failed" },
+    h("h3", { text: `Sessions without a report (${Math.min(FAILED_SHOWN, failed.length)} of ${total})` }),
+    h("ul", {}, failed.slice(0, FAILED_SHOWN).map((x) => h("li", { class: "tfb-fleet-failed-item", dataset: { run: x.run } },
+      h("code", { text: `${runLabel(x.run)}/${x.session}` }), h("span", { text: `: ${x.error}` })))));
+}
+
 function headline(f) {
   const hours = f.accelerator_hours || {};
   const err = f.errors || {};
@@ -154,9 +184,12 @@ export function fleetView(f, onOpen) {
     h("section", { class: "tfb-card tfb-fleet-runs" },
       h("h2", { text: "Runs ranked by recoverable time" }),
       h("p", { class: "tfb-muted-small", text: "(time per batch now − the best fix's predicted time per batch) × the run's "
-        + "batches: over the whole run where its step-time trend file gives the length, else over the profiled batches."
+        + "batches: over the whole run where its step-time trend file gives the length, else over the profiled batches. "
+        + `"${NO_MODEL}": the first fix has no predicted worth, so its time is unknown (not 0); those runs rank after `
+        + "the runs with time to recover, the most time at stake first."
         + (top ? ` Top run: ${fmtMs(top.time_per_batch_ms, 2)} per batch now.` : "") }),
-      runTable(f.runs || [], onOpen)),
+      runTable(f.runs || [], onOpen),
+      failedList(f)),
     h("section", { class: "tfb-card tfb-fleet-trend-card" },
       h("h2", { text: "Trend over the sessions' dates" }), trendChart(f.trend || [], f)),
     (f.basis || []).map((p) => h("p", { class: "tfb-muted-small tfb-fleet-basis", text: p })),

@@ -1,5 +1,8 @@
 """Renderings of the fleet report (:func:`tfbneck_plugin.fleet_view.report.build`): JSON (the whole
-dict), a terminal table, Markdown, and CSV (one row per run, ranked). No TensorFlow here."""
+dict), a terminal table, Markdown, and CSV (one row per run, ranked). Each names every session
+without a report with its one-line error (the table and Markdown the first :data:`TOP_FAILED`;
+the CSV in each run's ``error``: the latest one), and shows a recoverable time that is unknown as
+unknown, never as 0. No TensorFlow here."""
 from __future__ import annotations
 
 import csv
@@ -14,13 +17,17 @@ from ..schema import category_label as schema_label
 
 #: Runs shown by the table and Markdown renderings (JSON and CSV hold them all).
 TOP_RUNS = 20
+#: Sessions without a report named by the table and Markdown renderings (the JSON names them all).
+TOP_FAILED = 20
+#: What the table says for a run whose first fix has no predicted worth (recoverable_ms None).
+NO_MODEL = "no model"
 #: The categories the groups' and days' tables show (the JSON and CSV have them all).
 _SHOWN = ("input", "device_compute", "host_compute")
 #: Columns of the CSV: one row per run, in rank order.
 CSV_COLUMNS = ["rank", "run", "group", "status", "bottleneck", "cause", "fix", "fix_title", "fix_worth", "fix_basis", "speedup",
                "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known", "recoverable_ms",
                "recoverable_hours", "fix_first", "window_kind", "window_trigger", "session", "session_time",
-               "sessions", "errors", "path"]
+               "sessions", "errors", "error", "path"]
 
 
 def fmt_duration(ms) -> str:
@@ -36,6 +43,25 @@ def fmt_duration(ms) -> str:
     return f"{ms / 3_600_000:.2f} h"
 
 
+def fmt_recoverable(r: Dict) -> str:
+    """A run's recoverable time as the table shows it: ``~`` before one counted halfway to a
+    bound (``fix_basis`` ``bound``), :data:`NO_MODEL` where its first fix has no predicted
+    worth (unknown, not 0), ``-`` for a run with no report."""
+    rec = r.get("recoverable_ms")
+    if isinstance(rec, (int, float)):
+        return ("~" if r.get("fix_basis") == "bound" and rec > 0 else "") + fmt_duration(rec)
+    return NO_MODEL if r.get("status") == "ok" else "-"
+
+
+def fmt_group_recoverable(g: Dict) -> str:
+    """A group's recoverable time: the sum of its runs' known ones, and how many runs have a
+    first fix of no predicted worth; ``-`` when none of its runs has a report."""
+    unknown = g.get("runs_worth_unknown") or 0
+    if not isinstance(g.get("recoverable_ms"), (int, float)):
+        return NO_MODEL if unknown else "-"
+    return fmt_duration(g["recoverable_ms"]) + (f" (+{unknown} {NO_MODEL})" if unknown else "")
+
+
 def iso_time(t) -> str:
     """Unix seconds as local ``YYYY-MM-DDTHH:MM:SS``, "" when unknown."""
     return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else ""
@@ -44,9 +70,11 @@ def iso_time(t) -> str:
 def run_row(rank: int, r: Dict) -> Dict:
     """One run as a flat row of :data:`CSV_COLUMNS`."""
     w = r.get("window") or {}
-    rec = r.get("recoverable_ms") or 0.0
+    given = r.get("recoverable_ms")
+    rec = float(given) if isinstance(given, (int, float)) else None  # unknown stays empty, never 0
     row = {k: r.get(k) for k in CSV_COLUMNS if k in r}
-    row.update(rank=rank, recoverable_ms=round(rec, 3), recoverable_hours=round(rec / 3.6e6, 6),
+    row.update(rank=rank, recoverable_ms=round(rec, 3) if rec is not None else None,
+               recoverable_hours=round(rec / 3.6e6, 6) if rec is not None else None,
                window_kind=w.get("kind"), window_trigger=w.get("trigger"), session_time=iso_time(r.get("session_time")))
     return {k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS}
 
@@ -106,17 +134,24 @@ def _sections(f: Dict, md: bool) -> List[str]:
                   [[k, v["sessions"], v["runs"]] for k, v in f["by_cause"].items()], md)
     out.append(title("Groups"))
     out += _table(["group", "runs", "sessions", "errors", "recoverable"] + [category_label(c) for c in _SHOWN],
-                  [[g["group"], g["runs"], g["sessions"], g["errors"], fmt_duration(g["recoverable_ms"])]
+                  [[g["group"], g["runs"], g["sessions"], g["errors"], fmt_group_recoverable(g)]
                    + [f"{g['categories_pct'].get(c, 0.0):.1f}%" for c in _SHOWN]
                    for g in f["groups"]], md)
     out.append(title(f"Fix these first (runs ranked by recoverable time; top {min(TOP_RUNS, len(f['runs']))} "
                      f"of {len(f['runs'])}; the fix and its worth as each run's report gives them; a change "
-                     f"with no model counts halfway to its bound)"))
+                     f"with no model counts halfway to its bound (~); '{NO_MODEL}': no predicted worth, so "
+                     f"unknown, ranked after the runs with time to recover)"))
     out += _table(["#", "run", "verdict", "fix first", "worth", "recoverable", "batches", "length"],
                   [[i, r["run"], verdict(r), r["fix"] or "-", r.get("fix_worth") or "-",
-                    fmt_duration(r["recoverable_ms"]), r["batches"] if r["batches"] is not None else "-",
+                    fmt_recoverable(r), r["batches"] if r["batches"] is not None else "-",
                     "run" if r["length_known"] else "profiled"]
                    for i, r in enumerate(f["runs"][:TOP_RUNS], 1)], md)
+    failed = f.get("failed") or []
+    if failed:
+        out.append(title(f"Sessions without a report (first {min(TOP_FAILED, len(failed))} of {len(failed)}; "
+                         "--format json names them all)"))
+        lines = [f"{x['run']}/{x['session']}: ERROR {x['error']}" for x in failed[:TOP_FAILED]]
+        out += [("- " if md else "  ") + ln for ln in lines]
     out.append(title("Trend (sessions per day)"))
     out += _table(["date", "sessions", "errors"] + [category_label(c) for c in _SHOWN],
                   [[d["date"], d["sessions"], d["errors"]]

@@ -16,7 +16,13 @@ or made by analysing the session) and each run's :class:`~tfbneck_plugin.runs.Ru
 * **Recoverable time** of a run: (time per batch now - the best fix's predicted time per
   batch) x the run's batches (``analysis.whatif`` predicts per batch, so runs with
   ``steps_per_execution`` compare with the others). Batches: the trend file's count when
-  known (``length_known``), else the profiled batches only (said so in ``basis``).
+  known (``length_known``), else the profiled batches only (said so in ``basis``). A first
+  fix with neither a prediction nor a bound (``summary.best_fix`` basis None: XLA, a GPU for a
+  CPU-only run, cheaper dataset work) leaves it unknown (None), never 0: a run ranks by
+  :func:`rank_key`, the runs of unknown worth after those with a known one to recover and
+  before those with none.
+* **Sessions without a report** are named, each with its one-line ``error`` as ``tfbneck
+  analyze`` gives it (``failed``; a run's latest one in its ``error``).
 * **Groups**: the first capture group of ``group_by`` (a regular expression searched in the
   run's name; the whole match without a group), else the run name's first ``group_level``
   folders.
@@ -33,7 +39,8 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ..version import __version__
 from ..analysis.breakdown import CATEGORIES
-from ..logdir import natural_key
+from ..errors import first_line
+from ..logdir import Session, label_runs, natural_key, session_identity
 from ..schema import category_label
 from ..runs import RunContext, window_of
 
@@ -98,10 +105,18 @@ def _day(t: Optional[float]) -> str:
     return _day_of_hour(int(t // 3600)) if t else "unknown"
 
 
+def _error_line(item: Dict) -> str:
+    """The one line that says why a session has no report (its report's ``error``, which
+    names the file: :func:`tfbneck_plugin.errors.error_report`), never a traceback."""
+    return first_line(item.get("error"), f"no report ({item.get('error_kind') or 'error'})")
+
+
 def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group: str) -> Dict:
     """One run of the ranked list (fields in :func:`build`)."""
-    ok = sorted((i for i in items if i.get("status") == "ok"), key=lambda i: (i.get("time") or 0, i["session"]))
-    latest = ok[-1] if ok else sorted(items, key=lambda i: (i.get("time") or 0, i["session"]))[-1]
+    by_time = sorted(items, key=lambda i: (i.get("time") or 0, i["session"]))
+    ok = [i for i in by_time if i.get("status") == "ok"]
+    failed = [i for i in by_time if i.get("status") != "ok"]
+    latest = ok[-1] if ok else by_time[-1]
     cats: Dict[str, float] = {}
     for i in ok:
         _add(cats, i.get("categories_ms") or {})
@@ -112,8 +127,8 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
              "cause": latest.get("cause"), "step_time_ms": latest.get("step_time_ms"),
              "time_per_batch_ms": latest.get("time_per_batch_ms"), "window": latest.get("window"),
              "fix_first": (latest.get("fix_first") or {}).get("fix"), "fix": None, "fix_title": None,
-             "fix_worth": None, "fix_basis": None,
-             "predicted_time_per_batch_ms": None, "speedup": None, "recoverable_ms": 0.0,
+             "fix_worth": None, "fix_basis": None, "error": _error_line(failed[-1]) if failed else None,
+             "predicted_time_per_batch_ms": None, "speedup": None, "recoverable_ms": None,
              "length_known": bool(ctx and ctx.length_known), "batches": None, "run_time_ms": None,
              "hours_by_category": None, "categories_ms": cats}
     if not ok:
@@ -126,8 +141,12 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
         if profiled > 0:
             entry["hours_by_category"] = {c: v / profiled * run_ms / _MS_PER_HOUR for c, v in cats.items()}
     best, tpb = latest.get("best_fix"), latest.get("time_per_batch_ms")
-    if best:  # the session report's first fix, worded as the report words it
-        entry.update(fix=best.get("fix"), fix_title=best.get("title"), fix_worth=best.get("worth"))
+    if not best:  # the report recommends nothing: nothing to recover that it knows of
+        entry["recoverable_ms"] = 0.0
+        return entry
+    # The session report's first fix, worded as the report words it; with neither a
+    # prediction nor a bound its worth stays unknown (recoverable_ms None).
+    entry.update(fix=best.get("fix"), fix_title=best.get("title"), fix_worth=best.get("worth"))
     if best and isinstance(tpb, (int, float)) and isinstance(best.get("time_per_batch_ms"), (int, float)):
         speedup = best.get("speedup")
         length_ms = entry["run_time_ms"]
@@ -144,15 +163,44 @@ def _run_entry(run_dir: str, items: List[Dict], ctx: Optional[RunContext], group
     return entry
 
 
+def worth_known(r: Dict) -> bool:
+    """Whether run ``r`` (a :func:`build` run) has a known recoverable time (0 included)."""
+    return isinstance(r.get("recoverable_ms"), (int, float))
+
+
+def rank_key(r: Dict) -> tuple:
+    """The order of the ranked runs: first the runs with time to recover, most first; then
+    the analysed runs whose first fix has no predicted worth (unknown is not 0: they may
+    hold the most), the most time at stake first (the run's own time when a trend file gives
+    it, else the profiled batches' time per batch x batches); then the runs with nothing to
+    recover (a known 0), then the runs with no report; ties by run name, then path."""
+    name = (natural_key(str(r["run"])), r["path"])
+    rec = r.get("recoverable_ms")
+    if isinstance(rec, (int, float)) and rec > 0:
+        return (0, -float(rec)) + name
+    if r.get("status") != "ok":
+        return (3, 0.0) + name
+    if not worth_known(r):
+        at_stake = r.get("run_time_ms")
+        if not isinstance(at_stake, (int, float)):
+            tpb, batches = r.get("time_per_batch_ms"), r.get("batches")
+            at_stake = tpb * batches if isinstance(tpb, (int, float)) and isinstance(batches, int) else 0.0
+        return (1, -float(at_stake)) + name
+    return (2, 0.0) + name
+
+
 def _groups(runs: List[Dict]) -> List[Dict]:
     by: Dict[str, Dict] = {}
     for r in runs:
         g = by.setdefault(r["group"], {"group": r["group"], "runs": 0, "sessions": 0, "errors": 0,
-                                       "recoverable_ms": 0.0, "categories_ms": {}})
+                                       "recoverable_ms": None, "runs_worth_unknown": 0, "categories_ms": {}})
         g["runs"] += 1
         g["sessions"] += r["sessions"]
         g["errors"] += r["errors"]
-        g["recoverable_ms"] += r["recoverable_ms"]
+        if worth_known(r):
+            g["recoverable_ms"] = (g["recoverable_ms"] or 0.0) + r["recoverable_ms"]
+        elif r.get("status") == "ok":
+            g["runs_worth_unknown"] += 1
         _add(g["categories_ms"], r["categories_ms"])
     for g in by.values():
         g["categories_pct"] = _pct(g["categories_ms"])
@@ -214,20 +262,28 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
 
     Returns:
       ``{"version", "sessions", "ok_sessions", "runs_total", "errors": {"sessions",
-      "by_kind"}, "skipped_windows", "by_bottleneck", "runs_by_bottleneck", "by_cause":
+      "by_kind"}, "skipped_windows", "failed", "by_bottleneck", "runs_by_bottleneck", "by_cause":
       {"kind/cause": {"sessions", "runs"}}, "categories_ms", "categories_pct",
       "accelerator_hours": {"runs_with_length", "runs", "total", "by_category"}, "groups",
       "trend", "runs", "basis", "problems", "device_kind", "category_labels"}``: ``device_kind``
       the one device kind of the analysed sessions (None when they differ or none has one),
       ``category_labels`` each category's name for it (:func:`tfbneck_plugin.schema.category_label`,
-      as ``tfbneck analyze`` names it: "Model compute on the CPU" for CPU-only runs); ``runs`` ranked by ``recoverable_ms`` (ms),
+      as ``tfbneck analyze`` names it: "Model compute on the CPU" for CPU-only runs); ``failed``
+      every session without a report, by run and session name, each ``{"run", "session",
+      "path", "error_kind", "error"}`` (``error``: one line naming the file and what is wrong,
+      as ``tfbneck analyze`` says it); ``groups`` each with ``recoverable_ms`` (the sum of its
+      known ones; None when none of its runs has one) and ``runs_worth_unknown`` (its analysed runs
+      whose recoverable time is unknown); ``runs`` ranked by :func:`rank_key`,
       each with ``run``, ``path``, ``group``, ``bottleneck``, ``cause``, ``fix`` (the best
       fix's id), ``fix_title``, ``fix_worth`` (the session report's ``worth`` string),
       ``fix_basis`` (``predicted``, or ``bound``: a change with no
       model counted halfway to its bound), ``fix_first``, ``predicted_time_per_batch_ms``,
       ``speedup``, ``time_per_batch_ms``, ``batches``, ``length_known``, ``recoverable_ms``
-      (the run's own time x (1 - 1 / speedup) when its length is known, else the profiled
-      time per batch less the predicted one, times its batches),
+      (ms: the run's own time x (1 - 1 / speedup) when its length is known, else the profiled
+      time per batch less the predicted one, times its batches; 0.0 when the report
+      recommends nothing; None when unknown: a first fix with neither a prediction nor a bound,
+      or no report), ``errors`` (its sessions without a report) and ``error`` (the latest
+      one's one-line error, else None),
       ``session`` (the latest), ``session_time``, ``window`` and the category times.
     Raises:
       ValueError: ``group_by`` is not a regular expression.
@@ -238,7 +294,7 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
     for i in items:
         by_run[i["run_dir"]].append(i)
     runs = [_run_entry(d, its, contexts.get(d), group_of(its[0].get("run") or ".")) for d, its in by_run.items()]
-    runs.sort(key=lambda r: (-r["recoverable_ms"], str(r["run"]), r["path"]))
+    runs.sort(key=rank_key)
     cats: Dict[str, float] = {}
     for i in items:
         if i.get("status") == "ok":
@@ -247,7 +303,8 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
     out = {"version": __version__, "sessions": len(items), "ok_sessions": len(items) - sum(errors.values()),
            "runs_total": len(runs), "errors": {"sessions": sum(errors.values()), "by_kind": dict(errors)},
            "skipped_windows": {"sessions": errors.get("skipped", 0),
-                               "in_trend_files": sum(c.skipped_windows for c in contexts.values())}}
+                               "in_trend_files": sum(c.skipped_windows for c in contexts.values())},
+           "failed": _failed(items)}
     out.update(_verdict_counts(items, runs))
     kinds = {i.get("device_kind") for i in items if i.get("status") == "ok"}
     device_kind = next(iter(kinds)) if len(kinds) == 1 else None  # several kinds: "Device compute"
@@ -257,9 +314,23 @@ def build(items: Iterable[Dict], contexts: Dict[str, RunContext], group_by: Opti
     return out
 
 
+def _failed(items: List[Dict]) -> List[Dict]:
+    """Every session without a report, by run then session name (as ``tfbneck analyze``
+    lists them), with its one-line error."""
+    bad = [i for i in items if i.get("status") != "ok"]
+    bad.sort(key=lambda i: (natural_key(str(i.get("run"))), natural_key(str(i.get("session")))))
+    return [{"run": i.get("run"), "session": i.get("session"), "path": i.get("path"),
+             "error_kind": i.get("error_kind") or "error", "error": _error_line(i)} for i in bad]
+
+
 def _basis(runs: List[Dict]) -> List[str]:
     known = sum(1 for r in runs if r["length_known"])
     out = ["categories_pct: shares of the profiled steps' time, summed over all sessions."]
+    unknown = sum(1 for r in runs if r["status"] == "ok" and not worth_known(r))
+    if unknown:
+        out.append(f"{unknown} of {len(runs)} runs have a first fix with no predicted worth (no model, no bound): "
+                   "their recoverable time is unknown, not 0; they rank after the runs with time to recover, "
+                   "the most time at stake first.")
     if known < len(runs):
         out.append(f"{len(runs) - known} of {len(runs)} runs have no step-time trend file with timed steps: their "
                    "recoverable time counts the profiled batches only, and they are left out of accelerator_hours.")
@@ -296,13 +367,25 @@ def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Opti
         unknown are then left out (counted in the problems).
       progress: a progress bar on stderr.
     Returns:
-      ``(items, contexts, problems)`` for :func:`build`.
+      ``(items, contexts, problems)`` for :func:`build`. Runs are named as ``tfbneck
+      analyze`` names them (:func:`tfbneck_plugin.logdir.label_runs`): traces straight in a
+      PATH take its folder's name, never ``.``; with several PATHs each run name starts
+      with its PATH's folder.
     Raises:
       tfbneck_plugin.logdir.DiscoveryError: a path cannot be searched.
     """
     from .. import batch, cache
     from ..runs import read_run, run_dir_of, session_time
-    sessions, problems = batch.discover(paths)  # as `tfbneck analyze` finds them
+    sessions: List[Session] = []
+    problems: List[str] = []
+    seen = set()
+    for path in paths:  # as `tfbneck analyze` finds and names them (batch.find), each session once
+        found, warnings = batch.discover([path])
+        problems.extend(warnings)
+        for s in label_runs(path, found, several=len(paths) > 1):
+            if session_identity(s) not in seen:
+                seen.add(session_identity(s))
+                sessions.append(s)
     times = [session_time(s) for s in sessions]
     if since is not None:
         undated = sum(1 for t in times if not t)

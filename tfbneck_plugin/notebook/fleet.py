@@ -1,13 +1,14 @@
 """The fleet report (:func:`tfbneck_plugin.fleet_view.report.build`) as self-contained HTML for
 notebooks: the time per category over all sessions and per group (the notebook's stacked
-bars, inline SVG), the runs ranked by recoverable time with the fix that recovers it, and
-the errors. No script, nothing loaded; every string from a report goes through
+bars, inline SVG), the runs ranked by recoverable time with the fix that recovers it (unknown
+where the fix has no predicted worth, never 0), and the sessions without a report, each with
+its one-line error. No script, nothing loaded; every string from a report goes through
 :func:`html.escape` (run names come from folder names). No TensorFlow here."""
 from __future__ import annotations
 
 from typing import Dict
 
-from ..fleet_view.render import fmt_duration
+from ..fleet_view.render import TOP_FAILED, fmt_group_recoverable, fmt_recoverable
 from .session import STYLE, _e, fmt_pct, kind_label, legend_html, mini_bar_svg, total_bar_svg
 
 #: Runs the HTML lists (the DataFrame holds them all).
@@ -21,7 +22,7 @@ def _run_row(i: int, r: Dict) -> str:
             f"<td>{_e(kind_label(r.get('bottleneck')))} <small>{_e(r.get('cause') or '')}</small></td>"
             f"<td>{_e(r.get('fix_title') or r.get('fix') or '-')}</td>"
             f"<td>{_e(f'{speed:.2f}x' if isinstance(speed, (int, float)) else '-')}</td>"
-            f"<td>{_e(fmt_duration(r.get('recoverable_ms')))}"
+            f"<td>{_e(fmt_recoverable(r))}"
             f"{'' if r.get('length_known') else ' <small>(profiled)</small>'}</td></tr>")
 
 
@@ -42,10 +43,16 @@ def fleet_html(f: Dict) -> str:
     groups = "".join(f"<tr><td><code>{_e(g['group'])}</code></td><td>{g['runs']}</td><td>{g['sessions']}</td>"
                      f"<td>{mini_bar_svg(g['categories_pct'], device_kind=kind)}</td>"
                      f"<td>{fmt_pct(g['categories_pct'].get('input'))}</td>"
-                     f"<td>{_e(fmt_duration(g['recoverable_ms']))}</td></tr>" for g in f["groups"])
+                     f"<td>{_e(fmt_group_recoverable(g))}</td></tr>" for g in f["groups"])
     runs = "".join(_run_row(i, r) for i, r in enumerate(f["runs"][:TOP_RUNS], 1))
     more = len(f["runs"]) - TOP_RUNS
     notes = "".join(f"<li>{_e(n)}</li>" for n in f["basis"] + [f"warning: {p}" for p in f["problems"]])
+    failed = f.get("failed") or []
+    bad = "".join(f"<li><code>{_e(x['run'])}/{_e(x['session'])}</code>: {_e(x['error'])}</li>"
+                  for x in failed[:TOP_FAILED])
+    if failed:
+        bad = (f"<h4>Sessions without a report ({min(TOP_FAILED, len(failed))} of {len(failed)} shown; "
+               f"<code>f['failed']</code> holds them all)</h4><ul class='tfb-fleet-failed'>{bad}</ul>")
     return (f'<div class="tfbneck-report tfbneck-fleet">{STYLE}<div class="tfb-card">{head}{overall}'
             '<h4>Groups</h4><table class="tfb-table"><tr><th>group</th><th>runs</th><th>sessions</th>'
             "<th>time by category</th>"
@@ -54,4 +61,4 @@ def fleet_html(f: Dict) -> str:
             "<th>verdict</th><th>fix</th>"
             f"<th>speedup</th><th>recoverable</th></tr>{runs}</table>"
             + (f"<p>and {more} more runs (<code>.to_dataframe()</code> holds them all)</p>" if more > 0 else "")
-            + (f"<ul>{notes}</ul>" if notes else "") + "</div></div>")
+            + bad + (f"<ul>{notes}</ul>" if notes else "") + "</div></div>")

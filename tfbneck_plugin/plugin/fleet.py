@@ -22,9 +22,13 @@ from ..runs import RunContext, list_trend_files, read_run, run_dir_of, session_t
 from ..summary import summarize
 
 #: Fields of each run the route sends (the CLI's JSON has more: paths, per-run category times).
-RUN_FIELDS = ("run", "group", "session", "session_time", "status", "bottleneck", "cause", "fix", "fix_title", "fix_basis",
-              "speedup", "time_per_batch_ms", "predicted_time_per_batch_ms", "batches", "length_known",
-              "recoverable_ms", "sessions", "errors", "fix_first")
+#: ``fix_worth`` is the Worth column, ``error`` the one line that says why a run has no report.
+RUN_FIELDS = ("run", "group", "session", "session_time", "status", "bottleneck", "cause", "fix", "fix_title",
+              "fix_worth", "fix_basis", "speedup", "time_per_batch_ms", "predicted_time_per_batch_ms", "batches",
+              "length_known", "recoverable_ms", "sessions", "errors", "error", "fix_first")
+#: Sessions without a report the route names (``failed``; the view shows the first 20, the
+#: headline counts them all): a logdir of 10,000 broken sessions stays one small answer.
+FAILED_SENT = 200
 #: How long a view is answered again for the same scan and parameters (seconds; the index
 #: rescans after 5 s).
 REUSE_S = 5.0
@@ -67,7 +71,10 @@ class FleetService:
                 return dict(hit)
         report = self._report_of(session)
         if report is not None:
-            return summarize(report)
+            # report_of may give only the fields the session list shows (ReportService.latest):
+            # the session's identity comes from the session, so a run without a report is
+            # named, with its error, as the CLI names it.
+            return summarize(report) | {"run": session.run, "session": session.name, "path": session.path}
         self._request(session)
         return None
 
@@ -89,7 +96,8 @@ class FleetService:
     def view(self, sessions: Dict[Tuple[str, str], Session], group_by: Optional[str] = None, group_level: int = 1,
              since: Optional[float] = None, scan: Optional[int] = None) -> Dict:
         """The fleet report of ``sessions`` (the index's ``{(run, name): Session}``), with
-        ``runs`` reduced to :data:`RUN_FIELDS`, plus ``pending`` (sessions whose analysis
+        ``runs`` reduced to :data:`RUN_FIELDS` and ``failed`` to its first :data:`FAILED_SENT`,
+        plus ``pending`` (sessions whose analysis
         is queued or running, not counted yet). ``scan``: the index's scan count; the same
         scan and parameters within :data:`REUSE_S` seconds, with nothing pending, get the
         view made for the first request (the view polls; a rescan is a new view). Raises
@@ -126,5 +134,6 @@ class FleetService:
         out = build(items, contexts, group_by, group_level, problems[:100])
         out["runs"] = [{k: r.get(k) for k in RUN_FIELDS} | {"window_kind": (r.get("window") or {}).get("kind")}
                        for r in out["runs"]]
+        out["failed"] = out["failed"][:FAILED_SENT]
         out["pending"] = pending
         return out
