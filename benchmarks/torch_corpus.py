@@ -5,11 +5,14 @@ truth measured by ablation, and tfbneck's verdict on each against that truth.
     python benchmarks/torch_corpus.py [--logdir DIR] [--only NAME,NAME] [--steps N] [--json FILE]
 
 Each run writes Kineto traces with ``torch.profiler.tensorboard_trace_handler`` under
-``<logdir>/<run>/`` (one ``<worker>.<time>.pt.trace.json`` per process), then tfbneck analyses
-the run folder (its API; this script imports torch, the analyzer does not).
+``<logdir>/<run>/`` (one ``<worker>.<time>.pt.trace.json`` per process), one cycle after the
+first ``WORKER_START_STEPS`` batches (``schedule(skip_first=...)``, as docs/pytorch.md advises:
+a DataLoader's workers start there), then tfbneck analyses the run folder (its API; this
+script imports torch, the analyzer does not).
 
 The truth of a run, by ablation: the same model, loop and batch size timed twice without the
-profiler, once fed by its DataLoader and once from batches made beforehand and cached in a
+profiler, after the same untimed first batches, once fed by its DataLoader and once from
+batches made beforehand and cached in a
 list (no loading at all), in three interleaved rounds of each, the fastest round of each kept
 (other processes' load slows both alike). ``speedup = loader time per step / cached time per
 step``:
@@ -60,6 +63,8 @@ from typing import Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from tfbneck_plugin.analysis.torch_host import WORKER_START_STEPS  # noqa: E402  (no torch, no TensorFlow)
 
 #: The causes that mean "input-bound" (tfbneck_plugin/causes.py).
 INPUT_CAUSES = ("input_preprocessing", "file_read", "remote_read")
@@ -165,7 +170,9 @@ def _loop(cfg: Dict, steps: int, rank: int = 0, world: int = 1, trace_dir: Optio
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    warm = 3
+    # Untimed and untraced first batches: a DataLoader's worker processes start and fill their
+    # prefetch queue there (tfbneck takes traced steps before WORKER_START_STEPS as warm-up).
+    warm = WORKER_START_STEPS
     n = cfg["batch"] * (steps + warm + 2) * 2
     ds = _dataset(cfg["work"], n, cfg.get("io_ms", 0.0))
     kw = dict(batch_size=cfg["batch"], num_workers=cfg["workers"], shuffle=False)
@@ -191,9 +198,11 @@ def _loop(cfg: Dict, steps: int, rank: int = 0, world: int = 1, trace_dir: Optio
     if trace_dir:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
         it = loader_iter()
-        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=warm - 1, active=steps),
+        # as docs/pytorch.md advises: skip the start-up, then one cycle
+        with profile(activities=[ProfilerActivity.CPU],
+                     schedule=schedule(skip_first=warm, wait=1, warmup=1, active=steps, repeat=1),
                      on_trace_ready=tensorboard_trace_handler(trace_dir, worker_name=worker)) as prof:
-            for _ in range(1 + (warm - 1) + steps):
+            for _ in range(warm + 1 + 1 + steps):
                 x, y = next(it)
                 _train_step(model, opt, x, y)
                 prof.step()

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
 from conftest import DEMO_LOGS as DEMO
 from conftest import tfbneck_cmd
 
@@ -111,3 +113,17 @@ def test_the_run_sentences_never_reach_the_cached_report(tmp_path):
     assert any(e.startswith("Measured by ablation") for e in shown["evidence"])
     assert cached["evidence"] == evidence and cached["evidence_detail"] == detail
     assert cached["confidence"] != shown["confidence"] == 0.6
+
+
+def test_a_model_that_is_not_keras_gets_one_line_not_an_import_error():
+    """A PyTorch user's nn.Module (here any non-Keras object): InputCostError naming its class
+    and what to use instead, before Keras is imported."""
+    import tfbneck_plugin
+    from tfbneck_plugin.capture.input_cost import InputCostError
+
+    class Net:  # stands for torch.nn.Module: its module is not keras
+        pass
+    with pytest.raises(InputCostError) as e:
+        tfbneck_plugin.measure_input_cost(Net(), [(1, 2), (3, 4)])
+    text = str(e.value)
+    assert "\n" not in text and text.startswith("Net (") and "not a Keras model" in text and "measure_input" in text

@@ -98,3 +98,44 @@ def test_a_single_process_loader_waiting_as_long_stays_model_compute(tmp_path):
     training thread, in the trace), under XProf's 20 %: model compute, held down as before."""
     r = analyze_space(read_kineto(_cpu_loop(tmp_path / "w.1.pt.trace.json", SINGLE, wait_us=1_500.0)))
     assert r["cause"] == "model_compute" and r["confidence"] == UNSEEN_LOAD_MAX_CONFIDENCE
+
+
+def _gloo_job(folder, steps=6, step_us=10_000.0):
+    """Two ranks of a DDP job over gloo on the CPU: each step loads a batch (200 us), runs
+    matrix ops, then all-reduces (500 us), in step with the other rank; one file per rank
+    with ``distributedInfo``, as tensorboard_trace_handler writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        pid = tid = 100 + rank
+
+        def x(cat, name, ts, dur):
+            return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+        ev = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "python3"}}]
+        t0 = 1_000_000.0
+        for n in range(12, 12 + steps):
+            ev += [x("user_annotation", f"ProfilerStep#{n}", t0, step_us), x("user_annotation", SINGLE, t0 + 1, 200.0)]
+            t = t0 + 205
+            while t + 520 < t0 + step_us - 1_000:
+                ev.append(x("cpu_op", "aten::addmm", t, 500.0))
+                t += 510
+            ev += [x("cpu_op", "record_param_comms", t0 + step_us - 900, 500.0),
+                   x("user_annotation", "gloo:all_reduce", t0 + step_us - 900, 500.0)]
+            t0 += step_us
+        doc = {"schemaVersion": 1, "traceEvents": ev, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+               "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}
+        (folder / f"rank{rank}.1796656100{rank}.pt.trace.json").write_text(json.dumps(doc))
+    return str(folder)
+
+
+def test_a_cpu_job_of_two_ranks_is_held_down_as_one_host_is(tmp_path):
+    """The job's verdict, a worker's own limit (no straggler, cheap collectives), goes through
+    the same hold as a single host's: model compute without system metrics, at most
+    UNSEEN_LOAD_MAX_CONFIDENCE, and no "desired state"."""
+    from tfbneck_plugin import batch
+    from tfbneck_plugin.logdir import find_sessions
+    [session] = find_sessions(_gloo_job(tmp_path / "job")).sessions
+    r = batch.analyze_one(session, use_cache=False)
+    assert len(r["per_host"]) == 2 and r["cause"] == "model_compute"
+    assert r["confidence"] == UNSEEN_LOAD_MAX_CONFIDENCE
+    assert not any(DESIRED_STATE in e for e in r["evidence"])
+    assert any("torch.profiler records no system metrics" in e for e in r["evidence"])

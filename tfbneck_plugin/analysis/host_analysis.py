@@ -297,8 +297,14 @@ class HostAnalysis:
 
     @cached_property
     def verdict(self) -> Verdict:
-        """The verdict (:func:`.rules.decide`)."""
-        return decide(self.findings)
+        """The verdict (:func:`.rules.decide`), as :meth:`held` leaves it."""
+        return self.held(decide(self.findings), self.findings)
+
+    def held(self, v: Verdict, findings: Findings) -> Verdict:
+        """``v`` as the framework's trace can vouch for it: here unchanged; a framework whose
+        trace misses a cost holds its verdicts down (:meth:`.torch_host.TorchHostAnalysis.held`).
+        Applied to the host's verdict and to a worker's own verdict (:func:`.sync.own_verdict`)."""
+        return v
 
     def report(self) -> HostReport:
         """The host-level report fields (the session adds run, session, hosts...)."""
@@ -320,7 +326,7 @@ class HostAnalysis:
             "op_summary": self.op_summary,
         }
         # steps with collectives: what a multi-worker job's root cause needs
-        sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings)
+        sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings, self.held)
         if sync is not None:
             out["sync"] = sync
         return out

@@ -90,14 +90,16 @@ def group_size(view) -> Optional[int]:
 
 
 def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space,
-                 findings: Findings) -> Optional[SyncSection]:
+                 findings: Findings, held=None) -> Optional[SyncSection]:
     """The ``sync`` section of a host report, or None when its steps hold no collective.
 
     Args:
       steps: the steady steps (:class:`.steps.Steps`) or None; view: the host view or None;
       activity: the breakdown categories' intervals (:class:`.breakdown.Activity`);
       parts: ps per breakdown category per step; space: the host's XSpace (its wall clock);
-      findings: the host's findings (the worker's own verdict starts from them).
+      findings: the host's findings (the worker's own verdict starts from them);
+      held: ``(verdict, findings) -> verdict``, the framework's hold on a verdict its trace
+        cannot vouch for (:meth:`.host_analysis.HostAnalysis.held`), None for none.
 
     Returns:
       ``{"task": "worker:1" | None, "group_size": int | None, "clock": {"start_unix_ns",
@@ -121,12 +123,12 @@ def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space,
         "task": task_of(view.plane), "group_size": group_size(view),
         "clock": {"start_unix_ns": clock[0], "stop_unix_ns": clock[1],
                   "source": f"{TASK_ENV_PLANE} plane (profile_start_time)"} if clock else None,
-        "steps": rows, "own": own_verdict(findings, split),
+        "steps": rows, "own": own_verdict(findings, split, held),
         "network_recommendations": advice_for("gradient_sync", findings),
     }
 
 
-def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> OwnLimit:
+def own_verdict(findings: Findings, parts: Dict[str, np.ndarray], held=None) -> OwnLimit:
     """The worker's own limit: the verdict rules over the step less its collective time.
 
     The shares the rules read (``pct``) are shares of the worker's own time, so a worker
@@ -136,7 +138,8 @@ def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> OwnLimit:
     breakdown of that time.
 
     Args:
-      findings: the host's findings; parts: ps per category per step, split in :data:`SYNC_ORDER`.
+      findings: the host's findings; parts: ps per category per step, split in :data:`SYNC_ORDER`;
+      held: as :func:`sync_section`'s.
     Returns:
       ``{"bottleneck", "cause", "cause_text", "confidence", "evidence", "evidence_detail",
       "recommendations", "pct" (% of the own time, 0-100), "own_ms" (mean ms per step),
@@ -148,7 +151,9 @@ def own_verdict(findings: Findings, parts: Dict[str, np.ndarray]) -> OwnLimit:
     pct["collective"] = 0.0
     step_ms = ms(sum(int(p.sum()) for p in parts.values()) / n)
     own_ms = ms(own_total / n)
-    v = decide(dataclasses.replace(findings, pct=pct, own_time=OwnTime(own_ms=own_ms, step_ms=step_ms)))
+    own = dataclasses.replace(findings, pct=pct, own_time=OwnTime(own_ms=own_ms, step_ms=step_ms))
+    v = decide(own)
+    v = held(v, own) if held is not None else v
     return {**verdict_fields(v), "pct": pct, "own_ms": own_ms, "step_ms": step_ms}
 
 

@@ -44,14 +44,16 @@ def _workers(f: Findings) -> List[Rec]:
                      "The batches already come from worker processes, and the loop still waits for them: more "
                      "workers (up to the cores the model leaves free) and a deeper prefetch_factor keep more batches "
                      "in flight." + shared,
-                     f"loader = DataLoader(ds, batch_size=bs, num_workers={2 * DEFAULT_WORKERS}, prefetch_factor=4,\n"
-                     "                    persistent_workers=True)")]
+                     f"loader = DataLoader(ds, batch_size=bs, shuffle=True, num_workers={2 * DEFAULT_WORKERS},"
+                     "  # at most your cores:\n"
+                     "                    prefetch_factor=4, persistent_workers=True)  # len(os.sched_getaffinity(0))")]
     return [_rec("num_workers", "Load batches in DataLoader worker processes (num_workers)",
                  "With num_workers=0 the training loop loads every batch itself (the dataset's __getitem__, its "
                  "transforms and collate) while the model waits. Worker processes load batches ahead of the step, "
                  "in parallel and outside the training process's GIL.",
-                 f"loader = DataLoader(ds, batch_size=bs, shuffle=True, num_workers={DEFAULT_WORKERS},\n"
-                 "                    persistent_workers=True, prefetch_factor=2)")]
+                 f"loader = DataLoader(ds, batch_size=bs, shuffle=True, num_workers={DEFAULT_WORKERS},"
+                 "  # at most your cores:\n"
+                 "                    persistent_workers=True, prefetch_factor=2)  # len(os.sched_getaffinity(0))")]
 
 
 def _persistent(_f: Findings) -> Rec:
@@ -191,7 +193,8 @@ def _compute(f: Findings) -> List[Rec]:
 def _compute_on_cpu() -> List[Rec]:
     return [_rec("use_gpu", "Run the model on a GPU",
                  "The CPU does the model's math, which is the limit: a GPU (or more cores) shortens the step.",
-                 "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = model.to(device)"),
+                 "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = model.to(device)\n"
+                 "for x, y in loader:\n    x, y = x.to(device), y.to(device)   # each batch too\n    train_step(x, y)"),
             _compile("On the CPU, torch.compile fuses ops and vectorises them; measure it (tfbneck compare) "
                      "before keeping it.")]
 

@@ -157,7 +157,39 @@ def profiler_steps(view: Optional[TorchHostView]) -> stepsmod.StepSearch:
     order = np.argsort(starts, kind="stable")
     steps = stepsmod.Steps(source="profiler_step", numbers=numbers[order], starts=starts[order], ends=ends[order],
                            graph_build_ps=np.zeros(len(idx), dtype=np.int64), training_line=li)
-    return stepsmod.StepSearch(_without_a_cut_last_step(view, steps), [], li)
+    return stepsmod.StepSearch(_loader_start_up(view, _without_a_cut_last_step(view, steps)), [], li)
+
+
+#: Steps from the profiler's start (``ProfilerStep#N`` numbers) that may belong to a worker
+#: DataLoader's start-up: a new iterator starts its worker processes and asks each for
+#: ``prefetch_factor`` batches at once (2 by default; torch/utils/data/dataloader.py,
+#: ``_MultiProcessingDataLoaderIter._reset``), which they load flat out (on the model's cores
+#: where the model computes on the CPU) until the queue is full; 4 workers, the advice's, ask
+#: for 8 batches. Our choice, two steps beyond that: a 2-worker CPU run traced at steps 3-7 took
+#: 1.75x its steps from step 20 on. torch.profiler numbers steps from the profiler's creation,
+#: so a profiler made after the loop had run reads young: the warm-up sentence says so.
+WORKER_START_STEPS = 10
+
+
+def _loader_start_up(view: TorchHostView, steps: stepsmod.Steps) -> stepsmod.Steps:
+    """``steps`` with those numbered under :data:`WORKER_START_STEPS` marked warm-up
+    (:attr:`.steps.Steps.warmup`, left out of the breakdown and the verdict, or all kept and
+    the confidence capped when every step is one) where the DataLoader loads in worker
+    processes (any ``__next__`` of an iterator other than the single-process one)."""
+    names = view.plane.event_names
+    workers = any(DATALOADER_NEXT_RE.match(names[int(i)]).group(1) != SINGLE_PROCESS_ITER  # type: ignore[union-attr]
+                  for i in view.loader_ids())
+    young = steps.numbers < WORKER_START_STEPS
+    if not workers or not young.any() or not young[:int(young.sum())].all():  # leading steps only
+        return steps
+    k = int(young.sum())
+    which = f"step {steps.numbers[0]}" if k == 1 else f"steps {steps.numbers[0]}-{steps.numbers[k - 1]}"
+    return dataclasses.replace(steps, warmup=young, warmup_reason=(
+        f"{which} of the profiler come before step {WORKER_START_STEPS}, while a DataLoader with worker processes "
+        "starts them and fills its prefetch queue (num_workers x prefetch_factor batches loaded at once), not the "
+        f"loop's steady state; profile from step {WORKER_START_STEPS} on, e.g. torch.profiler.schedule("
+        f"skip_first={WORKER_START_STEPS}, wait=1, warmup=1, active=5), unless the profiler was created after the "
+        "loop had run"))
 
 
 def _without_a_cut_last_step(view: TorchHostView, steps: stepsmod.Steps) -> stepsmod.Steps:
@@ -286,11 +318,12 @@ class TorchHostAnalysis(HostAnalysis):
         kind = (self.keras or {}).get("input") or ("other" if self.keras else None)
         return dataclasses.replace(super().findings, loader=self.loader, keras_input=kind)
 
-    @cached_property
-    def verdict(self):
-        """The shared rules' verdict, less sure where the trace cannot see a cost
-        (:func:`shared_cores_verdict`, :func:`unseen_load_verdict`)."""
-        return unseen_load_verdict(shared_cores_verdict(super().verdict, self.findings), self.findings)
+    def held(self, v, findings):
+        """``v`` less sure where the trace cannot see a cost: the DataLoader's workers on a
+        CPU-only host (:func:`shared_cores_verdict`), else other processes' load
+        (:func:`unseen_load_verdict`); for the host's verdict and each worker's own."""
+        out = shared_cores_verdict(v, findings)  # the workers' doubt includes the unseen load's
+        return out if out is not v else unseen_load_verdict(v, findings)
 
 
 #: The most confidence a verdict other than input-bound keeps on a CPU-only run whose
@@ -311,8 +344,7 @@ def shared_cores_verdict(v, f):
     verdicts and every other case are returned unchanged."""
     loader = f.loader
     if (f.device_kind != "CPU" or loader is None or not loader.workers or f.system is not None
-            or v.cause in ("input_preprocessing", "file_read", "remote_read")
-            or v.confidence <= SHARED_CORES_MAX_CONFIDENCE):
+            or v.cause in ("input_preprocessing", "file_read", "remote_read")):
         return v
     note = (f"The DataLoader's worker processes run on the same CPU cores as the model's math, and their work is "
             f"not in this trace (only the training process is profiled): part of the model's time may be the "
@@ -325,7 +357,7 @@ def shared_cores_verdict(v, f):
 
 
 def _held_down(v, cap: float, note: str, doubt: str):
-    """``v`` at confidence ``cap`` with ``note`` added to its evidence, and the compute sentence
+    """``v`` at confidence ``cap`` at most with ``note`` added to its evidence, and the compute sentence
     of :func:`.rules.model_compute` (ending in :data:`.rules.DESIRED_STATE`) ending in ``doubt``
     instead: a verdict held down for a cost the trace cannot see is not "the desired state".
     Any other sentence (and its kind: :class:`.evidence.Inferred`...) as it is."""
@@ -333,7 +365,7 @@ def _held_down(v, cap: float, note: str, doubt: str):
         if not (isinstance(sentence, str) and sentence.endswith(DESIRED_STATE)):
             return sentence
         return type(sentence)(sentence[:-len(DESIRED_STATE)] + doubt)
-    return dataclasses.replace(v, confidence=cap, evidence=[reworded(e) for e in v.evidence] + [note])
+    return dataclasses.replace(v, confidence=min(v.confidence, cap), evidence=[reworded(e) for e in v.evidence] + [note])
 
 
 #: The most confidence a model_compute verdict keeps on a CPU-only PyTorch run without system
@@ -353,8 +385,7 @@ def unseen_load_verdict(v, f):
     accelerator traced) with no system metrics beside it: whether other processes took the
     cores is unknown, and their load inflates the model's multi-threaded ops more than the
     input's work. Every other verdict is returned unchanged."""
-    if (f.device_kind != "CPU" or f.system is not None or v.cause != "model_compute"
-            or v.confidence <= UNSEEN_LOAD_MAX_CONFIDENCE):
+    if f.device_kind != "CPU" or f.system is not None or v.cause != "model_compute":
         return v
     note = (f"Whether other processes took these cores is not in the trace (torch.profiler records no system "
             f"metrics): on a busy machine the model's ops, spread over several threads, slow down far more than "

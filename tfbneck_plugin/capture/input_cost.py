@@ -79,8 +79,25 @@ def _settled(gains: List[float]) -> Optional[str]:
     return None
 
 
-def _keras():
-    import keras  # the user's Keras 3, on the backend their fit runs on
+def _keras(model):
+    """The user's Keras 3 (on the backend their fit runs on), for a ``model`` that is a Keras
+    model (its class comes from a ``keras`` package: Keras 3's, or tf.keras' under
+    ``keras.src``/``tf_keras``).
+
+    Raises:
+      InputCostError: ``model`` is not a Keras model (a PyTorch ``nn.Module``...), or Keras is
+        not installed."""
+    module = type(model).__module__ or ""
+    mro = [c.__module__ or "" for c in type(model).__mro__]
+    if not any(m.split(".")[0] in ("keras", "tf_keras") for m in [module] + mro):
+        raise InputCostError(
+            f"{type(model).__name__} ({module}): not a Keras model; measure_input_cost trains a compiled Keras model "
+            "with fit. For a PyTorch loop, time it on cached batches as the measure_input fix's code does "
+            "(docs/pytorch.md)")
+    try:
+        import keras
+    except ImportError as e:
+        raise InputCostError(f"Keras cannot be imported ({e}): measure_input_cost needs Keras 3") from None
     return keras
 
 
@@ -217,10 +234,11 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
       file written, None without ``log_dir``.
 
     Raises:
-      InputCostError: an input kind with nothing to measure (arrays), fewer than 2 batches, a
-        model that is not compiled, or ``steps``/``repeats`` out of range.
+      InputCostError: a model that is not a Keras model, an input kind with nothing to measure
+        (arrays), fewer than 2 batches, a model that is not compiled, or ``steps``/``repeats``
+        out of range.
     """
-    keras = _keras()
+    keras = _keras(model)
     if steps < 5 or repeats < 1:
         raise InputCostError(f"steps={steps}, repeats={repeats}: at least 5 steps and 1 repeat are needed")
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):

@@ -256,7 +256,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     missing_why = evid.missing_line(lvl, *timings)
     verdict, missing = _decide(change_pct, test["p_value"], lvl, load, missing_why, test["ratio_ci"])
     off = _unrepresentative_side(baseline, candidate) if lvl == "steps" else None
-    if off is not None and verdict in ("faster", "slower"):
+    if off is not None and verdict != "inconclusive":  # a window that is not the steady state shows no change either
         verdict, missing = "inconclusive", off
     before, after = _breakdown_per_batch(baseline), _breakdown_per_batch(candidate)
     fixes = [change] if change else detect_changes(baseline, candidate)
@@ -273,8 +273,9 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
         "breakdown_ms": {k: {"baseline": round(before[k], 3), "candidate": round(after[k], 3),
                              "change": round(after[k] - before[k], 3)} for k in CATEGORIES},
         # Between two models no change explains the difference: nothing is credited.
+        # A change is explained only where one was measured (a verdict of faster or slower).
         "predictions": credited([prediction_check(baseline, candidate, fix, float(c.mean())) for fix in fixes],
-                                allowed=caveat is None),
+                                allowed=caveat is None and verdict in ("faster", "slower")),
         "caveat": caveat,
         "op_changes": op_changes(baseline, candidate, significance, ALPHA),
     }
@@ -282,11 +283,18 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
 
 
 def _unrepresentative_side(baseline: Dict, candidate: Dict) -> Optional[str]:
-    """The line saying why one window's steps cannot carry a verdict, when a side's own job
-    clock shows its traced steps were not the job's steady state
+    """The line saying why one window's steps cannot carry a verdict, when a side's traced
+    steps were not its run's steady state, else None: every one was warm-up (the report's
+    ``steps.warmup`` not ``excluded``: graph building, a PyTorch DataLoader's workers starting,
+    :func:`..analysis.torch_host._loader_start_up`), or its own job clock shows it
     (:func:`..analysis.run_evidence.unrepresentative`: steps fed from a buffer filled before
-    the window), else None."""
+    the window)."""
     from ..analysis.run_evidence import traced_and_job_step_ms, unrepresentative
+    for name, side in (("baseline", baseline), ("candidate", candidate)):
+        warm = (side.get("steps") or {}).get("warmup") or {}
+        if warm.get("count") and not warm.get("excluded", True):
+            return (f"every traced step of the {name} was warm-up ({warm.get('reason')}): its steady state is not "
+                    "in the comparison")
     for name, side in (("baseline", baseline), ("candidate", candidate)):
         r = cast(SessionDict, side)  # compare's reports are the JSON dicts analyze writes
         if unrepresentative(r):

@@ -85,7 +85,8 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     """``{"ops": [...], "scopes": [...], "types": [...]}``: the ops, layer scopes and op types
     whose self time per batch changed most (``baseline_ms``, ``candidate_ms``, ``change_ms``, ``change_pct``,
     ``p_value``): those with ``p_value`` below ``alpha`` (the comparison's significance level)
-    or ``only_in`` one side first, then the others, each group largest absolute change first.
+    or ``only_in`` one side first, then the others, each group largest absolute change first;
+    ``types`` empty where every op's type is its name (PyTorch's rows: the ops' list again).
     ``significance(a, b) -> p``."""
     def op(r):
         return (r["where"], matched_name(r["name"]))
@@ -97,10 +98,14 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     def kind(r):
         return (r["where"], r["type"])
 
+    # Op types match where names do not (Keras 3 and tf-keras name the same layers differently);
+    # where every op's type is its name (PyTorch's aten ops) they would repeat the ops' list.
+    rows = (baseline.get("top_ops") or []) + (candidate.get("top_ops") or [])
+    named_by_type = all(r.get("type") == r.get("name") for r in rows)
     return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance, alpha),
             "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance, alpha),
-            # Op types match where names do not (Keras 3 and tf-keras name the same layers differently).
-            "types": _changes(_series(baseline, kind), _series(candidate, kind), "type", significance, alpha)}
+            "types": [] if named_by_type else _changes(_series(baseline, kind), _series(candidate, kind), "type",
+                                                       significance, alpha)}
 
 
 def _line(r: Dict, label: str, alpha: float) -> str:
