@@ -252,6 +252,13 @@ def test_the_128gpu_ranks_are_one_session_of_two_hosts():
     assert session.hosts == ["rank-0", "rank-1"]
     r = analyze_session(session)
     assert r["status"] == "ok" and len(r["per_host"]) == 2
+    # the job's network fixes are fitted as a host verdict's are: a best case from the
+    # collectives' share (no model of bucket sizes), never an empty worth
+    assert r["cause"] == "gradient_sync"
+    first = r["recommendations"][0]
+    now = r["steps"]["time_per_batch_ms"]
+    assert first["fix"] == "ddp_buckets" and first["predicted"] is None and first["predicted_why_not"]
+    assert first["worth"].startswith("at best") and first["bound_ms"] < now
 
 
 # ---- the CLI's formats: the same fields for both frameworks -------------------------------------

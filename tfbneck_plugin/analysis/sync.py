@@ -30,6 +30,7 @@ from ..trace import timeline
 from ..trace.timeline import ms
 from .advice import advice_for
 from .findings import Findings, OwnTime
+from .fit_to_run import fit
 from .rules import decide
 from .verdict import verdict_fields
 
@@ -124,7 +125,8 @@ def sync_section(steps, view, activity, parts: Dict[str, np.ndarray], space,
         "clock": {"start_unix_ns": clock[0], "stop_unix_ns": clock[1],
                   "source": f"{TASK_ENV_PLANE} plane (profile_start_time)"} if clock else None,
         "steps": rows, "own": own_verdict(findings, split, held),
-        "network_recommendations": advice_for("gradient_sync", findings),
+        # fitted as a verdict's are (their worth: a prediction, a bound or why there is none)
+        "network_recommendations": fit(advice_for("gradient_sync", findings), findings),
     }
 
 
