@@ -47,8 +47,9 @@ phase_done() { echo "tests/run.sh: $1 took $((SECONDS - phase_t0)) s" >&2; phase
 phase_done "installs"
 # The lowest-versions job (tests/run_min_versions.sh: the floors setup.py declares, in their own
 # venvs) runs beside the phases that tolerate a busy machine (its installs, then its tests on one
-# worker), and ends before the TensorFlow tests that need the machine to themselves. Its output
-# is printed when it ends.
+# worker: the floors tier, the tests that drive a floor library through our code, tests/conftest.py),
+# and ends before the TensorFlow tests that need the machine to themselves. Its output is printed
+# when it ends.
 mkdir -p build
 min_log=build/min-versions.log
 min_t0=$SECONDS

@@ -6,8 +6,13 @@
 # 1. build/venv-min: exactly the floors setup.py declares for install_requires and the
 #    [xprof], [remote], [beam], [gpu] and [test] extras (each ==floor, from tests/min_versions.py; what
 #    they pull in at its newest compatible release, as a resolver's "lowest-direct" mode),
-#    then every test that starts no TensorFlow and no browser: reader, analyzer, CLI,
-#    TensorBoard plugin (a real TensorBoard 2.12), remote storage, Beam.
+#    then the floors tier (TFBNECK_TEST_TIER=floors, tests/conftest.py): the tests that start no
+#    TensorFlow and no browser, less those whose outcome no floor can change (FLOORS_LEAVE_OUT:
+#    the repository's own text, our handling of odd files and outputs, our words and rules on
+#    top of library calls a kept test makes alike). What stays drives each floor library through
+#    our code: the reader, analyzer and CLI on recorded traces, the plugin on a real TensorBoard
+#    2.12, remote storage, Beam, scipy's tests, psutil, the notebook; tests/README.md names the
+#    tests per floor.
 # 2. build/venv-min-tf: the [tensorflow] extra's floors with uv's lowest-direct resolution
 #    (TensorFlow's own pins rule out some of our floors, e.g. numpy 1.23.2), then the Keras
 #    callback test that runs on any TensorFlow (tests/test_tf_floor.py).
@@ -75,13 +80,16 @@ install_checkout "$VENV"
 echo "run_min_versions.sh: floors: $(versions "$VENV" numpy protobuf psutil tqdm tensorboard \
   tensorboard-plugin-profile fsspec scipy s3fs gcsfs apache-beam nvidia-ml-py)"
 status=0
-# test_storage_packages_are_current checks the main environment's s3fs: here it is the floor on purpose.
-# The manual's build (marker docs) needs the docs extra, which declares no floor of the package's own.
-# The fuzz tests with a quarter of their examples (the main environment runs them all): hypothesis's
-# floor and the reader's robustness on the floors are tested, in less of the machine.
-TFBNECK_FUZZ_EXAMPLES=${TFBNECK_FUZZ_EXAMPLES:-50} \
-"$VENV/bin/python" -m pytest tests -m "not tf and not browser and not docs" -p no:cacheprovider -n "${TFBNECK_MIN_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
-  --deselect tests/test_min_versions.py::test_storage_packages_are_current "$@" || status=$?
+# The floors tier, not every test without TensorFlow and a browser: the main phases of tests/run.sh
+# run beside this job, and the tier takes a little over half their CPU time (tests/README.md, "The
+# lowest-versions job"). It leaves out, besides the rest of FLOORS_LEAVE_OUT, the manual's build
+# (marker docs: the docs extra declares no floor of the package's own) and
+# test_storage_packages_are_current (it checks the main environment's s3fs: here it is the floor on
+# purpose). The fuzz tests with a quarter of their examples (the main environment runs them all):
+# hypothesis's floor and the reader's robustness on the floors are tested, in less of the machine.
+TFBNECK_TEST_TIER=floors TFBNECK_FUZZ_EXAMPLES=${TFBNECK_FUZZ_EXAMPLES:-50} \
+"$VENV/bin/python" -m pytest tests -p no:cacheprovider -n "${TFBNECK_MIN_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  "$@" || status=$?
 
 # --- 2. The [tensorflow] extra's floors -----------------------------------------------------
 TFVENV="$VENV-tf"
