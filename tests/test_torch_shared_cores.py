@@ -10,30 +10,14 @@ from tfbneck_plugin.analysis.session import analyze_space
 from tfbneck_plugin.analysis.torch_host import SHARED_CORES_MAX_CONFIDENCE, UNSEEN_LOAD_MAX_CONFIDENCE
 from tfbneck_plugin.trace.kineto import read_kineto
 
-PID = TID = 4242
-WORKERS = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
-SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+from support.kineto_loop import SINGLE, WORKERS, cpu_loop
 
 
-def _x(cat, name, ts, dur):
-    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur, "args": {}}
 
-
-def _cpu_loop(path, iterator, steps=6, step_us=10_000.0, wait_us=300.0):
-    """A CPU-only loop: each step waits ``wait_us`` in the DataLoader's ``__next__`` (``iterator``),
-    then runs matrix ops on the CPU for the rest of the step (no device events)."""
-    base = 1_000_000.0
-    ev = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "python3"}}]
-    for k in range(steps):
-        t0 = base + k * step_us
-        ev.append(_x("user_annotation", f"ProfilerStep#{k + 2}", t0, step_us))
-        ev.append(_x("user_annotation", iterator, t0 + 1, wait_us))
-        t = t0 + wait_us + 2
-        while t + 520 < t0 + step_us:
-            ev.append(_x("cpu_op", "aten::addmm", t, 500.0))
-            t += 510
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    return str(path)
+def _cpu_loop(path, iterator, wait_us=300.0):
+    """A CPU-only loop of six 10 ms steps, each waiting ``wait_us`` in the DataLoader's
+    ``__next__`` (``iterator``), then running matrix ops (no device events)."""
+    return str(cpu_loop(path, iterator, wait_us))
 
 
 def _compute_sentence(r):

@@ -14,37 +14,10 @@ from tfbneck_plugin.analysis.session import analyze_space
 from tfbneck_plugin.analysis.torch_host import WORKER_START_STEPS
 from tfbneck_plugin.trace.kineto import read_kineto
 
-PID = TID = 4242
-WORKERS = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
-SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-
-
-def _x(name, ts, dur, cat="cpu_op"):
-    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur, "args": {}}
-
-
-def _loop(path, iterator, first, steps, step_us=lambda k: 10_000.0, wait_us=300.0):
-    """A CPU-only loop whose steps are ProfilerStep#first.. : each waits ``wait_us`` in the
-    DataLoader's ``__next__`` (``iterator``), then runs matrix ops for the rest of its
-    ``step_us(number)``."""
-    ev = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "python3"}}]
-    t0 = 1_000_000.0
-    for n in range(first, first + steps):
-        dur = step_us(n)
-        ev.append(_x(f"ProfilerStep#{n}", t0, dur, "user_annotation"))
-        ev.append(_x(iterator, t0 + 1, wait_us, "user_annotation"))
-        t = t0 + wait_us + 2
-        while t + 520 < t0 + dur:
-            ev.append(_x("aten::addmm", t, 500.0))
-            t += 510
-        t0 += dur
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    return str(path)
-
+from support.kineto_loop import SINGLE, WORKERS, cpu_loop
 
 def test_a_window_of_start_up_steps_is_all_warm_up_and_held_down(tmp_path):
-    r = analyze_space(read_kineto(_loop(tmp_path / "w.1.pt.trace.json", WORKERS, first=3, steps=5)))
+    r = analyze_space(read_kineto(str(cpu_loop(tmp_path / "w.1.pt.trace.json", WORKERS, first=3, steps=5))))
     warm = r["steps"]["warmup"]
     assert warm["steps"] == [3, 4, 5, 6, 7] and warm["excluded"] is False
     assert f"skip_first={WORKER_START_STEPS}" in warm["reason"]
@@ -58,9 +31,9 @@ def test_a_window_of_start_up_steps_is_all_warm_up_and_held_down(tmp_path):
 def test_start_up_steps_are_left_out_where_later_steps_remain(tmp_path):
     """Steps 5-14, the first five twice as long (workers loading flat out on the model's
     cores): steps 5-9 are warm-up, the step time is that of steps 10-14."""
-    path = _loop(tmp_path / "w.1.pt.trace.json", WORKERS, first=5, steps=10,
+    path = cpu_loop(tmp_path / "w.1.pt.trace.json", WORKERS, first=5, steps=10,
                  step_us=lambda n: 20_000.0 if n < WORKER_START_STEPS else 10_000.0)
-    r = analyze_space(read_kineto(path))
+    r = analyze_space(read_kineto(str(path)))
     assert r["steps"]["warmup"]["steps"] == [5, 6, 7, 8, 9] and r["steps"]["warmup"]["excluded"] is True
     assert [i["step"] for i in r["steps"]["items"]] == [10, 11, 12, 13, 14]
     assert r["steps"]["step_time_ms"]["mean"] == pytest.approx(10.0, abs=0.05)
@@ -68,7 +41,7 @@ def test_start_up_steps_are_left_out_where_later_steps_remain(tmp_path):
 
 @pytest.mark.parametrize("iterator, first", [(SINGLE, 3), (WORKERS, WORKER_START_STEPS)])
 def test_no_warm_up_without_workers_or_from_the_tenth_step(tmp_path, iterator, first):
-    r = analyze_space(read_kineto(_loop(tmp_path / "w.1.pt.trace.json", iterator, first=first, steps=5)))
+    r = analyze_space(read_kineto(str(cpu_loop(tmp_path / "w.1.pt.trace.json", iterator, first=first, steps=5))))
     assert "warmup" not in r["steps"]
 
 
@@ -81,23 +54,23 @@ def test_compare_of_a_start_up_window_is_inconclusive_and_fails_no_gate(tmp_path
     """Identical code, the baseline traced at steps 3-7 (start-up, 5 ms steps: batches the
     workers made ahead), the candidate at steps 12-16 (12.5 ms): 2.5x "slower" is the windows'
     phases, not the code. The gate does not fail, and the line says which side and what to do."""
-    _loop(tmp_path / "a" / "w.1.pt.trace.json", WORKERS, first=3, steps=5, step_us=lambda n: 5_000.0)
-    _loop(tmp_path / "b" / "w.2.pt.trace.json", WORKERS, first=12, steps=5, step_us=lambda n: 12_500.0)
+    cpu_loop(tmp_path / "a" / "w.1.pt.trace.json", WORKERS, first=3, steps=5, step_us=lambda n: 5_000.0)
+    cpu_loop(tmp_path / "b" / "w.2.pt.trace.json", WORKERS, first=12, steps=5, step_us=lambda n: 12_500.0)
     out = _compare(tmp_path / "a", tmp_path / "b", "--fail-if-slower", "5", "--format", "json")
     assert out.returncode == 0, out.stderr
     [c] = json.loads(out.stdout)["comparisons"]
     assert c["verdict"] == "inconclusive" and c["change_pct"] == pytest.approx(150.0, abs=0.5)
     assert c["evidence"]["missing"].startswith("every traced step of the baseline was warm-up (steps 3-7")
     # steady windows on both sides: the same 2.5x is a slower verdict and fails the gate
-    _loop(tmp_path / "c" / "w.3.pt.trace.json", WORKERS, first=12, steps=5, step_us=lambda n: 5_000.0)
+    cpu_loop(tmp_path / "c" / "w.3.pt.trace.json", WORKERS, first=12, steps=5, step_us=lambda n: 5_000.0)
     out = _compare(tmp_path / "c", tmp_path / "b", "--fail-if-slower", "5", "--format", "json")
     assert out.returncode == 1 and json.loads(out.stdout)["comparisons"][0]["verdict"] == "slower"
 
 
 def test_pytorch_op_types_are_not_listed_again(tmp_path):
     """A PyTorch op's type is its name: compare lists the ops once, not again as op types."""
-    _loop(tmp_path / "a" / "w.1.pt.trace.json", SINGLE, first=3, steps=6)
-    _loop(tmp_path / "b" / "w.2.pt.trace.json", SINGLE, first=3, steps=6, wait_us=3_000.0)
+    cpu_loop(tmp_path / "a" / "w.1.pt.trace.json", SINGLE, first=3, steps=6)
+    cpu_loop(tmp_path / "b" / "w.2.pt.trace.json", SINGLE, first=3, steps=6, wait_us=3_000.0)
     out = _compare(tmp_path / "a", tmp_path / "b")
     assert out.returncode == 0, out.stderr
     assert "ops that changed most" in out.stdout and "op types that changed most" not in out.stdout
@@ -108,8 +81,8 @@ def test_pytorch_op_types_are_not_listed_again(tmp_path):
 def test_a_fix_that_changed_nothing_is_not_credited(tmp_path):
     """num_workers=0 waiting 60 % of a 10 ms step, then workers with the same 10 ms steps: the
     baseline predicted the fix; no change was measured, so it explains nothing."""
-    _loop(tmp_path / "a" / "w.1.pt.trace.json", SINGLE, first=12, steps=6, wait_us=6_000.0)
-    _loop(tmp_path / "b" / "w.2.pt.trace.json", WORKERS, first=12, steps=6)
+    cpu_loop(tmp_path / "a" / "w.1.pt.trace.json", SINGLE, first=12, steps=6, wait_us=6_000.0)
+    cpu_loop(tmp_path / "b" / "w.2.pt.trace.json", WORKERS, first=12, steps=6)
     out = _compare(tmp_path / "a", tmp_path / "b", "--format", "json")
     [c] = json.loads(out.stdout)["comparisons"]
     assert c["verdict"] == "no_change", c["verdict"]
