@@ -22,8 +22,9 @@ The comparison of two session reports (:func:`compare_reports`):
                        run-to-run spread of identical code (:data:`RUN_TO_RUN_FLOOR_PCT`) and is
                        not explained by machine load nor by an unchanged CPU time per step
                        (:data:`CPU_FLOOR_PCT`, :data:`LOADED_CPU_FLOOR_PCT`); ``inconclusive``
-                       when it is significant but within that spread or so explained;
-                       else ``no_change``
+                       when it is significant but within that spread or so explained, or
+                       when a side's window is not its run's steady state
+                       (:func:`_unrepresentative_side`); else ``no_change``
 ``breakdown_ms``       per breakdown category: each side's mean ms per batch and the change
 ``verdicts``           each side's bottleneck / cause / confidence
 ``predictions``        for each change detected between the sides (or named with
