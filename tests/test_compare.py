@@ -57,6 +57,8 @@ def test_parallel_map_pair_is_faster_with_the_change_and_its_p_value(demo_pair):
         assert out["p_value"] == pytest.approx(2 / math.comb(len(a) + len(b), len(a)), rel=1e-4)
     (c,) = out["comparisons"]
     assert c["baseline"]["run"] == "pair_map_sequential" and c["candidate"]["run"] == "pair_map_parallel"
+    # both sides have sidecars: their load is weighed, and no unknown-load line is printed
+    assert c["load"]["unknown_on"] == [] and "load is unknown" not in compare(SEQUENTIAL, PARALLEL).stdout
     assert c["baseline"]["time_per_batch_ms"]["mean"] == pytest.approx(b.mean(), abs=1e-3)
     assert c["candidate"]["time_per_batch_ms"]["p90"] == pytest.approx(np.percentile(a, 90), abs=1e-3)
     wait_before = np.mean([i["breakdown_ms"]["input"] for i in before["steps"]["items"]])

@@ -53,3 +53,12 @@ def test_measure_input_says_how_to_read_the_ratio():
     rec = torch_advice._measure_workers()
     for text in (rec["detail"], rec["code"]):
         assert str(torch_advice.INPUT_LIMITED_GAIN) in text and str(torch_advice.MODEL_LIMITED_GAIN) in text
+
+
+def test_the_docs_give_the_same_measurement():
+    """docs/pytorch.md's "Measure the input's cost" block is the fix's code, as printed."""
+    import os
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "pytorch.md"), encoding="utf-8").read()
+    section = doc.split("### Measure the input's cost", 1)[1]
+    block = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    assert block == torch_advice._measure_workers()["code"]

@@ -60,7 +60,7 @@ def _persistent(_f: Findings) -> Rec:
     return _rec("persistent_workers", "Keep the workers alive across epochs (persistent_workers=True)",
                 "Without it every epoch starts its worker processes again (each re-imports the dataset); the first "
                 "batches of each epoch then wait for them.",
-                "loader = DataLoader(ds, batch_size=bs, num_workers=4, persistent_workers=True)")
+                "loader = DataLoader(ds, batch_size=bs, num_workers=n, persistent_workers=True)  # n: your num_workers")
 
 
 def _pin(f: Findings) -> List[Rec]:
@@ -80,9 +80,11 @@ def _input(f: Findings, kind: str) -> List[Rec]:
                         "Every batch waits on storage: copy the data set to local SSD before training, or pack "
                         "small files into shards (WebDataset tar shards, one file per thousands of samples).", None))
     else:
+        on_gpu = (", move augmentation to the GPU (torchvision.transforms.v2 on CUDA tensors)," if _gpu(f)
+                  else ", apply augmentation to the whole batch at once (vectorised tensor ops in collate_fn),")
         cheaper = _rec("cheaper_transforms", "Do less work per sample in the dataset",
-                       "Decode once and cache the result, move augmentation to the GPU (torchvision.transforms.v2 "
-                       "on CUDA tensors), or let collate stack tensors rather than convert Python objects.", None)
+                       f"Decode once and cache the result{on_gpu} or let collate stack tensors rather than convert "
+                       "Python objects.", None)
         # Worker processes on a CPU-only host load on the model's cores: more of them move the
         # work between processes, less work per sample removes it.
         shared = not _gpu(f) and f.loader is not None and f.loader.workers

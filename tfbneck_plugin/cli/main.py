@@ -194,6 +194,7 @@ def cmd_compare(args) -> int:
     """``tfbneck compare``: 0, or 1 with ``--fail-if-slower`` when a candidate is slower
     beyond it; 2 when the sides cannot be compared."""
     from ..comparison import compare as comparemod
+    from ..comparison import evidence as compare_evidence
     try:
         result = comparemod.compare(args.baseline, args.candidate, change=args.change)
     except comparemod.CompareError as err:
@@ -212,8 +213,10 @@ def cmd_compare(args) -> int:
     if args.fail_if_slower is not None:
         slow = comparemod.slower_than(result, args.fail_if_slower)
         for c in slow:
+            unknown = compare_evidence.unknown_load_line(c)
             print(f"tfbneck: {c['candidate']['run']} is {c['change_pct']:.1f} % slower than {c['baseline']['run']} "
-                  f"(p = {c['p_value']:.4g}), beyond --fail-if-slower {args.fail_if_slower:g}", file=sys.stderr)
+                  f"(p = {c['p_value']:.4g}), beyond --fail-if-slower {args.fail_if_slower:g}"
+                  + (f"; {unknown}" if unknown else ""), file=sys.stderr)
         if not slow:
             for c in comparemod.inconclusive(result):
                 print(f"tfbneck: inconclusive ({c['candidate']['run']} vs {c['baseline']['run']}, "

@@ -38,7 +38,7 @@ The comparison of two session reports (:func:`compare_reports`):
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -65,10 +65,6 @@ TEST = evid.TESTS["steps"]
 #: on half of its identical-code pairs (docs/compare_noise.md's first day; its slow day's half
 #: gave 35 and 55). No pair had several windows per side: ``windows`` is our choice between.
 RUN_TO_RUN_FLOOR_PCT = {"periods": 20.0, "windows": 15.0, "steps": 40.0}
-#: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
-#: the sidecars) that differ by this ratio make the machine's load a cause of a change in
-#: its direction (our choice: a quarter, beyond the window-to-window jitter of the factor).
-LOAD_DIFF_FACTOR = 1.25
 #: How much faster identical code may run on the more loaded of two machines (x): in
 #: benchmarks/compare_noise.py the runs beside benchmarks/under_load.sh took 1.69-1.86 ms per
 #: step against 1.95-2.26 ms on the idle machine (spinning neighbours keep the cores awake, so
@@ -132,25 +128,6 @@ def significance(baseline: np.ndarray, candidate: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value of the two samples of step times (1.0 when they
     cannot differ: identical values)."""
     return evid.step_test(baseline, candidate)["p_value"]
-
-
-def _load(baseline: Dict, candidate: Dict, t: Tuple[evid.SideTimings, evid.SideTimings]) -> Dict:
-    """Each side's machine load (the sidecars) and how much slower it alone could make the
-    more contended side: ``explains_x`` = the ratio of the sides' run-queue slowdown factors
-    (:func:`.compare_evidence.contention_of`), 1.0 when they are within
-    :data:`LOAD_DIFF_FACTOR` of each other or unknown. ``differs`` when they are not."""
-    lb = t[0].others_cpu_cores if t[0].others_cpu_cores is not None else evid.load_of(baseline)
-    lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else evid.load_of(candidate)
-    fb = t[0].contention if t[0].contention is not None else evid.contention_of(baseline)
-    fc = t[1].contention if t[1].contention is not None else evid.contention_of(candidate)
-    out: Dict[str, Any] = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
-           "candidate_contention": fc, "differs": False, "explains_x": 1.0, "more_loaded": None}
-    if fb is None or fc is None:
-        return out
-    ratio = max(fb, fc) / min(fb, fc)
-    if ratio >= LOAD_DIFF_FACTOR:
-        out.update(differs=True, explains_x=round(ratio, 3), more_loaded="candidate" if fc > fb else "baseline")
-    return out
 
 
 def _cores(v) -> str:
@@ -248,7 +225,7 @@ def compare_reports(baseline: Dict, candidate: Dict, change: Optional[str] = Non
     mid = np.mean if lvl == "steps" else np.median
     change_pct = 100.0 * (mid(uc) - mid(ub)) / mid(ub)
     test = evid.step_test(ub, uc) if lvl == "steps" else evid.unit_test(ub, uc)
-    load = _load(baseline, candidate, timings)
+    load = evid.machine_load(baseline, candidate, timings)
     # CPU time per step tells the code's cost from the machine's only when the step computes:
     # a run waiting for its input (a sleep, a read) gets faster with no change of CPU per step.
     waiting = max(float((r.get("breakdown_pct") or {}).get("input") or 0.0) for r in (baseline, candidate))
@@ -538,6 +515,9 @@ def _evidence_lines(c: Dict) -> List[str]:
                    f"{100 * (load['candidate_contention'] - 1):.0f} % of the training's running time"
                    " (its threads' waits summed over its time on the cores: over 100 % when they waited longer than"
                    " they ran)" + (" (differs)" if load.get("differs") else ""))
+    unknown = evid.unknown_load_line(c)
+    if unknown:
+        out.append(f"load: {unknown}")
     if ev.get("missing"):
         out.append(f"inconclusive: {ev['missing']}")
     return out

@@ -21,7 +21,9 @@ when it also exceeds the run-to-run spread of identical code at that level of ev
 (``comparison.RUN_TO_RUN_FLOOR_PCT``, measured by benchmarks/compare_noise.py).
 
 The machine's load comes from the sidecars (``system_metrics.others_cpu_cores``: cores
-busy with processes outside the training process tree during the window).
+busy with processes outside the training process tree during the window; the run-queue
+wait of the training's threads, :func:`contention_of`), weighed by :func:`machine_load`; a
+side without a sidecar has an unknown load, which the output says (:func:`unknown_load_line`).
 """
 from __future__ import annotations
 
@@ -196,3 +198,46 @@ def contention_of(report: Dict) -> Optional[float]:
 
 def describe_units(lvl: str, t: List[SideTimings]) -> str:
     return " vs ".join(f"{len(units(x, lvl))} {lvl}" for x in t)
+
+
+#: The sides' run-queue slowdown factors (the training's threads waiting for a core, from
+#: the sidecars) that differ by this ratio make the machine's load a cause of a change in
+#: its direction (our choice: a quarter, beyond the window-to-window jitter of the factor).
+LOAD_DIFF_FACTOR = 1.25
+
+
+def machine_load(baseline: Dict, candidate: Dict, t: Tuple[SideTimings, SideTimings]) -> Dict:
+    """Each side's machine load (the sidecars) and how much slower it alone could make the
+    more contended side: ``explains_x`` = the ratio of the sides' run-queue slowdown factors
+    (:func:`contention_of`), 1.0 when they are within
+    :data:`LOAD_DIFF_FACTOR` of each other or unknown. ``differs`` when they are not;
+    ``unknown_on``: the sides without a figure (no sidecar: a PyTorch trace, a profile taken
+    without the callback), whose load the verdict cannot weigh and the output says so
+    (:func:`unknown_load_line`)."""
+    lb = t[0].others_cpu_cores if t[0].others_cpu_cores is not None else load_of(baseline)
+    lc = t[1].others_cpu_cores if t[1].others_cpu_cores is not None else load_of(candidate)
+    fb = t[0].contention if t[0].contention is not None else contention_of(baseline)
+    fc = t[1].contention if t[1].contention is not None else contention_of(candidate)
+    out: Dict[str, Any] = {"baseline_others_cpu_cores": lb, "candidate_others_cpu_cores": lc, "baseline_contention": fb,
+           "candidate_contention": fc, "differs": False, "explains_x": 1.0, "more_loaded": None,
+           "unknown_on": [name for name, f in (("baseline", fb), ("candidate", fc)) if f is None]}
+    if fb is None or fc is None:
+        return out
+    ratio = max(fb, fc) / min(fb, fc)
+    if ratio >= LOAD_DIFF_FACTOR:
+        out.update(differs=True, explains_x=round(ratio, 3), more_loaded="candidate" if fc > fb else "baseline")
+    return out
+
+
+def unknown_load_line(c: Dict) -> Optional[str]:
+    """One line when a side's machine load is unknown (``load.unknown_on``), else None: the
+    verdict weighs only the steps, and a busy machine alone moves single windows' steps beyond
+    the spread of identical code (identical PyTorch code with DataLoader workers was measured
+    2.6x apart on a shared 2-core machine)."""
+    sides = (c.get("load") or {}).get("unknown_on") or []
+    if not sides:
+        return None
+    which = " and the ".join(sides)
+    return (f"the machine's load is unknown on the {which} (no system metrics beside the trace): other processes "
+            "alone can make a window's steps slower than identical code's spread; compare runs made under the same "
+            "load (tfbneck watch --pid shows a run's load while it trains)")
