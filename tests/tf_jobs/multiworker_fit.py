@@ -47,6 +47,7 @@ def run_job(log_dir, slow_worker, units, steps=(6, 12), timeout_s=240):
     last output) when it fails for another reason than a signal, or ``ATTEMPTS`` times."""
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
+    history = []  # each failed attempt's exit codes and last output line per worker: the message shows them all
     for attempt in range(ATTEMPTS):
         ports = [str(p) for p in free_ports(2)]
         logs = [f"{log_dir}.worker{i}.log" for i in range(2)]
@@ -67,8 +68,11 @@ def run_job(log_dir, slow_worker, units, steps=(6, 12), timeout_s=240):
         if codes == [0, 0]:
             return
         tails = [open(f).read()[-1500:] for f in logs]
+        history.append(f"attempt {attempt + 1}: exit codes {codes}, last lines "
+                       + " | ".join((t.strip().splitlines() or [""])[-1][:200] for t in tails))
         if not any(c < 0 for c in codes) or attempt == ATTEMPTS - 1:
-            raise RuntimeError(f"multi-worker job failed (exit codes {codes}):\n" + "\n---\n".join(tails))
+            raise RuntimeError("multi-worker job failed:\n" + "\n".join(history) + "\nlast attempt's output:\n"
+                               + "\n---\n".join(tails))
         _remove(log_dir)  # a crashed worker leaves a partial staging window: start clean
 
 
