@@ -166,3 +166,10 @@ class Findings:
     def transfer_pct(self) -> float:
         """H2D plus D2H copies (% of the step)."""
         return self.share("host_to_device") + self.share("device_to_host")
+
+    @property
+    def unseen_workers(self) -> bool:
+        """The input's work holds cores the trace does not show: PyTorch DataLoader worker
+        processes on a CPU-only host (they load on the model's cores, and only the training
+        process is profiled), with no system metrics to measure them."""
+        return self.device_kind == "CPU" and self.loader is not None and self.loader.workers and self.system is None

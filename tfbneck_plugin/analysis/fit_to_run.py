@@ -15,7 +15,7 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from ..schema import Recommendation
-from . import cpu_share, python_input, torch_whatif, whatif
+from . import cpu_share, python_input, whatif
 from .advice import more_cores
 from .cpu_share import takes_cores
 from .findings import Findings, StepTiming
@@ -242,7 +242,7 @@ def _why_share(r: Recommendation, f: Findings) -> str:
     what = " and ".join(c.replace("_", " ") for c in cats)
     share = (f"{what.capitalize()} takes {ms:.1f} of the {t.time_per_batch_ms:.1f} ms per batch "
              f"({100.0 * ms / max(t.time_per_batch_ms, 1e-9):.0f} %)")
-    if "input" in cats and torch_whatif.unseen_workers(f):
+    if "input" in cats and f.unseen_workers:
         return (f"{share} as a wait, and the DataLoader's workers also take the model's cores for a time the trace "
                 "does not show: this change can shorten more than the wait.")
     return f"{share}: what this change can shorten at most."

@@ -297,7 +297,7 @@ def loader_workers_behind(f: Findings) -> Optional[Verdict]:
     :data:`PYTHON_STAGE_PENALTY`, as :func:`input_bound`'s for a DataLoader: loading runs the
     dataset's Python, which the trace cannot split into computing and reading."""
     loader = f.loader
-    if loader is None or not loader.workers or f.device_kind != "CPU" or f.system is not None:
+    if loader is None or not f.unseen_workers:
         return None
     inp = f.share("input")
     if inp < WORKERS_BEHIND_PCT:

@@ -97,6 +97,19 @@ class TorchHostView(hostmod.HostView):
         traces record them as ops)."""
         return self.ids(("dataloader",), lambda n: bool(DATALOADER_NEXT_RE.match(n)))
 
+    @cached_property
+    def loader_iterators(self) -> Dict[str, int]:
+        """The DataLoader iterator classes the ``__next__`` calls name (``_SingleProcessDataLoaderIter``...),
+        each with its number of calls, read once for :func:`_loader_start_up` and :func:`loader_facts`;
+        empty without DataLoader annotations."""
+        names = self.plane.event_names
+        kinds: Dict[str, int] = {}
+        for li, idx in self.select(self.loader_ids()):
+            for m in self.plane.lines[li].name_id[idx]:
+                k = DATALOADER_NEXT_RE.match(names[int(m)]).group(1)  # type: ignore[union-attr]
+                kinds[k] = kinds.get(k, 0) + 1
+        return kinds
+
     def step_ids(self) -> np.ndarray:
         """Metadata ids of the ``ProfilerStep#N`` annotations."""
         return self.ids(("profiler-steps",), lambda n: bool(PROFILER_STEP_RE.match(n)))
@@ -176,9 +189,7 @@ def _loader_start_up(view: TorchHostView, steps: stepsmod.Steps) -> stepsmod.Ste
     (:attr:`.steps.Steps.warmup`, left out of the breakdown and the verdict, or all kept and
     the confidence capped when every step is one) where the DataLoader loads in worker
     processes (any ``__next__`` of an iterator other than the single-process one)."""
-    names = view.plane.event_names
-    workers = any(DATALOADER_NEXT_RE.match(names[int(i)]).group(1) != SINGLE_PROCESS_ITER  # type: ignore[union-attr]
-                  for i in view.loader_ids())
+    workers = any(k != SINGLE_PROCESS_ITER for k in view.loader_iterators)
     young = steps.numbers < WORKER_START_STEPS
     if not workers or not young.any() or not young[:int(young.sum())].all():  # leading steps only
         return steps
@@ -227,17 +238,11 @@ def loader_facts(view: Optional[TorchHostView], steps: Optional[stepsmod.Steps])
     steady steps; None without DataLoader annotations."""
     if view is None:
         return None
-    sel = view.select(view.loader_ids())
-    if not sel:
+    kinds = view.loader_iterators
+    if not kinds:
         return None
-    names = view.plane.event_names
-    kinds: Dict[str, int] = {}
-    for li, idx in sel:
-        for m in view.plane.lines[li].name_id[idx]:
-            k = DATALOADER_NEXT_RE.match(names[int(m)]).group(1)  # type: ignore[union-attr]
-            kinds[k] = kinds.get(k, 0) + 1
     iterator = max(kinds, key=lambda k: kinds[k])
-    waits = view.intervals(sel)
+    waits = view.intervals(view.select(view.loader_ids()))
     calls = len(waits[0])
     if steps is not None and steps.count:
         inside = timeline.overlap_per_window(timeline.union(*waits), steps.starts, steps.ends)
@@ -342,9 +347,7 @@ def shared_cores_verdict(v, f):
     loading is not in the trace (only the training process is profiled) yet takes the same
     cores as the model's math, so a slow model and slow workers look alike. Input-bound
     verdicts and every other case are returned unchanged."""
-    loader = f.loader
-    if (f.device_kind != "CPU" or loader is None or not loader.workers or f.system is not None
-            or v.cause in ("input_preprocessing", "file_read", "remote_read")):
+    if not f.unseen_workers or v.cause in ("input_preprocessing", "file_read", "remote_read"):
         return v
     note = (f"The DataLoader's worker processes run on the same CPU cores as the model's math, and their work is "
             f"not in this trace (only the training process is profiled): part of the model's time may be the "

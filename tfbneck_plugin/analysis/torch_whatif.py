@@ -72,14 +72,6 @@ def _async_copies(rec: Recommendation, f: Findings) -> Union[Predicted, str]:
         "copies with the step; copies back to the host stay."))
 
 
-def unseen_workers(f: Findings) -> bool:
-    """The input's work holds cores the trace does not show: PyTorch DataLoader worker processes
-    on a CPU-only host (they load on the model's cores, and only the training process is
-    profiled), with no system metrics to measure them. An input change's gain is then not
-    bounded by the step's wait for the input."""
-    return f.device_kind == "CPU" and f.loader is not None and f.loader.workers and f.system is None
-
-
 #: fix id -> its model.
 MODELS: Dict[str, Callable[[Recommendation, Findings], Union[Predicted, str]]] = {
     "num_workers": _loader_workers,

@@ -542,7 +542,7 @@ def bound_ms(rec: Recommendation, f: Findings) -> Optional[float]:
         load = cpu_share.input_load(f)
         if load is not None and load.share > 0:
             return round(min(load.after_ms / t.batches_per_step, t.time_per_batch_ms - acts), 3)
-        if cpu_share.input_cores_ms(f) is not None or torch_whatif.unseen_workers(f):
+        if cpu_share.input_cores_ms(f) is not None or f.unseen_workers:
             return None
     return round(max(t.time_per_batch_ms - acts, 1e-3), 3)
 
