@@ -8,9 +8,10 @@ facts :mod:`.runs` reads, the sentences :mod:`.analysis.run_evidence` writes; a 
 as it trains, so they are read each time and never cached): :func:`with_run_facts`. The front
 doors take one of three ways to both steps: :func:`analyze_many` (the CLI, the Python API
 :func:`tfbneck_plugin.api.analyze`, the callback's background analysis: the traces analysed in
-parallel processes, with a progress bar on stderr), :func:`reports_in_runs` (``tfbneck compare``,
-``tfbneck watch``'s captures), or :func:`with_run_facts` on the trace reports they made
-themselves (the TensorBoard plugin's background threads, the Beam pipeline's steps).
+parallel processes, with a progress bar on stderr), :func:`reports_in_runs` (``tfbneck watch``'s
+captures), or :func:`with_run_facts` on the trace reports they made themselves (the
+TensorBoard plugin's background threads, the Beam pipeline's steps, ``tfbneck compare``, which
+analysed each run's sessions to pick the one to compare).
 :func:`discover` finds the sessions under several paths, and
 :func:`analyze_paths` does both and groups the workers of a multi-worker job into one report,
 as the CLI prints them.
@@ -18,7 +19,7 @@ as the CLI prints them.
 from __future__ import annotations
 
 import sys
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from . import cache
 from .analysis.grouping import group_jobs
@@ -129,25 +130,33 @@ def with_run_facts(reports: Sequence[SessionDict], sessions: Sequence[Session]) 
     return shown
 
 
-def discover(paths: Sequence[str]) -> Tuple[List[Session], List[str]]:
+def discover(paths: Sequence[str], labelled: bool = False) -> Tuple[List[Session], List[str]]:
     """(sessions, discovery warnings) under ``paths``, each session once (overlapping paths
-    name the same session once: :func:`.logdir.session_identity`), in the order found.
+    name the same session once: :func:`.logdir.session_identity`), in the order found; with
+    ``labelled``, runs named as :func:`find` names them (:func:`.logdir.label_runs`).
 
     Raises:
       DiscoveryError: a path that does not exist or cannot be listed (one line).
     """
     sessions: List[Session] = []
     problems: List[str] = []
-    seen = set()
+    seen: Set[Tuple[str, ...]] = set()
     for path in paths:
         found = find_sessions(path)
-        for s in found.sessions:
-            key = session_identity(s)
-            if key not in seen:
-                seen.add(key)
-                sessions.append(s)
+        _add_once(sessions, seen, label_runs(path, found.sessions, several=len(paths) > 1) if labelled
+                  else found.sessions)
         problems.extend(found.problems)
     return sessions, problems
+
+
+def _add_once(sessions: List[Session], seen: Set[Tuple[str, ...]], found: Sequence[Session]) -> None:
+    """Appends to ``sessions`` those of ``found`` not yet ``seen`` (overlapping PATHs name the
+    same session once: :func:`.logdir.session_identity`), and marks them seen."""
+    for s in found:
+        key = session_identity(s)
+        if key not in seen:
+            seen.add(key)
+            sessions.append(s)
 
 
 class Found(NamedTuple):
@@ -171,7 +180,7 @@ def find(paths: Sequence[str]) -> Found:
     problems: List[str] = []
     failed: List[SessionDict] = []
     errors: List[DiscoveryError] = []
-    seen = set()
+    seen: Set[Tuple[str, ...]] = set()
     for path in paths:
         try:
             found = find_sessions(path)
@@ -181,11 +190,7 @@ def find(paths: Sequence[str]) -> Found:
             errors.append(err)
             failed.append(path_error_report(path, err))
             continue
-        for s in label_runs(path, found.sessions, several=len(paths) > 1):
-            key = session_identity(s)
-            if key not in seen:  # overlapping PATHs name the same session once
-                seen.add(key)
-                sessions.append(s)
+        _add_once(sessions, seen, label_runs(path, found.sessions, several=len(paths) > 1))
         problems.extend(found.problems)
     if errors and len(errors) == len(paths):
         raise DiscoveryError("; ".join(str(e) for e in errors), errors[0].cause)

@@ -40,7 +40,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 from ..version import __version__
 from ..analysis.breakdown import CATEGORIES
 from ..errors import first_line
-from ..logdir import Session, label_runs, natural_key, session_identity
+from ..logdir import natural_key
 from ..schema import category_label
 from ..runs import RunContext, window_of
 
@@ -376,16 +376,7 @@ def collect(paths: List[str], jobs: int = 1, use_cache: bool = True, since: Opti
     """
     from .. import batch, cache
     from ..runs import read_run, run_dir_of, session_time
-    sessions: List[Session] = []
-    problems: List[str] = []
-    seen = set()
-    for path in paths:  # as `tfbneck analyze` finds and names them (batch.find), each session once
-        found, warnings = batch.discover([path])
-        problems.extend(warnings)
-        for s in label_runs(path, found, several=len(paths) > 1):
-            if session_identity(s) not in seen:
-                seen.add(session_identity(s))
-                sessions.append(s)
+    sessions, problems = batch.discover(paths, labelled=True)  # named as `tfbneck analyze` names them
     times = [session_time(s) for s in sessions]
     if since is not None:
         undated = sum(1 for t in times if not t)
