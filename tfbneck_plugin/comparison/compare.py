@@ -2,7 +2,7 @@
 how much, how sure, where the time went, and was it what the baseline's advice predicted.
 
 No TensorFlow: both sides are analysed from their traces, with what their runs' trend files say
-(:func:`.batch.reports_in_runs`).
+(:func:`.batch.with_run_facts`).
 
 The comparison of two session reports (:func:`compare_reports`):
 
@@ -317,27 +317,31 @@ def _sessions_per_run(path: str, side: str) -> Tuple[Dict[str, list], List[str]]
     return by_run, notes
 
 
-def latest_with_verdict(sessions: List["Session"], analyze) -> Tuple["Session", List["Session"]]:
+def latest_with_verdict(sessions: List["Session"],
+                        analyze) -> Tuple["Session", SessionDict, List[Tuple["Session", SessionDict]]]:
     """The session of a run to compare (``sessions`` oldest first; ``analyze``: ``Session ->
     report``): the latest whose report has a verdict (``status`` ok), as fleet takes a run's
     latest session with a report (:mod:`tfbneck_plugin.fleet_view.report`), so that a later
     window that has none (a skipped or incomplete BottleneckProfiler window, a trace that
     cannot be read) does not stand for the run; the latest when none has. Returns (that
-    session, the later ones passed over)."""
-    for k in range(len(sessions) - 1, -1, -1):
-        if (analyze(sessions[k]) or {}).get("status") == "ok":
-            return sessions[k], list(sessions[k + 1:])
-    return sessions[-1], []
+    session, its report, the later ones passed over with theirs), each session analysed once."""
+    passed: List[Tuple["Session", SessionDict]] = []
+    for s in reversed(sessions):
+        report = cast(SessionDict, analyze(s) or {})
+        if report.get("status") == "ok":
+            return s, report, passed[::-1]
+        passed.append((s, report))
+    return sessions[-1], passed[0][1], []
 
 
-def _side_note(run_path: str, sessions: list, pick, passed: list, analyze) -> Optional[str]:
+def _side_note(run_path: str, sessions: list, pick, passed: List[Tuple["Session", SessionDict]]) -> Optional[str]:
     """The note saying which of a run's several sessions is compared (None for one session)."""
     if len(sessions) < 2:
         return None
     note = (f"{run_path}: {len(sessions)} sessions; compared the latest{' with a verdict' if passed else ''}, "
             f"{pick.name} (the others' step times are evidence)")
-    for s in passed:
-        note += f"; {s.name}, later, has none ({(analyze(s) or {}).get('error') or 'no report'})"
+    for s, report in passed:
+        note += f"; {s.name}, later, has none ({report.get('error') or 'no report'})"
     return note
 
 
@@ -411,18 +415,20 @@ def compare(baseline: str, candidate: str, change: Optional[str] = None, use_tre
       CompareError: a path holds no session, the runs do not match, or a side cannot be
         compared (one line naming the path).
     """
-    from ..batch import analyze_one, reports_in_runs
+    from ..batch import analyze_one, with_run_facts
     pairs, notes = _matched(baseline, candidate)
     comparisons = []
     for b_sessions, c_sessions in pairs:
-        picks = []
+        picks: List["Session"] = []
+        traced: List[SessionDict] = []
         for path, sessions in ((baseline, b_sessions), (candidate, c_sessions)):
-            pick, passed = latest_with_verdict(sessions, analyze_one)
+            pick, report, passed = latest_with_verdict(sessions, analyze_one)
             picks.append(pick)
-            note = _side_note(os.path.normpath(os.path.join(path, pick.run)), sessions, pick, passed, analyze_one)
+            traced.append(report)
+            note = _side_note(os.path.normpath(os.path.join(path, pick.run)), sessions, pick, passed)
             notes.extend([note] if note else [])
         b_pick, c_pick = picks
-        rb, rc = (dict(r) for r in reports_in_runs([b_pick, c_pick]))  # with the jobs' clocks
+        rb, rc = (dict(r) for r in with_run_facts(traced, picks))  # with the jobs' clocks
         timings = None
         if rb.get("status") == "ok" and rc.get("status") == "ok":
             timings = (side_timings(b_sessions, b_pick, rb, use_trend, analyze=analyze_one),
