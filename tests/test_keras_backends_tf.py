@@ -144,11 +144,12 @@ def test_in_memory_arrays_feeding_a_large_model_are_not_input_bound(fits):
     with open(trend) as f:
         points = json.load(f)["points"]
     assert points and all(p["first_step"] >= 21 and p["step"] <= 36 and p["n"] >= 1 for p in points), points
-    # Dispatch alone would be ~100x shorter than the profiled steps; the profiled steps may be
-    # several times the unprofiled ones (the profiler's own cost, larger on PyTorch, and a busy
-    # machine during the window: 201 ms against under 60 ms beside other work).
-    profiled = s["steps"]["step_time_ms"]["mean"]
-    assert all(p["p50_ms"] >= 0.1 * profiled for p in points), (profiled, points)
+    # Against the job's own clock over those steps (from step 21's start to the fit's end, when
+    # all have run): dispatch alone would be ~100x shorter. Not against the profiled window's
+    # steps, which the profiler's own cost (larger on PyTorch) and a busy machine can make 10x
+    # the unprofiled ones (a CI run: 286 ms in the window against under 29 ms after it).
+    job_ms = 1e3 * result["compute"]["after_s"] / result["compute"]["after_steps"]
+    assert all(p["p50_ms"] >= 0.3 * job_ms for p in points), (job_ms, points)
 
 
 def test_an_interrupted_fit_closes_its_window_and_the_next_fit_profiles(fits):

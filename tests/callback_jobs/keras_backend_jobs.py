@@ -72,6 +72,23 @@ def _input(log):
     return {"log": log, "windows": windows(cb)}
 
 
+class AfterStep(keras.callbacks.Callback):
+    """The fit's wall time from batch ``first`` (0-based) beginning to the fit's end (s), by the
+    job's own clock: every step after it has run by then, on any backend (``fit`` returns once
+    its steps are done), so their mean time is this over their number."""
+
+    def __init__(self, first):
+        super().__init__()
+        self.first, self.t0, self.seconds = first, None, None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.first:
+            self.t0 = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        self.seconds = time.perf_counter() - self.t0 if self.t0 is not None else None
+
+
 @scenario("compute")
 def _compute(log):
     rng = np.random.default_rng(0)
@@ -80,9 +97,10 @@ def _compute(log):
                              + [keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     cb = BottleneckProfiler(log, profile_steps=(4, 8), analyze=False, system_interval_s=None, step_time_every=8)
-    model.fit(x, y, batch_size=256, epochs=1, callbacks=[cb], verbose=0, shuffle=False)
+    clock = AfterStep(20)
+    model.fit(x, y, batch_size=256, epochs=1, callbacks=[cb, clock], verbose=0, shuffle=False)
     cb.close()
-    return {"log": log, "windows": windows(cb)}
+    return {"log": log, "windows": windows(cb), "after_s": clock.seconds, "after_steps": 36 - 20}
 
 
 class Interrupt(keras.callbacks.Callback):
