@@ -14,9 +14,6 @@ import pytest
 from conftest import ROOT
 from tfbneck_plugin.system import triage
 
-#: Timing and CPU-share assertions: run alone (tests/run.sh), never beside another TensorFlow job.
-pytestmark = pytest.mark.serial
-
 FIT = r"""
 import sys, time, numpy as np, tensorflow as tf
 from tfbneck_plugin import BottleneckProfiler
