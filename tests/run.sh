@@ -38,6 +38,11 @@ fi
 # configuration, so pip's find-links (a local wheel folder: this project's machines keep
 # PyTorch's CPU build in one) and constraint files are passed on to it.
 "$VENV/bin/python" -m pip install -q --upgrade pip uv
+# uv writes no bytecode caches (.pyc) where pip compiles every module at install: Python writes
+# them on first import instead, here and in the lowest-versions job's venvs, unless
+# PYTHONDONTWRITEBYTECODE forbids it (set on this project's machines), which made every test
+# process compile what it imports, the checkout's modules included: the suite ran 30 % slower.
+unset PYTHONDONTWRITEBYTECODE
 uv_args=()
 pip_config=$("$VENV/bin/python" -m pip config list 2>/dev/null || true)  # its files and PIP_* variables
 for key in find-links constraint; do

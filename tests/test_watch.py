@@ -289,7 +289,8 @@ def test_capture_port_takes_a_session_that_analyze_diagnoses(tmp_path):
     logdir = tmp_path / "captured"
     p = _start("server", port, tmp_path / "fitlog", 120)
     try:
-        result = _watch("--pid", p.pid, "--duration", 20, "--format", "json", "--capture-port", port, "--logdir",
+        # The capture starts ~3 s in; one still running when the 10 s end waits for it (up to 60 s).
+        result = _watch("--pid", p.pid, "--duration", 10, "--format", "json", "--capture-port", port, "--logdir",
                         logdir, "--capture-after", 3, "--capture-ms", 2000, timeout=200)
     finally:
         _stop(p)
