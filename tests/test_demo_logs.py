@@ -106,3 +106,44 @@ def test_the_trigger_record_is_read_only_when_whole():
     assert read(observed_mean_ms="21", observed_p50_ms=True) is None
     assert read(thresholds={"factor": 1.0}) is None and read(thresholds=None) is None
     assert slowdown_trigger({"window": None}) is None and slowdown_trigger({}) is None
+
+
+def test_a_model_holding_layers_without_xla_gets_them_moved_out_before_jit_compile(tmp_path):
+    """The demo's compute_bound run (CPU-only, the model's math the limit: XLA is its first fix),
+    its sidecar recording a Keras 3 model that holds RandomRotation and TextVectorization, which
+    do not support XLA (Keras then compiles the model without jit_compile: test_summaries checks
+    that against Keras itself): the fix moves those layers into the input pipeline first. The
+    same run recording a model whose layers all support XLA keeps the plain fix; the committed
+    files are not touched."""
+    import glob
+    import shutil
+    src = os.path.join(DEMO_LOGS, "compute_bound")
+    sidecar_rel = os.path.relpath(glob.glob(os.path.join(src, "plugins/profile/*/tfbneck_system_metrics.json"))[0], src)
+    before = open(os.path.join(src, sidecar_rel), "rb").read()
+
+    def analysed(no_xla):
+        run = tmp_path / ("with" if no_xla else "without")
+        shutil.copytree(src, run)
+        raw = json.loads(before)
+        raw.update(backend="tensorflow", model={"class": "Sequential", "name": "m", "layers": 4, "params": 99,
+                                                "no_xla": no_xla})
+        (run / sidecar_rel).write_text(json.dumps(raw))
+        r = subprocess.run(tfbneck_cmd() + ["analyze", str(run), "--format", "json", "--no-cache"], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["sessions"][0]
+    plain = analysed([])
+    assert plain["cause"] == "model_compute" and plain["model"]["no_xla"] == []
+    first = plain["recommendations"][0]
+    assert first["fix"] == "xla" and first["title"] == "Try XLA on the model math, and measure it"
+    assert "preprocess" not in first["code"]
+    held = analysed(["RandomRotation", "TextVectorization"])
+    assert held["model"]["no_xla"] == ["RandomRotation", "TextVectorization"]
+    first = held["recommendations"][0]
+    assert first["fix"] == "xla" and first["title"] == ("Take RandomRotation, TextVectorization out of the model, "
+                                                        "then: Try XLA on the model math, and measure it")
+    assert "compiles it without jit_compile=True" in first["detail"]
+    code = first["code"].splitlines()
+    assert "ds = ds.map(lambda x, y: (preprocess(x, training=True), y)" in code[2]
+    assert "model.compile(optimizer, loss, jit_compile=True)" in code
+    assert open(os.path.join(src, sidecar_rel), "rb").read() == before

@@ -84,9 +84,17 @@ cb = BottleneckProfiler(sys.argv[1], profile_steps=(10, 12), verbose=0)  # syste
 m.fit(ds, epochs=2, callbacks=[cb], verbose=0)
 cb.close(wait=True, timeout=300)
 (w,) = cb.windows
+# Keras' own answer to jit_compile=True for a model holding a layer without XLA support
+# (RandomRotation) and for this one, beside what the callback records of each.
+from tfbneck_plugin.capture.model_info import layers_without_xla
+aug = tf.keras.Sequential([tf.keras.Input((8, 8, 3)), tf.keras.layers.RandomFlip(), tf.keras.layers.RandomRotation(0.1),
+                           tf.keras.layers.Flatten(), tf.keras.layers.Dense(1)])
+aug.compile("sgd", "mse", jit_compile=True)
+m.compile("sgd", "mse", jit_compile=True)
 print(json.dumps({"steps": list(w.steps), "report": dict(w.report or {}),
                   "model": {"class": type(m).__name__, "name": m.name, "layers": len(m.layers),
-                            "params": m.count_params()}}))
+                            "params": m.count_params(), "no_xla": []},
+                  "jit": {"aug": [aug.jit_compile, layers_without_xla(aug)], "m": [m.jit_compile, layers_without_xla(m)]}}))
 """
 
 
@@ -103,6 +111,8 @@ def test_a_fit_writes_at_most_eight_tags_and_the_verdict_as_text(tmp_path):
     assert report["status"] == "ok", report.get("error")
     # What trained, recorded in the window's sidecar and carried by its report (compare reads it).
     assert report["model"] == window["model"] and window["model"]["params"] == 32 * 64 + 64 + 64 + 1
+    # The layers recorded as without XLA are those with which Keras itself turns jit_compile=True off.
+    assert window["jit"] == {"aug": [False, ["RandomRotation"]], "m": [True, []]}
 
     ea = EventAccumulator(logdir, size_guidance={"tensors": 0})
     ea.Reload()

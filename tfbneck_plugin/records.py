@@ -116,7 +116,9 @@ older sidecars lack it)::
 
     "model": {"class": str,               # the Keras model's class, e.g. "Sequential"
               "name": str, "layers": int, # its name and top-level layer count
-              "params": int}              # model.count_params(): every weight's elements
+              "params": int,              # model.count_params(): every weight's elements
+              "no_xla": [str]}            # Keras 3: classes of its layers without XLA support, with
+                                          # which Keras compiles it without XLA ([]: none; absent: unknown)
 
 The step-time trend file ``<log_dir>/plugins/bottleneck/steptimes_<YYYY_MM_DD_HH_MM_SS>_<host>_<pid>.json``
 (``STEP_TIMES_DIR``; one per ``BottleneckProfiler``, rewritten atomically as training goes),
@@ -373,6 +375,9 @@ def recorded_model(sidecar: Dict) -> Optional[Dict]:
     out: Dict = {k: rec[k] for k in ("class", "name") if isinstance(rec.get(k), str)}
     out.update({k: rec[k] for k in ("layers", "params")
                 if isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0})
+    no_xla = rec.get("no_xla")
+    if isinstance(no_xla, list) and all(isinstance(name, str) for name in no_xla):
+        out["no_xla"] = list(no_xla)
     return out or None
 
 

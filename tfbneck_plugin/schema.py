@@ -299,7 +299,7 @@ class SessionDict(TypedDict, total=False):
     #                                           disk_read_MBps, net_MBps, bottleneck (the interval's triage)
     job: Dict[str, object]                    # id, grouped_by, sessions, straggler, lateness_pct...
     model: Dict[str, object]                  # what trained, from the callback's sidecar: class, name,
-    #                                           layers, params (records.recorded_model); absent otherwise
+    #                                           layers, params, no_xla (records.recorded_model); absent otherwise
     backend: str                              # the Keras backend BottleneckProfiler ran on: tensorflow, jax or torch
     #                                           (sidecar "backend"); absent for traces the callback did not write
     keras_input: str                          # what fed that fit: tf.data, PyDataset, generator, DataLoader, arrays

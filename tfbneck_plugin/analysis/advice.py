@@ -540,7 +540,13 @@ def advice_for(cause: str, f: Findings) -> List[Rec]:
     """The recommendations for ``cause`` (a key of ``tfbneck_plugin.causes.CAUSES``), in
     PyTorch's words for a PyTorch run (:mod:`.torch_advice`), in Keras' for a Keras fit on
     PyTorch (:data:`KERAS_TORCH_ADVICE`), in Keras' and JAX's for a Keras fit on JAX
-    (:data:`JAX_ADVICE`); a tf.data input keeps tf.data's advice."""
+    (:data:`JAX_ADVICE`); a tf.data input keeps tf.data's advice. A Keras model that holds
+    layers without XLA support gets its compiler fix with those layers moved out first
+    (:func:`_layers_out_first`)."""
+    return [_layers_out_first(r, f) for r in _advice(cause, f)]
+
+
+def _advice(cause: str, f: Findings) -> List[Rec]:
     if f.framework == "pytorch":
         if f.keras_input is not None and cause in KERAS_TORCH_ADVICE:
             return KERAS_TORCH_ADVICE[cause](f)
@@ -551,3 +557,27 @@ def advice_for(cause: str, f: Findings) -> List[Rec]:
         recs = ADVICE[cause](f)
         return recs if (f.keras_input == "tf.data" and cause in _INPUT_CAUSES) else _without_tensorflow(recs)
     return ADVICE[cause](f)
+
+
+#: The fixes Keras' ``jit_compile=True`` makes (XLA on TensorFlow, torch.compile on PyTorch).
+_JIT_COMPILE_FIXES = ("xla", "torch_compile")
+
+
+def _layers_out_first(r: Rec, f: Findings) -> Rec:
+    """``r`` unchanged, or, for a ``jit_compile`` fix of a Keras 3 model holding layers without
+    XLA support (``f.keras_no_xla``, recorded by the callback: :mod:`tfbneck_plugin.capture.model_info`),
+    the same fix with those layers taken out of the model first: with them Keras compiles the
+    model without it whatever ``jit_compile`` says (keras/src/trainers/trainer.py,
+    ``model_supports_jit``: it warns and proceeds with ``jit_compile=False``). Keras' preprocessing
+    layers run in a tf.data ``map`` on every backend (its TFDataLayer)."""
+    if r.get("fix") not in _JIT_COMPILE_FIXES or not f.keras_no_xla:
+        return r
+    names = ", ".join(f.keras_no_xla)
+    move = (f"# Keras compiles the model without jit_compile while it holds {names}: move them into the input\n"
+            "preprocess = keras.Sequential([...])   # those layers, taken out of the model\n"
+            "ds = ds.map(lambda x, y: (preprocess(x, training=True), y), num_parallel_calls=tf.data.AUTOTUNE)\n")
+    return {**r, "title": f"Take {names} out of the model, then: {r['title']}",
+            "detail": (f"The model holds {names}, which do not support XLA: Keras then compiles it without "
+                       "jit_compile=True (it warns and proceeds without), so the switch alone changes nothing. "
+                       "Run those layers in the input pipeline instead. " + r["detail"]),
+            "code": move + (r.get("code") or "")}

@@ -157,6 +157,8 @@ class Findings:
     keras_input: Optional[str] = None     # a Keras fit on JAX or PyTorch: what fed it (tf.data, PyDataset,
     #                                       generator, arrays...), from the callback's input marks (analysis.jax_host)
     #                                       or its sidecar (analysis.torch_host); None outside a Keras fit
+    keras_no_xla: Optional[List[str]] = None  # the Keras 3 model's layers without XLA support, with which Keras
+    #                                           compiles it without XLA (capture.model_info); None: unknown or none
 
     def share(self, category: str) -> float:
         """The breakdown share (%) of ``category`` (0 when absent)."""

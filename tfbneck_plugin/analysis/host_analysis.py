@@ -48,7 +48,7 @@ INPUT_BOUND_STEP_PCT = 20.0
 class HostAnalysis:
     """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize);
     ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None;
-    ``keras``: ``{"backend", "input"}`` of the Keras fit the callback profiled
+    ``keras``: ``{"backend", "input", "no_xla"}`` of the Keras fit the callback profiled
     (trace.keras_marks.recorded_backend), or None."""
 
     def __init__(self, space: Space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None,
@@ -245,7 +245,8 @@ class HostAnalysis:
             gaps=idle_gaps.longest_gaps(self.view, self.device_rows, self.activity.input, self.origin),
             shared_clock_only=bool(steps and steps.source.startswith("device_steps_line")),
             timing=whatif.step_timing(self.steps, self.parts, self.view, self.activity),
-            ops=self.op_summary, xla=whatif.runs_xla(self.view), slowdown=self.slowdown)
+            ops=self.op_summary, xla=whatif.runs_xla(self.view), slowdown=self.slowdown,
+            keras_no_xla=(self.keras or {}).get("no_xla") or None)
 
     @cached_property
     def device_kind(self) -> str:

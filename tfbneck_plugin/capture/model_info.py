@@ -1,14 +1,16 @@
 """What a window trained: the Keras model's class, name, layer count and parameter count,
 written in the window's sidecar (key ``model``) so that ``tfbneck compare`` can tell two
 runs of one model from runs of two different models (the change measured between different
-models is between two programs, not the effect of one change).
+models is between two programs, not the effect of one change); and, on Keras 3, the classes of
+its layers that do not support XLA, with which Keras compiles the model without XLA whatever
+``jit_compile`` says (so that the advice does not offer a switch that does nothing).
 
 Read from the model the callback is attached to (``keras.Model.count_params``, ``.layers``);
 never raises: a model that cannot say (not built, a custom object) records what it can.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 
 def model_fingerprint(model: Any) -> Optional[Dict[str, Any]]:
@@ -30,7 +32,26 @@ def model_fingerprint(model: Any) -> Optional[Dict[str, Any]]:
         out["params"] = int(model.count_params())
     except Exception:  # noqa: BLE001 - an unbuilt model raises ValueError; custom ones anything
         pass
+    no_xla = layers_without_xla(model)
+    if no_xla is not None:
+        out["no_xla"] = no_xla
     return out
+
+
+def layers_without_xla(model: Any) -> Optional[List[str]]:
+    """The sorted class names of the model's layers, nested ones included, whose ``supports_jit``
+    is False: Keras 3 then compiles the model without XLA, ``jit_compile=True`` included (it warns
+    "Model doesn't support `jit_compile=True`": keras/src/trainers/trainer.py, ``model_supports_jit``
+    over ``model._flatten_layers()``; TextVectorization, StringLookup, Hashing, RandomRotation,
+    RandomZoom, RandomTranslation, RandomCrop, ... set it False). ``[]``: every layer supports
+    XLA; None: the model cannot say (tf.keras 2 layers have no ``supports_jit``)."""
+    try:
+        layers = list(model._flatten_layers()) if hasattr(model, "_flatten_layers") else list(model.layers)
+        if not layers or not all(hasattr(layer, "supports_jit") for layer in layers):
+            return None
+        return sorted({type(layer).__name__ for layer in layers if layer.supports_jit is False})
+    except Exception:  # noqa: BLE001 - a custom model's layers may raise anything
+        return None
 
 
 def with_model(sidecar: Optional[Dict], model: Any) -> Optional[Dict]:
