@@ -127,14 +127,16 @@ def _spin_until(deadline):
 def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
     """More spinning children than cores: at least (children - cores) of them wait for a
     CPU at any time; sleeping children add nothing to the wait of the process tree without
-    them (this test's own process, whose threads wait for a core on a busy machine)."""
+    them (this test's own process, whose threads wait for a core on a busy machine: measured
+    before and after the sleepers, the larger taken, as other work on the machine comes and
+    goes; a run beside the whole suite read 0.07 before them and 0.45 with them)."""
     ctx = multiprocessing.get_context("fork")
     n = (os.cpu_count() or 1) + 2
     results = {}
-    for kind in ("none", "sleep", "spin"):
+    for kind in ("none", "sleep", "none_after", "spin"):
         deadline = time.monotonic() + 1.7 + (1.0 if kind == "sleep" else 0.0)  # time to fall asleep
         target = _spin_until if kind == "spin" else (lambda d: time.sleep(max(d - time.monotonic(), 0)))
-        kids = [ctx.Process(target=target, args=(deadline,)) for _ in range(n if kind != "none" else 0)]
+        kids = [ctx.Process(target=target, args=(deadline,)) for _ in range(n if kind in ("sleep", "spin") else 0)]
         for k in kids:
             k.start()
         # Sample once the children run: forking them is CPU work that waits in the run queue
@@ -150,7 +152,7 @@ def test_run_queue_wait_shows_threads_waiting_for_a_cpu():
             k.join(30)
         results[kind] = summarize(side)["tree_runq_wait_cores"]
     assert results["spin"] >= 0.8 * (n - (os.cpu_count() or 1)), results
-    assert results["sleep"] < results["none"] + 0.2, results
+    assert results["sleep"] < max(results["none"], results["none_after"]) + 0.2, results
     print("run-queue wait (cores):", results)
 
 
