@@ -109,7 +109,7 @@ def test_the_trigger_record_is_read_only_when_whole():
 
 
 def test_a_model_holding_layers_without_xla_gets_them_moved_out_before_jit_compile(tmp_path):
-    """The demo's compute_bound run (CPU-only, the model's math the limit: XLA is its first fix),
+    """The demo's compute_bound run (CPU-only, the model's math the limit: XLA its second fix),
     its sidecar recording a Keras 3 model that holds RandomRotation and TextVectorization, which
     do not support XLA (Keras then compiles the model without jit_compile: test_summaries checks
     that against Keras itself): the fix moves those layers into the input pipeline first. The
@@ -133,17 +133,19 @@ def test_a_model_holding_layers_without_xla_gets_them_moved_out_before_jit_compi
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)["sessions"][0]
     plain = analysed([])
+    # On a CPU host a GPU comes first, XLA second (with "measure it").
     assert plain["cause"] == "model_compute" and plain["model"]["no_xla"] == []
-    first = plain["recommendations"][0]
-    assert first["fix"] == "xla" and first["title"] == "Try XLA on the model math, and measure it"
-    assert "preprocess" not in first["code"]
+    assert [r["fix"] for r in plain["recommendations"]] == ["use_gpu", "xla"]
+    xla = plain["recommendations"][1]
+    assert xla["title"] == "Try XLA on the model math, and measure it" and "preprocess" not in xla["code"]
     held = analysed(["RandomRotation", "TextVectorization"])
     assert held["model"]["no_xla"] == ["RandomRotation", "TextVectorization"]
-    first = held["recommendations"][0]
-    assert first["fix"] == "xla" and first["title"] == ("Take RandomRotation, TextVectorization out of the model, "
-                                                        "then: Try XLA on the model math, and measure it")
-    assert "compiles it without jit_compile=True" in first["detail"]
-    code = first["code"].splitlines()
+    assert [r["fix"] for r in held["recommendations"]] == ["use_gpu", "xla"]
+    xla = held["recommendations"][1]
+    assert xla["title"] == ("Take RandomRotation, TextVectorization out of the model, "
+                            "then: Try XLA on the model math, and measure it")
+    assert "compiles it without jit_compile=True" in xla["detail"]
+    code = xla["code"].splitlines()
     assert "ds = ds.map(lambda x, y: (preprocess(x, training=True), y)" in code[2]
     assert "model.compile(optimizer, loss, jit_compile=True)" in code
     assert open(os.path.join(src, sidecar_rel), "rb").read() == before

@@ -146,12 +146,12 @@ def test_an_xla_run_does_not_get_xla_and_a_cpu_host_no_accelerator_advice():
     run uses (a custom loop gets tf.function(jit_compile=True)); once the step runs XLA the
     advice goes on: measure it against jit_compile=False, then what limits the math."""
     f = _findings(step_ms=10.0, input_ms=0.5)
-    xla, gpu = fit_to_run.fit(advice_for("model_compute", f), f)
-    assert xla["fix"] == "xla" and xla["predicted"] is None and gpu["fix"] == "use_gpu"  # XLA never alone
+    gpu, xla = fit_to_run.fit(advice_for("model_compute", f), f)
+    assert xla["fix"] == "xla" and xla["predicted"] is None and gpu["fix"] == "use_gpu"  # a GPU first, XLA never alone
     assert "slowed five" in xla["detail"] and "measure it" in xla["code"], xla
     assert xla["code"].startswith("model.compile(optimizer, loss, jit_compile=True)")
     f.steps.custom_loop = True
-    xla, _gpu = fit_to_run.fit(advice_for("model_compute", f), f)
+    _gpu, xla = fit_to_run.fit(advice_for("model_compute", f), f)
     assert xla["code"].startswith("@tf.function(jit_compile=True)"), xla["code"]
     f.xla = True
     after = fit_to_run.fit(advice_for("model_compute", f), f)

@@ -593,7 +593,7 @@ def test_the_inputs_share_of_the_cores_names_it_in_any_window_and_doubts_a_devic
     fixes = [r["fix"] for r in doubt.recommendations]
     # A fix with a modelled worth (the input's, bounded by its share of the cores) before XLA and
     # a GPU, which no model predicts (XLA's with "measure it").
-    assert fixes[-2:] == ["xla", "use_gpu"] and fixes.index("xla") > 0, fixes
+    assert fixes[-2:] == ["use_gpu", "xla"] and fixes.index("use_gpu") > 0, fixes
     assert doubt.recommendations[0].get("bound_ms") is not None, doubt.recommendations[0]
     sure, load = judged(0.5)
     assert sure.cause == "model_compute" and sure.confidence > 0.7 and load.speedup < cpu_share.INPUT_DOUBT_GAIN

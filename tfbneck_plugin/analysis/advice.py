@@ -223,10 +223,11 @@ def _compute(f: Findings) -> List[Rec]:
     if f.device_kind == "CPU":
         if f.xla:  # the step is compiled already: what limits it now, and whether XLA paid
             return [_measure_xla(f), _use_gpu()]
-        out = [rec("xla", "Try XLA on the model math, and measure it",
-                   "Use a GPU if you can. On the CPU, XLA compilation may help or hurt: "
-                   + XLA_ON_CPU_WARNING + " Keep it only if the job's own step time falls.",
-                   xla + "\n" + _MEASURE_IT), _use_gpu()]
+        # A GPU first, as on Keras' other backends: XLA on the CPU is a gamble (XLA_ON_CPU_WARNING),
+        # and two held-out tutorial scripts given it first ran 3.1x and 9x slower (docs/accuracy.md).
+        out = [_use_gpu(), rec("xla", "Try XLA on the model math, and measure it",
+                               "On the CPU, XLA compilation may help or hurt: " + XLA_ON_CPU_WARNING
+                               + " Keep it only if the job's own step time falls.", xla + "\n" + _MEASURE_IT)]
         return input_first_if_it_holds_the_cores(f, out, input_advice)
     return [rec("mixed_precision", "Use mixed precision",
                 "Tensor cores run fp16/bf16 math several times faster than fp32.",

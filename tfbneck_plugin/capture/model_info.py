@@ -39,17 +39,26 @@ def model_fingerprint(model: Any) -> Optional[Dict[str, Any]]:
 
 
 def layers_without_xla(model: Any) -> Optional[List[str]]:
-    """The sorted class names of the model's layers, nested ones included, whose ``supports_jit``
-    is False: Keras 3 then compiles the model without XLA, ``jit_compile=True`` included (it warns
-    "Model doesn't support `jit_compile=True`": keras/src/trainers/trainer.py, ``model_supports_jit``
-    over ``model._flatten_layers()``; TextVectorization, StringLookup, Hashing, RandomRotation,
-    RandomZoom, RandomTranslation, RandomCrop, ... set it False). ``[]``: every layer supports
-    XLA; None: the model cannot say (tf.keras 2 layers have no ``supports_jit``)."""
+    """The sorted class names of the outermost of the model's layers (nested ones included) whose
+    ``supports_jit`` is False: Keras 3 then compiles the model without XLA, ``jit_compile=True``
+    included (it warns "Model doesn't support `jit_compile=True`": keras/src/trainers/trainer.py,
+    ``model_supports_jit`` over ``model._flatten_layers()``; TextVectorization, StringLookup,
+    Hashing, RandomRotation, RandomZoom, RandomTranslation, RandomCrop, ... set it False). A
+    layer inside one already named is not named again (TextVectorization holds a StringLookup the
+    user never wrote). ``[]``: every layer supports XLA; None: the model cannot say (tf.keras 2
+    layers have no ``supports_jit``)."""
     try:
-        layers = list(model._flatten_layers()) if hasattr(model, "_flatten_layers") else list(model.layers)
-        if not layers or not all(hasattr(layer, "supports_jit") for layer in layers):
+        if not hasattr(model, "_flatten_layers") or not hasattr(model, "supports_jit"):
             return None
-        return sorted({type(layer).__name__ for layer in layers if layer.supports_jit is False})
+        names = set()
+        pending = [model]
+        while pending:
+            layer = pending.pop()
+            if layer.supports_jit is False:
+                names.add(type(layer).__name__)
+                continue
+            pending.extend(layer._flatten_layers(include_self=False, recursive=False))
+        return sorted(names)
     except Exception:  # noqa: BLE001 - a custom model's layers may raise anything
         return None
 
