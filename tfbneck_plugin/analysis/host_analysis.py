@@ -48,8 +48,9 @@ INPUT_BOUND_STEP_PCT = 20.0
 class HostAnalysis:
     """Analysis of one host. ``system``: the sidecar summary (analysis.sysmetrics.summarize);
     ``slowdown``: the trigger that opened the window (records.slowdown_trigger), or None;
-    ``keras``: ``{"backend", "input", "no_xla"}`` of the Keras fit the callback profiled
-    (trace.keras_marks.recorded_backend), or None."""
+    ``keras``: ``{"backend", "input"}`` of the Keras fit the callback profiled
+    (trace.keras_marks.recorded_backend) and ``no_xla``, its model's layers without XLA
+    support (records.recorded_model), or None."""
 
     def __init__(self, space: Space, system: Optional[SystemMetrics] = None, slowdown: Optional[Dict] = None,
                  keras: Optional[Dict] = None):

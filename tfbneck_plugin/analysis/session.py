@@ -121,7 +121,8 @@ class SidecarFacts(NamedTuple):
     interrupted: Optional[Dict] = None   # the window's interrupted record (records.interrupted_window)
     slowdown: Optional[Dict] = None      # the trigger that opened the window (records.slowdown_trigger)
     model: Optional[Dict] = None         # what trained (records.recorded_model)
-    keras: Optional[Dict] = None         # the Keras backend and input (trace.keras_marks.recorded_backend)
+    keras: Optional[Dict] = None         # the Keras backend and input (trace.keras_marks.recorded_backend),
+    #                                      and the model's layers without XLA (``no_xla``, from ``model``)
 
 
 def _sidecar_facts(session: Session, opener) -> SidecarFacts:
@@ -136,8 +137,11 @@ def _sidecar_facts(session: Session, opener) -> SidecarFacts:
     if raw.get("sampler_error"):  # sampling stopped early: the metrics cover part of the window
         problem = (f"{session.sidecar}: system metrics incomplete, the sampler stopped early "
                    f"({first_line(raw['sampler_error'])})")
+    model, keras = records.recorded_model(raw), recorded_backend(raw)
+    if keras is not None and model and "no_xla" in model:  # the advice's jit_compile fix reads it
+        keras = {**keras, "no_xla": model["no_xla"]}
     return SidecarFacts(sysmetrics.summarize(raw), problem, recorded_job(raw), records.interrupted_window(raw),
-                        records.slowdown_trigger(raw), records.recorded_model(raw), recorded_backend(raw))
+                        records.slowdown_trigger(raw), model, keras)
 
 
 def interrupted_warning(interrupted: Dict) -> str:

@@ -22,20 +22,11 @@ KERAS_STEP_WAIT_EVENT = "tfbneck.keras_step_wait"
 
 
 def recorded_backend(sidecar: dict):
-    """``{"backend": name, "input": kind, "no_xla": [layer class, ...]}`` from a sidecar's
-    ``backend`` (one of :data:`KERAS_BACKENDS`), ``keras_input`` (kept when a non-empty string)
-    and its model record's ``no_xla`` (the model's layers without XLA support, kept when a list
-    of strings: :mod:`tfbneck_plugin.records`), or None when the sidecar names no backend it
-    knows (an older callback, a watch capture)."""
+    """``{"backend": name, "input": kind}`` from a sidecar's ``backend`` (one of
+    :data:`KERAS_BACKENDS`) and ``keras_input`` (kept when a non-empty string), or None when
+    the sidecar names no backend it knows (an older callback, a watch capture)."""
     backend = sidecar.get("backend")
     if backend not in KERAS_BACKENDS:
         return None
-    out = {"backend": backend}
     kind = sidecar.get("keras_input")
-    if isinstance(kind, str) and kind:
-        out["input"] = kind
-    model = sidecar.get("model")
-    no_xla = model.get("no_xla") if isinstance(model, dict) else None
-    if isinstance(no_xla, list) and all(isinstance(name, str) for name in no_xla):
-        out["no_xla"] = list(no_xla)
-    return out
+    return {"backend": backend, **({"input": kind} if isinstance(kind, str) and kind else {})}
