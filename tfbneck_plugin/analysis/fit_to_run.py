@@ -16,21 +16,22 @@ from typing import Callable, Dict, List, Optional
 
 from ..schema import Recommendation
 from . import cpu_share, python_input, whatif
-from .advice import more_cores
+from .advice import more_cores, rec
 from .cpu_share import takes_cores
 from .findings import Findings, StepTiming
+from .tfdata import MAPS
 
 #: Changes that add parallelism or overlap to the input: the machine's free cores cap them.
 CAPPED_BY_CORES = ("prefetch", "parallel_map", "pydataset_workers")
 #: Changes that reduce the input's work (run in fewer cores, not more).
-REDUCES_WORK = ("vectorise_map", "cache", "no_py_function", "tfdata_ops")
+REDUCES_WORK = ("vectorise_map", "cache", "no_py_function", "tfdata_ops", "lighter_map")
 
 
 def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
     """Why the run already does what ``rec`` recommends, or None."""
     fix, p = rec.get("fix"), f.pipeline
-    if fix == "cache" and p is not None and p.has_cache:
-        return "The pipeline already caches."
+    if fix == "cache" and p is not None:
+        return _cache_done(p)
     if fix == "vectorise_map" and p is not None and p.map_per_element is None:
         return "The map already runs on whole batches."
     if fix == "xla" and f.xla:
@@ -38,6 +39,48 @@ def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
     if fix in ("augment_on_device", "mixed_precision") and f.device_kind == "CPU":
         return "No accelerator computes in this run."
     return None
+
+
+def _cache_done(p) -> Optional[str]:
+    """Why a ``cache()`` cannot remove the work the step waits for, or None: the pipeline
+    caches already (:attr:`.tfdata.Pipeline.has_cache`), and the blocking stage, when it is
+    not under the cache, runs after it for every batch (a random augmentation after
+    ``cache().shuffle()``); caching after such a map would replay one augmentation each epoch."""
+    if not p.has_cache:
+        return None
+    st = p.blocking
+    after = st is not None and not p.fills_cache(st)
+    return "The pipeline already caches" + (f"; the `{st.kind}` stage runs after it, for every batch." if after else ".")
+
+
+def _unseen_sentence(p) -> str:
+    """For a pipeline whose analysed steps called no stage upstream of a buffer
+    (:attr:`.tfdata.Pipeline.unseen_upstream`): that a cache there is not in the trace; for one
+    read to its source: that it has no cache."""
+    up = p.unseen_upstream if p is not None else None
+    if up is None:
+        return "no cache() in the pipeline."
+    return (f"the stages upstream of `{up.kind}` left no call in the profiled steps, so whether the pipeline "
+            "already caches is not in the trace: if it caches before this map (a random augmentation), the map "
+            "runs every epoch and less work in it, not another cache, is what shortens it.")
+
+
+def lighter_map(f: Findings) -> Optional[Recommendation]:
+    """For a map that runs for every batch after the pipeline's cache (:func:`_cache_done`):
+    fewer or cheaper ops in it, which caching cannot give. None when the blocking stage is not
+    such a map (:data:`.tfdata.MAPS`)."""
+    p = f.pipeline
+    st = p.blocking if p is not None else None
+    if st is None or st.kind not in MAPS or p.fills_cache(st) or not p.has_cache:
+        return None
+    return rec("lighter_map", f"Do less work in the `{st.kind}` map",
+               "This map runs on every element of every epoch, after the pipeline's cache: caching "
+               "cannot remove it, since random augmentation must differ each epoch. Fewer or cheaper random ops "
+               "(drop the augmentation layers that do not help accuracy, augment at a smaller image size), run "
+               "on whole batches and in parallel, shorten it.",
+               "ds = ds.cache().shuffle(buffer).batch(batch_size)\n"
+               "ds = ds.map(lambda x, y: (augment(x, training=True), y),  # whole batches, fewer layers\n"
+               "            num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)")
 
 
 def fit(recs: List[Recommendation], f: Findings) -> List[Recommendation]:
@@ -52,7 +95,8 @@ def fit(recs: List[Recommendation], f: Findings) -> List[Recommendation]:
       input parallelism is capped by the machine, the first is one that reduces the work
       (or more cores) and its ``why_here`` says so.
     """
-    recs = [_fit_code(r, f) for r in recs if already_done(r, f) is None]
+    lighter = lighter_map(f) if any(r.get("fix") == "cache" for r in recs) else None
+    recs = [_fit_code(r, f) for r in recs if already_done(r, f) is None] + ([lighter] if lighter else [])
     kept, _done = whatif.rank(recs, f)
     capped = [r for r in kept if r["fix"] in CAPPED_BY_CORES and _no_gain(r)]
     kept = [r for r in kept if r not in capped]
@@ -173,9 +217,20 @@ def _why_cache(f):
     beside = _beside(f)
     if beside:
         return (f"The preprocessing runs again for every batch and {beside} (the step waits {wait:.1f} ms per "
-                "batch for it); no cache() in the pipeline.")
+                f"batch for it); {_unseen_sentence(f.pipeline)}")
     return (f"The step waits {wait:.1f} ms per batch ({pct:.0f} %) for preprocessing that runs again for every "
-            "batch; no cache() in the pipeline.")
+            f"batch; {_unseen_sentence(f.pipeline)}")
+
+
+def _why_lighter(f):
+    beside = _beside(f)
+    if beside:
+        return f"{beside[0].upper()}{beside[1:]}, for every batch of every epoch."
+    st = f.pipeline.blocking
+    now, wait, pct = _t(f)
+    per_batch = st.work_ps / max(f.steps.count * _tm(f).batches_per_step, 1) / 1e9
+    return (f"The `{st.kind}` stage does {per_batch:.1f} ms of work per batch, for every batch of every epoch; the "
+            f"step waits {wait:.1f} of its {now:.1f} ms per batch ({pct:.0f} %) for the input.")
 
 
 def _why_spe(f):
@@ -250,7 +305,7 @@ def _why_share(r: Recommendation, f: Findings) -> str:
 
 WHY: Dict[str, Callable[[Findings], str]] = {
     "prefetch": _why_prefetch, "parallel_map": _why_parallel, "pydataset_workers": _why_workers,
-    "vectorise_map": _why_vectorise, "cache": _why_cache, "steps_per_execution": _why_spe,
+    "vectorise_map": _why_vectorise, "cache": _why_cache, "lighter_map": _why_lighter, "steps_per_execution": _why_spe,
     "tf_function": _why_tf_function, "xla": _why_xla, "more_cores": _why_more_cores,
     "tensor_arguments": _why_retracing, "input_signature": _why_retracing, "reduce_retracing": _why_retracing,
     "prefetch_to_device": _why_copies, "mixed_precision": _why_math, "use_gpu": _why_math, "measure_xla": _why_math,
@@ -263,7 +318,7 @@ def why_here(r: Recommendation, f: Findings) -> str:
     if f.timing is None or not f.steps.found:
         return "No steady step was found: the advice follows the verdict's cause alone."
     fn = WHY.get(str(r.get("fix")))
-    needs_pipeline = r.get("fix") in ("parallel_map", "vectorise_map")
+    needs_pipeline = r.get("fix") in ("parallel_map", "vectorise_map", "lighter_map")
     if fn is None or (needs_pipeline and (f.pipeline is None or f.pipeline.blocking is None)):
         return _why_share(r, f)
     if r.get("fix") == "vectorise_map" and (f.pipeline is None or f.pipeline.map_per_element is None):

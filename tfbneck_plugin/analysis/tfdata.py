@@ -136,6 +136,7 @@ class Pipeline:
     uses_py_function: bool
     links: Optional["FunctionLinks"] = None   # which stage's function each FunctionRun ran
     py_function_ps: Optional[int] = None      # time inside tf.py_function calls (ps); None: not measured
+    cache_in_trace: bool = False              # a cache iterator ran somewhere in the trace, even outside the steps
 
     @property
     def mostly_python(self) -> bool:
@@ -168,8 +169,31 @@ class Pipeline:
 
     @property
     def has_cache(self) -> bool:
-        """A ``cache()`` stage is in the pipeline."""
-        return any(st.kind in CACHES for st in self.stages)
+        """A ``cache()`` stage is in the pipeline: one of the analysed stages, or a cache iterator
+        (``Iterator::...::MemoryCache``, ``...::MemoryCacheImpl``, ``FileCache``: :data:`CACHES`)
+        anywhere in the trace, such as the first steps of an epoch outside the analysed ones."""
+        return self.cache_in_trace or any(st.kind in CACHES for st in self.stages)
+
+    def after_cache(self, st: Stage) -> bool:
+        """``st`` consumes a ``cache()`` stage's output (a cache stage's path runs below
+        ``st``'s): it runs for every element of every epoch, whatever the cache holds."""
+        return any(o.kind in CACHES and o.path.startswith(st.path + "::") for o in self.stages)
+
+    @property
+    def unseen_upstream(self) -> Optional[Stage]:
+        """The deepest stage the analysed steps recorded when no source stage (:attr:`source`)
+        is among them: the stages upstream of it left no call in those steps, so what they
+        are (a ``cache()``, a file read) is not in the trace. They made none when a ``shuffle``
+        buffer holds the whole epoch: it fills itself up to ``buffer_size`` elements at the
+        epoch's start and then calls its input no more (tensorflow:
+        core/kernels/data/shuffle_dataset_op.cc); or their iterators recorded none. None when a
+        source was recorded, or when the deepest stage is itself a source (a Python generator
+        under the root)."""
+        if self.source is not None or not self.stages:
+            return None
+        deepest = max(self.stages, key=lambda st: (st.depth, st.calls))
+        sources = PYTHON | REMOTE_READ | FILE_SOURCES | IN_MEMORY
+        return None if deepest.kind in sources or deepest.calls == 0 else deepest
 
     @property
     def map_per_element(self) -> Optional[Stage]:
@@ -405,9 +429,11 @@ def analyze_pipeline(view: HostView, window=None) -> Pipeline:
     blocking = working[0] if working else (stages[0] if stages else None)
     py_ids = view.ids(("pyfunc",), lambda n: n.endswith(("EagerPyFunc", "PyFunc")) or n in ("EagerPyFunc", "PyFunc"))
     py_calls = view.select(py_ids)
+    cache_ids = view.ids(("caches",), lambda n: n.startswith("Iterator::") and _kind_of(n) in CACHES)
     return Pipeline(stages=stages, blocking=blocking,
                     has_prefetch=any(st.kind == "Prefetch" for st in stages), uses_py_function=bool(py_calls),
-                    links=links, py_function_ps=_time_inside(view, py_calls, window))
+                    links=links, py_function_ps=_time_inside(view, py_calls, window),
+                    cache_in_trace=bool(len(cache_ids)))
 
 
 def _time_inside(view: HostView, selection, window=None) -> int:
