@@ -51,3 +51,25 @@ def test_a_pipeline_read_to_its_source_without_a_cache_is_still_advised_one():
     assert p.source == "in_memory" and p.unseen_upstream is None
     assert fit_to_run._cache_done(p) is None and fit_to_run._unseen_sentence(p) == "no cache() in the pipeline."
 
+
+def _jax_compute_findings(device_kind, no_xla):
+    from tfbneck_plugin.analysis.findings import Findings, StepFacts
+    from tfbneck_plugin.analysis.placement import Placement
+    placement = Placement(device_kind=device_kind, device_planes=0 if device_kind == "CPU" else 1,
+                          device_events=0 if device_kind == "CPU" else 1000)
+    return Findings(framework="jax", device_kind=device_kind, placement=placement,
+                    steps=StepFacts(source="step_markers ('train')", count=10, mean_ms=10.0),
+                    pct={"device_compute": 90.0}, keras_no_xla=no_xla)
+
+
+def test_a_jax_model_with_layers_without_xla_is_not_said_to_be_jitted():
+    """Keras on JAX jits the step only when every layer supports XLA (keras/src/trainers/trainer.py,
+    ``model_supports_jit``): with RandomRotation in the model, the advice says the step is not
+    compiled and names the layers to move out; without, that Keras compiles it."""
+    from tfbneck_plugin.analysis.advice import advice_for
+    for kind in ("CPU", "GPU"):
+        held = " ".join(r["detail"] for r in advice_for("model_compute", _jax_compute_findings(kind, ["RandomRotation"])))
+        assert "already compiles" not in held and "with jax.jit already" not in held, held
+        assert "without jax.jit" in held and "RandomRotation" in held and "input pipeline" in held, held
+        plain = " ".join(r["detail"] for r in advice_for("model_compute", _jax_compute_findings(kind, None)))
+        assert "Keras already compiles the step with jax.jit" in plain, plain

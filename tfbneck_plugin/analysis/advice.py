@@ -377,8 +377,8 @@ ADVICE: Dict[str, Callable[[Findings], List[Rec]]] = {
 
 # -- Keras on JAX ---------------------------------------------------------------------------
 # A Keras fit on JAX (analysis.jax_host) has Keras' knobs and JAX's, not TensorFlow's: its step
-# is already one jax.jit-compiled XLA executable (Keras' JAX trainer jit-compiles unless
-# run_eagerly=True: keras/src/backend/jax/trainer.py), its input is whatever Keras iterates
+# is one jax.jit-compiled XLA executable (Keras' JAX trainer jit-compiles unless run_eagerly=True
+# or a layer lacks XLA support: keras/src/backend/jax/trainer.py, :func:`_jax_jit`), its input is whatever Keras iterates
 # (keras/src/trainers/data_adapters/), and a tf.data pipeline fed to it is still tf.data.
 
 #: Input causes: what the step waits on is the input, whose knobs depend on what feeds the fit.
@@ -409,22 +409,31 @@ def _jax_several_steps(why: str) -> Rec:
                "model.compile(optimizer, loss, steps_per_execution=32)")
 
 
+def _jax_jit(f: Findings) -> str:
+    """How Keras runs the step on JAX: with ``jax.jit``, unless the model holds layers without
+    XLA support (``f.keras_no_xla``): ``jit_compile="auto"`` then resolves to False
+    (keras/src/trainers/trainer.py, ``model_supports_jit``) and the step's ops run one by one."""
+    if not f.keras_no_xla:
+        return "Keras already compiles the step with jax.jit"
+    return (f"Keras runs this step without jax.jit, op by op, since the model holds {', '.join(f.keras_no_xla)}, "
+            "which do not support XLA: move them into the input pipeline (a tf.data map) so Keras can jit the step")
+
+
 def _jax_compute(f: Findings) -> List[Rec]:
     if f.device_kind == "CPU":
         out = [_use_gpu("a GPU (JAX's CUDA wheels), or a CPU with more cores,",
                         "pip install -U 'jax[cuda12]'   # then, in Python:\nimport jax\nprint(jax.devices())"),
                rec("xla_cpu_threads", "Let XLA use every core for the model math",
-                                   "Keras already compiles the step with jax.jit; on the CPU, XLA's own threads "
-                                   "run it. Check that the process may use every core (no taskset or container "
-                                   "limit below the machine's) and that nothing else holds them.",
-                                   "import os\nprint(len(os.sched_getaffinity(0)), 'cores available')")]
+                   f"{_jax_jit(f)}; on the CPU, XLA's own threads run it. Check that the process may use every "
+                   "core (no taskset or container limit below the machine's) and that nothing else holds them.",
+                   "import os\nprint(len(os.sched_getaffinity(0)), 'cores available')")]
         return input_first_if_it_holds_the_cores(f, out, _jax_input)
     return [rec("mixed_precision", "Use mixed precision",
                 "bfloat16/float16 math runs several times faster than float32 on GPUs and TPUs.",
                 "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
             rec("xla_flags", "Tune XLA for the device",
-                "Keras compiles the step with jax.jit already: XLA's flags tune what it emits (e.g. latency-hiding "
-                "scheduling on GPUs); measure each.",
+                f"{_jax_jit(f)}: XLA's flags tune what it emits (e.g. latency-hiding scheduling on GPUs); "
+                "measure each.",
                 "XLA_FLAGS='--xla_gpu_enable_latency_hiding_scheduler=true' python train.py\n" + _MEASURE_IT)]
 
 
