@@ -338,3 +338,30 @@ def test_summary_of_a_sidecar_without_tree_figures_says_machine_scope():
     s = summarize(side)
     assert s["scope"] == "machine" and all(s[k] is None for k in TREE_KEYS) and s["sampled_s"] is None
     assert s["proc_cpu_cores"] is not None and s["cpu_mean_pct"] is not None
+
+
+@linux
+def test_a_short_windows_cpu_is_exact_and_counts_the_pool_workers_own_time():
+    """A 20-ms-tick counter cannot tell 15 ms of work from 0 or 20: the window's ``window_cpu``
+    (per-thread schedstat) must equal what the two pool workers measured on their own clocks
+    (``time.thread_time``), and the summary of the short window must use it."""
+    from multiprocessing.dummy import Pool
+
+    def spin(_):
+        start = time.thread_time()
+        while time.thread_time() - start < 0.015:
+            pass
+        return time.thread_time() - start
+
+    with Pool(2) as pool:
+        pool.map(lambda _: None, range(2))  # the workers exist before the window opens
+        sampler = SystemSampler(0.05).start()
+        own = pool.map(spin, range(2), chunksize=1)
+        side = sampler.stop()
+    cpu = side["window_cpu"]
+    assert cpu is not None and 0 < cpu["dur_s"] < 1.0
+    assert abs(cpu["pool_cpu_s"] - sum(own)) < 0.003, (cpu, own)
+    assert cpu["tree_cpu_s"] >= cpu["pool_cpu_s"] and cpu["proc_cpu_s"] == cpu["tree_cpu_s"]
+    summary = summarize(side)
+    assert summary["pool_cpu_cores"] == pytest.approx(cpu["pool_cpu_s"] / cpu["dur_s"], abs=1e-3)
+    assert summary["tree_cpu_cores"] == pytest.approx(cpu["tree_cpu_s"] / cpu["dur_s"], abs=1e-3)

@@ -43,7 +43,11 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
                   "tree_runq_wait_pct": float | null,  # the tree's threads runnable but waiting
                                                     # for a CPU, 100 = one thread (Linux schedstat)
                   "net_recv_external_Bps": float,   # machine-wide, loopback interfaces excluded
-                  "net_sent_external_Bps": float}]}
+                  "net_sent_external_Bps": float}],
+     # Added later: CPU over the whole window from every thread's schedstat (ns), exact where
+     # the samples' 10 ms ticks are not; null where schedstat is missing or the window is open.
+     "window_cpu": {"dur_s": float, "proc_cpu_s": float, "tree_cpu_s": float,
+                    "pool_cpu_s": float | null} | null}
 
 Consecutive samples are contiguous: the first starts at the reading taken when the window
 opened, the last ends at the reading taken when it closed, so even a window shorter than

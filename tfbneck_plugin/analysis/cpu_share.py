@@ -49,6 +49,11 @@ CONTENTION_RUNQ_CORES = 0.25
 #: "HIGHLY input-bound"; tests/test_fit_to_run.py checks that they agree). Such an input
 #: limits the step only by the cores it takes (input_rules.input_takes_cores, input_rules.input_slows_model).
 INPUT_WAITED_PCT = 20.0
+#: tf.data stages that run Python code in the training process: ``from_generator``'s
+#: ``Generator`` (a ``py_func`` under a FlatMap; Keras 3's TensorFlow backend feeds a
+#: ``PyDataset`` or a generator through it: keras/src/trainers/data_adapters/
+#: py_dataset_adapter.py ``get_tf_dataset``).
+PYTHON_STAGES = ("Generator",)
 #: Fewest cores a process is assumed to get (guards the divisions; our choice).
 MIN_CORES = 0.1
 
@@ -179,17 +184,19 @@ class InputLoad:
     a prefetch or a parallel stage, from the trace: stage self time, or the map function's
     time for a stage that runs it on threads of its own), ``workers_ms`` (the Python input's
     worker processes, the training tree's CPU less the training process's own, from the
-    sampler) and ``pool_ms`` (a PyDataset's worker threads:
-    the training process's CPU left over once the model's, the training thread's and tf.data's
-    are taken out). Each CPU figure is put on the wall-time scale of the trace's figures by
-    ``stretch``: the runnable threads over the running ones ((tree cores + run-queue wait) /
-    tree cores), since a thread kept waiting for a core shows that wait in its events.
+    sampler) and ``pool_ms`` (a PyDataset's worker threads: their own CPU clocks where the
+    sidecar has them, ``pool_cpu_cores``; else the training process's CPU left over once the
+    model's, the training thread's and tf.data's are taken out). Each CPU figure is put on the
+    wall-time scale of the trace's figures by ``stretch``: the runnable threads over the running
+    ones ((tree cores + run-queue wait) / tree cores), since a thread kept waiting for a core shows that wait in its events.
 
     The model (Linux's CFS gives runnable threads CPU in proportion to their demand:
     ``Documentation/scheduler/sched-design-CFS.rst``): while the step runs beside the input,
     the input holds ``share`` of the tree's demand (its work over its work, the model's and
     the training thread's), so without it the rest of the step shrinks by that share, and the
-    wait for input goes too: ``after_ms = (step - wait) x (1 - share)``. Only where the tree's
+    wait for input goes too, and so does the training thread's host time that waited for the
+    input's Python to release the GIL (:attr:`gil_ms`, for an input whose Python runs in the
+    training process): ``after_ms = (step - wait - gil) x (1 - share)``. Only where the tree's
     threads waited for busy cores (:func:`starved`); on idle cores the input takes nothing
     from the model and only the wait goes. The ablation's step: the same model fed cached
     batches (benchmarks/tutorial_corpus.py measures it)."""
@@ -203,6 +210,7 @@ class InputLoad:
     stretch: float
     starved: bool
     stage: str           # what does the input's work, in words
+    python_ms: float = 0.0  # the part of the input's work that is Python in the training process (holds the GIL)
 
     @property
     def input_ms(self) -> float:
@@ -222,9 +230,18 @@ class InputLoad:
         return self.beside_ms / demand if demand > 0 and self.starved else 0.0
 
     @property
+    def gil_ms(self) -> float:
+        """The training thread's host time that waited for the input's Python (ms per step):
+        the input's in-process Python work done while the step ran, at most the host time.
+        CPython runs one thread's bytecode at a time (the GIL,
+        https://docs.python.org/3/glossary.html#term-global-interpreter-lock), so the Keras
+        step loop's own Python cannot run while the input's does."""
+        return min(max(self.python_ms - self.wait_ms, 0.0), self.host_ms)
+
+    @property
     def after_ms(self) -> float:
         """The step with the input's work and wait gone (ms)."""
-        return max((self.step_ms - self.wait_ms) * (1.0 - self.share), 1e-6)
+        return max((self.step_ms - self.wait_ms - self.gil_ms) * (1.0 - self.share), 1e-6)
 
     @property
     def speedup(self) -> float:
@@ -236,7 +253,8 @@ class InputLoad:
         return {"input_ms": round(self.input_ms, 3), "tfdata_ms": round(self.tfdata_ms, 3),
                 "workers_ms": round(self.workers_ms, 3), "pool_ms": round(self.pool_ms, 3),
                 "model_ms": round(self.model_ms, 3), "host_ms": round(self.host_ms, 3),
-                "wait_ms": round(self.wait_ms, 3), "share": round(self.share, 3), "starved": self.starved,
+                "wait_ms": round(self.wait_ms, 3), "gil_ms": round(self.gil_ms, 3), "share": round(self.share, 3),
+                "starved": self.starved,
                 "after_ms": round(self.after_ms, 3), "speedup": round(self.speedup, 2), "stage": self.stage}
 
 
@@ -269,7 +287,10 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
     pool = int(system.get("pool_threads") or 0)
     workers_ms = max(tree - proc, 0.0) * step * stretch if children else 0.0
     pool_ms = 0.0
-    if pool > children:
+    pool_cores = system.get("pool_cpu_cores")
+    if pool and isinstance(pool_cores, (int, float)):
+        pool_ms = pool_cores * step * stretch   # the pool workers' own clocks (schedstat)
+    elif pool > children:
         # The training process's CPU less what the trace saw it spend (on the wall scale).
         pool_ms = max(proc * step * stretch - model - host - tfdata, 0.0)
     if workers_ms or pool_ms:
@@ -279,5 +300,8 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
         stage = f"the tf.data stage `{p.blocking.kind}` ({p.blocking.path})"
     else:
         return None
+    python = pool_ms + max(sum(st.work_ps for st in working if st.kind in PYTHON_STAGES) / 1e9
+                           - f.steps.left_out_input_ms, 0.0) / f.steps.count
     return InputLoad(step_ms=step, wait_ms=wait, model_ms=model, host_ms=host, tfdata_ms=tfdata,
-                     workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage)
+                     workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage,
+                     python_ms=python)

@@ -38,3 +38,22 @@ def input_computes(f: Findings) -> Optional[bool]:
         return None
     model = f.timing.model_cores if f.timing is not None and f.device_kind == "CPU" else None
     return cores.input_while_waiting(model, f.share("input") / 100.0) + cores.starved >= BUSY_PROCESS_CORES
+
+
+#: What a Keras fit on JAX or PyTorch names a Python input (capture.engines' input marks).
+PYTHON_KERAS_INPUTS = ("PyDataset", "generator")
+
+
+def holds_the_gil(f: Findings) -> bool:
+    """The input's Python code runs in the training process (a generator, a PyDataset and
+    its consumer thread, a ``py_function``): CPython runs one thread's bytecode at a time (the
+    global interpreter lock, https://docs.python.org/3/glossary.html#term-global-interpreter-lock),
+    so the training thread's own Python (Keras' step loop, its callbacks) waits while the
+    input's runs, and that wait is recorded as the training thread's host time, not as input."""
+    if f.keras_input in PYTHON_KERAS_INPUTS:
+        return True
+    stages = f.pipeline.stages if f.pipeline is not None else []
+    if any(st.kind in cpu_share.PYTHON_STAGES for st in stages):
+        return True
+    groups = (f.ops or {}).get("by_type") or []
+    return any(g.get("type") in ("PyFunc", "EagerPyFunc") for g in groups)

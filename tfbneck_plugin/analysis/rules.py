@@ -20,6 +20,7 @@ from .input_rules import (cache_fill_sentence, input_bound, input_load_sentence,
                           input_takes_cores, loader_workers_behind)
 from .op_advice import name_ops
 from .placement import PLUGGABLE_HOST_ALLOCATOR
+from .python_input import holds_the_gil
 from .thresholds import (COLLECTIVE_BOUND_PCT, DEVICE_BOUND_PCT, HOST_OVERHEAD_PCT, INPUT_BOUND_PCT,
                          INPUT_MODERATE_PCT, KERNEL_LAUNCH_BOUND_PCT, TRANSFER_BOUND_PCT, UNRECORDED_PCT)
 from .verdict import Verdict, confidence, first_verdict
@@ -185,8 +186,13 @@ def host_overhead(f: Findings) -> Optional[Verdict]:
     if gaps:
         ev.append(Inferred(f"Another {gaps:.1f}% passes between the eagerly dispatched ops with nothing recorded: "
                            f"Python running the model op by op, {hostc + gaps:.1f}% in all."))
-    return Verdict("cpu", "eager_execution" if f.eager else "python_overhead",
-                   confidence(hostc + gaps, HOST_OVERHEAD_PCT), ev)
+    conf = confidence(hostc + gaps, HOST_OVERHEAD_PCT)
+    if holds_the_gil(f):
+        ev.append(Inferred("The input's Python runs in this process and holds the GIL while it runs: part of this "
+                           "host time can be the training thread waiting for it, which removing the input would "
+                           "free. Measure the input's cost to tell them apart (tfbneck_plugin.measure_input_cost)."))
+        conf = min(conf, INPUT_DOUBT_CONFIDENCE)
+    return Verdict("cpu", "eager_execution" if f.eager else "python_overhead", conf, ev)
 
 
 def unrecorded(f: Findings) -> Optional[Verdict]:

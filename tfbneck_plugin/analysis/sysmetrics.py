@@ -26,6 +26,11 @@ BUSY_PROCESS_CORES = 0.65
 #: Below this mean utilisation across all cores (%) the host is "mostly idle". With two
 #: cores one saturated core already reads 50 %; 35 leaves room for the training thread.
 IDLE_HOST_PCT = 35.0
+#: Windows shorter than this (s) take the process's and the tree's CPU from the sidecar's
+#: ``window_cpu`` (per-thread ``schedstat``, ns) rather than from the samples: the kernel
+#: counts ``cpu_times`` in 10 ms ticks (USER_HZ = 100), so a 1 s window resolves a core to
+#: 1 % and a 20 ms one reads 0 % or 100 % (our choice of the limit).
+EXACT_CPU_BELOW_S = 1.0
 
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
 #: order of magnitude, so that disk caches and metadata traffic do not tip it).
@@ -72,8 +77,9 @@ def summarize(data: Dict) -> Optional[SystemMetrics]:
         non-loopback peers at once), ``loopback_connections`` (int, the same to loopback
         peers), ``tree_runq_wait_cores`` (mean number of the tree's threads runnable but
         waiting for a CPU: CPU contention measured on the training's own threads; None
-        where the kernel does not report it) and ``scope`` (``"process_tree"`` when the per-process figures exist, else
-        ``"machine"``).
+        where the kernel does not report it), ``pool_cpu_cores`` (cores the Python thread-pool
+        workers used, exact, from the sidecar's ``window_cpu``; None without it), and ``scope``
+        (``"process_tree"`` when the per-process figures exist, else ``"machine"``).
     """
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]
     if not samples:
@@ -100,6 +106,9 @@ def summarize(data: Dict) -> Optional[SystemMetrics]:
         "gpu_util_pct": _plain_mean(gpu_utils) if gpu_utils else None,
     }
     out.update(_tree_summary(samples, mean) if has_tree else NO_TREE)
+    out["pool_cpu_cores"] = None
+    if has_tree:
+        _exact_cpu(out, data.get("window_cpu"))
     out["scope"] = "process_tree" if has_tree else "machine"
     out["series"] = _series(samples)
     return out
@@ -142,6 +151,28 @@ def _tree_summary(samples, mean) -> SystemMetrics:
             "net_recv_external_MBps": mbps("net_recv_external_Bps"),
             "remote_connections": most("tree_remote_conns"), "loopback_connections": most("tree_loopback_conns"),
             "tree_runq_wait_cores": round(runq / 100.0, 2) if runq is not None else None}
+
+
+def _exact_cpu(out: SystemMetrics, window_cpu) -> None:
+    """Put the sidecar's exact window CPU (``window_cpu``, :mod:`tfbneck_plugin.records`) into
+    ``out``: the pool workers' cores always (no sample has them), the process's and the tree's
+    where the window is shorter than :data:`EXACT_CPU_BELOW_S`; the others' cores then follow
+    the tree's."""
+    if not isinstance(window_cpu, dict):
+        return
+    dur = window_cpu.get("dur_s")
+    if not isinstance(dur, (int, float)) or dur <= 0:
+        return
+    pool = window_cpu.get("pool_cpu_s")
+    if isinstance(pool, (int, float)):
+        out["pool_cpu_cores"] = round(pool / dur, 3)
+    proc, tree = window_cpu.get("proc_cpu_s"), window_cpu.get("tree_cpu_s")
+    if dur >= EXACT_CPU_BELOW_S or not isinstance(proc, (int, float)) or not isinstance(tree, (int, float)):
+        return
+    busy = (out.get("tree_cpu_cores") or 0.0) + (out.get("others_cpu_cores") or 0.0)
+    out["proc_cpu_cores"] = round(proc / dur, 3)
+    out["tree_cpu_cores"] = round(tree / dur, 3)
+    out["others_cpu_cores"] = round(max(busy - tree / dur, 0.0), 3)
 
 
 def _series(samples) -> Dict:

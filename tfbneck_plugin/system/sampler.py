@@ -50,6 +50,16 @@ class _Reading(NamedTuple):
     conns: Tuple[int, int]             # the tree's TCP connections: (remote peers, loopback peers)
     runq_wait_s: Optional[float]       # the tree's threads: time runnable but waiting for a CPU, s
     threads: Dict[int, Tuple[float, float]]  # the tree's threads: tid -> (on-CPU s, run-queue wait s)
+    tasks: Optional["_TaskClock"] = None  # on-CPU time per thread, at the window's first and last readings
+
+
+class _TaskClock(NamedTuple):
+    """On-CPU seconds of the tree's threads at one reading, from
+    ``/proc/<pid>/task/<tid>/schedstat`` (field 1, ns): exact where the tick-based
+    ``cpu_times`` (10 ms, USER_HZ = 100) cannot resolve a short window."""
+    own: Dict[int, float]       # this process's threads: tid -> on-CPU s
+    tree: Dict[int, float]      # every thread of the tree (this process's included)
+    pool: frozenset             # tids of Python thread-pool workers (a PyDataset's threads)
 
 
 class SystemSampler:
@@ -95,6 +105,12 @@ class SystemSampler:
     all the time reads 100 there even when other processes hold the cores. Both come from
     ``/proc/<pid>/task/*/schedstat``, read at every sample.
 
+    The window's first and last readings also read every thread's on-CPU time from
+    ``schedstat`` (ns): the sidecar's ``window_cpu`` gives the process's, the tree's and the
+    Python pool workers' CPU over the whole window exactly, where a window of a few 10 ms
+    ticks reads 0 % or 100 % in ``cpu_times``. A thread that ends inside the window takes
+    its time with it (it is left out); one born inside counts from zero.
+
     Args:
       interval_s: seconds between samples (the callback checks 0.01-10).
       pid: the process whose tree is sampled (default: this process).
@@ -122,6 +138,8 @@ class SystemSampler:
         self._scanned = -1e9
         self._prev: Optional[_Reading] = None   # the last reading
         self._last_base: Optional[_Reading] = None  # the reading the last sample started from
+        self._first_tasks: Optional[_TaskClock] = None  # the window's first thread clocks
+        self._first_mono = 0.0
 
     def start(self) -> "SystemSampler":
         """Take the first reading and start the sampling thread; returns ``self``.
@@ -138,6 +156,7 @@ class SystemSampler:
             self._proc = psutil.Process(self.pid)
             self._gpus = self._gpu_handles()
             self._prev = self._read(psutil, first=True)
+            self._first_tasks, self._first_mono = self._prev.tasks, self._prev.mono
         except Exception as err:  # noqa: BLE001 - psutil missing or /proc unreadable: no metrics, said why
             self.error = f"{type(err).__name__}: {err}"
         self._start_ns = self._prev.wall_ns if self._prev is not None else time.time_ns()
@@ -163,7 +182,25 @@ class SystemSampler:
         return {"format": FORMAT, "version": VERSION, "host": socket.gethostname(), "pid": os.getpid(),
                 "cpu_count": cpu_count, "cpu_affinity": _affinity(), "interval_s": self.interval_s,
                 "start_unix_ns": self._start_ns, "end_unix_ns": self._end_ns or time.time_ns(),
-                "sampler_error": self.error, "samples": list(self.samples)}
+                "sampler_error": self.error, "samples": list(self.samples),
+                "window_cpu": self._window_cpu()}
+
+    def _window_cpu(self) -> Optional[Dict]:
+        """CPU seconds over the whole window from the first and last readings' thread clocks
+        (:class:`_TaskClock`), or None before the window closed or where ``schedstat`` is
+        missing: ``{"dur_s", "proc_cpu_s", "tree_cpu_s", "pool_cpu_s"}``; ``pool_cpu_s`` is
+        None when watching another process (its pools cannot be seen from here)."""
+        first, last = self._first_tasks, self._prev.tasks if self._prev is not None else None
+        if first is None or last is None or last is first or not last.tree:
+            return None
+
+        def spent(now: Dict[int, float], tids) -> float:
+            return sum(max(now[t] - first.tree.get(t, 0.0), 0.0) for t in tids if t in now)
+        own_pid = self.pid is None or self.pid == os.getpid()
+        return {"dur_s": round(max(self._prev.mono - self._first_mono, 0.0), 6),
+                "proc_cpu_s": round(spent(last.own, last.own), 6),
+                "tree_cpu_s": round(spent(last.tree, last.tree), 6),
+                "pool_cpu_s": round(spent(last.tree, last.pool), 6) if own_pid else None}
 
     def drain(self) -> List[Dict]:
         """The samples taken since the last ``drain()``, removed from the sampler (a
@@ -238,9 +275,10 @@ class SystemSampler:
         foreign = self.pid is not None and self.pid != os.getpid()
         net_ext = _namespace_net(self._proc.pid, psutil) if foreign else _external_net(psutil)
         threads = _thread_times(self._tree_procs) if self.thread_detail else {}
+        tasks = _task_clock(self._proc.pid, self._tree_procs) if first else None
         return _Reading(mono, wall, psutil.cpu_times(percpu=True), psutil.disk_io_counters(),
                         psutil.net_io_counters(), net_ext, own[0] if own else 0.0, tree,
-                        self._children, self._conns, self._runq_wait_s, threads)
+                        self._children, self._conns, self._runq_wait_s, threads, tasks)
 
     def _scan_tree(self, psutil, mono: float, first_reading: bool) -> None:
         """Find the tree's processes and connections; a process first seen after the
@@ -432,6 +470,32 @@ def _thread_times(procs) -> Dict[int, Tuple[float, float]]:
     return out
 
 
+def _task_clock(own_pid: int, procs) -> Optional[_TaskClock]:
+    """Every thread's on-CPU seconds in the processes ``procs`` (field 1 of
+    ``/proc/<pid>/task/<tid>/schedstat``, ns), split into ``own_pid``'s and the tree's, with
+    the tids of Python pool workers when ``own_pid`` is this process (:func:`_pool_tids`);
+    None where no file could be read."""
+    own: Dict[int, float] = {}
+    tree: Dict[int, float] = {}
+    for pid in list(procs):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    on_cpu = int(f.read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+            tree[int(tid)] = on_cpu
+            if pid == own_pid:
+                own[int(tid)] = on_cpu
+    if not tree:
+        return None
+    return _TaskClock(own, tree, _pool_tids() if own_pid == os.getpid() else frozenset())
+
+
 def _runq_wait_s(procs) -> Optional[float]:
     """Seconds the processes' threads spent runnable but waiting for a CPU, since they
     started: the second field of ``/proc/<pid>/task/<tid>/schedstat`` (ns; Linux with
@@ -473,6 +537,17 @@ def _pool_threads() -> int:
     if dummy is None:  # never imported: no such pool
         return 0
     return sum(isinstance(t, dummy.DummyProcess) for t in threading.enumerate())
+
+
+def _pool_tids() -> frozenset:
+    """Kernel thread ids of the ``multiprocessing.dummy`` pool workers alive in this process
+    (:func:`_pool_threads`; ``Thread.native_id``, Python 3.8+)."""
+    import sys
+    dummy = sys.modules.get("multiprocessing.dummy")
+    if dummy is None:
+        return frozenset()
+    return frozenset(t.native_id for t in threading.enumerate()
+                     if isinstance(t, dummy.DummyProcess) and t.native_id is not None)
 
 
 def _count_connections(psutil, procs) -> Tuple[int, int]:
