@@ -609,3 +609,18 @@ def test_the_inputs_share_of_the_cores_names_it_in_any_window_and_doubts_a_devic
     v, load = judged(0.0, pool_threads=2)
     assert load.pool_ms == pytest.approx(1.9 * 20.0 * stretch - 31.0, abs=1e-6)
     assert v.cause == "input_preprocessing" and "2 worker thread(s)" in " ".join(map(str, v.evidence))
+
+
+def test_python_overhead_beside_an_input_whose_python_runs_in_the_process_is_not_sure():
+    """The same host-overhead shares: confident where the input is tf.data ops, below 0.7 where
+    the input is a generator (its Python holds the GIL the training thread's Python needs)."""
+    shares = pct(host_compute=70.0, device_compute=25.0)
+    ops = verdict(findings(pct=shares, pipeline=pipeline(stage("ParallelMapV2", parallelism=4))))
+    assert ops.cause == "python_overhead" and ops.confidence >= 0.7
+    assert not any("GIL" in str(e) for e in ops.evidence)
+    gen = verdict(findings(pct=shares, pipeline=pipeline(
+        stage("Generator", "Iterator::Root::FlatMap[0]::Generator"), prefetch=False)))
+    assert gen.cause == "python_overhead" and gen.confidence == rules.INPUT_DOUBT_CONFIDENCE
+    assert any("holds the GIL" in str(e) for e in gen.evidence)
+    mapped = verdict(findings(pct=shares, pipeline=pipeline(stage("ParallelMapV2", parallelism=4), py=True)))
+    assert mapped.confidence == rules.INPUT_DOUBT_CONFIDENCE
