@@ -5,7 +5,9 @@ Three places run ops, each read from the columns the other modules already decod
 * ``host``: TensorFlow ops run by the executor on host threads (the model's math on a
   CPU-only host, the host side of a GPU model). Each op is a TraceMe ``<op name>:<op
   type>`` (core/profiler/utils/tf_op_utils.cc); an op run eagerly is its ``EagerExecute``
-  event, named by its ``eager_op`` stat.
+  event, named by its ``eager_op`` stat. An XLA executable run on the host (``jit_compile``
+  on a CPU) is rows of its own, the executable's and its HLO ops' (:func:`xla_ops`), its time
+  left out of the op event that launched it.
 * ``input_pipeline``: the ops of a tf.data function (map/filter fns): op events inside an
   ``ExecutorState::Process`` linked to a tf.data ``FunctionRun`` (``_c`` = ``_p``,
   :func:`.tfdata.function_links`), or on a tf.data thread; each is credited to its stage.
@@ -23,6 +25,7 @@ breakdown), and every time is averaged per steady step.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -76,8 +79,9 @@ class OpRow:
 
 
 def name_scope(row: "OpRow") -> Optional[str]:
-    """The layer scope of a TensorFlow op row: :func:`scope_of` its name."""
-    return scope_of(row.name)
+    """The layer scope of a TensorFlow op row: :func:`scope_of` its name; an XLA row's, its
+    executable's row name (:func:`xla_row_name`)."""
+    return row.name.split("/")[0] if row.type.startswith(XLA_OP_PREFIX) else scope_of(row.name)
 
 
 @dataclass
@@ -206,13 +210,14 @@ def _aggregate(rows: Dict[tuple, OpRow], keys: np.ndarray, make, self_ps: np.nda
 
 
 def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, win_e: np.ndarray) -> List[OpRow]:
-    """Host and input-pipeline op rows of the steady windows (ps totals)."""
+    """Host and input-pipeline op rows of the steady windows, XLA's on the host among them (ps totals)."""
     plane = view.plane
     stages = _FunctionStages(view, pipeline)
     n_codes = 2 + len(stages.paths)
     rows: Dict[tuple, OpRow] = {}
 
     eager = _EagerOps(view, max(plane.event_names, default=0) + 1)
+    xla_rows, xla_runs = xla_ops(view, win_s, win_e)
 
     def make(key):
         name_id, code = divmod(key, n_codes)
@@ -241,6 +246,9 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
             continue
         keys[at:at + n] = line.name_id[idx] * n_codes + stages.codes(li, ls, le)
         selfs[at:at + n] = _nested_self(ls, le)
+        if li in xla_runs:  # an XLA executable's run is its rows' time, not the op's around it
+            c = _innermost_container(ls, le, *xla_runs[li])
+            np.subtract.at(selfs, at + c[c >= 0], (xla_runs[li][1] - xla_runs[li][0])[c >= 0])
         at += n
     for ids, es, ee in eager_ops:
         n = len(ids)
@@ -251,7 +259,7 @@ def host_ops(view: HostView, pipeline: Optional[Pipeline], win_s: np.ndarray, wi
     if at:
         keys, selfs, s, e, step = keys[:at], selfs[:at], s[:at], e[:at], step[:at]
         _aggregate(rows, keys, make, selfs, s, e, step, len(win_s), key_outside_apart(keys, step))
-    return list(rows.values())
+    return list(rows.values()) + xla_rows
 
 
 #: An op or function run eagerly (core/common_runtime/eager/execute.cc): its ``eager_op``
@@ -502,3 +510,88 @@ def _add_device_line(rows: Dict[str, OpRow], plane, line, idx: np.ndarray, share
         row.add(float(self_sum[k]), float(total[k]), int(count[k]), int(d[j]), int(line.start_ps[idx[j]]),
                 per_step[k])
         row.kernels[event] = row.kernels.get(event, 0.0) + float(self_sum[k])
+
+
+#: XLA on a CPU host, as TensorFlow 2.21 traces it (Keras ``jit_compile=True``, ``tf.function(
+#: jit_compile=True)``): an executable's run on the thread that launched it (TraceMe in
+#: xla/service/cpu/cpu_executable.cc), the thunk executor running its HLO ops there and on the
+#: Eigen pool's threads (xla/backends/cpu/runtime/thunk_executor.cc), one event per HLO op (a
+#: thunk) named by it, with ``hlo_op`` and ``hlo_module`` stats (xla/backends/cpu/runtime/thunk.cc
+#: ``Thunk::TraceMeEncode``). No ``XlaLaunch``/``_XlaRun`` op event is recorded there: the call op
+#: is ``ExecutorState::ProcessAsync::Start`` (fit) or the function's own op event (an eager call).
+XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
+XLA_THUNKS = "ThunkExecutor::Execute"
+#: The type of an executable's own row; its HLO ops' types are ``XLA <op>`` (``XLA convolution``).
+XLA_TYPE = "XLA executable"
+XLA_OP_PREFIX = "XLA "
+#: A module compiling a tf.function is named after it: ``__inference_<name>_<uid>``
+#: (tensorflow/python/eager/polymorphic_function/concrete_function.py) as XLA writes it,
+#: ``a_inference_<name>_<uid>__...`` (the traces' ``hlo_module`` stats; the HLO printed in
+#: tensorflow/python/types/core.py's ``experimental_get_compiler_ir`` example).
+_MODULE_RE = re.compile(r"^a?_*inference_(.+?)_\d+__")
+#: An HLO op's instance numbers (``convolution.2``; ``MatMul_1.4``: tf2xla keeps the TF op's name).
+_HLO_NUMBER = re.compile(r"(?:[._]\d+)+$")
+
+
+def xla_row_name(module: Optional[str], hlo_op: Optional[str] = None) -> str:
+    """The row of an XLA module (``a_inference_one_step_on_data_1155__.18`` -> ``one_step_on_data
+    (XLA)``: the function it compiles; another module, e.g. an auto-cluster, by its name) or of
+    one of its HLO ops (``one_step_on_data (XLA)/convolution.2``)."""
+    m = _MODULE_RE.match(module or "")
+    name = f"{m.group(1) if m else module or 'executable'} (XLA)"
+    return f"{name}/{hlo_op}" if hlo_op else name
+
+
+def _hlo_events(view: HostView):
+    """The HLO op events of the host (:data:`XLA_RUN`'s docstring): events with ``hlo_module`` and
+    ``hlo_op`` stats starting inside an executable's or a thunk executor's run on their thread,
+    enclosing no other such event. (starts, ends, module, op): 4 columns, shape (n,) each."""
+    plane, containers, parts = view.plane, view.ids_named([XLA_RUN, XLA_THUNKS]), []
+    for li, cidx in view.select(containers):
+        line = plane.lines[li]
+        idx = np.flatnonzero(window_of(line.start_ps, *timeline.union(line.start_ps[cidx], line.ends(cidx))) >= 0)
+        idx = idx[~np.isin(line.name_id[idx], containers)]
+        mods, ops = (np.array(view.stat_column(li, idx, k), dtype=object) for k in ("hlo_module", "hlo_op"))
+        keep = np.flatnonzero([isinstance(m, str) and isinstance(o, str) for m, o in zip(mods, ops)])
+        parent = timeline.nesting_parents(line.start_ps[idx[keep]], line.ends(idx[keep]))
+        keep = np.delete(keep, parent[parent >= 0])  # an HLO op around others (a loop's thunk): its ops count
+        parts.append((line.start_ps[idx[keep]], line.ends(idx[keep]), mods[keep], ops[keep]))
+    return tuple(np.concatenate(c) for c in zip(*parts)) if parts else (np.zeros(0, np.int64),) * 2 + (np.zeros(0, object),) * 2
+
+
+def xla_ops(view: HostView, win_s: np.ndarray, win_e: np.ndarray) -> Tuple[List[OpRow], Dict[int, tuple]]:
+    """XLA executables' rows (ps totals) and their runs per host line ({line: (starts, ends)}, for
+    the op events around them to leave out of their self time).
+
+    Each run of an executable (:data:`XLA_RUN`) that starts in a window counts there, wholly, as
+    a host op does: its wall time is split among its HLO ops, each instant in equal parts among
+    the HLO ops running then on any thread (as device rows share a device), and the instants
+    with none (the runtime, waiting for the pool) stay on the executable's row (type
+    :data:`XLA_TYPE`). The executable's row and its HLO ops' rows so add up to its runs' wall
+    time; an HLO row's total is its time on its threads. Empty without XLA runs."""
+    runs = view.select(view.ids_named([XLA_RUN]))
+    if not runs or view.plane.stat_id("hlo_module") is None:
+        return [], {}
+    lines = {li: (view.plane.lines[li].start_ps[idx], view.plane.lines[li].ends(idx)) for li, idx in runs}
+    rs, re_ = (np.concatenate(x) for x in zip(*lines.values()))
+    order = np.argsort(rs, kind="stable")
+    rs, re_ = rs[order], re_[order]
+    hs, he, mods, ops = _hlo_events(view)
+    run = np.searchsorted(rs, hs, side="right") - 1  # the run each HLO op started in
+    inside = np.flatnonzero(run >= 0)
+    inside = inside[re_[run[inside]] > hs[inside]]
+    hs, he, run, mods, ops = hs[inside], he[inside], run[inside], mods[inside], ops[inside]
+    share = _fair_share(hs, he, *timeline.union(rs, re_))
+    run_mod = dict(zip(run.tolist(), mods))
+    rest = np.maximum((re_ - rs) - np.bincount(run, weights=share, minlength=len(rs)), 0.0)
+    names = [xla_row_name(run_mod.get(j)) for j in range(len(rs))] + [xla_row_name(m, o) for m, o in zip(mods, ops)]
+    ids: Dict[str, int] = {}
+    keys = np.array([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64)
+    step = window_of(rs, win_s, win_e)
+    step = np.concatenate([step, step[run]])
+    named = {k: OpRow("host", n, XLA_OP_PREFIX + _HLO_NUMBER.sub("", n.rsplit("/", 1)[1]) if "/" in n else XLA_TYPE)
+             for n, k in ids.items()}
+    rows: Dict[tuple, OpRow] = {}
+    _aggregate(rows, keys, named.get, np.concatenate([rest, share]), np.concatenate([rs, hs]),
+               np.concatenate([re_, he]), step, len(win_s), key_outside_apart(keys, step))
+    return list(rows.values()), lines

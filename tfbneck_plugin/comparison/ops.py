@@ -11,7 +11,10 @@ Ops and scopes are matched by layer path, not by the names one trace gave them: 
 control-flow wrappers are left out (``steps_per_execution`` runs the step inside
 ``while/body/...``) and so are instance numbers (Keras names the second model of a process
 ``sequential_1``, a layer's second call ``dense_1_2``, a scope's second op ``Sub_1``), so
-``sequential/dense/Relu`` is one row on both sides; ops of one layer path are summed.
+``sequential/dense/Relu`` is one row on both sides; ops of one layer path are summed. An XLA
+executable's rows (its own and its HLO ops', :func:`..analysis.ops.xla_ops`) are one op, the
+executable (``one_step_on_data (XLA)``): turning XLA on reads as the TensorFlow ops that went to
+0 and the executable that took their place (its HLO ops among the rows kept in ``top_ops``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..analysis.ops import layer_path, scope_of
+from ..analysis.ops import XLA_OP_PREFIX, layer_path, scope_of
 
 #: Rows of each list in the comparison.
 LIMIT = 10
@@ -88,7 +91,9 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     or ``only_in`` one side first, then the others, each group largest absolute change first;
     ``types`` empty where every op's type is its name (PyTorch's rows: the ops' list again).
     ``significance(a, b) -> p``."""
-    def op(r):
+    def op(r):  # an XLA row: its executable's
+        if (r.get("type") or "").startswith(XLA_OP_PREFIX):
+            return (r["where"], r["name"].split("/")[0])
         return (r["where"], matched_name(r["name"]))
 
     def scope(r):  # the report's own (PyTorch's modules, TensorFlow's name scopes), else from the name

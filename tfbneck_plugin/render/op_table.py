@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import List
 
+from ..analysis.ops import XLA_TYPE
 from ..schema import SessionDict, TopOp
 
 #: ``--sort`` choices: which place's ops come first (each sorted by self time).
@@ -58,6 +59,10 @@ def to_text(report: SessionDict, sort: str = "self", row_limit: int = 10, name_w
             not any(g["where"] == "input_pipeline" for g in summary.get("by_type") or []):
         from ..analysis.op_advice import NO_TFDATA_OPS
         out.append(NO_TFDATA_OPS.format(stage=blocking.split("::")[-1]))
+    for r in report.get("top_ops") or []:  # an XLA executable's rows add up to its runs' wall time
+        if r["type"] == XLA_TYPE:
+            out.append(f"{r['name']}: {r['total_ms_per_step']:.3f} ms/step of XLA executable wall time in all, its own row "
+                       f"(no HLO op recorded) and its HLO ops' (each instant shared among the ops running)")
     for where, ms in (summary.get("self_ms_per_step") or {}).items():
         top = (summary.get("top10_pct") or {}).get(where)
         types = [g for g in summary.get("by_type") or [] if g["where"] == where][:3]
