@@ -161,3 +161,15 @@ def test_a_fresh_jit_compiled_fit_has_its_executable_in_the_op_table(tmp_path):
     hlo = [r for r in analysis.ops.rows if r.type.startswith(opsmod.XLA_OP_PREFIX) and r is not exe]
     assert exe.name == "one_step_on_data (XLA)" and hlo
     assert exe.self_ps + sum(r.self_ps for r in hlo) == pytest.approx(exe.total_ps, rel=1e-9)
+
+
+def test_compute_advice_on_a_step_xla_already_runs_does_not_offer_xla_fusion():
+    """The op note on a compute-bound step: where the op table has the XLA rows, XLA's fusion is
+    done; without them (the same model, jit_compile off) the note may still offer it."""
+    from tfbneck_plugin.analysis.op_advice import name_ops
+    rec = [{"fix": "use_gpu", "detail": "A GPU shortens the step."}]
+    on = name_ops("model_compute", rec, _ms_json("fit_jit_on")["op_summary"], None, "CPU")[0]["detail"]
+    assert "`one_step_on_data (XLA)`" in on or "`XLA executable`" in on
+    assert "already runs compiled by XLA" in on and "fuses those" not in on
+    off = name_ops("model_compute", rec, _ms_json("fit_jit_off")["op_summary"], None, "CPU")[0]["detail"]
+    assert "already runs compiled by XLA" not in off and "MatMul/Conv ops are" in off

@@ -196,9 +196,9 @@ class InputLoad:
     the training thread's), so without it the rest of the step shrinks by that share, and the
     wait for input goes too, and so does the training thread's host time that waited for the
     input's Python to release the GIL (:attr:`gil_ms`, for an input whose Python runs in the
-    training process): ``after_ms = (step - wait - gil) x (1 - share)``. Only where the tree's
-    threads waited for busy cores (:func:`starved`); on idle cores the input takes nothing
-    from the model and only the wait goes. The ablation's step: the same model fed cached
+    training process): ``after_ms = min((step - wait) x (1 - share), step - wait - gil)``.
+    The share counts only where the tree's threads waited for busy cores (:func:`starved`); on
+    idle cores the input takes no core from the model. The ablation's step: the same model fed cached
     batches (benchmarks/tutorial_corpus.py measures it)."""
     step_ms: float
     wait_ms: float
@@ -241,7 +241,10 @@ class InputLoad:
     @property
     def after_ms(self) -> float:
         """The step with the input's work and wait gone (ms)."""
-        return max((self.step_ms - self.wait_ms - self.gil_ms) * (1.0 - self.share), 1e-6)
+        ran = self.step_ms - self.wait_ms
+        # The cores the input shares and the GIL it holds take from the same training time: the
+        # larger of the two is what its going frees (their sum would count its work twice).
+        return max(min(ran * (1.0 - self.share), ran - self.gil_ms), 1e-6)
 
     @property
     def speedup(self) -> float:

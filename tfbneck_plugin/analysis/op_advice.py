@@ -16,6 +16,7 @@ import re
 from typing import List, Optional
 
 from ..schema import OpGroup, OpSummary, Recommendation
+from .ops import XLA_OP_PREFIX
 
 #: Op types that are matrix math (MatMul, BatchMatMulV2, _FusedMatMul, _MklMatMul, Conv2D,
 #: Conv2DBackpropInput, DepthwiseConv2dNative, Einsum; XLA's dot/convolution/gemm; PyTorch's
@@ -71,6 +72,10 @@ def _compute_note(summary: OpSummary, where: str, framework: str = "tensorflow")
     share = matrix_share(summary, where)
     matrix = ("mixed precision runs it on Tensor Cores" if where == "device" else
               "a GPU, or oneDNN's bf16 paths on a CPU that has them, speed it up")
+    if any(str(g.get("type", "")).startswith(XLA_OP_PREFIX) for g in _groups(summary, where)):
+        # The step already runs as XLA executables (analysis.ops' "XLA ..." rows): XLA's fusion is done.
+        return (f"Measured op types: {named}; the step already runs compiled by XLA, which fuses the elementwise "
+                f"ops: for the matrix math, {matrix}.")
     if share >= 50:  # the majority: the matrix math is what to speed up first
         helps = f"matrix math is most of it: {matrix}"
     else:
