@@ -567,7 +567,7 @@ def test_the_inputs_share_of_the_cores_names_it_in_any_window_and_doubts_a_devic
     def judged(map_ms=0.0, **sys_kw):
         p = pipeline(stage("ParallelMapV2", "Iterator::Root::Prefetch::ParallelMapV2", parallelism=2,
                            self_ms=10 * map_ms))
-        kw = dict(tree=1.9, others=0.1, tree_runq_wait_cores=1.0)
+        kw = dict(tree=1.9, others=0.0, tree_runq_wait_cores=1.0)
         kw.update(sys_kw)
         f = findings(pct=shares, pipeline=p, timing=timing, system=system(**kw))
         return verdict(f), cpu_share.input_load(f)
@@ -577,6 +577,11 @@ def test_the_inputs_share_of_the_cores_names_it_in_any_window_and_doubts_a_devic
     v, load = judged(8.0)
     assert load.share == pytest.approx(7.8 / 38.8, abs=1e-3)
     assert load.after_ms == pytest.approx(19.8 * (1 - 7.8 / 38.8), abs=1e-3)
+    # Beside other processes using 1.0 of the 2 cores (the tree 1.0): the training keeps half
+    # of what the input frees, the other half goes to them.
+    _, busy = judged(8.0, tree=1.0, others=1.0)
+    assert busy.retained == pytest.approx(0.5) and busy.share == pytest.approx(0.5 * 7.8 / 38.8, abs=1e-3)
+    assert busy.after_ms == pytest.approx(19.8 * (1 - 0.5 * 7.8 / 38.8), abs=1e-3)
     assert (v.bottleneck, v.cause) == ("cpu", "input_preprocessing")
     said = " ".join(str(e) for e in v.evidence)
     assert "`ParallelMapV2`" in said and "1.26x faster" in said, said
