@@ -139,6 +139,17 @@ def test_a_vectorised_map_does_not_get_vectorise_and_a_per_element_one_does_by_i
     assert vec["predicted"] is None and vec["bound_ms"] == pytest.approx(4.0)  # the step less its input wait
     assert fixes.index("vectorise_map") < fixes.index("prefetch") if "prefetch" in fixes else True
     assert fixes[0] in fit_to_run.REDUCES_WORK, fixes  # the cores cap the parallel fixes
+    # An image_dataset_from_directory pipeline with augmentation mapped on its batches: the
+    # per-element map (its decode, fused into MapAndBatch) does less than the augmentation map,
+    # which already runs on whole batches: no "batch before the map"; caching the decode is first.
+    folder = _pipeline(_stage("Iterator::Root::Prefetch::ParallelMapV2", 60.0, fn_ms=55.0, parallelism=2),
+                       _stage("Iterator::Root::Prefetch::ParallelMapV2::Prefetch::MapAndBatch", 40.0, fn_ms=35.0,
+                              parallelism=2))
+    f = _findings(step_ms=10.0, input_ms=6.0, pipe=folder, system=busy)
+    assert folder.map_per_element is not None and folder.blocking is not folder.map_per_element
+    assert "already runs on whole batches" in fit_to_run.already_done({"fix": "vectorise_map"}, f)
+    fixes = [r["fix"] for r in fit_to_run.fit(advice_for("input_preprocessing", f), f)]
+    assert "vectorise_map" not in fixes and fixes[0] == "cache", fixes
 
 
 def test_an_xla_run_does_not_get_xla_and_a_cpu_host_no_accelerator_advice():

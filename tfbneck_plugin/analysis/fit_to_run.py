@@ -34,6 +34,11 @@ def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
         return _cache_done(p)
     if fix == "vectorise_map" and p is not None and p.map_per_element is None:
         return "The map already runs on whole batches."
+    if (fix == "vectorise_map" and p is not None and p.blocking is not None and p.blocking.kind in MAPS
+            and p.blocking is not p.map_per_element):
+        # The costliest map runs on batches; the one per element does less (an image_dataset_from_directory's
+        # decode, say): batching it first would not touch the map that limits the input.
+        return f"The `{p.blocking.kind}` map, where the input's work is, already runs on whole batches."
     if fix == "xla" and f.xla:
         return "The trace shows XLA executables: the step is already compiled with XLA."
     if fix in ("augment_on_device", "mixed_precision") and f.device_kind == "CPU":
