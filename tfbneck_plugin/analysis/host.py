@@ -83,6 +83,16 @@ GRAPH_BUILD_EVENT = "tf.function-graph_building"
 #: trace of a ``jit_compile`` function's first call.
 XLA_COMPILE_RE = re.compile(r"^(HLO passes\b|\w*Compiler::\w)")
 
+#: XLA on a CPU host, as TensorFlow 2.21 traces it (Keras ``jit_compile=True``, ``tf.function(
+#: jit_compile=True)``): an executable's run on the thread that launched it (TraceMe in
+#: xla/service/cpu/cpu_executable.cc), the thunk executor running its HLO ops there and on the
+#: Eigen pool's threads (xla/backends/cpu/runtime/thunk_executor.cc), one event per HLO op (a
+#: thunk) named by it, with ``hlo_op`` and ``hlo_module`` stats (xla/backends/cpu/runtime/thunk.cc
+#: ``Thunk::TraceMeEncode``). No ``XlaLaunch``/``_XlaRun`` op event is recorded there: the call op
+#: is ``ExecutorState::ProcessAsync::Start`` (fit) or the function's own op event (an eager call).
+XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
+XLA_THUNKS = "ThunkExecutor::Execute"
+
 
 def is_tf_data_line(name: str) -> bool:
     """A tf.data thread (``tf_data_*``: consumer, producers, private pools)."""
@@ -190,17 +200,37 @@ class HostView:
         return self.intervals(sel)
 
     def training_function_runs(self) -> List[Tuple[int, np.ndarray]]:
-        """FunctionRun events on the training thread (the training step's function launches)."""
+        """The training step's function launches on the training thread: ``FunctionRun`` events,
+        and the runs of XLA executables there (:data:`XLA_RUN`: a ``tf.function(jit_compile=True)``
+        called from Python runs as one XLA executable on the calling thread, no ``FunctionRun``)."""
         if self.training_line is None:
             return []
-        return self.select(self.ids_named([FUNCTION_RUN]), [self.training_line])
+        return self.select(self.ids_named([FUNCTION_RUN, XLA_RUN]), [self.training_line])
+
+    def xla_intervals(self) -> Dict[int, timeline.Intervals]:
+        """XLA executables' work on the host's non-tf.data threads, per line: each line's executable
+        runs and thunk executor runs (:data:`XLA_RUN`, :data:`XLA_THUNKS`; the latter hold the HLO
+        ops, on the launching thread and the Eigen pool's), merged. {line index: (starts, ends)} in
+        ps; empty without XLA events."""
+        sel = self.select(self.ids_named([XLA_RUN, XLA_THUNKS]), self.non_data_lines)
+        return {li: timeline.union(*self.intervals([(li, idx)])) for li, idx in sel}
 
     def model_executor_intervals(self) -> timeline.Intervals:
-        """Executor activity caused by the training function (linked by ``_p``/``_c`` stats).
+        """The training function's work on host threads (ps): the executor activity it caused
+        (linked by ``_p``/``_c`` stats) and XLA executables' work (:meth:`xla_intervals`), merged
+        per thread (a thread's time counts once; threads busy at once count each).
 
         Falls back to all executor activity off tf.data threads when the trace has no
         producer/consumer stats (TF < 2.4).
         """
+        per_line = {li: [iv] for li, iv in self._executor_intervals().items()}
+        for li, iv in self.xla_intervals().items():
+            per_line.setdefault(li, []).append(iv)
+        return timeline.concat([timeline.union(*timeline.concat(parts)) if len(parts) > 1 else parts[0]
+                                for parts in per_line.values()])
+
+    def _executor_intervals(self) -> Dict[int, timeline.Intervals]:
+        """Executor activity caused by the training function, per line ({line: intervals, ps})."""
         found = []
         for li, idx in self.training_function_runs():
             values, present = self.stat_ints(li, idx, "_p")
@@ -217,13 +247,13 @@ class HostView:
         # An executor thread blocked inside an IteratorGetNext op is waiting, not computing:
         # remove those op intervals from the executor events of the same thread.
         getnext = dict(self.select(self.getnext_op_ids(), self.non_data_lines))
-        parts = []
+        parts: Dict[int, timeline.Intervals] = {}
         for li, idx in keep:
             iv = self.intervals([(li, idx)])
             if li in getnext:
                 iv = timeline.difference(iv, self.intervals([(li, getnext[li])]))
-            parts.append(iv)
-        return timeline.concat(parts)
+            parts[li] = iv
+        return parts
 
     def getnext_op_ids(self) -> np.ndarray:
         """Metadata ids of the get-next ops (``IteratorGetNext`` and friends)."""

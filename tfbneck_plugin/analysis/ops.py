@@ -33,7 +33,7 @@ import numpy as np
 
 from ..trace import timeline
 from . import devices as devmod
-from .host import EXECUTOR_EVENT, FUNCTION_RUN, HostView, is_op_name
+from .host import EXECUTOR_EVENT, FUNCTION_RUN, XLA_RUN, XLA_THUNKS, HostView, is_op_name
 from .tfdata import PRODUCE_SUFFIX, Pipeline, _innermost_container, function_owner_ids, owner_stage
 
 WHERE = ("device", "host", "input_pipeline")
@@ -512,15 +512,6 @@ def _add_device_line(rows: Dict[str, OpRow], plane, line, idx: np.ndarray, share
         row.kernels[event] = row.kernels.get(event, 0.0) + float(self_sum[k])
 
 
-#: XLA on a CPU host, as TensorFlow 2.21 traces it (Keras ``jit_compile=True``, ``tf.function(
-#: jit_compile=True)``): an executable's run on the thread that launched it (TraceMe in
-#: xla/service/cpu/cpu_executable.cc), the thunk executor running its HLO ops there and on the
-#: Eigen pool's threads (xla/backends/cpu/runtime/thunk_executor.cc), one event per HLO op (a
-#: thunk) named by it, with ``hlo_op`` and ``hlo_module`` stats (xla/backends/cpu/runtime/thunk.cc
-#: ``Thunk::TraceMeEncode``). No ``XlaLaunch``/``_XlaRun`` op event is recorded there: the call op
-#: is ``ExecutorState::ProcessAsync::Start`` (fit) or the function's own op event (an eager call).
-XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
-XLA_THUNKS = "ThunkExecutor::Execute"
 #: The type of an executable's own row; its HLO ops' types are ``XLA <op>`` (``XLA convolution``).
 XLA_TYPE = "XLA executable"
 XLA_OP_PREFIX = "XLA "
@@ -543,7 +534,7 @@ def xla_row_name(module: Optional[str], hlo_op: Optional[str] = None) -> str:
 
 
 def _hlo_events(view: HostView):
-    """The HLO op events of the host (:data:`XLA_RUN`'s docstring): events with ``hlo_module`` and
+    """The HLO op events of the host (:data:`.host.XLA_RUN`'s comment): events with ``hlo_module`` and
     ``hlo_op`` stats starting inside an executable's or a thunk executor's run on their thread,
     enclosing no other such event. (starts, ends, module, op): 4 columns, shape (n,) each."""
     plane, containers, parts = view.plane, view.ids_named([XLA_RUN, XLA_THUNKS]), []
