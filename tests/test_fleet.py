@@ -269,15 +269,19 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
     report = {"steps": {"step_time_ms": {"mean": 20.0}}, "window": {"kind": kind, "job_step_ms": 30.0}}
     text = job_scale_evidence(report)
     assert "is 0.67x that" in text
-    assert ("profile_steps=" in text) == (kind == "scheduled")
+    assert ("profile a window of 5 steps later" in text) == (kind == "scheduled")
     from tfbneck_plugin.analysis.run_evidence import unrepresentative
     assert unrepresentative(report) == (kind == "scheduled")   # caps the verdict's confidence (write_run_facts)
     if kind == "scheduled":
-        # The advice fits the run: a window of as many steps, twice as far in, inside the run.
+        # The advice fits an epoch: without its length, no steps that may not fit one; with it,
+        # a window of as many steps in the middle of the first epoch after this window's, inside the run.
         report["window"]["steps"] = [20, 24]
-        assert "profile_steps=(40, 44) when an epoch has more than 45 batches" in job_scale_evidence(report)
-        report["run_length"] = {"batches": 40, "time_ms": 1000.0}   # a run of 40 batches: inside it
-        assert "profile_steps=(25, 29)" in job_scale_evidence(report), job_scale_evidence(report)
+        assert "profile_steps=" not in job_scale_evidence(report)
+        assert "this run's epoch length is not in its trend file" in job_scale_evidence(report)
+        report["window"]["epoch_batches"] = 30
+        assert "profile_steps=(43, 47), the middle of epoch 2" in job_scale_evidence(report), job_scale_evidence(report)
+        report["run_length"] = {"batches": 40, "time_ms": 1000.0}   # a run of 40 batches: no whole epoch after
+        assert "hold no whole epoch after this window" in job_scale_evidence(report), job_scale_evidence(report)
     assert ("the slowdown trigger chose" in text) == (kind == "triggered")
     report["window"]["job_step_ms"] = 21.0  # 0.95x: the profiler's cost, in either kind
     assert "the profiler's own cost included" in job_scale_evidence(report)

@@ -128,6 +128,8 @@ class RunContext:
         confirmed but did not profile (its ``outcome`` begins "not captured"; records.py).
       input_cost: the newest readable input-cost measurement in the run's folder
         (:func:`read_input_cost`), None when there is none.
+      epochs: ``{session folder name: batches per epoch}`` from the trend file that names the
+        session (:func:`epoch_length`), for the sessions whose file gives it.
     """
     batches: Optional[int] = None
     time_ms: Optional[float] = None
@@ -137,6 +139,7 @@ class RunContext:
     problems: List[str] = field(default_factory=list)
     uncaptured: List[Tuple[str, Dict]] = field(default_factory=list)
     input_cost: Optional[Dict] = None
+    epochs: Dict[str, int] = field(default_factory=dict)
 
     @property
     def length_known(self) -> bool:
@@ -155,6 +158,36 @@ def file_length(data: Dict) -> Optional[Tuple[int, float]]:
     mean_per_execution = sum(float(p["mean_ms"]) * int(p.get("n") or 0) for p in points) / weight
     batches = max(p["step"] for p in points)
     return batches, batches / spe * mean_per_execution
+
+
+def epoch_length(points: List[Dict]) -> Optional[int]:
+    """Batches per epoch of a trend file's ``points`` (records.py: ``first_step``, ``step``,
+    1-based batches, and Keras' 0-based ``epoch``), None unless the points give it exactly.
+
+    By default the callback ends a period at each epoch's end (``on_epoch_end``), so each point
+    is one epoch. The length is read only from points that show that layout: one point per
+    epoch, consecutive epochs, each point starting the batch after the one before, all the
+    epochs but the last (which an early stop may cut) of one length, each starting a whole
+    number of epochs after batch 1. Periods of ``step_time_every`` batches mostly fail those
+    checks (they cut epochs, or skip epoch numbers), as does a file thinned past
+    :data:`~.capture.trend.MAX_POINTS` points; a period between one and two epochs long can
+    pass them over its first few points and read as the epoch (the file does not record
+    ``step_time_every``), and a period of exactly one epoch passes, rightly.
+    """
+    pts = [p for p in points if all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool)
+                                    for k in ("first_step", "step", "epoch"))]
+    if len(pts) < 2 or len(pts) != len(points):
+        return None
+    for a, b in zip(pts, pts[1:]):
+        if b["epoch"] != a["epoch"] + 1 or b["first_step"] != a["step"] + 1:
+            return None
+    lengths = {p["step"] - p["first_step"] + 1 for p in pts[:-1]}
+    if len(lengths) != 1:
+        return None
+    (n,) = lengths
+    if n < 1 or (pts[0]["first_step"] - 1) % n or pts[-1]["step"] - pts[-1]["first_step"] + 1 > n:
+        return None
+    return n
 
 
 def read_run(run_dir: str) -> RunContext:
@@ -182,11 +215,14 @@ def read_run(run_dir: str) -> RunContext:
             outcome = Outcome.of(e.get("outcome")) if isinstance(e, dict) else None
             if outcome is not None and outcome.uncaptured:
                 ctx.uncaptured.append((path, e))
+        epoch = epoch_length(data.get("points") or [])
         for w in data.get("windows") or []:
             if w.get("status") == "skipped":
                 ctx.skipped_windows += 1
             if isinstance(w.get("session"), str):
                 ctx.windows.setdefault(w["session"], w)
+                if epoch is not None:
+                    ctx.epochs.setdefault(w["session"], epoch)
     _read_input_cost(run_dir, ctx)
     return ctx
 
@@ -225,9 +261,13 @@ def window_of(ctx: Optional[RunContext], session_name: str) -> Optional[Dict]:
 
 def run_facts(ctx: RunContext, s: Session) -> RunFacts:
     """The :class:`~tfbneck_plugin.analysis.run_evidence.RunFacts` of session ``s`` from its
-    run's context ``ctx`` (:func:`read_run` of its run folder)."""
+    run's context ``ctx`` (:func:`read_run` of its run folder); its window carries
+    ``epoch_batches`` (batches per epoch) where the window's trend file gives it."""
     length: Optional[Dict[str, float]] = None
     if ctx.batches is not None and ctx.time_ms is not None:
         length = {"batches": ctx.batches, "time_ms": round(ctx.time_ms, 3)}
-    return RunFacts(session_time=session_time(s) or None, window=window_of(ctx, s.name), run_length=length,
+    window = window_of(ctx, s.name)
+    if window is not None and s.name in ctx.epochs:
+        window["epoch_batches"] = ctx.epochs[s.name]
+    return RunFacts(session_time=session_time(s) or None, window=window, run_length=length,
                     input_cost=ctx.input_cost)

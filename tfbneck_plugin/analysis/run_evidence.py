@@ -129,20 +129,38 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
 
 
 def _later_steps(report: SessionDict) -> str:
-    """Advice to profile later steps that fits the run: a window of as many steps as this one,
-    starting twice as far into training, inside the run's length when known (``run_length``)
-    and never past an epoch's end when the window's own steps say nothing of it."""
-    steps = (report.get("window") or {}).get("steps")
+    """Advice to profile later steps that fits the run: a window of as many steps as this one
+    (``window.steps``; 5 when unknown) in the middle of an epoch, away from the batches a
+    buffer filled at its start, in the first epoch whose middle comes after this window and,
+    when the run's length is known (``run_length.batches``), inside the run. The epoch's
+    length is the window's ``epoch_batches`` (:func:`tfbneck_plugin.runs.epoch_length`); where
+    it is unknown the advice says so rather than give steps that may not fit an epoch."""
+    window = report.get("window") or {}
+    steps = window.get("steps")
     first, last = (steps if isinstance(steps, (list, tuple)) and len(steps) == 2
                    and all(isinstance(v, int) for v in steps) else (10, 14))
     n = max(last - first, 1)
-    start = 2 * first
+    epoch = window.get("epoch_batches")
+    if isinstance(epoch, int) and not isinstance(epoch, bool) and 0 < epoch <= n + 1:
+        return (f"profile fewer steps in the middle of a later epoch (an epoch here has {epoch} batches, no more "
+                f"than this window's {n + 1} steps)")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= n + 1:
+        return (f"profile a window of {n + 1} steps later in training, inside one epoch and away from its start "
+                "(this run's epoch length is not in its trend file: count an epoch's batches, len() of the "
+                "dataset, and profile the middle of the second epoch)")
     batches = (report.get("run_length") or {}).get("batches")
-    if isinstance(batches, int) and batches > 0 and start + n > batches:
-        start = max(batches // 2 - n, last + 1)
-    return (f"profile later steps inside one epoch, away from its start (e.g. profile_steps=({start}, {start + n}) "
-            f"when an epoch has more than {start + n + 1} batches; else a window of {n + 1} steps in the middle of "
-            "the second epoch)")
+    run = batches if isinstance(batches, int) and batches > 0 else None
+    offset = (epoch - n - 1) // 2  # batches of the epoch before the window: the window in its middle
+    k = max(last // epoch, 1)  # 0-based epoch: the second, or the first whose middle is after this window
+    while k * epoch + offset + 1 <= last:
+        k += 1
+    if run is not None and (k + 1) * epoch > run:
+        return (f"profile the middle of a later epoch, away from its start (an epoch here has {epoch} batches; "
+                f"this run's {run} batches hold no whole epoch after this window: in a longer run, e.g. "
+                f"profile_steps=({epoch + offset + 1}, {epoch + offset + 1 + n}), the middle of epoch 2)")
+    start = k * epoch + offset + 1
+    return (f"profile later steps inside one epoch, away from its start (an epoch here has {epoch} batches: "
+            f"e.g. profile_steps=({start}, {start + n}), the middle of epoch {k + 1})")
 
 
 #: The keys of a measurement the report keeps (``input_cost``), as capture/input_cost.py writes them.
