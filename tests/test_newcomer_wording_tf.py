@@ -75,7 +75,8 @@ def fit_in_a_terminal(tmp_path_factory):
 def test_the_later_steps_advised_fit_the_runs_200_batch_epochs(fit_in_a_terminal, tmp_path, monkeypatch):
     """The trend file's points give the epoch (200 batches), which the report's window carries;
     a window whose traced step the job's clock shows faster than its own (its overhead set as
-    test_fleet's does, 0.7x) is advised steps in the middle of the second epoch, inside it."""
+    test_fleet's does, 0.7x) is advised steps in the middle of the second epoch, inside it, and
+    the batches it drew on are said to be held by the buffers the trace shows."""
     import tfbneck_plugin as tfb
     from tfbneck_plugin.runs import read_run
     logs, _screen = fit_in_a_terminal
@@ -97,3 +98,6 @@ def test_the_later_steps_advised_fit_the_runs_200_batch_epochs(fit_in_a_terminal
     after = tfb.analyze(str(run))
     (said,) = [e for e in after["run"]["evidence"] if e.startswith("By the job's own clock")]
     assert "an epoch here has 200 batches: e.g. profile_steps=(298, 302), the middle of epoch 2" in said, said
+    kinds = {st["kind"] for st in report["input_pipeline"]["stages"]}
+    assert ("held by a Prefetch stage" in said) == ("Prefetch" in kinds), (kinds, said)
+    assert "prefetch filled" not in said

@@ -115,9 +115,9 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
         text += (", faster than the job's own steps around it; the shares above describe the traced steps, which "
                  "the slowdown trigger chose inside the slow stretch")
     elif x < FASTER_THAN_JOB_X:
-        text += (", faster than the job's own steps: the window's steps drew on batches buffered before it (a "
-                 "prefetch filled while the first steps compiled, or during a pause), so the trace understates "
-                 f"the input wait; {_later_steps(report)} for the steady state")
+        text += (", faster than the job's own steps: the window's steps drew on batches made before it, while the "
+                 f"first steps compiled or during a pause, {_buffers(report)}; so the trace understates the input "
+                 f"wait; {_later_steps(report)} for the steady state")
     else:
         text += f", the profiler's own cost included, so the shares above apply to the job's {_ms(job)} ms"
     fix = first_fix(report) or {}
@@ -126,6 +126,29 @@ def job_scale_evidence(report: SessionDict) -> Optional[str]:
     if isinstance(speedup, (int, float)) and speedup > 0 and x >= FASTER_THAN_JOB_X:
         text += f"; at the job's scale the fix first would bring it to about {_ms(job / speedup)} ms ({speedup:.2f}x)"
     return text + "."
+
+
+#: tf.data iterator kinds that hold batches made ahead of the step (tf.data's
+#: prefetch_dataset_op.cc, shuffle_dataset_op.cc), as :mod:`.tfdata` names a stage's kind.
+BUFFER_KINDS = {"Prefetch": "a Prefetch stage (the pipeline's .prefetch(), or the one tf.data adds itself "
+                            "where the pipeline has none: autotune's inject_prefetch)",
+                "Shuffle": "a Shuffle buffer", "ShuffleAndRepeat": "a Shuffle buffer"}
+
+
+def _buffers(report: SessionDict) -> str:
+    """What held those batches, as the report shows it: the buffering tf.data stages in the
+    trace (:data:`BUFFER_KINDS`) and a PyDataset's queue (the sidecar's ``keras_input``: Keras
+    fills it from its workers ahead of the step, ``max_queue_size`` batches); where neither is
+    seen, the buffers that could have, said as not seen."""
+    stages = (report.get("input_pipeline") or {}).get("stages") or []
+    seen = [BUFFER_KINDS[k] for k in dict.fromkeys(str(st.get("kind")) for st in stages) if k in BUFFER_KINDS]
+    seen = list(dict.fromkeys(seen))
+    if report.get("keras_input") == "PyDataset":
+        seen.append("the PyDataset's queue, which its workers fill ahead of the step")
+    if not seen:
+        return ("held by no buffer the trace shows (a prefetch, a shuffle buffer or a Python input's queue outside "
+                "the traced stages)")
+    return "held by " + ", ".join(seen[:-1]) + (" and " if len(seen) > 1 else "") + seen[-1]
 
 
 def _later_steps(report: SessionDict) -> str:
