@@ -72,6 +72,20 @@ def fit_in_a_terminal(tmp_path_factory):
     return logs, screen
 
 
+def test_the_verdict_line_starts_its_own_line_under_the_progress_bar(fit_in_a_terminal):
+    """Keras' bar redraws its line with '\\r' and no newline until the epoch ends
+    (keras/src/utils/progbar.py); the callback's verdict line, written to the same terminal
+    while it is drawn, begins a line of its own and leaves no blank line."""
+    _logs, screen = fit_in_a_terminal
+    lines = screen.splitlines()
+    ours = [i for i, line in enumerate(lines) if "tfbneck: steps 10-14" in line]
+    assert ours, screen
+    for i in ours:
+        assert lines[i].startswith("tfbneck: steps 10-14"), screen
+    assert not any("━" in line and "tfbneck:" in line for line in lines), screen
+    assert any(line.startswith("Epoch 3/3") for line in lines), screen
+
+
 def test_the_later_steps_advised_fit_the_runs_200_batch_epochs(fit_in_a_terminal, tmp_path, monkeypatch):
     """The trend file's points give the epoch (200 batches), which the report's window carries;
     a window whose traced step the job's clock shows faster than its own (its overhead set as

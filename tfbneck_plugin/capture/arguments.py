@@ -212,12 +212,50 @@ def check_step(step_num, batches) -> None:
         raise ValueError(f"step(batches={batches!r}): pass a positive int")
 
 
+#: Written before a line on a terminal that Keras' progress bar may be drawing: a carriage
+#: return and ECMA-48's Erase in Line (``CSI K``: from the cursor to the line's end), so the
+#: line starts at the terminal's first column on a cleared line. The bar redraws itself on the
+#: line below at its next update (it writes "\b"s and "\r", then the whole bar:
+#: keras/src/utils/progbar.py); on a line that is already empty this writes nothing visible.
+CLEAR_LINE = "\r\x1b[K"
+
+
+def shares_a_terminal(stream, other) -> bool:
+    """Both streams are terminals, the same one (the same device: the progress bar on
+    ``other`` shows where ``stream`` writes). False for files, pipes, notebooks and closed or
+    replaced streams."""
+    try:
+        return (stream.isatty() and other.isatty()
+                and os.path.samestat(os.fstat(stream.fileno()), os.fstat(other.fileno())))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class LineStartHandler(logging.StreamHandler):
+    """A stream handler whose lines begin at the first column of a line of their own when its
+    stream is the terminal standard output writes to. Keras' progress bar (``verbose=1``)
+    redraws its line with "\r" and writes no newline until the epoch ends
+    (keras/src/utils/progbar.py), so a line written in the meantime would continue the bar's
+    text; :data:`CLEAR_LINE` first clears that line and starts this one there. Whether the
+    bar is mid-line is not known from here (it writes to ``sys.stdout`` directly), and the
+    clear is harmless on an empty line, so it is written before every line on such a terminal;
+    a file, a pipe or a notebook gets the lines as they are (no blank line, no control codes).
+    The check is made at each line: the user may redirect ``sys.stdout`` while training."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if os.environ.get("TERM") != "dumb" and shares_a_terminal(self.stream, sys.stdout):
+            return CLEAR_LINE + text
+        return text
+
+
 def ensure_handler() -> None:
-    """Make the verdict lines visible: a stderr handler on the 'tfbneck' logger, unless the
-    user configured one (then their configuration decides)."""
+    """Make the verdict lines visible: a stderr handler on the 'tfbneck' logger
+    (:class:`LineStartHandler`), unless the user configured one (then their configuration
+    decides)."""
     if logger.handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineStartHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tfbneck: %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
