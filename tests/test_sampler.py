@@ -365,3 +365,29 @@ def test_a_short_windows_cpu_is_exact_and_counts_the_pool_workers_own_time():
     summary = summarize(side)
     assert summary["pool_cpu_cores"] == pytest.approx(cpu["pool_cpu_s"] / cpu["dur_s"], abs=1e-3)
     assert summary["tree_cpu_cores"] == pytest.approx(cpu["tree_cpu_s"] / cpu["dur_s"], abs=1e-3)
+
+
+@linux
+def test_a_window_too_short_for_the_machines_counters_says_so_and_gives_the_exact_cores():
+    """A 10 ms window (one tick of the machine-wide counters): the system sentence gives no
+    machine-wide CPU % (0 % or 100 % there, not measured) but this process's cores over the
+    window from its threads' own clocks; a 0.3 s window keeps the machine-wide figures."""
+    from tfbneck_plugin.analysis.evidence import system_sentence
+    from tfbneck_plugin.analysis.sysmetrics import MACHINE_CPU_MIN_S
+
+    def spin(seconds):
+        sampler = SystemSampler(0.05).start()
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            pass
+        return sampler.stop()
+
+    side = spin(0.01)
+    summary = summarize(side)
+    assert summary["sampled_s"] < MACHINE_CPU_MIN_S and summary["cpu_exact"]
+    text = str(system_sentence(summary))
+    cores = side["window_cpu"]["proc_cpu_s"] / side["window_cpu"]["dur_s"]
+    assert "too short for the machine's CPU counters" in text and "CPU 0%" not in text and "busiest core" not in text
+    assert f"this process {cores:.2f} cores over it (by its threads' own clocks)" in text, text
+    long = str(system_sentence(summarize(spin(0.3))))
+    assert "busiest core" in long and "too short" not in long

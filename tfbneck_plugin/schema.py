@@ -212,6 +212,7 @@ class SystemMetrics(TypedDict, total=False):
     tree_children: Optional[int]      # most descendants seen at once
     pool_threads: Optional[int]       # most Python thread-pool workers seen at once in the training process
     pool_cpu_cores: Optional[float]   # cores those pool workers used over the window (schedstat)
+    cpu_exact: bool                   # proc/tree cores from the threads' own clocks (schedstat), not ticks
     tree_disk_read_MBps: Optional[float]     # MB/s the tree read from storage
     net_recv_external_MBps: Optional[float]  # MB/s received on non-loopback interfaces, machine-wide
     remote_connections: Optional[int]        # most TCP connections of the tree to non-loopback peers at once

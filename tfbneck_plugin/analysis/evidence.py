@@ -7,6 +7,7 @@ from typing import List, Optional
 
 from ..schema import SystemMetrics
 from .findings import Findings, GapFact, LoaderFacts
+from .sysmetrics import MACHINE_CPU_MIN_S
 
 
 class Inferred(str):
@@ -67,6 +68,14 @@ def system_sentence(system: SystemMetrics) -> str:
     children = system.get("tree_children") or 0
     own = (f"this process and its {children} child process(es) {tree:.2f} cores" if tree is not None and children
            else f"this process {system['proc_cpu_cores']:.2f} cores")
+    span = system.get("sampled_s")
+    if isinstance(span, (int, float)) and span < MACHINE_CPU_MIN_S:
+        # The machine's counters tick every 10 ms: too coarse to show a window this short.
+        how = "by its threads' own clocks" if system.get("cpu_exact") else "in 10 ms ticks, coarse"
+        return Sampled(f"System while profiling: the window ({span * 1e3:.0f} ms) was too short for the machine's "
+                       f"CPU counters (10 ms ticks); {own} over it ({how})"
+                       + (f", GPU utilisation {system['gpu_util_pct']:.0f}%" if system.get("gpu_util_pct") is not None
+                          else "") + ".")
     return Sampled(f"System while profiling: CPU {system['cpu_mean_pct']:.0f}% on average over {system.get('cpu_count')} cores, "
             f"busiest core {system['busiest_core_mean_pct']:.0f}%, {own}"
             + (f", I/O wait {system['iowait_pct']:.0f}%" if system.get("iowait_pct") is not None else "")

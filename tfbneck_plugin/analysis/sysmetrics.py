@@ -31,6 +31,11 @@ IDLE_HOST_PCT = 35.0
 #: counts ``cpu_times`` in 10 ms ticks (USER_HZ = 100), so a 1 s window resolves a core to
 #: 1 % and a 20 ms one reads 0 % or 100 % (our choice of the limit).
 EXACT_CPU_BELOW_S = 1.0
+#: Windows shorter than this (s) are too short for the machine-wide CPU counters: each core's
+#: busy share comes from whole 10 ms ticks, so under 5 ticks one tick at either reading moves
+#: it by 20 % or more, and a 5 ms window reads 0 % or 100 % (our choice of the limit). The
+#: report then gives the process's own cores over the window instead.
+MACHINE_CPU_MIN_S = 0.05
 
 #: Network receive rate over disk read rate above which reads are remote (our choice: an
 #: order of magnitude, so that disk caches and metadata traffic do not tip it).
@@ -78,7 +83,8 @@ def summarize(data: Dict) -> Optional[SystemMetrics]:
         peers), ``tree_runq_wait_cores`` (mean number of the tree's threads runnable but
         waiting for a CPU: CPU contention measured on the training's own threads; None
         where the kernel does not report it), ``pool_cpu_cores`` (cores the Python thread-pool
-        workers used, exact, from the sidecar's ``window_cpu``; None without it), and ``scope``
+        workers used, exact, from the sidecar's ``window_cpu``; None without it), ``cpu_exact``
+        (bool: the process's and the tree's cores come from ``window_cpu``), and ``scope``
         (``"process_tree"`` when the per-process figures exist, else ``"machine"``).
     """
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]
@@ -107,6 +113,7 @@ def summarize(data: Dict) -> Optional[SystemMetrics]:
     }
     out.update(_tree_summary(samples, mean) if has_tree else NO_TREE)
     out["pool_cpu_cores"] = None
+    out["cpu_exact"] = False
     if has_tree:
         _exact_cpu(out, data.get("window_cpu"))
     out["scope"] = "process_tree" if has_tree else "machine"
@@ -170,6 +177,7 @@ def _exact_cpu(out: SystemMetrics, window_cpu) -> None:
     if dur >= EXACT_CPU_BELOW_S or not isinstance(proc, (int, float)) or not isinstance(tree, (int, float)):
         return
     busy = (out.get("tree_cpu_cores") or 0.0) + (out.get("others_cpu_cores") or 0.0)
+    out["cpu_exact"] = True
     out["proc_cpu_cores"] = round(proc / dur, 3)
     out["tree_cpu_cores"] = round(tree / dur, 3)
     out["others_cpu_cores"] = round(max(busy - tree / dur, 0.0), 3)
