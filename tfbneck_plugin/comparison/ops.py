@@ -10,8 +10,15 @@ there and is flagged ``only_in``.
 Ops and scopes are matched by layer path, not by the names one trace gave them: function and
 control-flow wrappers are left out (``steps_per_execution`` runs the step inside
 ``while/body/...``) and so are instance numbers (Keras names the second model of a process
-``sequential_1``, a layer's second call ``dense_1_2``, a scope's second op ``Sub_1``), so
-``sequential/dense/Relu`` is one row on both sides; ops of one layer path are summed. An XLA
+``sequential_1`` and its layers ``dense_3``..., TensorFlow's name scopes add ``_1``, ``_2`` to a
+scope used again, ``dense_1_2``; a scope's second op is ``Sub_1``). A layer is paired by its place
+among the layers of its name under the same parent: where both sides' kept ops show the same number
+of them, the k-th of each side (ordered by their instance numbers, which follow the order Keras made
+them in) is one row, named ``dense`` for the first and ``dense[k]`` for the others
+(``sequential/dense[1]/MatMul``: the second Dense layer's MatMul ops on both sides, whatever each
+trace called it); where the counts differ (a layer whose ops one side did not keep among its top
+ops), they are summed under the bare name, ``sequential/dense/MatMul``. An op's own instance number
+is left out: the ops of one layer and type are summed. An XLA
 executable's rows (its own and its HLO ops', :func:`..analysis.ops.xla_ops`) are one op, the
 executable (``one_step_on_data (XLA)``): turning XLA on reads as the TensorFlow ops that went to
 0 and the executable that took their place (its HLO ops among the rows kept in ``top_ops``).
@@ -41,6 +48,55 @@ def matched_name(name: str) -> str:
 
 def _without_instances(parts: List[str]) -> str:
     return "/".join(_INSTANCE.sub("", part) or part for part in parts)
+
+
+def _instance_key(part: str) -> Tuple[int, ...]:
+    """The instance numbers of a scope (``dense_1_2`` -> (1, 2); ``dense`` -> ())."""
+    m = _INSTANCE.search(part)
+    return tuple(int(n) for n in m.group(0)[1:].split("_")) if m else ()
+
+
+Layers = Dict[Tuple[str, ...], Tuple[str, ...]]
+
+
+def paired_layers(before: List[List[str]], after: List[List[str]]) -> Tuple[Layers, Layers]:
+    """Each side's layer scopes (``before``, ``after``: scope lists, wrappers left out, outermost
+    first) mapped to the name both sides share: {raw scope path: paired path}, prefixes included.
+
+    Level by level, the scopes of one bare name under one paired parent are ordered by their
+    instance numbers (:func:`_instance_key`); where both sides have as many of them, the k-th is
+    ``name`` (k = 0) or ``name[k]``, else each is the bare ``name`` (summed)."""
+    maps: Tuple[Layers, Layers] = ({(): ()}, {(): ()})
+    sides = [{tuple(p[:d]) for p in paths for d in range(1, len(p) + 1)} for paths in (before, after)]
+    for depth in range(1, max((len(p) for s in sides for p in s), default=0) + 1):
+        groups: List[Dict[Tuple, List[Tuple[str, ...]]]] = [{}, {}]
+        for side, seen, group in zip(maps, sides, groups):
+            for path in seen:
+                if len(path) == depth:
+                    base = _INSTANCE.sub("", path[-1]) or path[-1]
+                    group.setdefault((side[path[:-1]], base), []).append(path)
+        for side, group, other in ((maps[0], groups[0], groups[1]), (maps[1], groups[1], groups[0])):
+            for (parent, base), members in group.items():
+                ranked = len(members) == len(other.get((parent, base), ()))
+                members.sort(key=lambda p: (_instance_key(p[-1]), p))
+                for k, path in enumerate(members):
+                    side[path] = parent + (f"{base}[{k}]" if ranked and k else base,)
+    return maps
+
+
+def _paired_name(name: str, layers: Layers) -> str:
+    """An op name as :func:`paired_layers` pairs its layer, its own name without instance numbers."""
+    *scopes, op = layer_path(name)
+    path = layers.get(tuple(scopes))
+    if path is None:
+        return matched_name(name)
+    return "/".join(path + (_INSTANCE.sub("", op) or op,))
+
+
+def _scope_paths(report: Dict) -> List[List[str]]:
+    """The layer scopes of a report's TensorFlow op rows (XLA rows' are their executable's)."""
+    return [layer_path(r["name"])[:-1] for r in report.get("top_ops") or []
+            if not (r.get("type") or "").startswith(XLA_OP_PREFIX) and r.get("name")]
 
 
 def _per_batch(report: Dict) -> int:
@@ -91,14 +147,22 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     or ``only_in`` one side first, then the others, each group largest absolute change first;
     ``types`` empty where every op's type is its name (PyTorch's rows: the ops' list again).
     ``significance(a, b) -> p``."""
-    def op(r):  # an XLA row: its executable's
+    mine_b, mine_a = paired_layers(_scope_paths(baseline), _scope_paths(candidate))
+
+    def both(fn):  # each side's series, its rows keyed by ``fn(row, that side's paired layers)``
+        return _series(baseline, lambda r: fn(r, mine_b)), _series(candidate, lambda r: fn(r, mine_a))
+
+    def op(r, mine):  # an XLA row: its executable's
         if (r.get("type") or "").startswith(XLA_OP_PREFIX):
             return (r["where"], r["name"].split("/")[0])
-        return (r["where"], matched_name(r["name"]))
+        return (r["where"], _paired_name(r["name"], mine))
 
-    def scope(r):  # the report's own (PyTorch's modules, TensorFlow's name scopes), else from the name
+    def scope(r, mine):  # the report's own (PyTorch's modules, TensorFlow's name scopes), else from the name
         s = r["scope"] if "scope" in r else scope_of(r["name"])
-        return (r["where"], _without_instances(s.split("/"))) if s else None
+        if not s:
+            return None
+        path = mine.get(tuple(s.split("/")))
+        return (r["where"], "/".join(path) if path is not None else _without_instances(s.split("/")))
 
     def kind(r):
         return (r["where"], r["type"])
@@ -107,8 +171,8 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     # where every op's type is its name (PyTorch's aten ops) they would repeat the ops' list.
     rows = (baseline.get("top_ops") or []) + (candidate.get("top_ops") or [])
     named_by_type = all(r.get("type") == r.get("name") for r in rows)
-    return {"ops": _changes(_series(baseline, op), _series(candidate, op), "name", significance, alpha),
-            "scopes": _changes(_series(baseline, scope), _series(candidate, scope), "scope", significance, alpha),
+    return {"ops": _changes(*both(op), "name", significance, alpha),
+            "scopes": _changes(*both(scope), "scope", significance, alpha),
             "types": [] if named_by_type else _changes(_series(baseline, kind), _series(candidate, kind), "type",
                                                        significance, alpha)}
 
