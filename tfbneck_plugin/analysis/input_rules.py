@@ -165,9 +165,9 @@ def _input_from_system(system: SystemMetrics, pipeline=None, st=None, model_core
         # Waiting, but not on this machine's disks: a sleep, a lock, a page-cache hit, remote storage.
         return ("io", "file_read", penalty + NO_READS_PENALTY, Sampled(
             f"The {who} used only {own:.2f} cores while the step waited: the input pipeline waits rather than "
-            f"computes, but no disk reads were seen ({read_by} {reads:.1f} MB/s, I/O wait {iowait:.0f} %): it waits on a "
-            "source other than this machine's disks (remote storage, files already in the page cache, a sleep or a "
-            f"lock in the pipeline's code){machine}."))
+            f"computes, which is why this reads as I/O-bound, though not on this machine's disks ({read_by} "
+            f"{reads:.1f} MB/s, I/O wait {iowait:.0f} %): it waits on remote storage, files already in the page cache, "
+            f"or a sleep or a lock in the pipeline's code; workers that wait side by side shorten it all the same{machine}."))
     return ("io", "file_read", penalty, Sampled(
         f"The {who} used only {own:.2f} cores while the step waited: the input pipeline is waiting on storage (or "
         f"another slow source), not computing{machine}."))
