@@ -318,7 +318,8 @@ class SessionDict(TypedDict, total=False):
     # Added by the batch front doors from the run's step-time trend file (tfbneck_plugin.runs):
     session_time: Optional[float]             # unix s: the time the session folder is named after, else its mtime
     window: Dict[str, object]                 # index, kind ("scheduled" | "triggered"), trigger (its kind), steps,
-    #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled)
+    #                                           job_step_ms, overhead_x (the job's own step around it, unprofiled),
+    #                                           epoch_batches (batches per epoch, where the trend file shows them)
     dataloader: Dict[str, object]             # a PyTorch trace's DataLoader: iterator (its class), workers (bool:
     #                                           worker processes load the batches), wait_ms_per_step
     run_length: Dict[str, float]              # batches, time_ms: the whole run, from its trend files
