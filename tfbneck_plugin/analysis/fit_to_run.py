@@ -76,7 +76,7 @@ def lighter_map(f: Findings) -> Optional[Recommendation]:
     such a map (:data:`.tfdata.MAPS`)."""
     p = f.pipeline
     st = p.blocking if p is not None else None
-    if st is None or st.kind not in MAPS or p.fills_cache(st) or not p.has_cache:
+    if p is None or st is None or st.kind not in MAPS or p.fills_cache(st) or not p.has_cache:
         return None
     return rec("lighter_map", f"Do less work in the `{st.kind}` map",
                "This map runs on every element of every epoch, after the pipeline's cache: caching "

@@ -149,7 +149,7 @@ def op_changes(baseline: Dict, candidate: Dict, significance, alpha: float) -> D
     ``significance(a, b) -> p``."""
     mine_b, mine_a = paired_layers(_scope_paths(baseline), _scope_paths(candidate))
 
-    def both(fn):  # each side's series, its rows keyed by ``fn(row, that side's paired layers)``
+    def both(fn) -> Tuple[Dict, Dict]:  # each side's series, its rows keyed by ``fn(row, that side's paired layers)``
         return _series(baseline, lambda r: fn(r, mine_b)), _series(candidate, lambda r: fn(r, mine_a))
 
     def op(r, mine):  # an XLA row: its executable's

@@ -190,14 +190,15 @@ class SystemSampler:
         (:class:`_TaskClock`), or None before the window closed or where ``schedstat`` is
         missing: ``{"dur_s", "proc_cpu_s", "tree_cpu_s", "pool_cpu_s"}``; ``pool_cpu_s`` is
         None when watching another process (its pools cannot be seen from here)."""
-        first, last = self._first_tasks, self._prev.tasks if self._prev is not None else None
-        if first is None or last is None or last is first or not last.tree:
+        prev = self._prev
+        first, last = self._first_tasks, prev.tasks if prev is not None else None
+        if prev is None or first is None or last is None or last is first or not last.tree:
             return None
 
         def spent(now: Dict[int, float], tids) -> float:
             return sum(max(now[t] - first.tree.get(t, 0.0), 0.0) for t in tids if t in now)
         own_pid = self.pid is None or self.pid == os.getpid()
-        return {"dur_s": round(max(self._prev.mono - self._first_mono, 0.0), 6),
+        return {"dur_s": round(max(prev.mono - self._first_mono, 0.0), 6),
                 "proc_cpu_s": round(spent(last.own, last.own), 6),
                 "tree_cpu_s": round(spent(last.tree, last.tree), 6),
                 "pool_cpu_s": round(spent(last.tree, last.pool), 6) if own_pid else None}
