@@ -269,3 +269,24 @@ def test_a_keras_fit_on_pytorch_gets_keras_knobs_not_torch_profilers():
     f.keras_input = None  # torch.profiler's own trace of a PyTorch loop: PyTorch's knobs
     assert advice_for("unrecorded", f)[0]["fix"] in ("python_tracer", "step_markers")
     assert advice_for("input_preprocessing", f)[0]["fix"] in ("num_workers", "more_workers")
+
+
+def test_the_share_a_fix_can_shorten_counts_the_cores_the_input_takes_not_only_its_wait():
+    """A map beside the step on starved cores (1.7 ms of wait per 21.1 ms step, 13.9 ms of work):
+    what a change to the input can shorten at most is the step less the input's load
+    (cpu_share.input_load's after_ms), not the 1.7 ms wait alone, which read as '8 %: what this
+    change can shorten at most' beside an 'at best' far below it."""
+    mapped = _stage("Iterator::Root::Prefetch::Map", self_ms=139.0)
+    prefetch = _stage("Iterator::Root::Prefetch", self_ms=1.0)
+    system = {"cpu_count": 2, "tree_cpu_cores": 1.84, "proc_cpu_cores": 1.84, "others_cpu_cores": 0.0,
+              "tree_runq_wait_cores": 1.55, "scope": "process_tree"}
+    f = _findings(step_ms=21.1, input_ms=1.7, compute_ms=16.9, pipe=_pipeline(mapped, prefetch, prefetch=True),
+                  system=system)
+    load = cpu_share.input_load(f)
+    assert load is not None and load.share > 0
+    said = fit_to_run._why_share({"fix": "tfdata_ops"}, f)
+    assert f"a batch would take about {load.after_ms:.1f} ms, what this change can shorten at most" in said, said
+    idle = dict(system, tree_runq_wait_cores=0.0, tree_cpu_cores=1.0, proc_cpu_cores=1.0)
+    f = _findings(step_ms=21.1, input_ms=1.7, compute_ms=16.9, pipe=_pipeline(mapped, prefetch, prefetch=True),
+                  system=idle)
+    assert fit_to_run._why_share({"fix": "tfdata_ops"}, f).endswith("(8 %): what this change can shorten at most.")

@@ -64,6 +64,10 @@ def test_the_verdict_text_says_kind_cause_confidence_and_the_first_fix():
     assert "- opened on a slowdown: 80 ms/step against a baseline of 40 ms from step 301" in \
         summaries.verdict_text(trig, REPORT).splitlines()
     assert summaries.verdict_parts(trig, REPORT)[-1].startswith("opened on a slowdown")
+    # An input verdict that rests on the cores the input takes, not on a wait, says so beside the wait.
+    held = dict(REPORT, breakdown_pct={"input": 0.2, "device_compute": 91.0}, input_load={"share": 0.23})
+    assert summaries.verdict_parts(_window(), held)[1] == ("41.3 ms/step, 0% waiting for input, the input's work "
+                                                           "23% of the cores' demand")
 
 
 def test_the_verdict_text_renders_as_written_in_the_text_dashboard():

@@ -307,6 +307,8 @@ class SessionDict(TypedDict, total=False):
     keras_input: str                          # what fed that fit: tf.data, PyDataset, generator, DataLoader, arrays
     #                                           (sidecar "keras_input"; also grain or other); absent when unknown
     sync: SyncSection                         # a worker's collective time, input measured first
+    input_load: Dict[str, object]             # CPU-only host with system metrics: what the input's work takes of
+    #                                           the model's cores, ms per step (analysis.cpu_share.InputLoad)
     system_metrics: SystemMetrics             # the metrics sampled beside the trace
     worst_step: Optional[WorstStep]
     interrupted: Dict[str, object]            # training left the window early (records.interrupted_window):

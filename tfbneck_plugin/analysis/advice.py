@@ -67,9 +67,11 @@ def _compute_input(f: Findings) -> List[Rec]:
                 "ds = ds.batch(batch_size).map(preprocess_batch, num_parallel_calls=tf.data.AUTOTUNE)"),
             rec("cache", "Cache deterministic preprocessing",
                 "If the expensive work is the same every epoch, do it once and cache the result (in "
-                "memory, or on local disk with a filename).",
-                "ds = ds.map(decode_and_resize, num_parallel_calls=tf.data.AUTOTUNE).cache()\n"
-                "ds = ds.shuffle(10_000).map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)")]
+                "memory, or on local disk with a filename), right after the loading and decoding and before "
+                "any random augmentation. The first epoch fills the cache: the gain starts with the second.",
+                "ds = load_and_decode(...)  # e.g. keras.utils.image_dataset_from_directory(...), or a decode map\n"
+                "ds = ds.cache()            # or ds.cache('/local/disk/file') when it does not fit in memory\n"
+                "ds = ds.shuffle(buffer).map(random_augment)  # what must differ each epoch stays after it")]
     if f.device_kind in ("GPU", "TPU"):
         out.append(rec("augment_on_device", "Move augmentation onto the accelerator",
                        "Keras preprocessing layers inside the model run on the GPU/TPU with the model.",

@@ -305,6 +305,11 @@ def _why_share(r: Recommendation, f: Findings) -> str:
     if "input" in cats and f.unseen_workers:
         return (f"{share} as a wait, and the DataLoader's workers also take the model's cores for a time the trace "
                 "does not show: this change can shorten more than the wait.")
+    load = cpu_share.input_load(f) if "input" in cats else None
+    if load is not None and (load.share > 0 or (load.gil_ms > 0 and python_input.input_computes(f))):
+        return (f"{share} as a wait, and its work beside the step takes the cores or the GIL the model and the "
+                f"training thread need: without the input a batch would take about "
+                f"{load.after_ms / t.batches_per_step:.1f} ms, what this change can shorten at most.")
     return f"{share}: what this change can shorten at most."
 
 

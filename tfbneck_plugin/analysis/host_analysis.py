@@ -24,7 +24,7 @@ from ..trace.timeline import ms
 from ..trace.xspace import Space
 from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
-from . import tfdata, whatif
+from . import cpu_share, tfdata, whatif
 from .findings import Findings, KernelFacts, Slowdown, StepFacts
 from .odd_steps import odd_sentence, odd_steps
 from .placement import Placement, find_placement
@@ -327,6 +327,9 @@ class HostAnalysis:
             "top_ops": op_report.top_ops(self.ops, self.origin),
             "op_summary": self.op_summary,
         }
+        load = cpu_share.input_load(self.findings)
+        if load is not None:
+            out["input_load"] = load.as_dict()
         # steps with collectives: what a multi-worker job's root cause needs
         sync = sync_section(steps, self.view, self.activity, parts, self.space, self.findings, self.held)
         if sync is not None:

@@ -258,7 +258,10 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
         for _ in range(repeats):
             for source, runs in ((real, real_runs), (cached, cached_runs)):
                 clock = _StepClock(keras)
-                model.fit(source, epochs=1, steps_per_epoch=per_fit, verbose=0, callbacks=[clock.callback])
+                # shuffle=False: a dataset or generator is not shuffled by fit anyway (Keras warns that
+                # shuffle=True is ignored for them), and a PyDataset then reads its batches in order.
+                model.fit(source, epochs=1, steps_per_epoch=per_fit, verbose=0, callbacks=[clock.callback],
+                          shuffle=False)
                 timed = clock.steady_ms(WARMUP_STEPS)
                 if not timed:
                     raise InputCostError(f"{type(data).__name__}: the input ran out before {per_fit} steps")
