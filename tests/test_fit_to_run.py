@@ -290,3 +290,22 @@ def test_the_share_a_fix_can_shorten_counts_the_cores_the_input_takes_not_only_i
     f = _findings(step_ms=21.1, input_ms=1.7, compute_ms=16.9, pipe=_pipeline(mapped, prefetch, prefetch=True),
                   system=idle)
     assert fit_to_run._why_share({"fix": "tfdata_ops"}, f).endswith("(8 %): what this change can shorten at most.")
+
+
+def test_where_the_input_takes_the_models_cores_less_work_comes_before_more_threads():
+    """A sequential map beside the step on starved cores: parallelising it cannot add cores, so
+    the changes that reduce its work rank first whatever parallel_map's prediction; with idle
+    cores the ranking is the what-if models' as before."""
+    mapped = _stage("Iterator::Root::Prefetch::Map", self_ms=139.0)
+    prefetch = _stage("Iterator::Root::Prefetch", self_ms=1.0)
+    starved = {"cpu_count": 2, "tree_cpu_cores": 1.3, "others_cpu_cores": 0.3, "tree_runq_wait_cores": 1.0}
+
+    def fixes(system):
+        f = _findings(step_ms=21.1, input_ms=1.7, compute_ms=16.9, pipe=_pipeline(mapped, prefetch, prefetch=True),
+                      system=system)
+        return f, [r["fix"] for r in fit_to_run.fit(advice_for("input_preprocessing", f), f)]
+    f, ranked = fixes(starved)
+    assert cpu_share.input_cores_ms(f) is not None and "parallel_map" in ranked, ranked
+    assert ranked[0] in fit_to_run.REDUCES_WORK and ranked.index("parallel_map") > ranked.index("cache"), ranked
+    f, ranked = fixes(dict(starved, tree_runq_wait_cores=0.0, others_cpu_cores=0.0, tree_cpu_cores=1.0))
+    assert cpu_share.input_cores_ms(f) is None and ranked[0] == "parallel_map", ranked
