@@ -6,7 +6,7 @@ space capped at 1.5 GiB), and the test checks that the bad session gets a clear 
 status or warning, that the good sessions beside it are still analysed, that the exit
 status says what happened, and that nothing in the logdir changed (names, types, sizes,
 mtimes, link targets, file contents; tests/support/logdir_cli.py runs the CLI and takes the snapshots).
-Results go to docs/faults.md (tests/support/faults_table.py).
+Results go to docs/faults.md with TFBNECK_WRITE_FAULTS=1, else to tests/_artifacts/faults.md (tests/support/faults_table.py).
 
 Permission cases need a process that file permissions apply to: as root, the command runs
 under ``setpriv`` without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (still uid 0, but
