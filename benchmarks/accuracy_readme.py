@@ -10,6 +10,8 @@ Sources, each made by its own benchmark (their docstrings say how, and which hal
 - ``benchmarks/tutorial_corpus.json`` (``benchmarks/tutorial_corpus.py score``): tutorial-style
   scripts with their truth by ablation; the judged half's verdicts, and the input's modelled
   worth against the ablation's measured gain.
+- ``benchmarks/results/tutorial_fixes.json`` (``benchmarks/tutorial_fixes.py runs``), where
+  present: each tutorial run's first fix applied and timed before and after.
 - ``benchmarks/pairs_corpus.json`` (``benchmarks/pairs_corpus.py score``): before/after pairs
   changing one thing; the validation half's predicted against measured time per batch.
 - ``benchmarks/results/torch_corpus.json`` (``benchmarks/torch_corpus.py --json``), where
@@ -42,6 +44,7 @@ TORCH = os.path.join(HERE, "results", "torch_corpus.json")
 TORCH_REAL = os.path.join(HERE, "results", "torch_realtraces.json")
 STABILITY = os.path.join(HERE, "results", "stability.json")
 XLA = os.path.join(HERE, "results", "xla_pairs.json")
+FIXES = os.path.join(HERE, "results", "tutorial_fixes.json")
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
 
@@ -52,29 +55,55 @@ def _load(path: str):
         return json.load(f)
 
 
-def tutorial_lines(data: dict) -> list:
-    """The judged half of the tutorial corpus: a table and its two summary sentences."""
+def tutorial_lines(data: dict, fixes: dict = None) -> list:
+    """The judged half of the tutorial corpus, one row per script with its loads side by side
+    (``idle / busy``), the first fix as measured (``benchmarks/tutorial_fixes.py``), and the
+    summary sentences."""
     rows = [r for r in data["rows"] if r["half"] == "judged" and r.get("named")]
     right = sum(1 for r in rows if r["right"])
     sure_wrong = sum(1 for r in rows if r["wrong_confident"])
+    measured = {(f["run"], f["load"]): f for f in (fixes or {}).get("rows", [])}
+    loads = sorted({r["load"] for r in rows}, key=lambda x: (x != "idle", x))
     out = [f"**Verdicts on tutorial-style scripts** (the judged half of `benchmarks/tutorial_corpus.py`: "
            f"image folders with augmentation layers, cached JPEGs, `TextVectorization`, numpy generators, "
-           f"PyDatasets, TFRecord loops, arrays; truth by ablation: input-bound from a "
-           f"{data['input_limited']}x gain on cached batches, model-bound under {data['device_limited']}x): "
-           f"**{right} of {len(rows)} right, {sure_wrong} wrong at confidence 0.7 or more**.", "",
-           "| run | load | ablation gain | truth | verdict | confidence | modelled input gain |",
-           "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        worth = "-" if r.get("input_worth") is None else f"{r['input_worth']:.2f}x"
-        mark = "" if r["right"] else " (wrong)"
-        out.append(f"| {r['run']} | {r['load']} | {r['gain']:.2f}x | {r['truth']} | {r['named']} ({r['cause']}){mark} "
-                   f"| {r['confidence']} | {worth} |")
+           f"PyDatasets, TFRecord loops, arrays; run {' and '.join(loads)}, busy beside one spinning process per "
+           f"core; truth by ablation: input-bound from a {data['input_limited']}x gain on cached batches, "
+           f"model-bound under {data['device_limited']}x): **{right} of {len(rows)} right, {sure_wrong} wrong at "
+           f"confidence 0.7 or more**. Each cell: {' / '.join(loads)}.", "",
+           "| run | ablation gain | truth | verdict (confidence) | modelled input gain | first fix, measured |",
+           "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["run"] for r in rows):
+        mine = {r["load"]: r for r in rows if r["run"] == name}
+        cells = [[], [], [], [], []]
+        for load in loads:
+            r = mine.get(load)
+            if r is None:
+                for c in cells:
+                    c.append("-")
+                continue
+            fix = measured.get((name, load))
+            cells[0].append(f"{r['gain']:.2f}x")
+            cells[1].append(r["truth"])
+            cells[2].append(f"{r['named']} ({r['cause']}, {r['confidence']})" + ("" if r["right"] else " **wrong**"))
+            cells[3].append("-" if r.get("input_worth") is None else f"{r['input_worth']:.2f}x")
+            cells[4].append(f"`{r.get('first_fix')}` " + ("not measured" if not fix or not fix.get("measured")
+                                                         else f"{fix['measured']:.2f}x"))
+        out.append(f"| {name} | " + " | ".join(" / ".join(c) for c in cells) + " |")
     worths = [abs(r["input_worth"] / r["gain"] - 1) * 100 for r in rows if r.get("input_worth")]
     if worths:
         out += ["", f"The input's modelled worth against its measured one (the ablation's gain): median error "
                     f"{statistics.median(worths):.0f} %, largest {max(worths):.0f} % over {len(worths)} runs. "
                     "To measure it on your own run: `tfbneck_plugin.measure_input_cost` "
                     "([measure the input's cost](docs/verdicts.md#measure-the-inputs-cost-instead-of-modelling-it))."]
+    done = [f for f in (fixes or {}).get("rows", []) if f["half"] == "judged" and f.get("measured")]
+    if done:
+        slower = [f for f in done if f["measured"] < 1.0]
+        out[-1] += (f" First fixes applied as their code says and timed before and after "
+                    f"(`benchmarks/tutorial_fixes.py`): {len(done)} measured, "
+                    + (f"{len(slower)} slower: " + ", ".join(f"{f['run']} ({f['load']}) `{f['fix']}` "
+                                                              f"{f['measured']:.2f}x" for f in slower)
+                       if slower else "none slower")
+                    + "; a GPU, the first fix on device-bound runs, is not measured on this CPU machine.")
     return out
 
 
@@ -106,17 +135,13 @@ def torch_lines(rows: list, real: list = None) -> list:
                     f"ablation): **{right} of {len(judged)} right, {sure_wrong} wrong at confidence 0.7 or more**"
                     f"{left}")
     if real:
-        said.append(f"{len(real)} real traces from Holistic Trace Analysis' test data "
-                    "(`benchmarks/torch_realtraces.py`; `tests/test_torch_realtraces.py` checks the table against "
-                    "the analyzer), each a report or a one-line reason")
+        ok = [r for r in real if r["status"] == "ok"]
+        said.append(f"{len(real)} real traces from Holistic Trace Analysis' test data, {len(ok)} of them a report, "
+                    "each checked as far as the trace allows ([the table](docs/pytorch.md), from "
+                    "`benchmarks/torch_realtraces.py`; `tests/test_torch_realtraces.py` checks it against the analyzer)")
     if not said:
         return []
-    out = ["**PyTorch** ([PyTorch traces](docs/pytorch.md)): " + "; ".join(said) + ("." if not real else ":")]
-    if real:
-        out += ["", "| trace | verdict (confidence) | evidence | how it was checked |", "|---|---|---|---|"]
-        for r in real:
-            out.append(f"| `{r['folder']}`: {r['what']} | {real_verdict(r)} | {real_evidence(r)} | {r['checked']} |")
-    return out
+    return ["**PyTorch** ([PyTorch traces](docs/pytorch.md)): " + "; ".join(said) + "."]
 
 
 def _torch_corpus():
@@ -150,24 +175,30 @@ def real_evidence(r: dict) -> str:
 
 
 def stability_lines(data: dict) -> list:
-    """The repeats of each script: how many gave its most common cause, and each run that gave
-    another, with the confidence it claimed (a cause that flips between identical runs should
-    not claim 0.7)."""
+    """The repeats of each script, a row each: how many gave its most common cause, the
+    confidences claimed, and each run that gave another with the confidence it claimed (a cause
+    that flips between identical runs should not claim 0.7)."""
     rows = data["rows"]
     if not rows:
         return []
     runs = sum(r["repeats"] for r in rows)
     agreeing = sum(round(r["agreement"] * r["repeats"]) for r in rows)
-    flips = [f"{r['run']} {c} at {conf} ({r['cause']} in the others)" for r in rows
-             for c, conf in zip(r["causes"], r["confidences"]) if c != r["cause"]]
     loads = [x for r in rows for x in (r.get("loadavg") or [])]
     where = f", load average {min(loads)}-{max(loads)} on 2 cores" if loads else ""
     said = {"idle": "an idle machine", "busy": "beside ../shared/tools/under-load", "shared": "a machine other work shared"}
     times = "/".join(str(n) for n in sorted({r["repeats"] for r in rows}))
-    return [f"**The same script again** (`benchmarks/tutorial_corpus.py stability`: {len(rows)} of those scripts "
-            f"{times} times each, on {', '.join(said.get(x, x) for x in sorted({r['load'] for r in rows}))}{where}): "
-            f"{agreeing} of {runs} runs "
-            f"gave their script's most common cause; the others: {'; '.join(flips) or 'none'}."]
+    flipped = [r["flipped_max_confidence"] for r in rows if r.get("flipped_max_confidence") is not None]
+    out = [f"**The same script again** (`benchmarks/tutorial_corpus.py stability`: {len(rows)} of those scripts "
+           f"{times} times each, on {', '.join(said.get(x, x) for x in sorted({r['load'] for r in rows}))}{where}): "
+           f"{agreeing} of {runs} runs gave their script's most common cause; a cause that flipped claimed at most "
+           f"{max(flipped) if flipped else '-'}.", "",
+           "| script | most common cause | runs agreeing | its confidences | the other runs |", "|---|---|---|---|---|"]
+    for r in rows:
+        others = [f"{c} {conf}" for c, conf in zip(r["causes"], r["confidences"]) if c != r["cause"]]
+        mine = [conf for c, conf in zip(r["causes"], r["confidences"]) if c == r["cause"]]
+        out.append(f"| {r['run']} | {r['cause']} | {round(r['agreement'] * r['repeats'])} of {r['repeats']} | "
+                   f"{min(mine)}-{max(mine)} | {', '.join(others) or '-'} |")
+    return out
 
 
 def _xla_pairs():
@@ -216,7 +247,7 @@ def render() -> str:
     parts = []
     tutorial, pairs, torch, stability = _load(TUTORIAL), _load(PAIRS), _load(TORCH), _load(STABILITY)
     if tutorial:
-        parts.append("\n".join(tutorial_lines(tutorial)))
+        parts.append("\n".join(tutorial_lines(tutorial, _load(FIXES))))
     if stability and stability_lines(stability):
         parts.append("\n".join(stability_lines(stability)))
     real = _load(TORCH_REAL)

@@ -7,7 +7,9 @@
 #                                               README and CI (.ci/run).
 #   bash tests/run.sh --quick [PYTEST ARGS...]  the quick tier: the same installs, then every test
 #                                               that starts no TensorFlow and is not marked slow,
-#                                               with one real browser (tests/conftest.py, QUICK_MARKERS)
+#                                               with one real browser (tests/conftest.py, QUICK_MARKERS);
+#                                               given test files (tests/test_rules.py ...), only
+#                                               their quick-tier tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TFBNECK_VENV:-.venv}
@@ -55,7 +57,10 @@ done
 if [ "$TIER" = quick ]; then
   # TFBNECK_TEST_TIER=quick: tests/conftest.py selects the tier's tests and makes any import of
   # TensorFlow fail, in the tests and in the processes they start; two workers, a file each.
-  TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder "$@"
+  # Test files or node ids among the arguments replace the default "tests".
+  where=tests
+  for arg in "$@"; do case "$arg" in tests/*) where=; break ;; esac; done
+  TFBNECK_TEST_TIER=quick exec "$VENV/bin/python" -m pytest $where -n 2 --dist loadfile --no-loadscope-reorder "$@"
 fi
 status=0
 # Each phase's wall time on stderr, so a slow suite says where its time went.
