@@ -141,6 +141,18 @@ def _np_augment(x, passes, rng):
     return x[::-1] if rng.random() < 0.5 else x
 
 
+def _text_data(keras, np):
+    """(texts, labels, an adapted TextVectorization layer) of the text scripts: 2,048 texts of
+    60 words from a 2,000-word vocabulary, seeded."""
+    rng = np.random.default_rng(0)
+    words = np.array([f"w{i}" for i in range(2000)])
+    texts = [" ".join(rng.choice(words, size=60)) for _ in range(2048)]
+    labels = rng.integers(0, 2, size=len(texts)).astype("int32")
+    vectorize = keras.layers.TextVectorization(max_tokens=2000, output_sequence_length=60)
+    vectorize.adapt(texts[:256])
+    return texts, labels, vectorize
+
+
 def _build(cfg: dict, folder: str, tf, keras, np):
     """(training data, model, custom loop or None) of one script, as a tutorial writes it."""
     fam, kind = cfg["family"], cfg["model"]
@@ -162,12 +174,7 @@ def _build(cfg: dict, folder: str, tf, keras, np):
         ds = files.map(process_path, num_parallel_calls=tf.data.AUTOTUNE).cache().shuffle(1000)
         return ds.batch(batch).repeat().prefetch(tf.data.AUTOTUNE), _cnn(keras, kind), None
     if fam == "textvec":
-        rng = np.random.default_rng(0)
-        words = np.array([f"w{i}" for i in range(2000)])
-        texts = [" ".join(rng.choice(words, size=60)) for _ in range(2048)]
-        labels = rng.integers(0, 2, size=len(texts)).astype("int32")
-        vectorize = keras.layers.TextVectorization(max_tokens=2000, output_sequence_length=60)
-        vectorize.adapt(texts[:256])
+        texts, labels, vectorize = _text_data(keras, np)
         ds = tf.data.Dataset.from_tensor_slices((texts, labels)).shuffle(2048).batch(batch)
         ds = ds.map(lambda x, y: (vectorize(x), y)).repeat().prefetch(tf.data.AUTOTUNE)
         layers = [keras.Input((60,), dtype="int64"), keras.layers.Embedding(2001, 16 if kind == "small" else 64)]

@@ -77,12 +77,7 @@ def _fixed_data(cfg, fix, folder, tf, keras, np):
         return ds.repeat().prefetch(tf.data.AUTOTUNE)
     if fam == "textvec":
         # The script's pipeline (tutorial_corpus._build), its map rebuilt with the fix.
-        rng = np.random.default_rng(0)
-        words = np.array([f"w{i}" for i in range(2000)])
-        texts = [" ".join(rng.choice(words, size=60)) for _ in range(2048)]
-        labels = rng.integers(0, 2, size=len(texts)).astype("int32")
-        vectorize = keras.layers.TextVectorization(max_tokens=2000, output_sequence_length=60)
-        vectorize.adapt(texts[:256])
+        texts, labels, vectorize = tc._text_data(keras, np)
         ds = tf.data.Dataset.from_tensor_slices((texts, labels)).shuffle(2048).batch(batch)
         if fix == "parallel_map":
             ds = ds.map(lambda x, y: (vectorize(x), y), num_parallel_calls=tf.data.AUTOTUNE)

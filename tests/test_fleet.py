@@ -19,6 +19,7 @@ import pytest
 
 from conftest import DEMO_LOGS, REALTRACES, tfbneck_cmd
 from support.fleet_logs import build_fleet, real_sessions
+from support.trend_files import set_window_overhead
 
 PATTERN = r"exp-(\w+)-"
 RUNS = 36
@@ -292,7 +293,6 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     job's own steps around the window took 1/0.7 of the traced step: the report holds the
     confidence at 0.6 and its evidence says why and what it was, so a user who read 0.8 in the
     callback's line at the window's end can tell the two apart."""
-    import glob
     import shutil
     import tfbneck_plugin as tfb
     from tfbneck_plugin.analysis.run_evidence import UNREPRESENTATIVE_CONFIDENCE
@@ -300,13 +300,7 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     shutil.copytree(os.path.join(DEMO_LOGS, "cpu_bound_input"), run)
     monkeypatch.setenv("TFBNECK_CACHE_DIR", str(tmp_path / "cache"))
     before = tfb.analyze(str(run))["cpu_bound_input"]
-    (trend,) = glob.glob(str(run / "plugins" / "bottleneck" / "steptimes_*.json"))
-    with open(trend) as f:
-        t = json.load(f)
-    traced = before["steps"]["step_time_ms"]["mean"]
-    t["windows"][0]["overhead"] = {"job_step_ms": round(traced / 0.7, 3), "x": 0.7}
-    with open(trend, "w") as f:
-        json.dump(t, f)
+    set_window_overhead(run, before["steps"]["step_time_ms"]["mean"], 0.7)
     after = tfb.analyze(str(run))["cpu_bound_input"]
     assert before["confidence"] == 0.8 and after["confidence"] == UNREPRESENTATIVE_CONFIDENCE == 0.6
     said = [e for e in after["evidence"] if e.startswith("By the job's own clock")]

@@ -2,8 +2,6 @@
 here (its job's text below): three epochs of 200 batches from a tf.data pipeline with no
 ``.prefetch()``, profiled at steps 10-14, the verdict line printed while Keras' progress bar
 draws its epoch in a real terminal (tmux)."""
-import glob
-import json
 import os
 import shutil
 import subprocess
@@ -13,9 +11,10 @@ import time
 import pytest
 
 from support.paths import ROOT
+from support.trend_files import set_window_overhead
 
 #: Real TensorFlow fits: run alone (tests/run.sh), never beside another TensorFlow job.
-pytestmark = [pytest.mark.serial, pytest.mark.tf]
+pytestmark = [pytest.mark.tf]  # nothing here is timed: beside another job it holds
 
 #: The job: 6,400 rows in batches of 32 (200 batches an epoch), a parallel map and no prefetch
 #: (tf.data may add its own), a small MLP, 3 epochs; each batch's end waits 25 ms (a callback)
@@ -102,13 +101,7 @@ def test_the_later_steps_advised_fit_the_runs_200_batch_epochs(fit_in_a_terminal
     before = tfb.analyze(str(run))
     report = before["run"]
     assert report["window"]["epoch_batches"] == 200 and report["window"]["steps"] == [10, 14]
-    (trend,) = glob.glob(str(run / "plugins" / "bottleneck" / "steptimes_*.json"))
-    with open(trend) as f:
-        t = json.load(f)
-    traced = report["steps"]["step_time_ms"]["mean"]
-    t["windows"][0]["overhead"] = {"job_step_ms": round(traced / 0.7, 3), "x": 0.7}
-    with open(trend, "w") as f:
-        json.dump(t, f)
+    set_window_overhead(run, report["steps"]["step_time_ms"]["mean"], 0.7)
     after = tfb.analyze(str(run))
     (said,) = [e for e in after["run"]["evidence"] if e.startswith("By the job's own clock")]
     assert "an epoch here has 200 batches: e.g. profile_steps=(298, 302), the middle of epoch 2" in said, said

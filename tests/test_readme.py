@@ -304,6 +304,7 @@ OTHER_TOOLS_FLAGS = {
     "--job": "tests/tf_jobs/multiworker_fit.py",
     "--args": "gdb", "--start-address": "objdump", "--stop-address": "objdump",
     "--quick": "tests/run.sh (the quick tier)", "--strict": "mkdocs build",
+    "--load": "benchmarks/tutorial_corpus.py (and benchmarks/tutorial_fixes.py)",
 }
 
 

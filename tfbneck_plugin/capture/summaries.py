@@ -101,8 +101,9 @@ def verdict_parts(rec: WindowRecord, report: SessionDict) -> List[str]:
     parts = [f"steps {first}-{last}: {head} ({report.get('cause', '')}, "
              f"confidence {float(report.get('confidence') or 0):.2f})"]
     if st is not None:
-        load = report.get("input_load") or {}
-        held = f", the input's work {100 * float(load['share']):.0f}% of the cores' demand" if load.get("share") else ""
+        share = (report.get("input_load") or {}).get("share")
+        held = (f", the input's work {100 * share:.0f}% of the cores' demand"
+                if isinstance(share, (int, float)) and share > 0 else "")
         parts.append(f"{st:.1f} {unit}, {float(pct.get('input', 0.0)):.0f}% waiting for input{held}")
     if recs:  # the title, the report's worth string and the fix's code name, as the CLI's table
         worth = recs[0].get("worth")

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ..records import FORMAT, VERSION, write_sidecar
 
@@ -450,12 +450,11 @@ def _namespace_net(pid: int, psutil) -> Tuple[int, int]:
     return recv, sent
 
 
-def _thread_times(procs) -> Dict[int, Tuple[float, float]]:
-    """The threads of the processes ``procs`` (pid -> process): thread id -> (seconds on a
-    CPU, seconds runnable but waiting for one), fields 1 and 2 of
-    ``/proc/<pid>/task/<tid>/schedstat`` (ns; see :func:`_runq_wait_s`). Thread ids are
-    unique across the machine; threads whose files cannot be read are left out."""
-    out: Dict[int, Tuple[float, float]] = {}
+def _schedstat(procs) -> Iterator[Tuple[int, int, float, float]]:
+    """(pid, tid, seconds on a CPU, seconds runnable but waiting for one) of every thread of the
+    processes ``procs``: fields 1 and 2 of ``/proc/<pid>/task/<tid>/schedstat`` (ns; Linux with
+    CONFIG_SCHED_INFO, see the kernel's Documentation/scheduler/sched-stats.rst). Threads and
+    processes that end while they are read are left out."""
     for pid in list(procs):
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -465,33 +464,28 @@ def _thread_times(procs) -> Dict[int, Tuple[float, float]]:
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
                     fields = f.read().split()
-                out[int(tid)] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+                yield pid, int(tid), int(fields[0]) / 1e9, int(fields[1]) / 1e9
             except (OSError, ValueError, IndexError):
                 continue  # the thread ended meanwhile
-    return out
+
+
+def _thread_times(procs) -> Dict[int, Tuple[float, float]]:
+    """The threads of the processes ``procs`` (pid -> process): thread id -> (seconds on a
+    CPU, seconds runnable but waiting for one) (:func:`_schedstat`). Thread ids are unique
+    across the machine."""
+    return {tid: (on_cpu, wait) for _pid, tid, on_cpu, wait in _schedstat(procs)}
 
 
 def _task_clock(own_pid: int, procs) -> Optional[_TaskClock]:
-    """Every thread's on-CPU seconds in the processes ``procs`` (field 1 of
-    ``/proc/<pid>/task/<tid>/schedstat``, ns), split into ``own_pid``'s and the tree's, with
-    the tids of Python pool workers when ``own_pid`` is this process (:func:`_pool_tids`);
-    None where no file could be read."""
+    """Every thread's on-CPU seconds in the processes ``procs`` (:func:`_schedstat`), split into
+    ``own_pid``'s and the tree's, with the tids of Python pool workers when ``own_pid`` is this
+    process (:func:`_pool_tids`); None where no file could be read."""
     own: Dict[int, float] = {}
     tree: Dict[int, float] = {}
-    for pid in list(procs):
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                    on_cpu = int(f.read().split()[0]) / 1e9
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended meanwhile
-            tree[int(tid)] = on_cpu
-            if pid == own_pid:
-                own[int(tid)] = on_cpu
+    for pid, tid, on_cpu, _wait in _schedstat(procs):
+        tree[tid] = on_cpu
+        if pid == own_pid:
+            own[tid] = on_cpu
     if not tree:
         return None
     return _TaskClock(own, tree, _pool_tids() if own_pid == os.getpid() else frozenset())
@@ -499,23 +493,9 @@ def _task_clock(own_pid: int, procs) -> Optional[_TaskClock]:
 
 def _runq_wait_s(procs) -> Optional[float]:
     """Seconds the processes' threads spent runnable but waiting for a CPU, since they
-    started: the second field of ``/proc/<pid>/task/<tid>/schedstat`` (ns; Linux with
-    CONFIG_SCHED_INFO, see the kernel's Documentation/scheduler/sched-stats.rst). None
-    where the files do not exist."""
-    total, found = 0, False
-    for pid in procs:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                    total += int(f.read().split()[1])
-                found = True
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended meanwhile
-    return total / 1e9 if found else None
+    started (:func:`_schedstat`), or None where the files do not exist."""
+    waits = [wait for _pid, _tid, _on_cpu, wait in _schedstat(procs)]
+    return sum(waits) if waits else None
 
 
 def _is_loopback(ip: str) -> bool:
