@@ -309,3 +309,21 @@ def test_where_the_input_takes_the_models_cores_less_work_comes_before_more_thre
     assert ranked[0] in fit_to_run.REDUCES_WORK and ranked.index("parallel_map") > ranked.index("cache"), ranked
     f, ranked = fixes(dict(starved, tree_runq_wait_cores=0.0, others_cpu_cores=0.0, tree_cpu_cores=1.0))
     assert cpu_share.input_cores_ms(f) is None and ranked[0] == "parallel_map", ranked
+
+
+def test_the_map_to_vectorise_is_named_by_the_stage_it_feeds():
+    """Two maps of one kind (a per-element parse, tf.data-parallelised, and a map on batches):
+    the advice names the per-element one by the stage it feeds and its iterator, so a user can
+    tell which `.map` of their code to move after `.batch`."""
+    inner = _stage("Iterator::Root::Prefetch::ParallelMapV2::BatchV2::Shuffle::ParallelMapV2", 134.0, fn_ms=130.0,
+                   calls=640, parallelism=2)
+    outer = _stage("Iterator::Root::Prefetch::ParallelMapV2", 1.2, calls=10, parallelism=2)
+    batch = _stage("Iterator::Root::Prefetch::ParallelMapV2::BatchV2", 3.6, calls=10)
+    pipe = _pipeline(inner, outer, batch, prefetch=True)
+    f = _findings(step_ms=10.0, input_ms=6.0, pipe=pipe, system={"cpu_count": 2, "tree_cpu_cores": 1.0,
+                                                                  "others_cpu_cores": 0.0})
+    recs = {r["fix"]: r for r in fit_to_run.fit(advice_for("input_preprocessing", f), f)}
+    assert pipe.map_per_element is inner
+    assert recs["vectorise_map"]["why_here"].startswith(
+        "The `ParallelMapV2` stage that feeds `Shuffle` (…::Shuffle::ParallelMapV2) calls its function once per "
+        "element (64 calls per batch)"), recs["vectorise_map"]["why_here"]

@@ -219,6 +219,17 @@ def _beside(f) -> str:
             "also need")
 
 
+def _feeding(st) -> str:
+    """Which of the pipeline's maps ``st`` is, in the code's terms: "the `ParallelMapV2` stage
+    that feeds `Shuffle` (…::Shuffle::ParallelMapV2)", the stage it feeds being its iterator's
+    parent (tf.data names an iterator under its consumer's, which comes later in the code)."""
+    parts = st.path.split("::")
+    parent = parts[-2].split("[")[0] if len(parts) >= 2 else "Root"
+    if parent == "Root":
+        return f"the `{st.kind}` stage"
+    return f"the `{st.kind}` stage that feeds `{parent}` (…::{'::'.join(parts[-2:])})"
+
+
 def _why_vectorise(f):
     st = f.pipeline.map_per_element
     now, wait, pct = _t(f)
@@ -226,8 +237,8 @@ def _why_vectorise(f):
     calls = f" ({st.calls / batches:.0f} calls per batch)" if st.calls > batches else ""
     beside = _beside(f)
     if beside:
-        return f"The `{st.kind}` stage calls its function once per element{calls}, and {beside}."
-    return (f"The `{st.kind}` stage calls its function once per element{calls} and the step waits {wait:.1f} ms "
+        return f"T{_feeding(st)[1:]} calls its function once per element{calls}, and {beside}."
+    return (f"T{_feeding(st)[1:]} calls its function once per element{calls} and the step waits {wait:.1f} ms "
             f"per batch ({pct:.0f} %) for the input.")
 
 
