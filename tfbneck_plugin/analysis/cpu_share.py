@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 from ..schema import SystemMetrics
 from . import sysmetrics
+from .tfdata import PYTHON
 
 if TYPE_CHECKING:  # the findings module needs nothing from here
     from .findings import Findings
@@ -49,11 +50,6 @@ CONTENTION_RUNQ_CORES = 0.25
 #: "HIGHLY input-bound"; tests/test_fit_to_run.py checks that they agree). Such an input
 #: limits the step only by the cores it takes (input_rules.input_takes_cores, input_rules.input_slows_model).
 INPUT_WAITED_PCT = 20.0
-#: tf.data stages that run Python code in the training process: ``from_generator``'s
-#: ``Generator`` (a ``py_func`` under a FlatMap; Keras 3's TensorFlow backend feeds a
-#: ``PyDataset`` or a generator through it: keras/src/trainers/data_adapters/
-#: py_dataset_adapter.py ``get_tf_dataset``).
-PYTHON_STAGES = ("Generator",)
 #: Fewest cores a process is assumed to get (guards the divisions; our choice).
 MIN_CORES = 0.1
 
@@ -305,7 +301,7 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
         stage = f"the tf.data stage `{p.blocking.kind}` ({p.blocking.path})"
     else:
         return None
-    python = pool_ms + max(sum(st.work_ps for st in working if st.kind in PYTHON_STAGES) / 1e9
+    python = pool_ms + max(sum(st.work_ps for st in working if st.kind in PYTHON) / 1e9
                            - f.steps.left_out_input_ms, 0.0) / f.steps.count
     return InputLoad(step_ms=step, wait_ms=wait, model_ms=model, host_ms=host, tfdata_ms=tfdata,
                      workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage,

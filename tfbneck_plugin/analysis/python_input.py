@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from ..schema import SystemMetrics
-from . import cpu_share
+from . import cpu_share, tfdata
 from .findings import Findings
 
 
@@ -53,7 +53,7 @@ def holds_the_gil(f: Findings) -> bool:
     if f.keras_input in PYTHON_KERAS_INPUTS:
         return True
     stages = f.pipeline.stages if f.pipeline is not None else []
-    if any(st.kind in cpu_share.PYTHON_STAGES for st in stages) or (f.pipeline is not None
+    if any(st.kind in tfdata.PYTHON for st in stages) or (f.pipeline is not None
                                                                     and f.pipeline.uses_py_function):
         return True
     groups = (f.ops or {}).get("by_type") or []

@@ -164,13 +164,13 @@ def _later_steps(report: SessionDict) -> str:
                    and all(isinstance(v, int) for v in steps) else (10, 14))
     n = max(last - first, 1)
     epoch = window.get("epoch_batches")
-    if isinstance(epoch, int) and not isinstance(epoch, bool) and 0 < epoch <= n + 1:
-        return (f"profile fewer steps in the middle of a later epoch (an epoch here has {epoch} batches, no more "
-                f"than this window's {n + 1} steps)")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= n + 1:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= 0:
         return (f"profile a window of {n + 1} steps later in training, inside one epoch and away from its start "
                 "(this run's epoch length is not in its trend file: count an epoch's batches, len() of the "
                 "dataset, and profile the middle of the second epoch)")
+    if epoch <= n + 1:
+        return (f"profile fewer steps in the middle of a later epoch (an epoch here has {epoch} batches, no more "
+                f"than this window's {n + 1} steps)")
     batches = (report.get("run_length") or {}).get("batches")
     run = batches if isinstance(batches, int) and batches > 0 else None
     offset = (epoch - n - 1) // 2  # batches of the epoch before the window: the window in its middle
