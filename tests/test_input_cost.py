@@ -46,6 +46,46 @@ def test_a_measurement_that_agrees_is_shown_and_keeps_the_confidence(tmp_path):
     said = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
     assert len(said) == 1 and "1.80x as fast" in said[0] and "10 -> 5.56 ms per batch" in said[0]
     assert "the input pipeline limits the run" in said[0] and "says otherwise" not in said[0]
+    assert "during the measurement" not in said[0]  # a measurement without its load compares no loads
+
+
+def test_a_measurement_is_set_beside_the_trace_model_for_the_load_each_ran_beside(tmp_path):
+    """The demo's window ran beside other processes: its modelled gain is shown both for that
+    load and without it, beside the measurement's own probed load."""
+    run = str(tmp_path / "cpu_bound_input")
+    shutil.copytree(os.path.join(DEMO, "cpu_bound_input"), run)
+    write_input_cost(run, dict(_measurement("input", 4.5, time.time()), others_cores=0.03))
+    s = _analyze(run)
+    load = s["input_load"]
+    assert load["others_cores"] >= 0.1 and load["speedup_alone"] > load["speedup"] > 1.25, load
+    assert s["input_cost"]["others_cores"] == 0.03
+    (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
+    assert said.endswith(f" Other processes used 0.03 core(s) during the measurement; the trace modelled "
+                         f"{load['speedup']:.2f}x beside other processes' {load['others_cores']:.2f} core(s), "
+                         f"{load['speedup_alone']:.2f}x without them."), said
+    prefetch = _analyze(os.path.join(DEMO, "pair_map_prefetch"))  # a verdict on the input's share of the cores
+    load = prefetch["input_load"]
+    assert load["others_cores"] >= 0.1 and load["speedup_alone"] > load["speedup"] + 0.05, load
+    (without,) = [e for e in prefetch["evidence"] if e.startswith("Without the input's work")]
+    assert (f"({load['speedup']:.2f}x faster, as the same model fed cached batches would run; {load['speedup_alone']:.2f}x "
+            f"were the {load['others_cores']:.2f} core(s) other processes used free)") in without, without
+
+
+def test_the_probe_of_other_processes_sees_a_spinning_process():
+    """The load a measurement ran beside: a process spinning on a core while this one sleeps."""
+    import sys
+    from tfbneck_plugin.capture.input_cost import _others_cores
+    # Started through a shell that exits at once: the spinner is not this process's child (the
+    # probe rightly counts its own children as its own tree).
+    out = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    pid = int(out.stdout.strip())
+    try:
+        time.sleep(0.3)
+        others = _others_cores()
+    finally:
+        os.kill(pid, 9)
+    assert others is not None and 0.8 <= others <= os.cpu_count() + 0.05, others
 
 
 def test_a_measurement_that_contradicts_the_verdict_is_the_truth(tmp_path):

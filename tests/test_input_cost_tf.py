@@ -70,6 +70,7 @@ def test_slow_input_is_measured_to_limit_and_a_model_fed_from_memory_is_not(tmp_
     assert slow["unsettled"] is None
     assert slow["real_ms_per_batch"] >= 15 and slow["input_kind"] == "PyDataset" and slow["backend"] == "tensorflow"
     assert out["restored"] is True
+    assert isinstance(slow["others_cores"], float) and 0.0 <= slow["others_cores"] <= os.cpu_count(), slow
     assert os.path.exists(slow["path"]) and slow["path"].startswith(str(tmp_path / "logs" / "plugins" / "bottleneck"))
     with open(slow["path"]) as f:
         assert json.load(f)["gain"] == slow["gain"]

@@ -367,6 +367,38 @@ def test_a_short_windows_cpu_is_exact_and_counts_the_pool_workers_own_time():
     assert summary["tree_cpu_cores"] == pytest.approx(cpu["tree_cpu_s"] / cpu["dur_s"], abs=1e-3)
 
 
+def _array_bytes(_):
+    """A process pool's task: a 16 MB array, pickled back to the parent (module level: a
+    worker process imports it)."""
+    return bytes(16 * 1024 * 1024)
+
+
+@linux
+def test_a_process_pools_result_handler_counts_as_the_pools_cpu():
+    """A PyDataset with worker processes sends each batch back pickled; the parent's
+    ``Pool._handle_results`` thread unpickles it on the training process's cores. The window's
+    ``pool_cpu_s`` must hold that thread's time (at least half of what unpickling the same
+    results costs on this thread's own clock) and none of the main thread's busy loop."""
+    import pickle
+    payload = pickle.dumps(_array_bytes(0))
+    start = time.thread_time()
+    for _ in range(6):
+        pickle.loads(payload)
+    unpickle_s = time.thread_time() - start
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        pool.map(len, [b""])  # the handler threads and the worker exist before the window
+        sampler = SystemSampler(0.05).start()
+        for _ in range(6):
+            pool.apply(_array_bytes, (0,))
+        start = time.thread_time()
+        while time.thread_time() - start < 0.05:  # the main thread's own work: not the pool's
+            pass
+        side = sampler.stop()
+    cpu = side["window_cpu"]
+    assert cpu is not None and cpu["pool_cpu_s"] >= 0.5 * unpickle_s, (cpu, unpickle_s)
+    assert cpu["pool_cpu_s"] < cpu["proc_cpu_s"] - 0.04, cpu
+
+
 @linux
 def test_a_window_too_short_for_the_machines_counters_says_so_and_gives_the_exact_cores():
     """A 10 ms window (one tick of the machine-wide counters): the system sentence gives no

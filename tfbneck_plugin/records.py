@@ -47,7 +47,8 @@ Sidecar file ``tfbneck_system_metrics.json`` in the session folder (format versi
      # Added later: CPU over the whole window from every thread's schedstat (ns), exact where
      # the samples' 10 ms ticks are not; null where schedstat is missing or the window is open.
      "window_cpu": {"dur_s": float, "proc_cpu_s": float, "tree_cpu_s": float,
-                    "pool_cpu_s": float | null} | null}
+                    "pool_cpu_s": float | null} | null}   # pool_cpu_s: the input pools' threads in the
+                                                      # training process (thread workers, handlers)
 
 Consecutive samples are contiguous: the first starts at the reading taken when the window
 opened, the last ends at the reading taken when it closed, so even a window shorter than

@@ -238,6 +238,7 @@ class InputCost(TypedDict, total=False):
     backend: str                              # the Keras backend measured on
     input_kind: str                           # "tf.data" | "PyDataset" | "iterator" | "iterable"
     time_unix: float                          # when it was measured
+    others_cores: Optional[float]             # cores other processes used during it (probed), None if unknown
 
 
 class PerHostRow(TypedDict, total=False):

@@ -27,7 +27,7 @@ the step (:func:`takes_cores`) then takes of each step from the model's math.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Optional
 
 from ..schema import SystemMetrics
@@ -180,9 +180,11 @@ class InputLoad:
     a prefetch or a parallel stage, from the trace: stage self time, or the map function's
     time for a stage that runs it on threads of its own), ``workers_ms`` (the Python input's
     worker processes, the training tree's CPU less the training process's own, from the
-    sampler) and ``pool_ms`` (a PyDataset's worker threads: their own CPU clocks where the
-    sidecar has them, ``pool_cpu_cores``; else the training process's CPU left over once the
-    model's, the training thread's and tf.data's are taken out). Each CPU figure is put on the
+    sampler) and ``pool_ms`` (the input pool's threads in the training process: a
+    PyDataset's worker threads, or the handler threads through which its worker processes'
+    batches come, unpickled; their own CPU clocks where the sidecar has them,
+    ``pool_cpu_cores``; else the training process's CPU left over once the model's, the
+    training thread's and tf.data's are taken out). Each CPU figure is put on the
     wall-time scale of the trace's figures by ``stretch``: the runnable threads over the running
     ones ((tree cores + run-queue wait) / tree cores), since a thread kept waiting for a core shows that wait in its events.
 
@@ -208,6 +210,7 @@ class InputLoad:
     stage: str           # what does the input's work, in words
     python_ms: float = 0.0  # the part of the input's work that is Python in the training process (holds the GIL)
     retained: float = 1.0   # the part (0-1) of the cores the input frees that the training keeps (:func:`retained`)
+    others: float = 0.0     # cores other processes used on the training's cores (:attr:`Cores.others`)
 
     @property
     def input_ms(self) -> float:
@@ -249,9 +252,18 @@ class InputLoad:
         """Today's step over :attr:`after_ms`."""
         return self.step_ms / self.after_ms
 
+    @property
+    def speedup_alone(self) -> float:
+        """:attr:`speedup` were the other processes gone (every core the input frees kept by the
+        training, :attr:`retained` 1): the figure a measurement on a quiet machine gives. Equal
+        to :attr:`speedup` where others used under :data:`IDLE_SLACK_CORES`."""
+        return replace(self, retained=1.0).speedup
+
     def as_dict(self) -> Dict[str, object]:
-        """The report's ``input_load`` (ms per step, share 0-1)."""
-        return {"input_ms": round(self.input_ms, 3), "tfdata_ms": round(self.tfdata_ms, 3),
+        """The report's ``input_load`` (ms per step, share 0-1; ``speedup_alone``:
+        :attr:`speedup_alone`; ``others_cores``: :attr:`others`)."""
+        return {"speedup_alone": round(self.speedup_alone, 2), "others_cores": round(self.others, 2),
+                "input_ms": round(self.input_ms, 3), "tfdata_ms": round(self.tfdata_ms, 3),
                 "workers_ms": round(self.workers_ms, 3), "pool_ms": round(self.pool_ms, 3),
                 "model_ms": round(self.model_ms, 3), "host_ms": round(self.host_ms, 3),
                 "wait_ms": round(self.wait_ms, 3), "gil_ms": round(self.gil_ms, 3), "share": round(self.share, 3),
@@ -289,8 +301,10 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
     workers_ms = max(tree - proc, 0.0) * step * stretch if children else 0.0
     pool_ms = 0.0
     pool_cores = system.get("pool_cpu_cores")
-    if pool and isinstance(pool_cores, (int, float)):
-        pool_ms = pool_cores * step * stretch   # the pool workers' own clocks (schedstat)
+    if (pool or children) and isinstance(pool_cores, (int, float)):
+        # The pool's own clocks (schedstat): its worker threads, and the handler threads that
+        # pickle tasks for worker processes and unpickle the batches they send back.
+        pool_ms = pool_cores * step * stretch
     elif pool > children:
         # The training process's CPU less what the trace saw it spend (on the wall scale).
         pool_ms = max(proc * step * stretch - model - host - tfdata, 0.0)
@@ -301,11 +315,12 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
         stage = f"the tf.data stage `{p.blocking.kind}` ({p.blocking.path})"
     else:
         return None
+    cores = cores_of(system)
     python = pool_ms + max(sum(st.work_ps for st in working if st.kind in PYTHON) / 1e9
                            - f.steps.left_out_input_ms, 0.0) / f.steps.count
     return InputLoad(step_ms=step, wait_ms=wait, model_ms=model, host_ms=host, tfdata_ms=tfdata,
                      workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage,
-                     python_ms=python, retained=retained(cores_of(system)))
+                     python_ms=python, retained=retained(cores), others=cores.others if cores is not None else 0.0)
 
 
 def retained(cores: Optional[Cores]) -> float:
@@ -319,3 +334,11 @@ def retained(cores: Optional[Cores]) -> float:
     if cores is None or cores.others < IDLE_SLACK_CORES or cores.tree <= 0:
         return 1.0
     return cores.tree / (cores.tree + cores.others)
+
+
+def alone_words(load: InputLoad) -> str:
+    """Words for :attr:`InputLoad.speedup_alone` beside the window's figure, where other
+    processes shared the cores enough to change it (by 0.05x or more); else ''."""
+    if load.speedup_alone - load.speedup < 0.05:
+        return ""
+    return f"; {load.speedup_alone:.2f}x were the {load.others:.2f} core(s) other processes used free"

@@ -269,8 +269,9 @@ def input_shares_cores(f: Findings) -> Optional[Verdict]:
                    context(f) + [input_load_sentence(f, load),
                                  Inferred(f"Without the input's work the step would take about {load.after_ms:.3g} ms "
                                           f"instead of {load.step_ms:.3g} ({load.speedup:.2f}x faster, as the same "
-                                          "model fed cached batches would run): the input takes the cores the model's "
-                                          "math needs, and preparing the data is what limits the step.")])
+                                          f"model fed cached batches would run{cpu_share.alone_words(load)}): the "
+                                          "input takes the cores the model's math needs, and preparing the data is "
+                                          "what limits the step.")])
 
 
 #: Least input wait (% of the step) at which DataLoader worker processes on a CPU-only host are

@@ -24,6 +24,7 @@ from typing import Dict, Optional, Sequence, Tuple
 from ..causes import INPUT_CAUSES
 from ..records import Outcome
 from ..schema import SessionDict, first_fix, step_time_ms
+from . import cpu_share
 
 
 @dataclass
@@ -188,7 +189,7 @@ def _later_steps(report: SessionDict) -> str:
 
 #: The keys of a measurement the report keeps (``input_cost``), as capture/input_cost.py writes them.
 MEASURED_KEYS = ("real_ms_per_batch", "cached_ms_per_batch", "input_ms_per_batch", "gain", "limit", "input_share",
-                 "steps", "repeats", "backend", "input_kind", "time_unix", "unsettled")
+                 "steps", "repeats", "backend", "input_kind", "time_unix", "unsettled", "others_cores")
 #: The confidence of a verdict that a settled measurement confirms (the measurement is how the
 #: corpora's truths are made: benchmarks/tutorial_corpus.py), at least.
 CONFIRMED_CONFIDENCE = 0.8
@@ -244,7 +245,25 @@ def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_
             text += f", the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({held_from} from the trace alone)"
     elif raised_from is not None:
         text += f"; it confirms the verdict: confidence {CONFIRMED_CONFIDENCE} ({raised_from} from the trace alone)"
-    return text + "."
+    return text + "." + _loads_compared(report, m)
+
+
+def _loads_compared(report: SessionDict, m: Dict) -> str:
+    """A sentence setting the trace's modelled gain (``input_load``) beside the measurement's,
+    with the other processes' load each ran beside: the modelled gain shrinks as they take the
+    cores the input frees (:attr:`.cpu_share.InputLoad.speedup_alone`), so a measurement made
+    on a quieter or busier machine than the window is compared with the figure for its load;
+    '' where either load is unknown."""
+    load, measured_others = report.get("input_load") or {}, m.get("others_cores")
+    alone, beside, others = load.get("speedup_alone"), load.get("speedup"), load.get("others_cores")
+    if not all(isinstance(v, (int, float)) for v in (alone, beside, others, measured_others)):
+        return ""
+    if others < cpu_share.IDLE_SLACK_CORES:
+        window = f"the trace modelled {beside:.2f}x on a machine to itself"
+    else:
+        window = (f"the trace modelled {beside:.2f}x beside other processes' {others:.2f} core(s), "
+                  f"{alone:.2f}x without them")
+    return f" Other processes used {measured_others:.2f} core(s) during the measurement; {window}."
 
 
 def unrepresentative(report: SessionDict) -> bool:

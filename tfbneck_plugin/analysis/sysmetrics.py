@@ -82,9 +82,10 @@ def summarize(data: Dict) -> Optional[SystemMetrics]:
         non-loopback peers at once), ``loopback_connections`` (int, the same to loopback
         peers), ``tree_runq_wait_cores`` (mean number of the tree's threads runnable but
         waiting for a CPU: CPU contention measured on the training's own threads; None
-        where the kernel does not report it), ``pool_cpu_cores`` (cores the Python thread-pool
-        workers used, exact, from the sidecar's ``window_cpu``; None without it), ``cpu_exact``
-        (bool: the process's and the tree's cores come from ``window_cpu``), and ``scope``
+        where the kernel does not report it), ``pool_cpu_cores`` (cores the input pools'
+        threads in the training process used: a thread pool's workers, a process pool's
+        handler threads; exact, from the sidecar's ``window_cpu``; None without it),
+        ``cpu_exact`` (bool: the process's and the tree's cores come from ``window_cpu``), and ``scope``
         (``"process_tree"`` when the per-process figures exist, else ``"machine"``).
     """
     samples = [s for s in data.get("samples", []) if isinstance(s, dict) and s.get("cpu_pct")]

@@ -208,6 +208,41 @@ def _mean(xs: List[float]) -> float:
     return sum(xs) / len(xs)
 
 
+#: Seconds of each probe of the other processes' load (:func:`_others_cores`): five 100 Hz
+#: CPU-accounting ticks per core at least, short beside a fit of tens of steps.
+PROBE_S = 0.2
+
+
+def _others_cores() -> Optional[float]:
+    """Cores that other processes kept busy over :data:`PROBE_S` while this process tree sat
+    still between fits (machine-wide busy CPU time less the tree's, from psutil), or None
+    without psutil or /proc: the load a measurement ran beside, so that the report can set it
+    against the profiled window's (a trace's modelled worth shrinks with the others' load)."""
+    try:
+        import psutil
+        me = psutil.Process()
+
+        def busy() -> float:
+            t = psutil.cpu_times()
+            return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+        def tree() -> float:
+            total = 0.0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    c = p.cpu_times()
+                    total += c.user + c.system
+                except psutil.Error:
+                    continue
+            return total
+        b0, t0, w0 = busy(), tree(), time.monotonic()
+        time.sleep(PROBE_S)
+        b1, t1, w1 = busy(), tree(), time.monotonic()
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: the load is unknown
+        return None
+    return round(max((b1 - b0) - (t1 - t0), 0.0) / max(w1 - w0, 1e-3), 2)
+
+
 def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPEATS,
                        log_dir: Optional[str] = None) -> Dict[str, Any]:
     """Measure what the input pipeline costs the model's training steps.
@@ -225,13 +260,14 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
     Returns:
       ``{"real_ms_per_batch", "cached_ms_per_batch", "input_ms_per_batch", "gain", "limit",
       "input_share", "steps", "repeats", "steps_per_execution", "backend", "input_kind",
-      "real_ms_runs", "cached_ms_runs", "unsettled", "path"}``: mean ms per batch over the timed
+      "real_ms_runs", "cached_ms_runs", "unsettled", "others_cores", "path"}``: mean ms per batch over the timed
       steps of all repeats on each input; ``gain`` = real / cached; ``limit`` ``"input"`` (gain >=
       :data:`INPUT_LIMITED`), ``"model"`` (< :data:`MODEL_LIMITED`), ``"mixed"``, or
       ``"unsettled"`` when the repeats disagree (``unsettled`` says how; else None: measure again
       on a quieter machine, or with more steps or repeats);
-      ``input_share`` = (real - cached) / real; ``*_runs``: each fit's mean; ``path``: the
-      file written, None without ``log_dir``.
+      ``input_share`` = (real - cached) / real; ``*_runs``: each fit's mean; ``others_cores``:
+      the cores other processes used, probed before each alternation (:func:`_others_cores`;
+      None where unknown); ``path``: the file written, None without ``log_dir``.
 
     Raises:
       InputCostError: a model that is not a Keras model, an input kind with nothing to measure
@@ -248,6 +284,7 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     real_runs: List[float] = []
     cached_runs: List[float] = []
+    probes: List[Optional[float]] = []
     try:
         batches = _take(data, kind, CACHED_BATCHES)
         if len(batches) < 2:
@@ -256,6 +293,7 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
         real = _real_input(data, kind)
         cached = _cached_input(keras, batches, per_fit)
         for _ in range(repeats):
+            probes.append(_others_cores())
             for source, runs in ((real, real_runs), (cached, cached_runs)):
                 clock = _StepClock(keras)
                 # shuffle=False: a dataset or generator is not shuffled by fit anyway (Keras warns that
@@ -280,7 +318,8 @@ def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPE
         "input_share": round(max(real_ms - cached_ms, 0.0) / real_ms, 4),
         "steps": steps, "repeats": repeats, "steps_per_execution": spe, "backend": keras.backend.backend(),
         "input_kind": kind, "real_ms_runs": [round(x, 4) for x in real_runs],
-        "cached_ms_runs": [round(x, 4) for x in cached_runs], "path": None}
+        "cached_ms_runs": [round(x, 4) for x in cached_runs], "path": None,
+        "others_cores": round(_mean(known), 2) if (known := [p for p in probes if p is not None]) else None}
     if log_dir is not None:
         result["path"] = write_input_cost(log_dir, result)
     return result

@@ -520,15 +520,34 @@ def _pool_threads() -> int:
     return sum(isinstance(t, dummy.DummyProcess) for t in threading.enumerate())
 
 
+#: Targets of the threads a ``multiprocessing`` pool runs in the process that owns it (both
+#: ``multiprocessing.Pool`` and ``multiprocessing.dummy.Pool``: CPython's
+#: Lib/multiprocessing/pool.py starts ``Pool._handle_workers``, ``Pool._handle_tasks`` and
+#: ``Pool._handle_results`` as threads). The task handler pickles each task for the workers
+#: and the result handler unpickles each result (a whole batch, where a PyDataset's workers
+#: are processes): input work done on the training process's cores and under its GIL.
+POOL_HANDLERS = frozenset({"Pool._handle_workers", "Pool._handle_tasks", "Pool._handle_results"})
+
+
+def _is_pool_handler(thread: threading.Thread) -> bool:
+    """The thread runs one of a pool's :data:`POOL_HANDLERS` (its ``_target``, which
+    ``Thread.run`` keeps while the target runs)."""
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__qualname__", None) in POOL_HANDLERS
+
+
 def _pool_tids() -> frozenset:
-    """Kernel thread ids of the ``multiprocessing.dummy`` pool workers alive in this process
-    (:func:`_pool_threads`; ``Thread.native_id``, Python 3.8+)."""
+    """Kernel thread ids of the input pools' threads alive in this process: the
+    ``multiprocessing.dummy`` pool workers (:func:`_pool_threads`) and every pool's handler
+    threads (:data:`POOL_HANDLERS`: a ``PyDataset``'s worker processes send their batches
+    through them); ``Thread.native_id``, Python 3.8+."""
     import sys
-    dummy = sys.modules.get("multiprocessing.dummy")
-    if dummy is None:
+    if "multiprocessing.pool" not in sys.modules:  # never imported: no pool
         return frozenset()
+    dummy = sys.modules.get("multiprocessing.dummy")
     return frozenset(t.native_id for t in threading.enumerate()
-                     if isinstance(t, dummy.DummyProcess) and t.native_id is not None)
+                     if t.native_id is not None and ((dummy is not None and isinstance(t, dummy.DummyProcess))
+                                                    or _is_pool_handler(t)))
 
 
 def _count_connections(psutil, procs) -> Tuple[int, int]:
