@@ -307,3 +307,17 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     assert len(said) == 1 and "is 0.70x that" in said[0], after["evidence"]
     assert said[0].endswith("so the confidence is held at 0.6 (0.8 from the trace alone: what the callback reports "
                             "at the window's end, before the job's later steps are timed)."), said[0]
+    # A measurement of the job's input cost that confirms the verdict has the last word: 0.8, its sentence
+    # after the window's, naming the held figure as the one without it.
+    from tfbneck_plugin.capture.input_cost import write_input_cost
+    from tfbneck_plugin.runs import INPUT_COST_FORMAT
+    write_input_cost(str(run), {"format": INPUT_COST_FORMAT, "version": 1, "time_unix": 1.8e9, "host": "h", "pid": 1,
+                                "real_ms_per_batch": 10.0, "cached_ms_per_batch": 5.0, "input_ms_per_batch": 5.0,
+                                "gain": 2.0, "limit": "input", "unsettled": None, "input_share": 0.5, "steps": 30,
+                                "repeats": 2, "backend": "tensorflow", "input_kind": "tf.data"})
+    measured = tfb.analyze(str(run))["cpu_bound_input"]
+    ev = measured["evidence"]
+    (window,) = [i for i, e in enumerate(ev) if e.startswith("By the job's own clock")]
+    (confirm,) = [i for i, e in enumerate(ev) if e.startswith("Measured by ablation")]
+    assert measured["confidence"] == 0.8 and confirm > window, ev
+    assert ev[confirm].endswith("it confirms the verdict: confidence 0.8 (0.6 without the measurement)."), ev[confirm]

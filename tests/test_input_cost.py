@@ -98,7 +98,7 @@ def test_a_measurement_that_contradicts_the_verdict_is_the_truth(tmp_path):
     assert s["confidence"] == 0.6
     (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
     assert ("the model's own steps limit the run, not the input; the trace's verdict (cpu/input_preprocessing) "
-            f"says otherwise: trust the measurement, the confidence is held at 0.6 ({conf} from the trace alone).") \
+            f"says otherwise: trust the measurement, the confidence is held at 0.6 ({conf} without the measurement).") \
         in said
 
 
@@ -111,7 +111,7 @@ def test_a_confirming_measurement_raises_the_confidence_and_an_unsettled_one_cha
     s = _analyze(run)
     assert s["confidence"] == 0.8
     (said,) = [e for e in s["evidence"] if e.startswith("Measured by ablation")]
-    assert said.endswith(f"it confirms the verdict: confidence 0.8 ({before['confidence']} from the trace alone).")
+    assert said.endswith(f"it confirms the verdict: confidence 0.8 ({before['confidence']} without the measurement).")
     os.unlink(path)
     why = "the repeats disagree (gains 0.42x to 1.58x, on both sides of 1.1x or 1.25x)"
     write_input_cost(run, dict(_measurement("unsettled", 1.0, time.time()), unsettled=why))

@@ -148,11 +148,24 @@ def test_triage_at_its_thresholds(kw, kind):
 
 
 def test_a_thread_that_mostly_waits_for_a_core_is_contention_not_a_single_thread_limit():
-    waits = triage.triage_interval(_iv(busiest_thread_demand_pct=99.0, busiest_thread_pct=17.0), cpu_count=2)
+    waits = triage.triage_interval(_iv(busiest_thread_demand_pct=99.0, busiest_thread_pct=17.0, other_cores=1.2),
+                                   cpu_count=2)
     runs = triage.triage_interval(_iv(busiest_thread_demand_pct=99.0, busiest_thread_pct=95.0), cpu_count=2)
     assert waits["bottleneck"] == runs["bottleneck"] == "cpu"
     assert (waits["rule"], runs["rule"]) == ("contention", "one_thread")
-    assert "other processes hold the cores" in waits["reason"] and "single-threaded" in runs["reason"]
+    assert "other processes hold the cores (1.20 cores busy outside the process)" in waits["reason"]
+    assert "single-threaded" in runs["reason"]
+
+
+@pytest.mark.parametrize("others, rule", [(0.24, "own_threads"), (0.25, "contention"), (None, "contention")])
+def test_waits_for_a_core_beside_idle_other_processes_are_the_trees_own_threads(others, rule):
+    """A PyDataset's worker processes and the model's threads, more than the cores, on a machine
+    nobody else uses: the tree waits for itself, not for other processes."""
+    kw = {} if others is None else {"other_cores": others}
+    t = triage.triage_interval(_iv(runq_wait_pct=123.0, **kw), cpu_count=2)
+    assert t["bottleneck"] == "cpu" and t["rule"] == rule, t
+    assert ("outnumber the cores" in t["reason"]) == (rule == "own_threads"), t["reason"]
+    assert ("other processes hold the cores" in t["reason"]) == (rule == "contention"), t["reason"]
 
 
 def test_io_is_confirmed_by_disk_reads_or_said_unconfirmed():

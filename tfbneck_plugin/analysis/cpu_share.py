@@ -309,8 +309,8 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
         # The training process's CPU less what the trace saw it spend (on the wall scale).
         pool_ms = max(proc * step * stretch - model - host - tfdata, 0.0)
     if workers_ms or pool_ms:
-        stage = (f"the Python input's {children} worker process(es)" if workers_ms >= pool_ms
-                 else f"the Python input's {pool} worker thread(s)")
+        stage = (f"the Python input's {pool} worker thread(s)" if pool and pool_ms > workers_ms
+                 else f"the Python input's {children} worker process(es)")
     elif p is not None and p.blocking is not None:
         stage = f"the tf.data stage `{p.blocking.kind}` ({p.blocking.path})"
     else:

@@ -19,6 +19,7 @@ from . import cpu_share, python_input, whatif
 from .advice import more_cores, rec
 from .cpu_share import takes_cores
 from .findings import Findings, StepTiming
+from .op_advice import one_element_share
 from .tfdata import MAPS
 
 #: Changes that add parallelism or overlap to the input: the machine's free cores cap them.
@@ -34,6 +35,12 @@ def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
         return _cache_done(p)
     if fix == "vectorise_map" and p is not None and p.map_per_element is None:
         return "The map already runs on whole batches."
+    per_element = p.map_per_element if p is not None else None
+    if fix == "vectorise_map" and per_element is not None and f.ops:
+        share = one_element_share(f.ops, per_element.path)
+        if share >= 50.0:  # most of the map's work (our choice: the majority)
+            return (f"{share:.0f} % of the `{per_element.kind}` map's op time is in ops that take one element "
+                    "(file reads, image or audio decoders): batching before the map cannot batch them.")
     if (fix == "vectorise_map" and p is not None and p.blocking is not None and p.blocking.kind in MAPS
             and p.blocking is not p.map_per_element):
         # The costliest map runs on batches; the one per element does less (an image_dataset_from_directory's

@@ -43,6 +43,23 @@ def _groups(summary: OpSummary, where: str, stage: Optional[str] = None) -> List
             and (where != "input_pipeline" or g.get("stage") == stage)]
 
 
+#: TensorFlow ops that take one element and cannot run on a batch: ``tf.io.read_file`` and the
+#: image and audio decoders take a scalar string (TensorFlow's API docs: "contents: A Tensor of
+#: type string. 0-D."), so batching before a map of them batches nothing.
+ONE_ELEMENT_OPS = frozenset({"ReadFile", "DecodePng", "DecodeJpeg", "DecodeAndCropJpeg", "DecodeGif", "DecodeBmp",
+                             "DecodeImage", "DecodeWav"})
+
+
+def one_element_share(summary: OpSummary, stage: str) -> float:
+    """The share (%) of the tf.data stage ``stage``'s op self time (its path, as the op
+    summary's input-pipeline groups name it) spent in :data:`ONE_ELEMENT_OPS`; 0 where the
+    summary has no ops for it."""
+    groups = _groups(summary, "input_pipeline", stage)
+    total = sum(g["self_ms_per_step"] for g in groups)
+    one = sum(g["self_ms_per_step"] for g in groups if g["type"] in ONE_ELEMENT_OPS)
+    return 100.0 * one / total if total > 0 else 0.0
+
+
 def measured_types(summary: OpSummary, where: str, stage: Optional[str] = None) -> Optional[str]:
     """"`MatMul` ops 61 % of the step (40.1 ms per step), ..." for the costliest types, or None."""
     groups = _groups(summary, where, stage)[:NAMED]

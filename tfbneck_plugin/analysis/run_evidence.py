@@ -57,15 +57,23 @@ def write_run_facts(report: SessionDict, facts: RunFacts) -> None:
     known, and ``window`` when a trend file names the session, with the job-scale sentence
     (:func:`job_scale_evidence`) for an analysed session and, when the job's clock shows the
     traced steps unrepresentative (:func:`unrepresentative`), the confidence held at
-    :data:`UNREPRESENTATIVE_CONFIDENCE`, said in that sentence."""
+    :data:`UNREPRESENTATIVE_CONFIDENCE`, said in that sentence; then the input-cost
+    measurement (:func:`write_measured_input`), which may raise or hold the confidence again."""
     report["session_time"] = facts.session_time
     if facts.run_length is not None:
         report["run_length"] = facts.run_length
+    if facts.window is not None:
+        _write_window(report, facts.window)
+    # After the window's sentence: a measurement of the job's own input cost is the truth
+    # whatever the window showed, so it has the last word on the confidence.
     if facts.input_cost is not None and report.get("status") == "ok":
         write_measured_input(report, facts.input_cost)
-    if facts.window is None:
-        return
-    report["window"] = facts.window
+
+
+def _write_window(report: SessionDict, window: Dict) -> None:
+    """``window`` into ``report``, with the job-scale sentence and the confidence held where
+    the job's clock shows the traced steps unrepresentative (:func:`write_run_facts`)."""
+    report["window"] = window
     said = job_scale_evidence(report) if report.get("status") == "ok" else None
     conf = report.get("confidence")
     if said and unrepresentative(report) and isinstance(conf, (int, float)) and conf > UNREPRESENTATIVE_CONFIDENCE:
@@ -242,9 +250,9 @@ def measured_input_evidence(report: SessionDict, m: Dict, disagrees: bool, held_
         verdict = f"{report.get('bottleneck')}/{report.get('cause')}"
         text += f"; the trace's verdict ({verdict}) says otherwise: trust the measurement"
         if held_from is not None:
-            text += f", the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({held_from} from the trace alone)"
+            text += f", the confidence is held at {UNREPRESENTATIVE_CONFIDENCE} ({held_from} without the measurement)"
     elif raised_from is not None:
-        text += f"; it confirms the verdict: confidence {CONFIRMED_CONFIDENCE} ({raised_from} from the trace alone)"
+        text += f"; it confirms the verdict: confidence {CONFIRMED_CONFIDENCE} ({raised_from} without the measurement)"
     return text + "." + _loads_compared(report, m)
 
 

@@ -223,8 +223,11 @@ def _others_cores() -> Optional[float]:
         me = psutil.Process()
 
         def busy() -> float:
+            # Time on this machine's CPUs running code. Linux counts a guest's time in user
+            # (and guest_nice in nice) already, and steal is time the hypervisor gave to other
+            # machines (proc(5), /proc/stat): neither is a process here using a core.
             t = psutil.cpu_times()
-            return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+            return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
 
         def tree() -> float:
             total = 0.0
@@ -240,7 +243,8 @@ def _others_cores() -> Optional[float]:
         b1, t1, w1 = busy(), tree(), time.monotonic()
     except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: the load is unknown
         return None
-    return round(max((b1 - b0) - (t1 - t0), 0.0) / max(w1 - w0, 1e-3), 2)
+    cores = float(psutil.cpu_count() or 1)
+    return round(min(max((b1 - b0) - (t1 - t0), 0.0) / max(w1 - w0, 1e-3), cores), 2)
 
 
 def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPEATS,

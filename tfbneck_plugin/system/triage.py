@@ -32,6 +32,10 @@ CORE_SATURATED_PCT = 90.0
 #: The tree waits for a CPU half of a core's time or more: other processes hold the cores
 #: (``/proc/<pid>/task/<tid>/schedstat``; 100 % = one thread always runnable, never running).
 RUNQ_WAIT_CPU_PCT = 50.0
+#: Other processes using fewer cores than this cannot be what the tree's threads wait for: they
+#: wait for each other (more runnable threads and worker processes than cores). Our choice: a
+#: quarter of a core, far above what a shell, the sampler or the kernel's threads use.
+OTHERS_IDLE_CORES = 0.25
 #: Below this many cores of CPU the tree is "mostly idle" (the flowchart's "both low").
 CPU_IDLE_CORES = 0.35
 #: External network traffic (received + sent, loopback excluded) that counts as busy, MB/s:
@@ -181,9 +185,9 @@ def _cpu_reason(iv: Dict, cpu_count: int) -> Optional[Tuple[str, str]]:
     runq = iv.get("runq_wait_pct")
     if thread is not None and thread >= CORE_SATURATED_PCT:
         if running is not None and running < thread / 2:
-            return ("contention", f"the busiest thread wants a core {thread:.0f} % of the time but runs only "
-                                  f"{running:.0f} %: other processes hold the cores ({iv.get('other_cores', 0):.2f} "
-                                  f"cores busy outside the process)")
+            rule, who = _who_holds_the_cores(iv)
+            return (rule, f"the busiest thread wants a core {thread:.0f} % of the time but runs only "
+                          f"{running:.0f} %: {who}")
         return ("one_thread", f"one thread of the process runs or waits for a core {thread:.0f} % of the time (a "
                               f"single-threaded limit, e.g. Python), the process tree at {tree:.2f} cores")
     if cpu_count and tree >= CORE_SATURATED_PCT / 100.0 * cpu_count:
@@ -194,11 +198,24 @@ def _cpu_reason(iv: Dict, cpu_count: int) -> Optional[Tuple[str, str]]:
         return ("all_cores", f"the machine's cores are full ({iv['cores_busy']:.2f} of {cpu_count} busy) and the "
                              f"process tree holds {tree:.2f} of them")
     if runq is not None and runq >= RUNQ_WAIT_CPU_PCT:
-        return ("contention", f"the process waits for a CPU ({runq:.0f} % of a core runnable but not running): "
-                              f"other processes hold the cores")
+        rule, who = _who_holds_the_cores(iv)
+        return (rule, f"the process waits for a CPU ({runq:.0f} % of a core runnable but not running): {who}")
     if thread is None and tree >= CORE_SATURATED_PCT / 100.0:
         return ("tree_cores", f"the process tree uses {tree:.2f} cores (per-thread figures not sampled)")
     return None
+
+
+def _who_holds_the_cores(iv: Dict) -> Tuple[str, str]:
+    """(rule, words) for what the tree's threads wait for: other processes (``contention``),
+    or, where those used under :data:`OTHERS_IDLE_CORES`, the tree's own threads and worker
+    processes, more than the cores (``own_threads``); other processes when their cores are
+    unknown."""
+    others = iv.get("other_cores")
+    if isinstance(others, (int, float)) and others < OTHERS_IDLE_CORES:
+        return ("own_threads", f"the process tree's own threads and worker processes outnumber the cores (other "
+                               f"processes used {others:.2f} cores)")
+    known = f" ({others:.2f} cores busy outside the process)" if isinstance(others, (int, float)) else ""
+    return ("contention", f"other processes hold the cores{known}")
 
 
 def triage_run(intervals: Iterable[Dict], cpu_count: int) -> Dict:
