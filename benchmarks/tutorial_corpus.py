@@ -16,7 +16,7 @@ A run is one Python process: the script's pipeline and model, trained with
 clock (``time.perf_counter`` at every batch's end), then the **ablation**: the same model fed
 from an in-memory cache of its pipeline's already-made batches (``from_tensor_slices`` over
 the stacked batches, repeated, prefetched), timed the same way; the two alternate
-:data:`REPS` times, seconds apart, so that both see the same machine. The truth is the ratio
+:data:`REPS` times (:data:`REPS_BUSY` beside other work), seconds apart, so that both see the same machine. The truth is the ratio
 of the mean time per batch (the real run's steps outside the profiled window and the warm-up)
 to the ablation's: at least :data:`INPUT_LIMITED` means the input pipeline limits the run,
 under :data:`DEVICE_LIMITED` that the model's math does; between the two the run is
@@ -58,8 +58,11 @@ SEED = 43
 #: limits the run, and under which the model's math does (the issue's definitions).
 INPUT_LIMITED = 1.25
 DEVICE_LIMITED = 1.1
-#: Real run and ablation alternate this many times in one process.
+#: Real run and ablation alternate this many times in one process; beside other work,
+#: :data:`REPS_BUSY` times: there one script's gain moved between 1.09x and 1.65x across
+#: three runs of two alternations, and the truth is the median of each side's fits.
 REPS = 2
+REPS_BUSY = 4
 #: Batches per fit, the profiled window's steps, and the steps left out of the timing at the
 #: start of each fit (tf.function tracing, the first epoch's start).
 STEPS = 48
@@ -298,8 +301,8 @@ def _cached(data, tf, np, batch_hint=None):
     return tf.data.Dataset.from_tensor_slices((xs, ys)).repeat().prefetch(tf.data.AUTOTUNE)
 
 
-def job(name: str, folder: str, ablation: bool = True) -> None:
-    """One run: real and ablation alternately :data:`REPS` times; writes ``times.json``.
+def job(name: str, folder: str, ablation: bool = True, reps: int = REPS) -> None:
+    """One run: real and ablation alternately ``reps`` times; writes ``times.json``.
     Without ``ablation``: the profiled fit only (what a stability repeat needs)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -316,7 +319,7 @@ def job(name: str, folder: str, ablation: bool = True) -> None:
         model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     cached = _cached(data, tf, np) if ablation else None
     real, ablation_ms = [], []
-    for rep in range(REPS if ablation else 1):
+    for rep in range(reps if ablation else 1):
         profiler = None
         if rep == 0:
             profiler = BottleneckProfiler(os.path.join(folder, "logs"), profile_steps=WINDOW, analyze=False,
@@ -345,7 +348,7 @@ def make_runs(out: str, only=None, load: str = "idle") -> None:
         os.makedirs(folder, exist_ok=True)
         cmd = [sys.executable, os.path.abspath(__file__), "job", name, folder]
         if load == "busy":
-            cmd = [UNDER_LOAD, "-j", "2"] + cmd
+            cmd = [UNDER_LOAD, "-j", "2"] + cmd + ["--reps", str(REPS_BUSY)]
         started = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
         if proc.returncode != 0:
@@ -513,6 +516,7 @@ def main(argv=None) -> None:
     ap.add_argument("command", choices=["runs", "score", "table", "list", "job", "stability"])
     ap.add_argument("args", nargs="*")
     ap.add_argument("--no-ablation", action="store_true", help="job: the profiled fit only")
+    ap.add_argument("--reps", type=int, default=REPS, help="job: alternations of real and cached fits")
     ap.add_argument("--repeats", type=int, default=5, help="stability: repeats of each script")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--only", default="")
@@ -521,7 +525,7 @@ def main(argv=None) -> None:
                          "recorded per run (a machine other work uses)")
     a = ap.parse_args(argv)
     if a.command == "job":
-        job(a.args[0], a.args[1], ablation=not a.no_ablation)
+        job(a.args[0], a.args[1], ablation=not a.no_ablation, reps=a.reps)
     elif a.command == "stability":
         make_repeats(a.out, a.repeats, a.load)
         rows = score_repeats(a.out, a.load)

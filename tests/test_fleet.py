@@ -307,6 +307,12 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     assert len(said) == 1 and "is 0.70x that" in said[0], after["evidence"]
     assert said[0].endswith("so the confidence is held at 0.6 (0.8 from the trace alone: what the callback reports "
                             "at the window's end, before the job's later steps are timed)."), said[0]
+    # The input's worth at the job's scale: the step without the input (the trace's after_ms) against the job's step.
+    load, job = after["input_load"], after["window"]["job_step_ms"]
+    assert "speedup_job" not in before["input_load"]
+    assert load["speedup_job"] == round(job / load["after_ms"], 2) > load["speedup"], load
+    (worth,) = [e for e in after["evidence"] if e.startswith("At the job's scale the input's work")]
+    assert f"worth about {load['speedup_job']:.2f}x" in worth and f"({load['speedup']}x) divides the traced step" in worth
     # A measurement of the job's input cost that confirms the verdict has the last word: 0.8, its sentence
     # after the window's, naming the held figure as the one without it.
     from tfbneck_plugin.capture.input_cost import write_input_cost

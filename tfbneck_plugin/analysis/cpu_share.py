@@ -338,7 +338,8 @@ def retained(cores: Optional[Cores]) -> float:
 
 def alone_words(load: InputLoad) -> str:
     """Words for :attr:`InputLoad.speedup_alone` beside the window's figure, where other
-    processes shared the cores enough to change it (by 0.05x or more); else ''."""
+    processes shared the cores enough to change it (by 0.05x or more, our choice: five times
+    the figures' rounding); else ''."""
     if load.speedup_alone - load.speedup < 0.05:
         return ""
     return f"; {load.speedup_alone:.2f}x were the {load.others:.2f} core(s) other processes used free"

@@ -83,6 +83,29 @@ def _write_window(report: SessionDict, window: Dict) -> None:
                             "steps are timed).")
     if said:
         add_evidence(report, said)
+    said = job_scale_input_worth(report)
+    if said:
+        add_evidence(report, said)
+
+
+def job_scale_input_worth(report: SessionDict) -> Optional[str]:
+    """Where the window drew on batches made before it (:func:`unrepresentative`), the
+    input's modelled worth at the job's scale: the step without the input's work and wait
+    (``input_load.after_ms``, the model's and the training thread's side, which the buffered
+    batches did not shorten) against the job's own step, written to
+    ``input_load["speedup_job"]``; one sentence, or None elsewhere (a window as long as the
+    job's steps, or longer by the profiler's own cost, keeps the trace's ratio)."""
+    load, steps = report.get("input_load"), traced_and_job_step_ms(report)
+    after = (load or {}).get("after_ms")
+    if not unrepresentative(report) or steps is None or not isinstance(after, (int, float)) or after <= 0:
+        return None
+    job = steps[1]
+    speedup = max(job / after, 1.0)
+    load["speedup_job"] = round(speedup, 2)  # type: ignore[index]  # load is the report's input_load dict
+    return (f"At the job's scale the input's work and wait are worth about {speedup:.2f}x: without them a batch "
+            f"would take about {_ms(after)} ms (the model's side of the traced step, which the buffered batches did "
+            f"not shorten) against the job's {_ms(job)} ms, where the trace's own figure "
+            f"({load.get('speedup')}x) divides the traced step.")  # type: ignore[union-attr]
 
 
 #: A traced step below this share of the job's own step around the window was not the job's
@@ -264,7 +287,8 @@ def _loads_compared(report: SessionDict, m: Dict) -> str:
     '' where either load is unknown."""
     load, measured_others = report.get("input_load") or {}, m.get("others_cores")
     alone, beside, others = load.get("speedup_alone"), load.get("speedup"), load.get("others_cores")
-    if not all(isinstance(v, (int, float)) for v in (alone, beside, others, measured_others)):
+    if not (isinstance(alone, (int, float)) and isinstance(beside, (int, float)) and isinstance(others, (int, float))
+            and isinstance(measured_others, (int, float))):
         return ""
     if others < cpu_share.IDLE_SLACK_CORES:
         window = f"the trace modelled {beside:.2f}x on a machine to itself"
