@@ -352,3 +352,21 @@ def test_the_map_to_vectorise_is_named_by_the_stage_it_feeds():
     assert recs["vectorise_map"]["why_here"].startswith(
         "The `ParallelMapV2` stage that feeds `Shuffle` (…::Shuffle::ParallelMapV2) calls its function once per "
         "element (64 calls per batch)"), recs["vectorise_map"]["why_here"]
+
+
+def test_an_input_that_dwarfs_the_model_leaves_the_step_its_own_work():
+    """A PyDataset's worker processes doing 187 ms of work per 43 ms step beside a model of 0.85 ms on
+    2 cores: the share of the demand it frees (98 %) would leave a 0.075 ms step, below the model's
+    and the training thread's own CPU; the step without the input is at least that (a measurement on
+    cached batches: 1.05 ms)."""
+    load = cpu_share.InputLoad(step_ms=43.32, wait_ms=39.81, model_ms=0.849, host_ms=2.365, tfdata_ms=0.0,
+                               workers_ms=186.8, pool_ms=0.31, stretch=2.36, starved=True, stage="workers", cores=2)
+    assert load.share > 0.95
+    own = (0.849 / 2 + 2.365) / 2.36
+    assert load.own_ms == pytest.approx(own) and load.after_ms == pytest.approx(own)
+    assert 30 < load.speedup < 45
+    light = cpu_share.InputLoad(step_ms=10.0, wait_ms=0.5, model_ms=12.0, host_ms=1.0, tfdata_ms=4.0, workers_ms=0.0,
+                                pool_ms=0.0, stretch=1.5, starved=True, stage="map", cores=2)
+    assert light.after_ms == pytest.approx(9.5 * (1 - light.share))  # the floor binds only beyond
+    assert light.after_ms > light.own_ms
+

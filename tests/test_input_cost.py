@@ -71,6 +71,17 @@ def test_a_measurement_is_set_beside_the_trace_model_for_the_load_each_ran_besid
             f"were the {load['others_cores']:.2f} core(s) other processes used free)") in without, without
 
 
+def test_a_worker_process_that_ends_during_the_probe_stays_in_the_tree():
+    """A fit's PyDataset worker (pid 12) with 3 s of CPU ends and is reaped during the probe, after
+    0.05 s more: its lifetime moves into the parent's reaped-children figure (pid 0). The tree spent
+    the parent's 0.1 s and the worker's last 0.05 s, not minus or plus its 3 s lifetime."""
+    from tfbneck_plugin.capture.input_cost import _tree_spent
+    before = {10: 5.0, 12: 3.0, 0: 1.0}
+    after = {10: 5.1, 0: 4.05}
+    assert _tree_spent(before, after) == pytest.approx(0.15)
+    assert _tree_spent(before, {10: 5.1, 12: 3.2, 0: 1.0}) == pytest.approx(0.3)  # still alive: its own delta
+
+
 def test_the_probe_of_other_processes_sees_a_spinning_process():
     """The load a measurement ran beside: a process spinning on a core while this one sleeps."""
     import sys

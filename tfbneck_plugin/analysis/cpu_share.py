@@ -211,6 +211,7 @@ class InputLoad:
     python_ms: float = 0.0  # the part of the input's work that is Python in the training process (holds the GIL)
     retained: float = 1.0   # the part (0-1) of the cores the input frees that the training keeps (:func:`retained`)
     others: float = 0.0     # cores other processes used on the training's cores (:attr:`Cores.others`)
+    cores: int = 1          # cores the training process may run on (:attr:`Cores.n`)
 
     @property
     def input_ms(self) -> float:
@@ -240,12 +241,21 @@ class InputLoad:
         return min(max(self.python_ms - self.wait_ms, 0.0), self.host_ms)
 
     @property
+    def own_ms(self) -> float:
+        """The least a step can take once the input is gone (ms): the CPU its own work needs,
+        the model's spread over every core (:attr:`cores`) and the training thread's (its
+        host time less the GIL waits), each taken off the wall-time scale by :attr:`stretch`.
+        Where the input's work dwarfs the model's, the share of the demand it frees would
+        leave less than that."""
+        return (self.model_ms / max(self.cores, 1) + max(self.host_ms - self.gil_ms, 0.0)) / max(self.stretch, 1.0)
+
+    @property
     def after_ms(self) -> float:
-        """The step with the input's work and wait gone (ms)."""
+        """The step with the input's work and wait gone (ms), at least :attr:`own_ms`."""
         ran = self.step_ms - self.wait_ms
         # The cores the input shares and the GIL it holds take from the same training time: the
         # larger of the two is what its going frees (their sum would count its work twice).
-        return max(min(ran * (1.0 - self.share), ran - self.gil_ms), 1e-6)
+        return max(min(ran * (1.0 - self.share), ran - self.gil_ms), self.own_ms, 1e-6)
 
     @property
     def speedup(self) -> float:
@@ -320,7 +330,8 @@ def input_load(f: "Findings") -> Optional[InputLoad]:
                            - f.steps.left_out_input_ms, 0.0) / f.steps.count
     return InputLoad(step_ms=step, wait_ms=wait, model_ms=model, host_ms=host, tfdata_ms=tfdata,
                      workers_ms=workers_ms, pool_ms=pool_ms, stretch=stretch, starved=starved(system), stage=stage,
-                     python_ms=python, retained=retained(cores), others=cores.others if cores is not None else 0.0)
+                     python_ms=python, retained=retained(cores), others=cores.others if cores is not None else 0.0,
+                     cores=cores.n if cores is not None else 1)
 
 
 def retained(cores: Optional[Cores]) -> float:

@@ -26,7 +26,7 @@ from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
 from . import cpu_share, tfdata, whatif
 from .findings import Findings, KernelFacts, Slowdown, StepFacts
-from .odd_steps import odd_sentence, odd_steps
+from .odd_steps import INPUT_WAIT_SHARE, odd_sentence, odd_steps, waited_sentence
 from .placement import Placement, find_placement
 from .rules import decide
 from .sync import sync_section
@@ -106,7 +106,19 @@ class HostAnalysis:
         odd = np.zeros(found.count, dtype=bool)
         keep = self._not_warmup(found)
         odd[keep] = odd_steps(found.durations_ps[keep])
-        return odd
+        return odd & ~self._waited_for_input(found, odd)
+
+    def _waited_for_input(self, found: stepsmod.Steps, slow: np.ndarray) -> np.ndarray:
+        """Which of the ``slow`` steps spent at least :data:`.odd_steps.INPUT_WAIT_SHARE` of
+        their time waiting for input, bool, shape (n_found,): they stay in the steady steps
+        (:func:`.odd_steps.waited_sentence`)."""
+        out = np.zeros(found.count, dtype=bool)
+        if not slow.any():
+            return out
+        starts, ends = found.starts[slow], found.ends[slow]
+        waited = breakdown.per_step(self.activity, starts, ends)["input"]
+        out[slow] = waited >= INPUT_WAIT_SHARE * (ends - starts)
+        return out
 
     @staticmethod
     def _not_warmup(found: stepsmod.Steps) -> np.ndarray:
@@ -133,14 +145,27 @@ class HostAnalysis:
 
     @cached_property
     def odd(self) -> Optional[str]:
-        """The sentence naming the odd steps left out of the steady steps (:mod:`.odd_steps`), or None."""
+        """The sentences naming the odd steps left out of the steady steps and the slow ones kept
+        because they waited for input (:mod:`.odd_steps`), or None."""
         steps, found, odd = self.steps, self.step_search.steps, self.odd_mask
-        if steps is None or found is None or not odd.any():
+        if steps is None or found is None:
             return None
-        starts, ends = found.starts[odd], found.ends[odd]
-        waited = breakdown.per_step(self.activity, starts, ends)["input"]
-        median = float(np.median(np.concatenate([steps.durations_ps, ends - starts])))
-        return odd_sentence(found.numbers[odd], ends - starts, waited, median)
+        keep = self._not_warmup(found)
+        slow = np.zeros(found.count, dtype=bool)
+        slow[keep] = odd_steps(found.durations_ps[keep])
+        kept = slow & ~odd
+        if not slow.any():
+            return None
+        said = []
+        all_odd = np.concatenate([steps.durations_ps, found.ends[odd] - found.starts[odd]])
+        median = float(np.median(all_odd)) if len(all_odd) else 0.0
+        for mask, sentence in ((odd, odd_sentence), (kept, waited_sentence)):
+            if mask.any():
+                starts, ends = found.starts[mask], found.ends[mask]
+                waited = breakdown.per_step(self.activity, starts, ends)["input"]
+                median_ps = median if mask is odd else float(np.median(found.durations_ps[keep & ~slow]))
+                said.append(sentence(found.numbers[mask], ends - starts, waited, median_ps))
+        return " ".join(s for s in said if s) or None
 
     @cached_property
     def window(self) -> Optional[Tuple[int, int]]:

@@ -229,22 +229,35 @@ def _others_cores() -> Optional[float]:
             t = psutil.cpu_times()
             return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
 
-        def tree() -> float:
-            total = 0.0
+        def tree() -> Dict[int, float]:
+            # Each process's own CPU seconds; pid 0 holds this process's reaped children's (a
+            # fit's worker processes that exit during the probe move there, not out of the tree).
+            out: Dict[int, float] = {}
             for p in [me, *me.children(recursive=True)]:
                 try:
                     c = p.cpu_times()
-                    total += c.user + c.system
                 except psutil.Error:
                     continue
-            return total
+                out[p.pid] = c.user + c.system
+                if p is me:
+                    out[0] = getattr(c, "children_user", 0.0) + getattr(c, "children_system", 0.0)
+            return out
         b0, t0, w0 = busy(), tree(), time.monotonic()
         time.sleep(PROBE_S)
         b1, t1, w1 = busy(), tree(), time.monotonic()
     except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: the load is unknown
         return None
     cores = float(psutil.cpu_count() or 1)
-    return round(min(max((b1 - b0) - (t1 - t0), 0.0) / max(w1 - w0, 1e-3), cores), 2)
+    return round(min(max((b1 - b0) - _tree_spent(t0, t1), 0.0) / max(w1 - w0, 1e-3), cores), 2)
+
+
+def _tree_spent(before: Dict[int, float], after: Dict[int, float]) -> float:
+    """CPU seconds the process tree spent between two readings (pid -> CPU seconds, pid 0 the
+    reaped children's total, as :func:`_others_cores` reads them): what each process alive at
+    the second added, less what those gone by then had at the first (a reaped child's whole
+    lifetime moved into pid 0's figure, so only its time since the first reading remains)."""
+    return (sum(v - before.get(pid, 0.0) for pid, v in after.items())
+            - sum(v for pid, v in before.items() if pid not in after))
 
 
 def measure_input_cost(model, data: Any, steps: int = STEPS, repeats: int = REPEATS,
