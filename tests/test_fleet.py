@@ -320,10 +320,12 @@ def test_a_confidence_held_down_by_the_jobs_clock_says_so(tmp_path, monkeypatch)
     write_input_cost(str(run), {"format": INPUT_COST_FORMAT, "version": 1, "time_unix": 1.8e9, "host": "h", "pid": 1,
                                 "real_ms_per_batch": 10.0, "cached_ms_per_batch": 5.0, "input_ms_per_batch": 5.0,
                                 "gain": 2.0, "limit": "input", "unsettled": None, "input_share": 0.5, "steps": 30,
-                                "repeats": 2, "backend": "tensorflow", "input_kind": "tf.data"})
+                                "repeats": 2, "backend": "tensorflow", "input_kind": "tf.data", "others_cores": 0.02})
     measured = tfb.analyze(str(run))["cpu_bound_input"]
     ev = measured["evidence"]
     (window,) = [i for i, e in enumerate(ev) if e.startswith("By the job's own clock")]
     (confirm,) = [i for i, e in enumerate(ev) if e.startswith("Measured by ablation")]
     assert measured["confidence"] == 0.8 and confirm > window, ev
-    assert ev[confirm].endswith("it confirms the verdict: confidence 0.8 (0.6 without the measurement)."), ev[confirm]
+    assert "it confirms the verdict: confidence 0.8 (0.6 without the measurement)." in ev[confirm], ev[confirm]
+    assert ev[confirm].endswith(f", {measured['input_load']['speedup_job']:.2f}x at the job's scale (compare this one: "
+                                "the window's steps were not the job's)."), ev[confirm]

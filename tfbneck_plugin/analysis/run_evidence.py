@@ -295,6 +295,9 @@ def _loads_compared(report: SessionDict, m: Dict) -> str:
     else:
         window = (f"the trace modelled {beside:.2f}x beside other processes' {others:.2f} core(s), "
                   f"{alone:.2f}x without them")
+    job = load.get("speedup_job")
+    if isinstance(job, (int, float)):  # the window drew on buffered batches: the job's scale is the one to compare
+        window += f", {job:.2f}x at the job's scale (compare this one: the window's steps were not the job's)"
     return f" Other processes used {measured_others:.2f} core(s) during the measurement; {window}."
 
 
