@@ -283,6 +283,11 @@ def test_a_traced_step_faster_than_the_jobs_own_advises_other_steps_only_for_cho
         assert "profile_steps=(43, 47), the middle of epoch 2" in job_scale_evidence(report), job_scale_evidence(report)
         report["run_length"] = {"batches": 40, "time_ms": 1000.0}   # a run of 40 batches: no whole epoch after
         assert "hold no whole epoch after this window" in job_scale_evidence(report), job_scale_evidence(report)
+        # A window already in the middle of epoch 2 (a PyDataset's queue that runs ahead wherever it is profiled):
+        # no advice to move it again, which would only cycle between epochs.
+        report["window"]["steps"], report["run_length"] = [43, 47], {"batches": 120, "time_ms": 1000.0}
+        said = job_scale_evidence(report)
+        assert "this window already lies inside epoch 2, away from its start" in said and "profile_steps=" not in said
     assert ("the slowdown trigger chose" in text) == (kind == "triggered")
     report["window"]["job_step_ms"] = 21.0  # 0.95x: the profiler's cost, in either kind
     assert "the profiler's own cost included" in job_scale_evidence(report)

@@ -414,8 +414,13 @@ def test_a_window_too_short_for_the_machines_counters_says_so_and_gives_the_exac
             pass
         return sampler.stop()
 
-    side = spin(0.01)
-    summary = summarize(side)
+    # A loaded machine can stretch a 10 ms spin's window past the limit (the sampler's last reading waits
+    # for a core): a few tries for a window that short, the precondition of what is asserted below.
+    for _ in range(5):
+        side = spin(0.01)
+        summary = summarize(side)
+        if summary["sampled_s"] < MACHINE_CPU_MIN_S:
+            break
     assert summary["sampled_s"] < MACHINE_CPU_MIN_S and summary["cpu_exact"]
     text = str(system_sentence(summary))
     cores = side["window_cpu"]["proc_cpu_s"] / side["window_cpu"]["dur_s"]

@@ -26,7 +26,7 @@ from . import activity as activitymod
 from . import breakdown, devices as devmod, host as hostmod, host_report, idle_gaps, op_report, ops as opsmod, steps as stepsmod
 from . import cpu_share, tfdata, whatif
 from .findings import Findings, KernelFacts, Slowdown, StepFacts
-from .odd_steps import INPUT_WAIT_SHARE, odd_sentence, odd_steps, waited_sentence
+from .odd_steps import INPUT_WAIT_RHYTHM, INPUT_WAIT_SHARE, odd_sentence, odd_steps, waited_sentence
 from .placement import Placement, find_placement
 from .rules import decide
 from .sync import sync_section
@@ -110,14 +110,17 @@ class HostAnalysis:
 
     def _waited_for_input(self, found: stepsmod.Steps, slow: np.ndarray) -> np.ndarray:
         """Which of the ``slow`` steps spent at least :data:`.odd_steps.INPUT_WAIT_SHARE` of
-        their time waiting for input, bool, shape (n_found,): they stay in the steady steps
-        (:func:`.odd_steps.waited_sentence`)."""
+        their time waiting for input, where :data:`.odd_steps.INPUT_WAIT_RHYTHM` or more did,
+        bool, shape (n_found,): they stay in the steady steps (:func:`.odd_steps.waited_sentence`)."""
         out = np.zeros(found.count, dtype=bool)
         if not slow.any():
             return out
         starts, ends = found.starts[slow], found.ends[slow]
         waited = breakdown.per_step(self.activity, starts, ends)["input"]
-        out[slow] = waited >= INPUT_WAIT_SHARE * (ends - starts)
+        waits = waited >= INPUT_WAIT_SHARE * (ends - starts)
+        # One such step may be an accident (a one-off stall); two or more in one window are a rhythm.
+        if waits.sum() >= INPUT_WAIT_RHYTHM:
+            out[slow] = waits
         return out
 
     @staticmethod

@@ -16,9 +16,10 @@ share allows, the slowest of them are still odd if they are few enough and each 
 least ``ODD_SLOWDOWN`` x the slowest of the rest (a 2.3 ms window with steps of 9.2 and
 5.9 ms under load and one of 100 ms: the 100 ms step is odd, the other two stay in the
 window; four steps of 2.5x in eight, with no such gap between them, stay a pattern).
-A slow step that spent most of its time waiting for its batch is not set aside
-(:data:`INPUT_WAIT_SHARE`, decided in :mod:`.host_analysis`, which has the breakdown): the input
-falling behind recurs, and the report names it as kept (:func:`waited_sentence`).
+Slow steps that spent most of their time waiting for their batch, two or more in a window, are
+not set aside (:data:`INPUT_WAIT_SHARE`, :data:`INPUT_WAIT_RHYTHM`, decided in
+:mod:`.host_analysis`, which has the breakdown): the input falling behind recurs, and the report
+names them as kept (:func:`waited_sentence`).
 """
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ MAX_ODD_SHARE = 0.25
 #: 4.4 ms median, almost all of it waiting) would otherwise read as a fast input. Our
 #: choice: the majority of the step.
 INPUT_WAIT_SHARE = 0.5
+#: Fewest such steps in one window for them to stay in: two are the input's rhythm (the
+#: PyDataset above); one alone may be a one-off stall, which the job's own clock, not the
+#: window, can tell from a rhythm (its job-scale figures then say so: run_evidence).
+INPUT_WAIT_RHYTHM = 2
 
 
 def odd_steps(durations_ps: np.ndarray) -> np.ndarray:
@@ -107,7 +112,7 @@ def waited_sentence(numbers, durations_ps, input_ps, median_ps: float) -> Option
              + (f" ({d / median_ps:.1f}x the median of the others, {median_ps / 1e9:.2f} ms)" if median_ps > 0 else "")
              + f", {i / 1e9:.2f} ms of it waiting for input"
              for n, d, i in zip(numbers, durations_ps, input_ps, strict=True)]
-    return (f"{'; '.join(parts)}: kept in the breakdown and the verdict, though slow enough to be an outlier "
-            f"(modified z-score > {ODD_Z}): a step that spent {INPUT_WAIT_SHARE:.0%} or more of its time waiting for "
-            "its batch shows the input falling behind, which recurs, not an accident of the host.")
+    return (f"{'; '.join(parts)}: kept in the breakdown and the verdict, though slow enough to be outliers "
+            f"(modified z-score > {ODD_Z}): steps that spent {INPUT_WAIT_SHARE:.0%} or more of their time waiting for "
+            "their batch, again and again in one window, show the input falling behind, not an accident of the host.")
 

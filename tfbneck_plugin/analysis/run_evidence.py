@@ -203,6 +203,12 @@ def _later_steps(report: SessionDict) -> str:
     if epoch <= n + 1:
         return (f"profile fewer steps in the middle of a later epoch (an epoch here has {epoch} batches, no more "
                 f"than this window's {n + 1} steps)")
+    if first > epoch and (first - 1) % epoch >= min(n + 1, epoch // 4):
+        # Already past the first epoch and away from its start: the buffer runs ahead here too
+        # (a queue the input refills between windows), and another window would read the same.
+        return (f"this window already lies inside epoch {(first - 1) // epoch + 1}, away from its start (an epoch "
+                f"here has {epoch} batches), so the buffer runs ahead of the step there too and later steps would "
+                "read the same: read the input's worth at the job's scale, or measure it (measure_input_cost)")
     batches = (report.get("run_length") or {}).get("batches")
     run = batches if isinstance(batches, int) and batches > 0 else None
     offset = (epoch - n - 1) // 2  # batches of the epoch before the window: the window in its middle
