@@ -152,18 +152,22 @@ def test_the_newest_readable_measurement_is_used_and_a_broken_one_is_passed_over
 
 def test_the_run_sentences_never_reach_the_cached_report(tmp_path):
     """The batch driver adds what a run's files say to a shallow copy of a cached report: the
-    cached report's evidence lists stay the trace's own."""
+    cached report's evidence lists stay the trace's own, and so does its input_load (the job-scale
+    worth of a window its trend file shows to be unrepresentative belongs to the shown copy)."""
+    from support.trend_files import set_window_overhead
     from tfbneck_plugin.batch import analyze_one, find, reports_in_runs
     run = str(tmp_path / "cpu_bound_input")
     shutil.copytree(os.path.join(DEMO, "cpu_bound_input"), run)
     write_input_cost(run, _measurement("model", 1.03, time.time()))
     (session,) = find([run]).sessions
     cached = analyze_one(session)
-    evidence, detail = list(cached["evidence"]), list(cached["evidence_detail"])
+    set_window_overhead(run, cached["steps"]["step_time_ms"]["mean"], 0.7)
+    evidence, detail, load = list(cached["evidence"]), list(cached["evidence_detail"]), dict(cached["input_load"])
     (shown,) = reports_in_runs([session], analyze=lambda _s: cached)
     assert any(e.startswith("Measured by ablation") for e in shown["evidence"])
     assert cached["evidence"] == evidence and cached["evidence_detail"] == detail
     assert cached["confidence"] != shown["confidence"] == 0.6
+    assert "speedup_job" in shown["input_load"] and cached["input_load"] == load
 
 
 def test_a_model_that_is_not_keras_gets_one_line_not_an_import_error():

@@ -93,19 +93,20 @@ def job_scale_input_worth(report: SessionDict) -> Optional[str]:
     input's modelled worth at the job's scale: the step without the input's work and wait
     (``input_load.after_ms``, the model's and the training thread's side, which the buffered
     batches did not shorten) against the job's own step, written to
-    ``input_load["speedup_job"]``; one sentence, or None elsewhere (a window as long as the
-    job's steps, or longer by the profiler's own cost, keeps the trace's ratio)."""
-    load, steps = report.get("input_load"), traced_and_job_step_ms(report)
-    after = (load or {}).get("after_ms")
+    ``input_load["speedup_job"]`` (a new dict: the batch driver passes shallow copies of cached
+    reports, whose ``input_load`` stays the trace's); one sentence, or None elsewhere (a window
+    as long as the job's steps, or longer by the profiler's own cost, keeps the trace's ratio)."""
+    load, steps = report.get("input_load") or {}, traced_and_job_step_ms(report)
+    after = load.get("after_ms")
     if not unrepresentative(report) or steps is None or not isinstance(after, (int, float)) or after <= 0:
         return None
     job = steps[1]
     speedup = max(job / after, 1.0)
-    load["speedup_job"] = round(speedup, 2)  # type: ignore[index]  # load is the report's input_load dict
+    report["input_load"] = {**load, "speedup_job": round(speedup, 2)}
     return (f"At the job's scale the input's work and wait are worth about {speedup:.2f}x: without them a batch "
             f"would take about {_ms(after)} ms (the model's side of the traced step, which the buffered batches did "
             f"not shorten) against the job's {_ms(job)} ms, where the trace's own figure "
-            f"({load.get('speedup')}x) divides the traced step.")  # type: ignore[union-attr]
+            f"({load.get('speedup')}x) divides the traced step.")
 
 
 #: A traced step below this share of the job's own step around the window was not the job's
