@@ -33,23 +33,31 @@ def already_done(rec: Recommendation, f: Findings) -> Optional[str]:
     fix, p = rec.get("fix"), f.pipeline
     if fix == "cache" and p is not None:
         return _cache_done(p)
-    if fix == "vectorise_map" and p is not None and p.map_per_element is None:
-        return "The map already runs on whole batches."
-    per_element = p.map_per_element if p is not None else None
-    if fix == "vectorise_map" and per_element is not None and f.ops:
-        share = one_element_share(f.ops, per_element.path)
-        if share >= 50.0:  # most of the map's work (our choice: the majority)
-            return (f"{share:.0f} % of the `{per_element.kind}` map's op time is in ops that take one element "
-                    "(file reads, image or audio decoders): batching before the map cannot batch them.")
-    if (fix == "vectorise_map" and p is not None and p.blocking is not None and p.blocking.kind in MAPS
-            and p.blocking is not p.map_per_element):
-        # The costliest map runs on batches; the one per element does less (an image_dataset_from_directory's
-        # decode, say): batching it first would not touch the map that limits the input.
-        return f"The `{p.blocking.kind}` map, where the input's work is, already runs on whole batches."
+    if fix == "vectorise_map" and p is not None:
+        return _vectorise_done(p, f)
     if fix == "xla" and f.xla:
         return "The trace shows XLA executables: the step is already compiled with XLA."
     if fix in ("augment_on_device", "mixed_precision") and f.device_kind == "CPU":
         return "No accelerator computes in this run."
+    return None
+
+
+def _vectorise_done(p, f: Findings) -> Optional[str]:
+    """Why batching before a map cannot shorten the input, or None: no map runs once per
+    element (:attr:`.tfdata.Pipeline.map_per_element`); most of that map's op time is in ops
+    that take one element (:func:`.op_advice.one_element_share`); or the costliest map already
+    runs on batches while the one per element does less."""
+    per_element = p.map_per_element
+    if per_element is None:
+        return "The map already runs on whole batches."
+    share = one_element_share(f.ops, per_element.path) if f.ops else 0.0
+    if share >= 50.0:  # most of the map's work (our choice: the majority)
+        return (f"{share:.0f} % of the `{per_element.kind}` map's op time is in ops that take one element "
+                "(file reads, image or audio decoders): batching before the map cannot batch them.")
+    if p.blocking is not None and p.blocking.kind in MAPS and p.blocking is not per_element:
+        # The costliest map runs on batches; the one per element does less (an image_dataset_from_directory's
+        # decode, say): batching it first would not touch the map that limits the input.
+        return f"The `{p.blocking.kind}` map, where the input's work is, already runs on whole batches."
     return None
 
 

@@ -97,16 +97,25 @@ class HostAnalysis:
         return stepsmod.find_steps(self.space, self.host_view)
 
     @cached_property
-    def odd_mask(self) -> np.ndarray:
-        """Which found steps are odd (:mod:`.odd_steps`, judged among the non-warm-up ones),
-        bool, shape (n_found,); empty without steps."""
+    def slow_mask(self) -> np.ndarray:
+        """Which found steps the outlier test marks (:func:`.odd_steps.odd_steps`, judged among
+        the non-warm-up ones), bool, shape (n_found,); empty without steps."""
         found = self.step_search.steps
         if found is None:
             return np.zeros(0, dtype=bool)
-        odd = np.zeros(found.count, dtype=bool)
+        slow = np.zeros(found.count, dtype=bool)
         keep = self._not_warmup(found)
-        odd[keep] = odd_steps(found.durations_ps[keep])
-        return odd & ~self._waited_for_input(found, odd)
+        slow[keep] = odd_steps(found.durations_ps[keep])
+        return slow
+
+    @cached_property
+    def odd_mask(self) -> np.ndarray:
+        """Which found steps are odd: the :attr:`slow_mask` less those that waited for input
+        (:meth:`_waited_for_input`), bool, shape (n_found,); empty without steps."""
+        found, slow = self.step_search.steps, self.slow_mask
+        if found is None:
+            return slow
+        return slow & ~self._waited_for_input(found, slow)
 
     def _waited_for_input(self, found: stepsmod.Steps, slow: np.ndarray) -> np.ndarray:
         """Which of the ``slow`` steps spent at least :data:`.odd_steps.INPUT_WAIT_SHARE` of
@@ -150,24 +159,21 @@ class HostAnalysis:
     def odd(self) -> Optional[str]:
         """The sentences naming the odd steps left out of the steady steps and the slow ones kept
         because they waited for input (:mod:`.odd_steps`), or None."""
-        steps, found, odd = self.steps, self.step_search.steps, self.odd_mask
-        if steps is None or found is None:
-            return None
-        keep = self._not_warmup(found)
-        slow = np.zeros(found.count, dtype=bool)
-        slow[keep] = odd_steps(found.durations_ps[keep])
-        kept = slow & ~odd
-        if not slow.any():
+        steps, found, slow, odd = self.steps, self.step_search.steps, self.slow_mask, self.odd_mask
+        if steps is None or found is None or not slow.any():
             return None
         said = []
-        all_odd = np.concatenate([steps.durations_ps, found.ends[odd] - found.starts[odd]])
-        median = float(np.median(all_odd)) if len(all_odd) else 0.0
-        for mask, sentence in ((odd, odd_sentence), (kept, waited_sentence)):
-            if mask.any():
-                starts, ends = found.starts[mask], found.ends[mask]
-                waited = breakdown.per_step(self.activity, starts, ends)["input"]
-                median_ps = median if mask is odd else float(np.median(found.durations_ps[keep & ~slow]))
-                said.append(sentence(found.numbers[mask], ends - starts, waited, median_ps))
+        if odd.any():
+            starts, ends = found.starts[odd], found.ends[odd]
+            waited = breakdown.per_step(self.activity, starts, ends)["input"]
+            median = float(np.median(np.concatenate([steps.durations_ps, ends - starts])))
+            said.append(odd_sentence(found.numbers[odd], ends - starts, waited, median))
+        kept = slow & ~odd
+        if kept.any():
+            starts, ends = found.starts[kept], found.ends[kept]
+            waited = breakdown.per_step(self.activity, starts, ends)["input"]
+            others = float(np.median(found.durations_ps[self._not_warmup(found) & ~slow]))
+            said.append(waited_sentence(found.numbers[kept], ends - starts, waited, others))
         return " ".join(s for s in said if s) or None
 
     @cached_property

@@ -115,4 +115,3 @@ def waited_sentence(numbers, durations_ps, input_ps, median_ps: float) -> Option
     return (f"{'; '.join(parts)}: kept in the breakdown and the verdict, though slow enough to be outliers "
             f"(modified z-score > {ODD_Z}): steps that spent {INPUT_WAIT_SHARE:.0%} or more of their time waiting for "
             "their batch, again and again in one window, show the input falling behind, not an accident of the host.")
-

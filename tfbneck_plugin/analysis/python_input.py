@@ -53,8 +53,7 @@ def holds_the_gil(f: Findings) -> bool:
     if f.keras_input in PYTHON_KERAS_INPUTS:
         return True
     stages = f.pipeline.stages if f.pipeline is not None else []
-    if any(st.kind in tfdata.PYTHON for st in stages) or (f.pipeline is not None
-                                                                    and f.pipeline.uses_py_function):
+    if any(st.kind in tfdata.PYTHON for st in stages) or (f.pipeline is not None and f.pipeline.uses_py_function):
         return True
     groups = (f.ops or {}).get("by_type") or []
     return any(g.get("type") in ("PyFunc", "EagerPyFunc") for g in groups)
